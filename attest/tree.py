@@ -1,0 +1,162 @@
+"""Walk a bundle directory and enforce the tree rules (docs/bundle-format.md#tree-rules).
+
+A bundle tree may hold only regular, non-executable files whose relative POSIX paths are
+portable and unambiguous. Rule ids, each reported with the path at fault:
+
+- ``tree.symlink``      a symbolic link (never followed)
+- ``tree.special``      a device, fifo or socket
+- ``tree.name``         a name that is not valid UTF-8, holds NUL/control characters or a
+                        backslash, or is ``.``/``..``
+- ``tree.nfc``          a name that is not NFC-normalized
+- ``tree.collision``    two paths equal under case-folding or Unicode normalization
+- ``tree.executable``   a file with an executable bit
+- ``tree.unreadable``   an entry that cannot be stat'ed or listed
+
+Ignored entirely: ``.git/`` and ``.modelward/`` at any level, and the bundle's own
+signature file ``model.sig`` at the root. Directories are not part of a bundle: an empty
+directory does not exist in the manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from attest.errors import TreeRuleError, TreeViolation
+
+IGNORED_DIRS = frozenset({".git", ".modelward"})
+IGNORED_ROOT_FILES = frozenset({"model.sig"})
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """A regular file of a bundle: its relative POSIX path, location on disk and size."""
+
+    path: str
+    abspath: Path
+    size: int
+
+
+def check_name(name: str) -> TreeViolation | None:
+    """Check one path component; return the violation or None. ``name`` is decoded text."""
+    if name in {"", ".", ".."}:
+        return TreeViolation(name, "tree.name", f"path component {name!r} is not allowed")
+    bad = [c for c in name if ord(c) < 0x20 or ord(c) == 0x7F or c in "\\/"]
+    if bad:
+        return TreeViolation(
+            name, "tree.name", f"name holds a control, NUL, slash or backslash character {bad[0]!r}"
+        )
+    if unicodedata.normalize("NFC", name) != name:
+        return TreeViolation(name, "tree.nfc", "name is not NFC-normalized")
+    return None
+
+
+def check_relpath(path: str) -> TreeViolation | None:
+    """Check a relative POSIX path as it would appear in a manifest."""
+    if not path or path.startswith("/"):
+        return TreeViolation(path, "tree.name", "path must be relative and non-empty")
+    for part in path.split("/"):
+        problem = check_name(part)
+        if problem is not None:
+            return TreeViolation(path, problem.rule, problem.reason)
+    return None
+
+
+def collision_key(path: str) -> str:
+    """The key under which two paths collide: NFC, case-folded, NFC again."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", path).casefold())
+
+
+def walk_bundle(root: Path) -> tuple[list[BundleFile], list[TreeViolation]]:
+    """List the files of the bundle at ``root`` and every tree-rule violation.
+
+    Files are returned sorted by the UTF-8 bytes of their path. Offending entries are
+    reported, never followed or opened. Raises ``NotADirectoryError`` if ``root`` is not
+    a directory.
+    """
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root}: not a directory")
+    files: list[BundleFile] = []
+    violations: list[TreeViolation] = []
+    seen: dict[str, str] = {}
+    _walk(os.fsencode(root), "", files, violations, seen)
+    files.sort(key=lambda f: f.path.encode())
+    violations.sort(key=lambda v: (v.path.encode(), v.rule))
+    return files, violations
+
+
+def list_bundle_files(root: Path) -> list[BundleFile]:
+    """The files of the bundle at ``root``; raises ``TreeRuleError`` on any violation."""
+    files, violations = walk_bundle(root)
+    if violations:
+        raise TreeRuleError(violations)
+    return files
+
+
+def _display(parent: str, raw: bytes) -> str:
+    return parent + raw.decode("utf-8", errors="backslashreplace")
+
+
+def _walk(
+    directory: bytes,
+    parent: str,
+    files: list[BundleFile],
+    violations: list[TreeViolation],
+    seen: dict[str, str],
+) -> None:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        violations.append(TreeViolation(parent or ".", "tree.unreadable", str(exc.strerror)))
+        return
+    for entry in entries:
+        raw = entry.name
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            violations.append(
+                TreeViolation(_display(parent, raw), "tree.name", "name is not valid UTF-8")
+            )
+            continue
+        path = parent + name
+        if entry.is_dir(follow_symlinks=False) and name in IGNORED_DIRS:
+            continue
+        if not parent and name in IGNORED_ROOT_FILES and entry.is_file(follow_symlinks=False):
+            continue
+        problem = check_name(name)
+        if problem is not None:
+            violations.append(TreeViolation(path, problem.rule, problem.reason))
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            violations.append(TreeViolation(path, "tree.unreadable", str(exc.strerror)))
+            continue
+        key = collision_key(path)
+        other = seen.get(key)
+        if other is not None:
+            violations.append(
+                TreeViolation(path, "tree.collision", f"collides with {other!r} under "
+                              "case-folding or Unicode normalization")
+            )
+        else:
+            seen[key] = path
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            target = os.readlink(entry.path).decode("utf-8", errors="backslashreplace")
+            violations.append(TreeViolation(path, "tree.symlink", f"symbolic link to {target!r}"))
+        elif stat.S_ISDIR(mode):
+            _walk(entry.path, path + "/", files, violations, seen)
+        elif stat.S_ISREG(mode):
+            if mode & 0o111:
+                violations.append(
+                    TreeViolation(path, "tree.executable", f"executable bit set (mode {mode & 0o777:o})")
+                )
+            elif problem is None:
+                files.append(BundleFile(path, Path(os.fsdecode(entry.path)), st.st_size))
+        else:
+            violations.append(
+                TreeViolation(path, "tree.special", "device, fifo or socket is not a regular file")
+            )
