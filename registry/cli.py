@@ -1,0 +1,23 @@
+"""registry/'s commands on the ``modelward`` command.
+
+Server-side commands (serve, db, admin) live in ``registry._cli_server``; client-side ones
+(login, push, alias, approve, quarantine, audit, repo, key register, bundle show) live in
+``registry._cli_client``. Both register themselves on the root app here.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from registry._cli_client import register_client
+from registry._cli_server import register_server
+from registry.client import RegistryClientError
+from registry.errors import RegistryError
+
+ERROR_ROOTS: tuple[type[Exception], ...] = (RegistryError, RegistryClientError)
+
+
+def register(app: typer.Typer) -> None:
+    """Add every registry command to the root ``modelward`` app."""
+    register_server(app)
+    register_client(app)
