@@ -1,0 +1,261 @@
+"""OpenSSF Model Signing (OMS): verify and write ``model.sig`` offline (docs/attestations.md).
+
+``model_signing`` (sigstore/model-transparency) signs a model directory as an in-toto
+statement listing every file's digest, in a DSSE envelope inside a Sigstore bundle. Three
+signer kinds exist: an EC key, a key with an X.509 chain, and Sigstore keyless (see
+``attest._oms_envelope``); the predicate forms are in ``attest._oms_manifest``.
+
+Steps of ``verify_oms``:
+
+1. The bytes are a Sigstore bundle of a known media type (OMS key/chain: bundle v0.3).
+2. Its verification material names the signer kind; the DSSE payload type is in-toto.
+3. The DSSE signature verifies for at least one trusted signer of that kind: an EC key
+   (key hint and signature), a CA (leaf signature, leaf usage, chain to a trusted root now)
+   or a Sigstore identity (sigstore-python, offline, under its trust root).
+4. The payload is a strict in-toto Statement v1 with an OMS predicate type.
+5. The predicate's items are well formed, unique, safe relative paths, of a supported hash,
+   and consistent with the subject's digest of digests.
+6. The model tree (tree rules as attest.tree; ``model.sig``, ``.git/``, ``.modelward/`` and
+   the caller's ``ignore_paths`` left out) is re-hashed: every signed file present and
+   equal, every present file signed or ignored.
+
+The signature's own ``ignore_paths`` never excuse a file; only the verifier's list does.
+
+Raises:
+    VerificationError: any step fails; ``OmsFileMismatch`` (a VerificationError) when only
+        the files disagree, with ``check`` listing missing, extra and mismatched paths.
+    KeyError_: sign_oms cannot load or use the private key.
+    TreeRuleError: sign_oms is given a tree that breaks the tree rules.
+    ValueError: caller misuse (an absolute or ``..`` ignore path).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from attest._oms_envelope import (
+    OMS_BUNDLE_MEDIA_TYPE,
+    curve_hash,
+    key_hint,
+    pae,
+    parse_envelope,
+    verify_envelope,
+)
+from attest._oms_manifest import (
+    OMS_PREDICATES,
+    PREDICATE_V1,
+    compare,
+    file_digest,
+    signed_items,
+)
+from attest.errors import KeyError_, TreeRuleError, VerificationError
+from attest.sigstore_verify import IN_TOTO_PAYLOAD_TYPE
+from attest.statement import STATEMENT_TYPE, parse_statement, strict_json_loads
+from attest.tree import BundleFile, walk_bundle
+from attest.trust import Signer, TrustSet, VerifiedStatement
+
+__all__ = [
+    "OMS_SIGNATURE_FILENAME",
+    "OmsFileCheck",
+    "OmsFileMismatch",
+    "is_oms_signature",
+    "sign_oms",
+    "verify_oms",
+]
+
+OMS_SIGNATURE_FILENAME: Final = "model.sig"
+# Always left out of a signed tree: the signature itself and directories attest.tree skips.
+_ALWAYS_IGNORED: Final = ("model.sig", ".git", ".modelward")
+
+
+@dataclass(frozen=True)
+class OmsFileCheck:
+    """How a model tree differs from an OMS signature (paths, sorted)."""
+
+    missing: tuple[str, ...]
+    extra: tuple[str, ...]
+    mismatched: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.mismatched)
+
+
+class OmsFileMismatch(VerificationError):  # noqa: N818 - the name is the evidence
+    """The signature verified but the model's files do not match it; ``check`` lists how."""
+
+    def __init__(self, check: OmsFileCheck) -> None:
+        self.check = check
+        lines = [f"  missing (signed, absent): {p}" for p in check.missing]
+        lines += [f"  extra (present, not signed, not ignored): {p}" for p in check.extra]
+        lines += [f"  mismatched (digest differs): {p}" for p in check.mismatched]
+        super().__init__("model files do not match the OMS signature:\n" + "\n".join(lines))
+
+
+def _normalize_ignores(ignore_paths: Sequence[str]) -> tuple[str, ...]:
+    result: list[str] = []
+    for raw in ignore_paths:
+        path = PurePosixPath(raw)
+        if path.is_absolute() or ".." in path.parts or str(path) in {"", "."}:
+            raise ValueError(f"ignore path {raw!r} must be relative, inside the model, non-empty")
+        result.append(str(path))
+    return tuple(result)
+
+
+def _is_ignored(path: str, ignores: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in ignores)
+
+
+def _tree(root: Path, ignores: Sequence[str]) -> list[BundleFile]:
+    """The model's files; tree violations outside ignored paths are raised."""
+    files, violations = walk_bundle(root)
+    violations = [v for v in violations if not _is_ignored(v.path, ignores)]
+    if violations:
+        raise TreeRuleError(violations)
+    return files
+
+
+def _dedup(signers: Sequence[Signer]) -> tuple[Signer, ...]:
+    seen: dict[str, Signer] = {}
+    for signer in signers:
+        seen.setdefault(signer.name, signer)
+    return tuple(seen.values())
+
+
+def is_oms_signature(data: bytes) -> bool:
+    """True if ``data`` looks like an OMS signature: a Sigstore bundle whose DSSE payload has
+    an OpenSSF model signing predicate type. Routing only: nothing is verified."""
+    try:
+        envelope = parse_envelope(data)
+        statement = strict_json_loads(envelope.payload, "statement")
+    except VerificationError:
+        return False
+    return isinstance(statement, dict) and statement.get("predicateType") in OMS_PREDICATES
+
+
+def verify_oms(
+    data: bytes, root: Path, trust: TrustSet, ignore_paths: Sequence[str] = ()
+) -> VerifiedStatement:
+    """Verify an OMS ``model.sig`` and the model directory ``root`` against it; steps (1)-(6).
+
+    Returns the verified statement (kind ``"oms"``); its notes name the files checked.
+    Raises VerificationError (``OmsFileMismatch`` for file differences) with every reason.
+    """
+    ignores = _normalize_ignores(ignore_paths)
+    # (1)-(3): the bundle, its signer kind, and the signature against the TrustSet.
+    verified = verify_envelope(data, trust)
+    # (4): a strict in-toto statement with an OMS predicate.
+    statement, predicate_type, subjects = parse_statement(verified.payload)
+    # (5): the signed items, consistent with the subject.
+    signed = signed_items(predicate_type, statement, subjects)
+    # (6): the tree against the items.
+    try:
+        files = _tree(root, ignores)
+    except TreeRuleError as exc:
+        raise VerificationError(f"model tree at {root} cannot be verified: {exc}") from None
+    missing, extra, mismatched = compare(signed, files, lambda p: _is_ignored(p, ignores))
+    check = OmsFileCheck(tuple(missing), tuple(extra), tuple(mismatched))
+    if not check.ok:
+        raise OmsFileMismatch(check)
+    checked = sorted({item.path for item in signed.items})
+    notes = [
+        f"OMS {verified.kind} signature; {len(checked)} file(s) match: {', '.join(checked)}",
+    ]
+    skipped = sorted(f.path for f in files if f.path not in set(checked))
+    if skipped:
+        notes.append(f"present, not signed (ignored, or empty in a sharded signature): "
+                     f"{', '.join(skipped)}")
+    return VerifiedStatement(
+        kind="oms",
+        payload=verified.payload,
+        statement=statement,
+        predicate_type=predicate_type,
+        subjects=subjects,
+        signers=_dedup(verified.signers),
+        notes=tuple(notes),
+    )
+
+
+def _load_ec_key(path: Path, passphrase: bytes | None) -> ec.EllipticCurvePrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), passphrase)
+    except OSError as exc:
+        raise KeyError_(f"{path}: cannot read private key: {exc.strerror}") from None
+    except (ValueError, TypeError) as exc:
+        raise KeyError_(f"{path}: cannot load private key: {exc}") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise KeyError_(f"{path}: OMS signing needs an elliptic-curve (P-256) private key")
+    try:
+        curve_hash(key.public_key())
+    except VerificationError as exc:
+        raise KeyError_(f"{path}: {exc}") from None
+    return key
+
+
+def _path_order(path: str) -> tuple[str, ...]:
+    # model_signing sorts resources as PurePosixPath objects: by their parts.
+    return tuple(path.split("/"))
+
+
+def _oms_payload(root: Path, files: Sequence[BundleFile], ignores: Sequence[str]) -> bytes:
+    resources = [
+        {"name": f.path, "algorithm": "sha256", "digest": file_digest(f.abspath, "sha256").hex()}
+        for f in sorted(files, key=lambda f: _path_order(f.path))
+    ]
+    root_digest = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources))
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": root.resolve().name, "digest": {"sha256": root_digest.hexdigest()}}],
+        "predicateType": PREDICATE_V1,
+        "predicate": {
+            "serialization": {
+                "method": "files",
+                "hash_type": "sha256",
+                "allow_symlinks": False,
+                "ignore_paths": list(dict.fromkeys([*_ALWAYS_IGNORED, *ignores])),
+            },
+            "resources": resources,
+        },
+    }
+    return json.dumps(statement, indent=2, ensure_ascii=False).encode("utf-8")
+
+
+def sign_oms(
+    root: Path,
+    private_key_pem: Path,
+    passphrase: bytes | None = None,
+    ignore_paths: Sequence[str] = (),
+) -> bytes:
+    """Write an OMS v1.0 signature (files, sha256) of ``root`` with an EC private key.
+
+    Returns the ``model.sig`` bytes (``model_signing verify key`` accepts them); writes
+    nothing. Files under ``ignore_paths`` are left out of the signature and recorded in its
+    serialization so model_signing ignores them too. Raises KeyError_, TreeRuleError.
+    """
+    ignores = _normalize_ignores(ignore_paths)
+    key = _load_ec_key(private_key_pem, passphrase)
+    files = [f for f in _tree(root, ignores) if not _is_ignored(f.path, ignores)]
+    payload = _oms_payload(root, files, ignores)
+    signature = key.sign(pae(IN_TOTO_PAYLOAD_TYPE, payload), ec.ECDSA(curve_hash(key.public_key())))
+    bundle = {
+        "mediaType": OMS_BUNDLE_MEDIA_TYPE,
+        "verificationMaterial": {
+            "publicKey": {"hint": key_hint(key.public_key())},
+            "tlogEntries": [],
+        },
+        "dsseEnvelope": {
+            "payload": base64.b64encode(payload).decode("ascii"),
+            "payloadType": IN_TOTO_PAYLOAD_TYPE,
+            "signatures": [{"sig": base64.b64encode(signature).decode("ascii"), "keyid": ""}],
+        },
+    }
+    return json.dumps(bundle, indent=2).encode("utf-8") + b"\n"
