@@ -1,0 +1,210 @@
+"""The policy document, version 1, as pydantic models (docs/policy.md is its reference).
+
+Every model forbids unknown fields, so a misspelt key is an error instead of a silent
+default. Invariants that span fields (unique signer names, a threshold the trusted signers
+can meet, protected-alias requirements) are checked here, at construction, so that no
+``Policy`` object that breaks them can exist.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PROVENANCE_V1 = "https://slsa.dev/provenance/v1"  # == attest.statement.PredicateType.PROVENANCE
+
+Role = Literal["admin", "publisher", "reviewer", "reader"]
+Mode = Literal["enforce", "warn"]
+Name = Annotated[
+    str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/+-]*$")
+]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeySigner(_Strict):
+    """A public key, by PEM file (relative to the policy file) or inline PEM."""
+
+    name: Name
+    path: NonEmpty | None = Field(default=None, description="PEM file, relative to the policy")
+    pem: NonEmpty | None = Field(default=None, description="inline PEM public key")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> KeySigner:
+        if (self.path is None) == (self.pem is None):
+            raise ValueError("give exactly one of path or pem")
+        return self
+
+
+class CASigner(_Strict):
+    """An X.509 CA: root certificates anchor, intermediates may chain (files or inline PEM)."""
+
+    name: Name
+    roots: list[NonEmpty] = Field(min_length=1, description="PEM files or inline PEM")
+    intermediates: list[NonEmpty] = Field(default_factory=list)
+
+
+class IdentitySigner(_Strict):
+    """A Sigstore keyless identity: exact certificate identity (SAN) and OIDC issuer."""
+
+    name: Name
+    identity: NonEmpty
+    issuer: NonEmpty
+    trust_root: NonEmpty | None = Field(
+        default=None,
+        description="trusted_root.json, relative to the policy; default: sigstore public good",
+    )
+
+
+class Signers(_Strict):
+    keys: list[KeySigner] = Field(default_factory=list)
+    cas: list[CASigner] = Field(default_factory=list)
+    identities: list[IdentitySigner] = Field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [
+            *(k.name for k in self.keys),
+            *(c.name for c in self.cas),
+            *(i.name for i in self.identities),
+        ]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Signers:
+        seen: set[str] = set()
+        for name in self.names():
+            if name in seen:
+                raise ValueError(f"signer name {name!r} is used twice; names must be unique")
+            seen.add(name)
+        return self
+
+
+class Files(_Strict):
+    """Which files a bundle may hold: the scanner's allow-list plus these explicit globs."""
+
+    allow_globs: list[NonEmpty] = Field(
+        default_factory=list,
+        description="extra globs admitting files the scanner classifies as unknown; "
+        "never a dangerous format",
+    )
+
+    @field_validator("allow_globs")
+    @classmethod
+    def _no_catch_all(cls, globs: list[str]) -> list[str]:
+        for glob in globs:
+            if glob.strip("*/") == "":
+                raise ValueError(f"{glob!r} would admit every file; name the files explicitly")
+        return globs
+
+
+class Limits(_Strict):
+    """Size limits checked against the manifest (and passed to the scanner)."""
+
+    max_bundle_bytes: int = Field(default=1 << 40, ge=1, description="sum of all file sizes")
+    max_file_bytes: int = Field(default=1 << 38, ge=1, description="largest single file")
+    max_files: int = Field(default=100_000, ge=1)
+    max_safetensors_header: int = Field(default=100 * 10**6, ge=8)
+
+
+class ReplayRequirement(_Strict):
+    """A replay result against the bundle currently on the alias, required to move it."""
+
+    min_consecutive: int = Field(default=1000, ge=1)
+    max_divergences: int = Field(default=0, ge=0)
+
+
+class AliasRule(_Strict):
+    """Who may move aliases matching ``pattern`` (fnmatch), and what a protected one needs."""
+
+    pattern: Annotated[str, Field(min_length=1, max_length=200)]
+    principals: list[Name] = Field(default_factory=list)
+    roles: list[Role] = Field(default_factory=list)
+    protected: bool = False
+    approvals: int = Field(default=0, ge=0, description="reviewers other than the publisher")
+    require_baseline: bool = False
+    replay: ReplayRequirement | None = None
+
+    @model_validator(mode="after")
+    def _requirements_need_protection(self) -> AliasRule:
+        if not (self.principals or self.roles):
+            raise ValueError("no principals and no roles: nobody could move this alias")
+        if not self.protected:
+            for field, value in (
+                ("approvals", self.approvals),
+                ("require_baseline", self.require_baseline),
+                ("replay", self.replay),
+            ):
+                if value:
+                    raise ValueError(f"{field} is set but protected is false; set protected: true")
+        return self
+
+
+class Policy(_Strict):
+    """A repository's or a worker's trust policy (version 1). See docs/policy.md."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"$id": "https://modelward.dev/policy/v1/schema.json"},
+    )
+
+    version: Literal[1]
+    trust_registered_signers: bool = Field(
+        default=False,
+        description="the registry (or the caller) adds its registered publisher keys and "
+        "identities to the trusted signers",
+    )
+    signers: Signers = Field(default_factory=Signers)
+    threshold: int = Field(default=1, ge=1, description="distinct trusted signers required")
+    required_predicate_types: list[NonEmpty] = Field(
+        default_factory=lambda: [PROVENANCE_V1],
+        description="each must be present, signed by threshold signers; [] = any type",
+    )
+    builders: list[NonEmpty] | None = Field(
+        default=None, description="allowed SLSA builder ids (globs); null = any"
+    )
+    sources: list[NonEmpty] | None = Field(
+        default=None, description="allowed source URIs (globs); null = any"
+    )
+    files: Files = Field(default_factory=Files)
+    limits: Limits = Field(default_factory=Limits)
+    rejected_attestations: Literal["deny", "record"] = Field(
+        default="deny",
+        description="an attestation that fails verification denies (deny) or is only "
+        "recorded (record)",
+    )
+    engine_version: Mode = "enforce"
+    baseline: Mode = "enforce"
+    aliases: list[AliasRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _signers_can_meet_threshold(self) -> Policy:
+        # Fail closed: a policy that trusts nobody, or can never meet its threshold, is an error.
+        count = len(self.signers.names())
+        if count == 0 and not self.trust_registered_signers:
+            raise ValueError(
+                "signers: no trusted signers; list signers.keys/cas/identities or set "
+                "trust_registered_signers: true"
+            )
+        if not self.trust_registered_signers and self.threshold > count:
+            raise ValueError(
+                f"threshold: {self.threshold} exceeds the {count} trusted signer(s); "
+                "it could never be met"
+            )
+        return self
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON schema of the policy document (committed as policies/schema.json)."""
+    schema = Policy.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "modelward policy v1"
+    return schema
+
+
+def policy_json_schema_text() -> str:
+    return json.dumps(policy_json_schema(), indent=2, sort_keys=True) + "\n"

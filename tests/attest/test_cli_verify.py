@@ -1,0 +1,208 @@
+"""``modelward bundle verify`` end to end: real keys, real signatures, a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attest.dsse import sign_envelope
+from attest.keys import generate_private_key, public_key_pem
+from attest.manifest import build_bundle
+from attest.statement import PredicateType, make_statement
+from tests.conftest import REPO_ROOT
+
+MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")
+
+
+def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MODELWARD, "bundle", "verify", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _provenance() -> dict[str, object]:
+    return {
+        "buildDefinition": {
+            "buildType": "https://modelward.dev/bundle-assembly/v1",
+            "externalParameters": {"source": {"uri": "hf://example-org/tiny"}},
+        },
+        "runDetails": {"builder": {"id": "https://ci.example.com/builder"}},
+    }
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> dict[str, Path]:
+    """A small bundle, a provenance envelope over its digest, and the key files."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text('{"model_type": "llama"}\n')
+    (bundle / "README.md").write_text("# tiny\n")
+    digest = build_bundle(bundle).manifest.digest
+    paths: dict[str, Path] = {"bundle": bundle}
+    keys = {}
+    for name, kind in (("alice", "ed25519"), ("bob", "ecdsa-p256"), ("mallory", "ed25519")):
+        keys[name] = generate_private_key(kind)  # type: ignore[arg-type]
+        paths[name] = tmp_path / f"{name}.pub"
+        paths[name].write_bytes(public_key_pem(keys[name].public_key()))
+    payload = make_statement("bundle", digest, PredicateType.PROVENANCE, _provenance())
+    paths["sig"] = tmp_path / "provenance.dsse.json"
+    paths["sig"].write_bytes(sign_envelope(payload, [keys["alice"], keys["bob"]]))
+    paths["mallory_sig"] = tmp_path / "mallory.dsse.json"
+    paths["mallory_sig"].write_bytes(sign_envelope(payload, [keys["mallory"]]))
+    return paths
+
+
+@pytest.mark.parametrize("key", ["alice", "bob"])
+def test_round_trip_each_key_type(signed, key):
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed[key])
+    assert result.returncode == 0, result.stderr
+    assert f"verified: signed by {key}.pub" in result.stdout
+
+
+def test_one_byte_changed_in_a_file_fails(signed):
+    config = signed["bundle"] / "config.json"
+    config.write_bytes(config.read_bytes().replace(b"llama", b"llamb"))
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"])
+    assert result.returncode == 1
+    assert "statement is not about bundle sha256:" in result.stderr
+
+
+def test_one_byte_changed_in_the_signature_fails(signed):
+    envelope = json.loads(signed["sig"].read_bytes())
+    sig = envelope["signatures"][0]["sig"]
+    envelope["signatures"][0]["sig"] = ("A" if sig[0] != "A" else "B") + sig[1:]
+    envelope["signatures"] = envelope["signatures"][:1]  # only alice's, now broken
+    signed["sig"].write_text(json.dumps(envelope))
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"])
+    assert result.returncode == 1
+    assert "attestation: rejected: provenance.dsse.json:" in result.stderr
+
+
+def test_untrusted_signer_fails(signed):
+    result = _run(
+        signed["bundle"], "--signature", signed["mallory_sig"], "--public-key", signed["alice"]
+    )
+    assert result.returncode == 1
+    assert "rejected: mallory.dsse.json" in result.stderr
+
+
+def test_policy_threshold_two_and_json(signed, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\nthreshold: 2\nsigners:\n  keys:\n"
+        "    - {name: alice, path: alice.pub}\n    - {name: bob, path: bob.pub}\n"
+        "builders: ['https://ci.example.com/*']\nsources: ['hf://example-org/*']\n"
+    )
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--policy", policy, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verified"] is True
+    assert doc["bundle"].startswith("sha256:")
+    assert sorted(s["name"] for s in doc["decision"]["signers"]) == ["alice", "bob"]
+    assert doc["statements"][0]["predicate_type"] == PredicateType.PROVENANCE
+    assert doc["statements"][0]["statement"]["predicate"]["runDetails"]["builder"]["id"]
+    # mallory's envelope is not trusted by the policy: rejected, and it denies.
+    result = _run(
+        signed["bundle"], "--signature", signed["sig"], "--signature", signed["mallory_sig"],
+        "--policy", policy, "--json",
+    )  # fmt: skip
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    assert doc["verified"] is False
+    assert any("mallory.dsse.json" in r for r in doc["rejected"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "no trust option given"),
+        (["--policy", "p.yaml", "--public-key", "k.pem"], "--policy cannot be combined"),
+        (["--identity", "me@example.com"], "--identity needs --issuer"),
+        (["--issuer", "https://issuer.example"], "--issuer and --trust-root need --identity"),
+    ],
+)
+def test_usage_errors_exit_2(signed, extra, message):
+    result = _run(signed["bundle"], "--signature", signed["sig"], *extra)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_oms_fixture_with_public_key(shared_fixtures, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(shared_fixtures / "oms" / "v1.1.0-elliptic-key", model)
+    key = shared_fixtures / "oms" / "keys" / "signing-key-pub.pem"
+    args = ("--signature", model / "model.sig", "--public-key", key, "--ignore-path", "ignore-me")
+    result = _run(model, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "oms, https://model_signing/signature/v1.0" in result.stdout
+    # Without --ignore-path the unsigned file is reported.
+    result = _run(model, "--signature", model / "model.sig", "--public-key", key)
+    assert result.returncode == 1
+    assert "ignore-me" in result.stderr
+    # One byte changed in a signed file.
+    (model / "signme-1").chmod(0o644)
+    (model / "signme-1").write_bytes(b"tampered!")
+    result = _run(model, *args)
+    assert result.returncode == 1
+    assert "signme-1" in result.stderr
+
+
+def test_oms_fixture_with_certificate_chain(shared_fixtures):
+    model = shared_fixtures / "oms" / "v1.1.0-certificate"
+    keys = shared_fixtures / "oms" / "keys"
+    result = _run(
+        model, "--signature", model / "model.sig", "--ignore-path", "ignore-me",
+        "--certificate-chain", keys / "ca-cert.pem",
+        "--certificate-chain", keys / "int-ca-cert.pem",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_sigstore_identity_flags_verify_offline_then_bind(shared_fixtures, signed):
+    # The conformance bundle verifies offline under the identity, but its statement is
+    # about a.txt, not this bundle: refused with that reason, not a signature failure.
+    case = shared_fixtures / "sigstore" / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"
+    result = _run(
+        signed["bundle"], "--signature", case,
+        "--identity", "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-"
+        "beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main",
+        "--issuer", "https://token.actions.githubusercontent.com",
+        "--trust-root", shared_fixtures / "sigstore" / "trusted-roots" / "production.json",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "statement is not about bundle" in result.stderr
+    assert "a.txt" in result.stderr
+
+
+def _modelward(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MODELWARD, *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_cli_sign_then_verify_dsse_and_oms(signed, tmp_path):
+    bundle = signed["bundle"]
+    for kind, key in (("ed25519", "ed.pem"), ("ecdsa-p256", "ec.pem")):
+        result = _modelward("key", "generate", "--type", kind, "--out", tmp_path / key)
+        assert result.returncode == 0, result.stderr
+    out = tmp_path / "provenance.json"
+    result = _modelward("bundle", "sign", bundle, "--key", tmp_path / "ed.pem", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert _run(bundle, "-s", out, "--public-key", tmp_path / "ed.pem.pub").returncode == 0
+    sig = bundle / "model.sig"
+    result = _modelward(
+        "bundle", "sign", bundle, "--format", "oms", "--key", tmp_path / "ec.pem", "--out", sig
+    )
+    assert result.returncode == 0, result.stderr
+    result = _run(bundle, "-s", sig, "-s", out, "--public-key", tmp_path / "ec.pem.pub",
+                  "--public-key", tmp_path / "ed.pem.pub")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified: signed by" in result.stdout

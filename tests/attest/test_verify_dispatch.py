@@ -1,0 +1,179 @@
+"""attest.verify: the kind from the content, the right verifier, the subject binding."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+import attest.verify
+from attest.dsse import sign_envelope
+from attest.errors import SubjectMismatch, UnknownSignatureFormat, VerificationError
+from attest.keys import generate_private_key, trusted_key
+from attest.policy import OMS_TREE_NOTE, trusted_public_key
+from attest.statement import PredicateType, make_statement
+from attest.trust import TrustedIdentity, TrustSet
+from attest.verify import detect_kind, verify_attestation
+
+DIGEST = "sha256:" + "ab" * 32
+OTHER = "sha256:" + "cd" * 32
+CONFORMANCE_IDENTITY = (
+    "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/"
+    ".github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main"
+)
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+
+
+@pytest.fixture(scope="module")
+def key():
+    return generate_private_key()
+
+
+def _envelope(key, digest: str = DIGEST) -> bytes:
+    payload = make_statement("b", digest, PredicateType.PROVENANCE, {"x": 1})
+    return sign_envelope(payload, [key])
+
+
+def test_detect_dsse(key):
+    assert detect_kind(_envelope(key)) == "dsse"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "happy-path-intoto-in-dsse-v3",
+        "rekor2-dsse-happy-path",
+        "dsse-invalid-sig_fail",
+        "dsse-mismatch-envelope_fail",
+    ],
+)
+def test_detect_sigstore_bundle(case, shared_fixtures):
+    data = (shared_fixtures / "sigstore" / case / "bundle.sigstore.json").read_bytes()
+    assert detect_kind(data) == "sigstore"
+
+
+@pytest.mark.parametrize("kind", ["elliptic-key", "certificate", "sigstore"])
+def test_detect_oms_model_sig(kind, shared_fixtures):
+    data = (shared_fixtures / "oms" / f"v1.1.0-{kind}" / "model.sig").read_bytes()
+    assert detect_kind(data) == "oms"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"payload": "x", "signatures": []}',
+        b'{"payloadType": "a", "payload": "b", "signatures": [], "extra": 1}',
+        b'{"mediaType": "application/vnd.example+json"}',
+        b"{" * 100_000,
+    ],
+    ids=["empty", "binary", "array", "dsse-missing-key", "dsse-extra-key", "other-media", "deep"],
+)
+def test_unknown_format_refused(data):
+    with pytest.raises(UnknownSignatureFormat):
+        detect_kind(data)
+
+
+def test_oversized_signature_refused():
+    with pytest.raises(UnknownSignatureFormat, match="larger than"):
+        detect_kind(b" " * (attest.verify.MAX_SIGNATURE_BYTES + 1))
+
+
+def test_dsse_verified_and_bound(key):
+    stmt = verify_attestation(
+        _envelope(key), TrustSet(keys=(trusted_key("k", key.public_key()),)), bundle_digest=DIGEST
+    )
+    assert stmt.kind == "dsse"
+    assert [s.name for s in stmt.signers] == ["k"]
+
+
+def test_dsse_about_another_bundle_refused(key):
+    with pytest.raises(SubjectMismatch) as raised:
+        verify_attestation(
+            _envelope(key, OTHER),
+            TrustSet(keys=(trusted_key("k", key.public_key()),)),
+            bundle_digest=DIGEST,
+        )
+    assert raised.value.expected == DIGEST
+
+
+def test_untrusted_key_refused(key):
+    stranger = TrustSet(keys=(trusted_key("s", generate_private_key().public_key()),))
+    with pytest.raises(VerificationError):
+        verify_attestation(_envelope(key), stranger, bundle_digest=DIGEST)
+
+
+def test_empty_trust_refused(key):
+    with pytest.raises(VerificationError, match="no trusted signers"):
+        verify_attestation(_envelope(key), TrustSet(), bundle_digest=DIGEST)
+
+
+def test_sigstore_dispatch_verifies_then_checks_subject(shared_fixtures):
+    # The conformance statement is about a.txt, not a bundle: the signature verifies
+    # offline, then the subject binding refuses it.
+    root = shared_fixtures / "sigstore" / "trusted-roots" / "production.json"
+    ident = TrustedIdentity("beacon", CONFORMANCE_IDENTITY, GITHUB_ISSUER, root)
+    data = shared_fixtures / "sigstore" / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"
+    with pytest.raises(SubjectMismatch):
+        verify_attestation(data.read_bytes(), TrustSet(identities=(ident,)), bundle_digest=DIGEST)
+    a_txt = "sha256:a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf"
+    stmt = verify_attestation(data.read_bytes(), TrustSet(identities=(ident,)), bundle_digest=a_txt)
+    assert stmt.kind == "sigstore"
+    assert stmt.predicate_type == PredicateType.PROVENANCE
+
+
+def test_sigstore_bad_signature_refused(shared_fixtures):
+    root = shared_fixtures / "sigstore" / "trusted-roots" / "production.json"
+    ident = TrustedIdentity("beacon", CONFORMANCE_IDENTITY, GITHUB_ISSUER, root)
+    data = shared_fixtures / "sigstore" / "dsse-invalid-sig_fail" / "bundle.sigstore.json"
+    with pytest.raises(VerificationError):
+        verify_attestation(
+            data.read_bytes(),
+            TrustSet(identities=(ident,)),
+            bundle_digest="sha256:a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf",
+        )
+
+
+def _oms_trust(shared_fixtures: Path) -> TrustSet:
+    pem = (shared_fixtures / "oms" / "keys" / "signing-key-pub.pem").read_bytes()
+    return TrustSet(keys=(trusted_public_key("oms-key", pem, "signing-key-pub.pem"),))
+
+
+def test_oms_needs_the_tree(shared_fixtures):
+    data = (shared_fixtures / "oms" / "v1.1.0-elliptic-key" / "model.sig").read_bytes()
+    with pytest.raises(VerificationError, match="no tree was given"):
+        verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST)
+
+
+def test_oms_verified_against_tree_carries_binding_note(shared_fixtures):
+    root = shared_fixtures / "oms" / "v1.1.0-elliptic-key"
+    stmt = verify_attestation(
+        (root / "model.sig").read_bytes(),
+        _oms_trust(shared_fixtures),
+        bundle_digest=DIGEST,
+        root=root,
+        ignore_paths=["ignore-me"],
+    )
+    assert stmt.kind == "oms"
+    assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
+
+
+def test_oms_predicate_in_plain_dsse_is_not_oms(key):
+    payload = json.dumps(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "m", "digest": {"sha256": "ab" * 32}}],
+            "predicateType": "https://model_signing/signature/v1.0",
+            "predicate": {},
+        }
+    ).encode()
+    envelope = {
+        "payloadType": "application/vnd.in-toto+json",
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [],
+    }
+    assert detect_kind(json.dumps(envelope).encode()) == "dsse"
