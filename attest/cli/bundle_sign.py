@@ -1,3 +1,289 @@
-"""Commands registered on the groups in attest.cli._apps (filled in by its issue)."""
+"""``modelward bundle sign DIR``: sign a bundle's provenance (docs/attestations.md#signing).
+
+Formats:
+
+- ``dsse`` (default): hash DIR into its manifest, read the pinned serving inputs from
+  ``DIR/modelward.yaml`` when present, build a SLSA Provenance v1 predicate, wrap it in an
+  in-toto Statement v1 whose subject is the bundle digest, and sign it as a DSSE envelope
+  with ``--key``. With ``--sigstore`` the same statement is signed keyless instead
+  (Fulcio certificate + Rekor entry) into a Sigstore bundle; that needs the network and
+  an OIDC identity token (``SIGSTORE_ID_TOKEN`` or an ambient CI credential).
+- ``oms``: an OpenSSF Model Signing ``model.sig`` over DIR's files with an EC ``--key``.
+
+The output never lands inside the bundle, except under ``DIR/.modelward/`` (and, for
+``oms``, ``DIR/model.sig``), both of which the bundle's tree walk ignores. It is written
+atomically: an interrupted run leaves no partial file. Exit 0 signed; 1 failed; 2 usage.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+from attest.cli._apps import bundle_app
+from attest.cli._common import console, err_console, fail, show_progress
+from attest.cli.keys import passphrase_from_env
+from attest.digest import ProgressCallback
+from attest.dsse import sign_envelope
+from attest.errors import BundleError, DigestMismatch
+from attest.keys import keyid, load_private_key
+from attest.manifest import BuiltBundle, build_bundle
+from attest.provenance import DEFAULT_BUILDER_ID, make_provenance
+from attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
+from attest.statement import PredicateType, make_statement
+from attest.tree import walk_bundle
+
+__all__ = ["sign"]
+
+_STATE_DIR = ".modelward"
+_OMS_FILENAME = "model.sig"
+
+
+class SignatureFormat(StrEnum):
+    DSSE = "dsse"
+    OMS = "oms"
+
+
+def _check_out(directory: Path, out: Path, fmt: SignatureFormat) -> Path:
+    """Resolve ``out``; refuse a place inside the bundle that the bundle digest covers."""
+    if out.is_dir():
+        fail(f"{out} is a directory; --out names the signature file to write", code=2)
+    target = out.parent.resolve() / out.name
+    root = directory.resolve()
+    if not target.is_relative_to(root):
+        if not target.parent.is_dir():
+            fail(f"directory {target.parent} does not exist")
+        return target
+    rel = target.relative_to(root).parts
+    if len(rel) >= 2 and rel[0] == _STATE_DIR:
+        return target
+    if fmt is SignatureFormat.OMS and rel == (_OMS_FILENAME,):
+        return target
+    allowed = f"{root / _STATE_DIR}/" + (
+        f" or {root / _OMS_FILENAME}" if fmt is SignatureFormat.OMS else ""
+    )
+    fail(
+        f"refusing to write {target} inside the bundle: it would change what is signed",
+        hint=f"write it outside {root} or under {allowed}",
+    )
+    return target  # pragma: no cover - fail() does not return
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a temporary file renamed over it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        fail(f"cannot write {target}: {exc.strerror or exc}")
+
+
+@contextmanager
+def _progress(directory: Path) -> Iterator[ProgressCallback | None]:
+    if not show_progress():
+        yield None
+        return
+    files, _ = walk_bundle(directory)
+    with Progress(
+        TextColumn("hashing"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("hashing", total=sum(f.size for f in files))
+        yield lambda n: bar.advance(task, n)
+
+
+def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | None:
+    """The pinned serving inputs of ``DIR/modelward.yaml``, or None when it has none.
+
+    The bytes read must be the bytes just hashed into the manifest (DigestMismatch if the
+    file changed in between), so the provenance never describes another spec.
+    """
+    try:
+        layer = built.manifest.layer(SPEC_FILENAME)
+    except KeyError:
+        return None
+    path = directory / SPEC_FILENAME
+    with path.open("rb") as fh:
+        data = fh.read(MAX_SPEC_BYTES + 1)
+    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+    if actual != layer.digest:
+        raise DigestMismatch(SPEC_FILENAME, layer.digest, actual)
+    spec = load_spec(data, source=str(path))
+    return spec.model_dump(mode="json", exclude={"probes"})
+
+
+def _build(directory: Path) -> BuiltBundle:
+    with _progress(directory) as progress:
+        return build_bundle(directory, progress=progress)
+
+
+def _sign_sigstore(statement: bytes) -> bytes:
+    """Keyless signing with sigstore-python: needs an OIDC token and the network."""
+    from sigstore import dsse as sigstore_dsse
+    from sigstore.models import ClientTrustConfig
+    from sigstore.oidc import IdentityToken, detect_credential
+    from sigstore.sign import SigningContext
+
+    raw_token = os.environ.get("SIGSTORE_ID_TOKEN") or None
+    if raw_token is None:
+        try:
+            raw_token = detect_credential()
+        except Exception as exc:  # noqa: BLE001 - any detector failure means no identity
+            fail(f"keyless signing: ambient OIDC credential detection failed: {exc}")
+    if raw_token is None:
+        fail(
+            "keyless signing (--sigstore) needs an OIDC identity token, and none is available",
+            hint="set SIGSTORE_ID_TOKEN (e.g. in CI with id-token permission), or sign with --key",
+        )
+    try:
+        token = IdentityToken(raw_token)
+        context = SigningContext.from_trust_config(ClientTrustConfig.production())
+        with context.signer(token) as signer:
+            bundle = signer.sign_dsse(sigstore_dsse.Statement(statement))
+    except Exception as exc:  # noqa: BLE001 - report the network/identity failure plainly
+        fail(f"keyless signing failed: {type(exc).__name__}: {exc}")
+    return bundle.to_json().encode("utf-8")
+
+
+def _check_provenance_inputs(builder_id: str, source: str | None, revision: str | None) -> None:
+    """Refuse an unpinned source or a malformed builder id before hashing anything."""
+    now = datetime.now(UTC)
+    try:
+        make_provenance(
+            builder_id=builder_id,
+            started_on=now,
+            finished_on=now,
+            source_uri=source,
+            source_revision=revision,
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+
+
+@bundle_app.command("sign")
+def sign(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The bundle directory.")],
+    *,
+    out: Annotated[Path, typer.Option("--out", help="Signature file to write.")],
+    key: Annotated[
+        Path | None, typer.Option("--key", help="Private key file (PEM, PKCS#8).")
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option(
+            "--passphrase-env", metavar="VAR", help="Key passphrase in environment variable VAR."
+        ),
+    ] = None,
+    builder_id: Annotated[
+        str, typer.Option("--builder-id", metavar="URI", help="runDetails.builder.id.")
+    ] = DEFAULT_BUILDER_ID,
+    source: Annotated[
+        str | None,
+        typer.Option("--source", metavar="URI", help="Source the bundle came from (hf://, git)."),
+    ] = None,
+    source_revision: Annotated[
+        str | None,
+        typer.Option("--source-revision", metavar="REV", help="The source's 40-hex commit."),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Subject name (default: the directory's name)."),
+    ] = None,
+    fmt: Annotated[
+        SignatureFormat, typer.Option("--format", help="Signature format.")
+    ] = SignatureFormat.DSSE,
+    sigstore: Annotated[
+        bool, typer.Option("--sigstore", help="Sign keyless with Sigstore (network + OIDC).")
+    ] = False,
+    ignore_paths: Annotated[
+        list[str] | None,
+        typer.Option("--ignore-path", help="(oms) A path left out of the signature."),
+    ] = None,
+) -> None:
+    """Sign DIR: SLSA provenance for its bundle digest (DSSE), or an OMS model.sig."""
+    # (1) usage: a directory, one way to sign, and an output outside what is signed
+    if not directory.is_dir():
+        fail(f"{directory}: not a directory", code=2)
+    if sigstore and (key is not None or fmt is not SignatureFormat.DSSE):
+        fail("--sigstore signs keyless DSSE provenance: drop --key and --format oms", code=2)
+    if not sigstore and key is None:
+        fail("--key is required (or --sigstore for keyless signing)", code=2)
+    if ignore_paths and fmt is not SignatureFormat.OMS:
+        fail("--ignore-path applies to --format oms only", code=2)
+    if fmt is SignatureFormat.OMS and (source or name or builder_id != DEFAULT_BUILDER_ID):
+        fail("--source, --name and --builder-id describe DSSE provenance, not oms", code=2)
+    if (source is None) != (source_revision is None):
+        fail("--source and --source-revision go together", code=2)
+    _check_provenance_inputs(builder_id, source, source_revision)
+    target = _check_out(directory, out, fmt)
+    passphrase = passphrase_from_env(passphrase_env)
+
+    # (2) OMS: the interop module signs every file itself
+    if fmt is SignatureFormat.OMS and key is not None:
+        from attest.oms import sign_oms
+
+        data = sign_oms(directory, key, passphrase, tuple(ignore_paths or ()))
+        _write_atomic(target, data)
+        console.print(f"wrote OMS signature {target}", markup=False)
+        return
+
+    # (3) the key first: a wrong passphrase fails before hashing gigabytes
+    signing_key = load_private_key(key, passphrase) if key is not None else None
+
+    # (4) the bundle digest and the pinned serving inputs it carries
+    started = datetime.now(UTC)
+    try:
+        built = _build(directory)
+        serving = _serving_inputs(directory, built)
+    except BundleError as exc:
+        fail(f"{directory}: {exc}")
+    finished = datetime.now(UTC)
+    digest = built.manifest.digest
+
+    # (5) provenance → statement → signature
+    try:
+        predicate = make_provenance(
+            builder_id=builder_id,
+            started_on=started,
+            finished_on=finished,
+            source_uri=source,
+            source_revision=source_revision,
+            serving=serving,
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    subject = name or directory.resolve().name or "bundle"
+    statement = make_statement(subject, digest, PredicateType.PROVENANCE, predicate)
+    if signing_key is None:
+        data = _sign_sigstore(statement)
+        signer = "sigstore keyless"
+    else:
+        data = sign_envelope(statement, [signing_key])
+        signer = f"key {keyid(signing_key.public_key())}"
+
+    # (6) write it whole or not at all
+    _write_atomic(target, data)
+    console.print(f"bundle digest: {digest}", markup=False)
+    console.print(f"signed by:     {signer}", markup=False)
+    console.print(f"wrote:         {target}", markup=False)
