@@ -44,14 +44,27 @@ def check_name(name: str) -> TreeViolation | None:
     """Check one path component; return the violation or None. ``name`` is decoded text."""
     if name in {"", ".", ".."}:
         return TreeViolation(name, "tree.name", f"path component {name!r} is not allowed")
-    bad = [c for c in name if ord(c) < 0x20 or ord(c) == 0x7F or c in "\\/"]
+    bad = [c for c in name if _forbidden_char(c)]
     if bad:
         return TreeViolation(
-            name, "tree.name", f"name holds a control, NUL, slash or backslash character {bad[0]!r}"
+            name,
+            "tree.name",
+            f"name holds a control, bidi-override, slash or backslash character {bad[0]!r}",
         )
     if unicodedata.normalize("NFC", name) != name:
         return TreeViolation(name, "tree.nfc", "name is not NFC-normalized")
     return None
+
+
+def _forbidden_char(c: str) -> bool:
+    code = ord(c)
+    return (
+        code < 0x20
+        or 0x7F <= code <= 0x9F  # DEL and C1 controls
+        or 0x202A <= code <= 0x202E  # bidi embeddings and overrides
+        or 0x2066 <= code <= 0x2069  # bidi isolates
+        or c in "\\/"
+    )
 
 
 def check_relpath(path: str) -> TreeViolation | None:
@@ -145,15 +158,17 @@ def _walk(
             seen[key] = path
         mode = st.st_mode
         if stat.S_ISLNK(mode):
-            target = os.readlink(entry.path).decode("utf-8", errors="backslashreplace")
+            try:
+                target = os.fsdecode(os.readlink(entry.path))  # noqa: PTH115 - bytes path
+            except OSError:
+                target = "?"
             violations.append(TreeViolation(path, "tree.symlink", f"symbolic link to {target!r}"))
         elif stat.S_ISDIR(mode):
             _walk(entry.path, path + "/", files, violations, seen)
         elif stat.S_ISREG(mode):
             if mode & 0o111:
-                violations.append(
-                    TreeViolation(path, "tree.executable", f"executable bit set (mode {mode & 0o777:o})")
-                )
+                reason = f"executable bit set (mode {mode & 0o777:o})"
+                violations.append(TreeViolation(path, "tree.executable", reason))
             elif problem is None:
                 files.append(BundleFile(path, Path(os.fsdecode(entry.path)), st.st_size))
         else:

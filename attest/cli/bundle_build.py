@@ -1,3 +1,179 @@
-"""Commands registered on the groups in attest.cli._apps (filled in by its issue)."""
+"""``modelward bundle init | digest | manifest``: write a spec, name a bundle, show its manifest.
+
+- ``init DIR [--force]`` writes a commented ``modelward.yaml`` (dtype, max_model_len and
+  architecture read from ``config.json`` when present); never overwrites without ``--force``.
+- ``digest DIR`` prints only the bundle digest.
+- ``manifest DIR [--config]`` writes the exact manifest bytes (or the config blob) to
+  stdout, so ``modelward bundle manifest DIR | sha256sum`` is the digest.
+
+A progress bar is drawn on stderr only when stderr is a terminal. Exit 0 ok; 1 the tree
+breaks a rule (every violation printed) or cannot be read; 2 usage (DIR is no directory).
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from attest.cli._apps import bundle_app
+from attest.cli._common import console, err_console, fail, show_progress
+from attest.digest import ProgressCallback
+from attest.errors import BundleError
+from attest.manifest import BuiltBundle, build_bundle
+from attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
+from attest.tree import walk_bundle
+
+_MAX_CONFIG_JSON = 16 * 2**20
+
+DirArg = Annotated[
+    Path, typer.Argument(help="The bundle directory.", show_default=False, metavar="DIR")
+]
+
+
+def _require_dir(directory: Path) -> None:
+    if not directory.is_dir():
+        fail(f"{directory}: not a directory", code=2)
+
+
+@contextmanager
+def _progress(directory: Path) -> Iterator[ProgressCallback | None]:
+    """A thread-safe byte counter drawn on stderr, or None when stderr is no terminal."""
+    if not show_progress():
+        yield None
+        return
+    files, _ = walk_bundle(directory)
+    with Progress(
+        TextColumn("hashing"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("hashing", total=sum(f.size for f in files))
+        yield lambda n: bar.advance(task, n)
+
+
+def _build(directory: Path) -> BuiltBundle:
+    _require_dir(directory)
+    try:
+        with _progress(directory) as progress:
+            return build_bundle(directory, progress=progress)
+    except BundleError as exc:
+        fail(f"{directory}: {exc}")
+    except OSError as exc:
+        fail(f"{directory}: {exc.strerror or exc}")
+
+
+@bundle_app.command("digest")
+def digest_command(directory: DirArg) -> None:
+    """Print the bundle digest (sha256 of the canonical manifest) and nothing else."""
+    console.print(_build(directory).manifest.digest, markup=False)
+
+
+@bundle_app.command("manifest")
+def manifest_command(
+    directory: DirArg,
+    config: Annotated[
+        bool, typer.Option("--config", help="Print the config blob instead of the manifest.")
+    ] = False,
+) -> None:
+    """Print the exact manifest bytes (canonical JSON) of the bundle."""
+    built = _build(directory)
+    data = built.config_bytes if config else built.manifest.raw
+    sys.stdout.buffer.write(data + (b"\n" if sys.stdout.isatty() else b""))
+    sys.stdout.buffer.flush()
+
+
+def _model_config(directory: Path) -> dict[str, Any]:
+    """config.json as a dict; {} when absent; a warning (not a failure) when unusable."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return {}
+    problem = "not a JSON object"
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(_MAX_CONFIG_JSON + 1)
+        if len(data) > _MAX_CONFIG_JSON:
+            problem = f"larger than {_MAX_CONFIG_JSON} bytes"
+        else:
+            value = json.loads(data.decode("utf-8"))
+            if isinstance(value, dict):
+                return value
+    except (OSError, ValueError, RecursionError) as exc:
+        problem = str(exc)
+    err_console.print(f"warning: {path}: ignored ({problem}); using defaults", markup=False)
+    return {}
+
+
+def _write_new(target: Path, text: str, *, force: bool) -> None:
+    """Write ``target`` atomically; without ``force`` never replace an existing entry."""
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        tmp.chmod(0o644)
+        if force:
+            tmp.replace(target)
+        else:
+            os.link(tmp, target)  # fails if target exists: no overwrite, even in a race
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@bundle_app.command("init")
+def init_command(
+    directory: DirArg,
+    force: Annotated[
+        bool, typer.Option("--force", help=f"Overwrite an existing {SPEC_FILENAME}.")
+    ] = False,
+    engine_version: Annotated[
+        str, typer.Option("--engine-version", help="The exact vLLM version to pin.")
+    ] = "0.32.0",
+) -> None:
+    """Write a commented modelward.yaml for the model in DIR."""
+    _require_dir(directory)
+    target = directory / SPEC_FILENAME
+    if not force and (target.exists() or target.is_symlink()):
+        fail(f"{target}: already exists", hint="pass --force to overwrite it")
+    hf = _model_config(directory)
+    dtype = hf.get("dtype", hf.get("torch_dtype"))
+    max_len = hf.get("max_position_embeddings")
+    architectures = hf.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    try:
+        text = render_spec_template(
+            dtype=dtype if dtype in SERVING_DTYPES else "auto",
+            engine_version=engine_version,
+            max_model_len=max_len if type(max_len) is int and max_len > 0 else None,
+            architecture=architecture if isinstance(architecture, str) else None,
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    try:
+        _write_new(target, text, force=force)
+    except FileExistsError:
+        fail(f"{target}: already exists", hint="pass --force to overwrite it")
+    except OSError as exc:
+        fail(f"{target}: cannot write: {exc.strerror or exc}")
+    console.print(f"wrote {target}", markup=False)
