@@ -210,3 +210,15 @@ def test_collision_key_folds_case_and_normalization() -> None:
     assert collision_key("A/Café") == collision_key(unicodedata.normalize("NFD", "a/CAFÉ"))
     assert collision_key("Straße") == collision_key("STRASSE")
     assert collision_key("a") != collision_key("b")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["c1\u0085name", "evil\u202etxt.safetensors", "iso\u2066late", "del\u007f"],
+    ids=["c1-control", "bidi-override", "bidi-isolate", "del"],
+)
+def test_c1_controls_and_bidi_overrides_in_names_are_refused(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_bytes(b"x")
+    files, violations = walk_bundle(tmp_path)
+    assert files == []
+    assert [(v.path, v.rule) for v in violations] == [(name, "tree.name")]
