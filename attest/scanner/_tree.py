@@ -1,0 +1,69 @@
+"""Scan a bundle directory: tree rules first, then every file by content."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from attest.scanner._classify import scan_blob
+from attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
+from attest.tree import walk_bundle
+
+OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:
+    """Scan the bundle at ``root``: every tree-rule violation and file finding.
+
+    Tree violations (docs/bundle-format.md#tree-rules) become findings with the same rule
+    ids; files with an executable bit are scanned too. Files are opened without following
+    symlinks and must still be regular files when opened. Raises ``NotADirectoryError``
+    when ``root`` is not a directory.
+    """
+    files, violations = walk_bundle(root)
+    findings = [Finding(v.path, v.rule, v.reason) for v in violations]
+    targets = [(f.path, f.abspath) for f in files]
+    targets += [(v.path, root / v.path) for v in violations if v.rule == "tree.executable"]
+    reports: list[FileReport] = []
+    for path, abspath in sorted(targets, key=lambda t: t[0].encode()):
+        report = _scan_file(path, abspath, limits)
+        reports.append(report)
+        findings.extend(report.findings)
+    findings.sort(key=lambda f: (f.path.encode(), f.rule))
+    return ScanReport(files=tuple(reports), findings=tuple(findings))
+
+
+def _scan_file(path: str, abspath: Path, limits: ScanLimits) -> FileReport:
+    try:
+        fd = os.open(abspath, OPEN_FLAGS)
+    except OSError as exc:
+        return FileReport(path, "unreadable",
+                          (Finding(path, "tree.unreadable", f"cannot open: {exc.strerror}"),))
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return FileReport(path, "special", (Finding(
+                path, "tree.special", "not a regular file when opened"),))
+        try:
+            report = scan_blob(path, handle, st.st_size, limits)
+        except OSError as exc:
+            return FileReport(path, "unreadable", (Finding(
+                path, "tree.unreadable", f"read failed: {exc.strerror or exc}"),))
+    if report.kind == "safetensors" and not report.findings:
+        problem = _library_problem(abspath)
+        if problem is not None:
+            return FileReport(path, report.kind, (Finding(path, "scan.safetensors", problem),))
+    return report
+
+
+def _library_problem(abspath: Path) -> str | None:
+    """Defence in depth: the safetensors library must open what our checks admitted."""
+    import safetensors
+
+    try:
+        with safetensors.safe_open(abspath, framework="numpy") as handle:
+            handle.keys()
+    except (safetensors.SafetensorError, OSError, ValueError) as exc:
+        return f"the safetensors library rejects the file: {exc}"
+    return None
