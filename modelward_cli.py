@@ -30,21 +30,19 @@ def _register_optional_groups() -> tuple[type[Exception], ...]:
     """Add registry/ and loader/ commands; return the error roots the CLI reports plainly."""
     roots: list[type[Exception]] = [AttestError]
     try:
-        from registry.cli import ERROR_ROOTS as registry_roots
-        from registry.cli import register as register_registry
+        import registry.cli as registry_cli
     except ImportError:
         pass
     else:
-        register_registry(app)
-        roots.extend(registry_roots)
+        registry_cli.register(app)
+        roots.extend(registry_cli.ERROR_ROOTS)
     try:
-        from loader.cli import ERROR_ROOTS as loader_roots
-        from loader.cli import register as register_loader
+        import loader.cli as loader_cli
     except ImportError:
         pass
     else:
-        register_loader(app)
-        roots.extend(loader_roots)
+        loader_cli.register(app)
+        roots.extend(loader_cli.ERROR_ROOTS)
     return tuple(roots)
 
 

@@ -89,5 +89,5 @@ class PolicyError(AttestError):
     """A policy document is invalid; the message names the field at fault."""
 
 
-class KeyError_(AttestError):  # noqa: N801 - avoid shadowing builtins.KeyError
+class KeyError_(AttestError):  # noqa: N801, N818 - KeyError is a builtin
     """A key file cannot be read, decrypted or used."""

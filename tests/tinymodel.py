@@ -21,7 +21,7 @@ CORPUS = [
 ] * 20
 
 
-def train_tokenizer(vocab_size: int = 512):  # noqa: ANN201 - transformers type
+def train_tokenizer(vocab_size: int = 512):  # type: ignore[no-untyped-def]
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
