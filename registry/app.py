@@ -1,0 +1,270 @@
+"""The registry's FastAPI app, built by ``create_app(settings)`` (no engine at import time).
+
+One exception handler turns every RegistryError (and request validation or routing errors) into
+``{"error": {"code", "message", "detail"}}`` and appends a ``denied`` audit event for each refused
+request in its own transaction. A small ASGI middleware gives each request an id (echoed as
+``X-Request-ID``), logs one JSON line per request (never a token or a payload) and counts it
+for ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from registry.db import Database, make_engine
+from registry.domains._state import AppState
+from registry.domains.audit.service import append
+from registry.domains.auth.deps import caller_from_request
+from registry.errors import ConfigurationError, RegistryError
+from registry.settings import Settings
+from registry.storage import open_store
+
+__all__ = ["ERROR_RESPONSES", "ErrorBody", "build_state", "create_app", "load_default_policy"]
+
+log = logging.getLogger("modelward.registry")
+AUDITED_STATUSES = frozenset({400, 401, 403, 409, 410, 413, 422})
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class _ErrorDetail(BaseModel):
+    code: str
+    message: str
+    detail: Any = None
+
+
+class ErrorBody(BaseModel):
+    """The one error shape every endpoint answers with."""
+
+    error: _ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in (
+        (400, "bad input (digest_mismatch, truncated_body, invalid_manifest, missing_blobs ...)"),
+        (401, "missing, unknown, revoked or expired token"),
+        (403, "the caller's role or repository does not allow it"),
+        (404, "not found"),
+        (409, "stale_version (current state in detail), offset_mismatch, bundle_quarantined"),
+        (410, "bundle_tombstoned"),
+        (413, "too_large"),
+        (422, "invalid_request, policy_denied, attestation_rejected ..."),
+    )
+}
+
+
+def load_default_policy(path: Path | None) -> str | None:
+    """The default repository policy text (``--policy FILE``), validated now."""
+    if path is None:
+        return None
+    from attest.errors import PolicyError
+    from attest.policy import load_policy
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        load_policy(text.encode(), source=str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"cannot read policy {path}: {exc}") from exc
+    except PolicyError as exc:
+        raise ConfigurationError(f"invalid default policy: {exc}") from exc
+    return text
+
+
+def build_state(settings: Settings) -> AppState:
+    engine = make_engine(settings.resolved_database_url())
+    store = open_store(settings.resolved_blob_store(), endpoint_url=settings.s3_endpoint_url)
+    return AppState(
+        settings=settings,
+        db=Database(engine),
+        store=store,
+        default_policy_yaml=load_default_policy(settings.policy),
+    )
+
+
+class _Observe:
+    """ASGI middleware: request id, one JSON log line, Prometheus counters."""
+
+    def __init__(self, app: Any, requests: Counter, latency: Histogram) -> None:
+        self.app = app
+        self.requests = requests
+        self.latency = latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if given.isascii() and 0 < len(given) <= 64 else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 500
+        started = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [
+                    *message["headers"],
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            self.requests.labels(scope["method"], template, str(status)).inc()
+            self.latency.labels(scope["method"], template).observe(elapsed)
+            caller = scope.get("state", {}).get("caller")
+            log.info(
+                json.dumps(
+                    {
+                        "event": "request",
+                        "request_id": request_id,
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "route": template,
+                        "status": status,
+                        "principal": getattr(caller, "name", None),
+                        "duration_ms": round(elapsed * 1000, 2),
+                    }
+                )
+            )
+
+
+def _record_denial(state: AppState, request: Request, status: int, code: str, msg: str) -> None:
+    caller = getattr(request.state, "caller", None)
+    with state.db.write() as session:
+        append(
+            session,
+            actor=getattr(caller, "name", "anonymous"),
+            action="denied",
+            subject=f"{request.method} {request.url.path}",
+            details={
+                "status": status,
+                "code": code,
+                "message": msg[:1000],
+                "request_id": getattr(request.state, "request_id", None),
+            },
+        )
+
+
+async def _error_response(
+    request: Request, status: int, code: str, message: str, detail: Any
+) -> JSONResponse:
+    state: AppState = request.app.state.registry
+    if status in AUDITED_STATUSES:
+        try:
+            await run_in_threadpool(_record_denial, state, request, status, code, message)
+        except Exception:
+            log.exception("could not audit a denied request")
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "detail": detail}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
+    """Build the app; ``state`` defaults to ``build_state(settings)``."""
+    from registry.domains.aliases.endpoints import router as aliases
+    from registry.domains.attestations.endpoints import router as attestations
+    from registry.domains.audit.endpoints import router as audit
+    from registry.domains.blobs.endpoints import router as blobs
+    from registry.domains.boots.endpoints import router as boots
+    from registry.domains.bundles.endpoints import router as bundles
+    from registry.domains.keys.endpoints import router as keys
+    from registry.domains.principals.endpoints import router as principals
+    from registry.domains.repos.endpoints import router as repos
+    from registry.domains.uploads.endpoints import router as uploads
+
+    app = FastAPI(
+        title="modelward registry",
+        version="1",
+        description="Immutable model bundles, alias publishing, tamper-evident audit log.",
+    )
+    app.state.registry = state or build_state(settings)
+    metrics = CollectorRegistry()
+    requests = Counter(
+        "modelward_http_requests", "HTTP requests", ["method", "route", "status"], registry=metrics
+    )
+    latency = Histogram(
+        "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
+    )
+    for router in (principals, keys, repos, blobs, uploads, bundles, attestations, aliases):
+        app.include_router(router, responses=ERROR_RESPONSES)
+    for router in (audit, boots):
+        app.include_router(router, responses=ERROR_RESPONSES)
+
+    @app.exception_handler(RegistryError)
+    async def _registry_error(request: Request, exc: RegistryError) -> JSONResponse:
+        return await _error_response(request, exc.status, exc.code, exc.message, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg"))}
+            for e in exc.errors()
+        ]
+        first = problems[0] if problems else {"loc": [], "msg": "invalid"}
+        message = f"invalid request: {'.'.join(first['loc'])}: {first['msg']}"
+        return await _error_response(request, 422, "invalid_request", message, problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return await _error_response(request, exc.status_code, code, str(exc.detail), None)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> JSONResponse:
+        st: AppState = app.state.registry
+        try:
+            st.db.ping()
+            st.store.check()
+        except Exception as exc:  # noqa: BLE001 - readiness reports any dependency failure
+            return JSONResponse(
+                {"status": "unavailable", "reason": type(exc).__name__}, status_code=503
+            )
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"])
+    def prometheus(request: Request) -> PlainTextResponse:
+        st: AppState = app.state.registry
+        if not st.settings.metrics_public:
+            caller_from_request(request, st)
+        return PlainTextResponse(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(_Observe, requests=requests, latency=latency)
+    return app

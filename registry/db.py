@@ -1,0 +1,183 @@
+"""Engine, sessions and schema state. Nothing is created at import time.
+
+Writes are serialized so the audit chain stays gapless under concurrency: on SQLite every write
+transaction starts with ``BEGIN IMMEDIATE`` (one writer at a time); on PostgreSQL it first takes
+a transaction-scoped advisory lock. Reads use plain transactions and never block writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from registry.errors import ConfigurationError, DatabaseOutOfDate
+
+__all__ = [
+    "Database",
+    "SchemaState",
+    "alembic_config",
+    "current_revision",
+    "downgrade",
+    "ensure_schema",
+    "head_revision",
+    "make_engine",
+    "schema_state",
+    "upgrade",
+]
+
+WRITE_LOCK_KEY = 0x6D77_6172  # "mwar": the advisory lock every PostgreSQL write takes
+MIGRATE_LOCK_KEY = 0x6D77_6D67  # "mwmg": held while a process checks or migrates the schema
+SchemaState = Literal["empty", "current", "outdated"]
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (SQLite file, or PostgreSQL via psycopg 3)."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise ConfigurationError(f"invalid database URL: {exc}") from exc
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, connect_args={"check_same_thread": False, "timeout": 60}, pool_pre_ping=True
+        )
+        _sqlite_setup(engine)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get("registry_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+class Database:
+    """The app's handle on the database: ``read()`` and ``write()`` units of work."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.is_postgres = engine.dialect.name == "postgresql"
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            engine.execution_options(registry_write=True), expire_on_commit=False
+        )
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """A serialized write transaction: commits on success, rolls back on any exception."""
+        with self._write() as session, session.begin():
+            if self.is_postgres:
+                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK_KEY})
+            yield session
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(url: str) -> Config:
+    """A programmatic Alembic config over migrations/ (no alembic.ini needed)."""
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.attributes["database_url"] = url
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    if head is None:
+        raise ConfigurationError("migrations/ has no revisions")
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def schema_state(engine: Engine) -> SchemaState:
+    """``empty`` (no tables), ``current`` (at head) or ``outdated``."""
+    names = set(inspect(engine).get_table_names()) - {"alembic_version"}
+    revision = current_revision(engine)
+    if not names and revision is None:
+        return "empty"
+    return "current" if revision == head_revision() else "outdated"
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "-1") -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def ensure_schema(engine: Engine, url: str) -> bool:
+    """Migrate an empty database; refuse an out-of-date one. Returns True if it migrated.
+
+    On PostgreSQL a session advisory lock makes processes starting together migrate once.
+    """
+    if engine.dialect.name != "postgresql":
+        return _ensure_schema(engine, url)
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
+        conn.commit()
+        try:
+            return _ensure_schema(engine, url)
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATE_LOCK_KEY})
+            conn.commit()
+
+
+def _ensure_schema(engine: Engine, url: str) -> bool:
+    state = schema_state(engine)
+    if state == "empty":
+        upgrade(url)
+        return True
+    if state == "outdated":
+        have = current_revision(engine)
+        raise DatabaseOutOfDate(
+            f"database schema is at revision {have}, this modelward needs {head_revision()}: "
+            f"run `modelward db upgrade --database-url {_redact(url)}` first"
+        )
+    return False
+
+
+def _redact(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)

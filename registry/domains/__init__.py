@@ -1,0 +1,1 @@
+"""One package per domain: thin endpoints, a service, small schemas."""

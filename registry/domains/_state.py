@@ -1,0 +1,45 @@
+"""What every request handler reaches through ``request.app.state.registry``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from registry.db import Database
+from registry.settings import Settings
+from registry.storage import BlobStore
+
+__all__ = ["AppState", "State", "dumps", "iso"]
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    db: Database
+    store: BlobStore
+    default_policy_yaml: str | None
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.registry
+    return state
+
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+def iso(value: datetime | None) -> str | None:
+    """RFC 3339 UTC; SQLite hands back naive datetimes, which are UTC here."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

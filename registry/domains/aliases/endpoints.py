@@ -1,0 +1,69 @@
+"""``/v1/repos/{org}/{name}/aliases/{alias}`` and bundle approvals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from registry.domains._state import State
+from registry.domains.aliases import service
+from registry.domains.auth.deps import AnyCaller, Reviewer
+from registry.domains.blobs.streaming import check_digest
+
+router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
+
+
+class AliasIn(BaseModel):
+    digest: str
+    expected_version: int = Field(ge=0)
+    reason: str | None = Field(default=None, max_length=2000)
+    rollback: bool = False
+
+
+class ApprovalIn(BaseModel):
+    alias: str
+
+
+@router.get("/aliases/{alias}")
+def get_alias(org: str, name: str, alias: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    with state.db.read() as session:
+        return service.get_alias(session, f"{org}/{name}", alias)
+
+
+@router.put("/aliases/{alias}")
+def set_alias(
+    *, org: str, name: str, alias: str, body: AliasIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Compare-and-swap: ``expected_version`` 0 creates; 409 ``stale_version`` with the current
+    state when another writer moved it first."""
+    return service.set_alias(
+        state,
+        repo_name=f"{org}/{name}",
+        alias=alias,
+        digest=check_digest(body.digest),
+        expected_version=body.expected_version,
+        reason=body.reason,
+        rollback=body.rollback,
+        caller=caller,
+    )
+
+
+@router.get("/aliases/{alias}/history")
+def alias_history(
+    org: str, name: str, alias: str, caller: AnyCaller, state: State
+) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        return service.history(session, f"{org}/{name}", alias)
+
+
+@router.post("/bundles/{digest}/approvals", status_code=201)
+def approve(
+    *, org: str, name: str, digest: str, body: ApprovalIn, caller: Reviewer, state: State
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        approvers = service.approve(
+            session, repo_name=f"{org}/{name}", digest=digest, alias=body.alias, caller=caller
+        )
+    return {"digest": digest, "alias": body.alias, "approvers": approvers}

@@ -1,0 +1,71 @@
+"""Append to and page through the audit log. Appends run inside the caller's write transaction
+(which the Database serializes), so the chain stays gapless; see registry.audit_chain."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import rfc8785
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.audit_chain import AuditEvent, next_event
+from registry.models import AuditRow
+
+__all__ = ["append", "page", "row_to_event"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def row_to_event(row: AuditRow) -> AuditEvent:
+    return AuditEvent(
+        seq=row.seq,
+        at=row.at,
+        actor=row.actor,
+        action=row.action,
+        subject=row.subject,
+        details=json.loads(row.details),
+        prev_hash=row.prev_hash,
+        hash=row.hash,
+    )
+
+
+def append(
+    session: Session, *, actor: str, action: str, subject: str, details: Mapping[str, Any]
+) -> AuditEvent:
+    """Add the next event to the chain in ``session``'s (write) transaction."""
+    last = session.execute(select(AuditRow).order_by(AuditRow.seq.desc()).limit(1)).scalar()
+    event = next_event(
+        None if last is None else row_to_event(last),
+        at=_now(),
+        actor=actor,
+        action=action,
+        subject=subject,
+        details=details,
+    )
+    session.add(
+        AuditRow(
+            seq=event.seq,
+            at=event.at,
+            actor=event.actor,
+            action=event.action,
+            subject=event.subject,
+            details=rfc8785.dumps(dict(event.details)).decode(),
+            prev_hash=event.prev_hash,
+            hash=event.hash,
+        )
+    )
+    session.flush()
+    return event
+
+
+def page(session: Session, *, after: int, limit: int) -> list[AuditEvent]:
+    rows = session.execute(
+        select(AuditRow).where(AuditRow.seq > after).order_by(AuditRow.seq).limit(limit)
+    ).scalars()
+    return [row_to_event(r) for r in rows]

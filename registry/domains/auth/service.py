@@ -1,0 +1,107 @@
+"""API tokens: ``mwt_<id>_<secret>``, secret from secrets.token_urlsafe(32) (256 bits).
+
+Only sha256(token) is stored; ``id`` is the public handle used to list and revoke. A presented
+token is looked up by its hash; expired or revoked tokens authenticate nobody.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.errors import BadRequest, NotAuthenticated, NotFound
+from registry.models import Principal, Token
+
+__all__ = [
+    "ROLES",
+    "Caller",
+    "authenticate",
+    "hash_token",
+    "issue_token",
+    "new_token",
+    "store_token",
+]
+
+ROLES = ("admin", "publisher", "reviewer", "reader")
+MIN_TOKEN_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated principal behind a request."""
+
+    id: int
+    name: str
+    role: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh ``(id, token)``."""
+    token_id = secrets.token_hex(8)
+    return token_id, f"mwt_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def store_token(
+    session: Session, principal: Principal, token: str, token_id: str, expires_in: int | None
+) -> Token:
+    if len(token) < MIN_TOKEN_CHARS:
+        raise BadRequest(f"a token must have at least {MIN_TOKEN_CHARS} characters")
+    if expires_in is not None and expires_in <= 0:
+        raise BadRequest("expires_in_seconds must be positive")
+    now = datetime.now(UTC)
+    row = Token(
+        id=token_id,
+        principal_id=principal.id,
+        secret_hash=hash_token(token),
+        created_at=now,
+        expires_at=None if expires_in is None else now + timedelta(seconds=expires_in),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def issue_token(session: Session, principal_name: str, expires_in: int | None) -> tuple[str, str]:
+    """Create a token for the named principal; returns ``(id, token)``. Raises NotFound."""
+    principal = session.execute(
+        select(Principal).where(Principal.name == principal_name)
+    ).scalar_one_or_none()
+    if principal is None:
+        raise NotFound(f"no principal named {principal_name!r}")
+    token_id, token = new_token()
+    store_token(session, principal, token, token_id, expires_in)
+    return token_id, token
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def authenticate(session: Session, token: str) -> Caller:
+    """The caller a bearer token stands for; raises NotAuthenticated."""
+    row = session.execute(
+        select(Token, Principal)
+        .join(Principal, Principal.id == Token.principal_id)
+        .where(Token.secret_hash == hash_token(token))
+    ).first()
+    if row is None:
+        raise NotAuthenticated("unknown token")
+    tok, principal = row.tuple()
+    if tok.revoked_at is not None:
+        raise NotAuthenticated(f"token {tok.id} was revoked")
+    if tok.expires_at is not None and _aware(tok.expires_at) <= datetime.now(UTC):
+        raise NotAuthenticated(f"token {tok.id} has expired")
+    return Caller(id=principal.id, name=principal.name, role=principal.role)

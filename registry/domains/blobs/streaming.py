@@ -1,0 +1,80 @@
+"""Request bodies as sync iterators (for stores running in the threadpool), and Range parsing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import anyio.from_thread
+from fastapi import Request
+from starlette.requests import ClientDisconnect
+
+from registry.errors import BadRequest, PayloadTooLarge, RegistryError, TruncatedBody
+
+__all__ = ["DIGEST_RE", "body_chunks", "check_digest", "declared_length", "parse_range"]
+
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+class RangeNotSatisfiable(RegistryError):  # noqa: N818 - the HTTP outcome
+    status = 416
+    code = "range_not_satisfiable"
+
+
+def check_digest(digest: str) -> str:
+    if not DIGEST_RE.fullmatch(digest):
+        raise BadRequest(
+            f"invalid digest {digest!r}: expected sha256:<64 lowercase hex>", code="invalid_digest"
+        )
+    return digest
+
+
+def declared_length(request: Request, limit: int) -> int:
+    """The Content-Length (required), refused with 413 above ``limit``."""
+    raw = request.headers.get("content-length")
+    if raw is None or not raw.isdigit():
+        raise BadRequest("Content-Length is required", code="length_required")
+    length = int(raw)
+    if length > limit:
+        raise PayloadTooLarge(
+            f"body of {length} bytes exceeds the limit of {limit} bytes",
+            detail={"size": length, "limit": limit},
+        )
+    return length
+
+
+def body_chunks(request: Request) -> Iterator[bytes]:
+    """Iterate the request body from a worker thread; a disconnect is a truncated body."""
+    stream = request.stream()
+    while True:
+        try:
+            chunk = anyio.from_thread.run(stream.__anext__)
+        except StopAsyncIteration:
+            return
+        except ClientDisconnect as exc:
+            raise TruncatedBody("the client disconnected before sending the whole body") from exc
+        if chunk:
+            yield chunk
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(start, end_exclusive)`` for a single ``bytes=`` range, None for the whole blob."""
+    if header is None:
+        return None
+    match = _RANGE_RE.fullmatch(header.strip())
+    if match is None or (not match.group(1) and not match.group(2)):
+        raise RangeNotSatisfiable(
+            f"unsupported Range {header!r} (one bytes= range only)", detail={"size": size}
+        )
+    first, last = match.group(1), match.group(2)
+    if not first:  # suffix range: the last N bytes
+        start, end = max(0, size - int(last)), size
+    else:
+        start = int(first)
+        end = min(size, int(last) + 1) if last else size
+    if start >= size or start >= end:
+        raise RangeNotSatisfiable(
+            f"Range {header!r} is outside the blob of {size} bytes", detail={"size": size}
+        )
+    return start, end

@@ -1,0 +1,1 @@
+"""The boots domain (serving workers report boot outcomes; endpoints only)."""

@@ -1,0 +1,82 @@
+"""``/v1/repos/{org}/{name}/bundles/{digest}/boots``: serving workers report boot outcomes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from registry.domains._state import State, iso
+from registry.domains.audit.service import append
+from registry.domains.auth.deps import AnyCaller, require_roles
+from registry.domains.auth.service import Caller
+from registry.domains.bundles.service import find_bundle
+from registry.domains.repos.service import get_repo
+from registry.models import Boot, Principal
+
+router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=["boots"])
+Worker = Annotated[Caller, Depends(require_roles("admin", "reader"))]
+
+
+class BootIn(BaseModel):
+    fingerprint_id: str = Field(min_length=1, max_length=200)
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    outcome: str = Field(min_length=1, max_length=50)
+    detail: Any = None
+
+
+@router.post("", status_code=201)
+def report_boot(
+    *, org: str, name: str, digest: str, body: BootIn, caller: Worker, state: State
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        bundle = find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        row = Boot(
+            bundle_id=bundle.id,
+            principal_id=caller.id,
+            fingerprint_id=body.fingerprint_id,
+            fingerprint=json.dumps(body.fingerprint),
+            outcome=body.outcome,
+            detail=json.dumps(body.detail),
+            created_at=datetime.now(UTC),
+        )
+        session.add(row)
+        session.flush()
+        append(
+            session,
+            actor=caller.name,
+            action="boot.report",
+            subject=f"{org}/{name}@{digest}",
+            details={"id": row.id, "fingerprint_id": body.fingerprint_id, "outcome": body.outcome},
+        )
+        return {"id": row.id}
+
+
+@router.get("")
+def list_boots(
+    org: str, name: str, digest: str, caller: AnyCaller, state: State
+) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        bundle = find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        rows = session.execute(
+            select(Boot, Principal.name)
+            .join(Principal, Principal.id == Boot.principal_id)
+            .where(Boot.bundle_id == bundle.id)
+            .order_by(Boot.id)
+        ).all()
+        return [
+            {
+                "id": b.id,
+                "principal": pname,
+                "fingerprint_id": b.fingerprint_id,
+                "fingerprint": json.loads(b.fingerprint),
+                "outcome": b.outcome,
+                "detail": json.loads(b.detail),
+                "at": iso(b.created_at),
+            }
+            for b, pname in rows
+        ]

@@ -1,0 +1,127 @@
+"""``/v1/repos/{org}/{name}/bundles/{digest}``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from registry.domains._state import State
+from registry.domains.auth.deps import Admin, AnyCaller, Publisher, Reviewer
+from registry.domains.blobs.streaming import check_digest
+from registry.domains.bundles import service
+from registry.domains.repos.service import get_repo
+from registry.errors import BadRequest, BundleQuarantined, PayloadTooLarge
+
+router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
+
+
+class ReasonIn(BaseModel):
+    reason: str
+
+
+def _b64(text: Any, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise BadRequest(f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(f"{what} is not valid base64") from exc
+
+
+@router.put("/{digest}", status_code=201)
+async def put_bundle(
+    *,
+    org: str,
+    name: str,
+    digest: str,
+    request: Request,
+    caller: Publisher,
+    state: State,
+    response: Response,
+) -> dict[str, Any]:
+    """Body: ``{"manifest": <base64>, "attestations": [<base64>, ...]}``."""
+    check_digest(digest)
+    limit = state.settings.max_request_json_bytes
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body larger than {limit} bytes")
+    try:
+        import json
+
+        doc = json.loads(bytes(body))
+    except ValueError as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or "manifest" not in doc:
+        raise BadRequest('body must be {"manifest": <base64>, "attestations": [...]}')
+    manifest = _b64(doc["manifest"], "manifest")
+    raw_atts = doc.get("attestations") or []
+    if not isinstance(raw_atts, list):
+        raise BadRequest("attestations must be a list")
+    attestations = [_b64(a, f"attestations[{i}]") for i, a in enumerate(raw_atts)]
+    service.check_sizes(state, manifest, attestations)
+    decision, created = await run_in_threadpool(
+        service.push,
+        state,
+        repo_name=f"{org}/{name}",
+        digest=digest,
+        manifest_bytes=manifest,
+        attestations=attestations,
+        caller=caller,
+    )
+    if not created:
+        response.status_code = 200
+    return {"digest": digest, "decision": decision, "created": created}
+
+
+@router.get("/{digest}")
+def get_bundle(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    with state.db.read() as session:
+        row = service.find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        return service.bundle_json(session, row)
+
+
+@router.get("/{digest}/manifest")
+def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> Response:
+    """The exact manifest bytes. Quarantined bundles: only admins and reviewers may fetch."""
+    with state.db.read() as session:
+        row = service.live_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        if row.quarantined and caller.role not in ("admin", "reviewer"):
+            raise BundleQuarantined(
+                f"bundle {digest} is quarantined: {row.quarantine_reason}",
+                detail={"reason": row.quarantine_reason},
+            )
+        data = row.manifest
+    return Response(
+        content=data,
+        media_type="application/vnd.oci.image.manifest.v1+json",
+        headers={"etag": f'"{digest}"'},
+    )
+
+
+@router.post("/{digest}/quarantine")
+def quarantine(
+    *, org: str, name: str, digest: str, body: ReasonIn, caller: Reviewer, state: State
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        row = service.quarantine(
+            session, repo_name=f"{org}/{name}", digest=digest, reason=body.reason, caller=caller
+        )
+        return service.bundle_json(session, row)
+
+
+@router.delete("/{digest}", status_code=204)
+def tombstone(
+    *, org: str, name: str, digest: str, body: ReasonIn, caller: Admin, state: State
+) -> Response:
+    with state.db.write() as session:
+        service.tombstone(
+            session, repo_name=f"{org}/{name}", digest=digest, reason=body.reason, caller=caller
+        )
+    return Response(status_code=204)

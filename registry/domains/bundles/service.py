@@ -1,0 +1,266 @@
+"""Bundles: immutable manifests under their digest, judged before they are recorded.
+
+``push`` runs, in order (docs/registry.md#push):
+  (1) the caller may publish to the repository (authorization in the query);
+  (2) the manifest bytes hash to the digest in the URL;
+  (3) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
+  (4) the manifest parses strictly (attest.manifest.parse_manifest);
+  (5) every layer and the config blob is stored, with the stated size;
+  (6) the content scanner reads every stored layer;
+  (7) the attestations verify (attest.verify) and the repository policy allows the bundle;
+  (8) only then the bundle, its verified attestations and an audit event are recorded in one
+      transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.domains._state import AppState, iso
+from registry.domains.audit.service import append
+from registry.domains.auth.service import Caller
+from registry.domains.bundles import verdict
+from registry.domains.repos.service import get_repo, repo_policy, writable_repo
+from registry.errors import (
+    BadRequest,
+    DigestMismatchError,
+    Forbidden,
+    Gone,
+    InvalidManifest,
+    NotFound,
+    PayloadTooLarge,
+    Refused,
+)
+from registry.models import Attestation, Blob, Bundle, Principal, Repository
+
+__all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "quarantine", "tombstone"]
+
+
+def find_bundle(session: Session, repo: Repository, digest: str) -> Bundle:
+    row = session.execute(
+        select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no bundle {digest} in {repo.name}")
+    return row
+
+
+def live_bundle(session: Session, repo: Repository, digest: str) -> Bundle:
+    row = find_bundle(session, repo, digest)
+    if row.tombstoned:
+        raise Gone(
+            f"bundle {digest} in {repo.name} was deleted: {row.tombstone_reason}",
+            code="bundle_tombstoned",
+        )
+    return row
+
+
+def bundle_json(session: Session, row: Bundle) -> dict[str, Any]:
+    creator = session.get(Principal, row.created_by)
+    return {
+        "digest": row.digest,
+        "manifest": base64.b64encode(row.manifest).decode(),
+        "quarantined": row.quarantined,
+        "quarantine_reason": row.quarantine_reason,
+        "tombstoned": row.tombstoned,
+        "created_by": creator.name if creator else None,
+        "created_at": iso(row.created_at),
+        "decision": json.loads(row.decision),
+    }
+
+
+def _parse(manifest_bytes: bytes, state: AppState) -> Any:
+    from attest.errors import BundleError
+    from attest.manifest import ManifestLimits, parse_manifest
+
+    try:
+        return parse_manifest(
+            manifest_bytes, ManifestLimits(max_bytes=state.settings.max_manifest_bytes)
+        )
+    except BundleError as exc:
+        raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
+
+
+def _missing_blobs(session: Session, manifest: Any) -> list[dict[str, Any]]:
+    wanted = [("(config)", manifest.config.digest, manifest.config.size)]
+    wanted += [(layer.path, layer.digest, layer.size) for layer in manifest.layers]
+    found = {
+        b.digest: b.size
+        for b in session.execute(
+            select(Blob).where(Blob.digest.in_({d for _, d, _ in wanted}))
+        ).scalars()
+    }
+    problems = []
+    for path, digest, size in wanted:
+        if digest not in found:
+            problems.append({"path": path, "digest": digest, "reason": "blob not uploaded"})
+        elif found[digest] != size:
+            problems.append(
+                {
+                    "path": path,
+                    "digest": digest,
+                    "reason": f"stored size {found[digest]} != stated size {size}",
+                }
+            )
+    return problems
+
+
+def push(
+    state: AppState,
+    *,
+    repo_name: str,
+    digest: str,
+    manifest_bytes: bytes,
+    attestations: list[bytes],
+    caller: Caller,
+) -> tuple[dict[str, Any], bool]:
+    """Judge and record a bundle; returns (decision, created). Raises on every refusal."""
+    with state.db.read() as session:
+        # (1): the caller may publish here.
+        repo = writable_repo(session, repo_name, caller)
+        # (2): the bytes are the ones the digest names.
+        actual = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        if actual != digest:
+            raise DigestMismatchError(
+                f"manifest digest mismatch: URL names {digest}, bytes hash to {actual}",
+                detail={"expected": digest, "actual": actual},
+            )
+        # (3): immutable and idempotent.
+        existing = session.execute(
+            select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+        ).scalar_one_or_none()
+        if existing is not None:
+            live_bundle(session, repo, digest)
+            return json.loads(existing.decision), False
+        # (4): strict parse.
+        manifest = _parse(manifest_bytes, state)
+        # (5): every blob present with its stated size.
+        missing = _missing_blobs(session, manifest)
+        if missing:
+            raise BadRequest(
+                f"{len(missing)} blob(s) missing or of the wrong size, first: "
+                f"{missing[0]['path']}: {missing[0]['reason']}",
+                detail=missing,
+                code="missing_blobs",
+            )
+        policy = repo_policy(repo, state.default_policy_yaml)
+        trust = verdict.trust_for(session, repo, policy)
+    # (6): scan the stored bytes.
+    findings = verdict.scan_layers(state, manifest, policy)
+    # (7): verify attestations, evaluate the policy.
+    verified = verdict.verify_all(state, manifest, attestations, trust.verify)
+    decision = verdict.evaluate(policy, manifest, verified, findings, trust)
+    if not decision.allowed:
+        raise Refused(
+            "policy denied the bundle: " + "; ".join(decision.reasons),
+            detail=decision.as_dict(),
+            code="policy_denied",
+        )
+    # (8): record everything in one transaction.
+    with state.db.write() as session:
+        repo = get_repo(session, repo_name)
+        again = session.execute(
+            select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+        ).scalar_one_or_none()
+        if again is not None:  # another process recorded it meanwhile
+            return json.loads(again.decision), False
+        row = Bundle(
+            repo_id=repo.id,
+            digest=digest,
+            manifest=manifest_bytes,
+            decision=json.dumps(decision.as_dict()),
+            findings=verdict.findings_to_json(findings),
+            created_by=caller.id,
+            created_at=datetime.now(UTC),
+            quarantined=False,
+            tombstoned=False,
+        )
+        session.add(row)
+        session.flush()
+        for data, stmt in verified.accepted:
+            session.add(attestation_row(row, data, stmt, caller))
+        append(
+            session,
+            actor=caller.name,
+            action="bundle.push",
+            subject=f"{repo.name}@{digest}",
+            details={
+                "layers": len(manifest.layers),
+                "attestations": len(verified.accepted),
+                "signers": [s.name for s in decision.signers],
+            },
+        )
+    return decision.as_dict(), True
+
+
+def attestation_row(bundle: Bundle, data: bytes, stmt: Any, caller: Caller) -> Attestation:
+    return Attestation(
+        bundle_id=bundle.id,
+        kind=stmt.kind,
+        predicate_type=stmt.predicate_type,
+        data=data,
+        sha256="sha256:" + hashlib.sha256(data).hexdigest(),
+        signers=json.dumps(
+            [{"name": s.name, "kind": s.kind, "detail": s.detail} for s in stmt.signers]
+        ),
+        created_by=caller.id,
+        created_at=datetime.now(UTC),
+    )
+
+
+def quarantine(
+    session: Session, *, repo_name: str, digest: str, reason: str, caller: Caller
+) -> Bundle:
+    if caller.role not in ("admin", "reviewer"):
+        raise Forbidden("only admins and reviewers may quarantine bundles")
+    if not reason.strip():
+        raise BadRequest("a quarantine needs a reason")
+    repo = get_repo(session, repo_name)
+    row = live_bundle(session, repo, digest)
+    row.quarantined = True
+    row.quarantine_reason = reason
+    append(
+        session,
+        actor=caller.name,
+        action="bundle.quarantine",
+        subject=f"{repo.name}@{digest}",
+        details={"reason": reason},
+    )
+    return row
+
+
+def tombstone(
+    session: Session, *, repo_name: str, digest: str, reason: str, caller: Caller
+) -> None:
+    if not caller.is_admin:
+        raise Forbidden("only an admin may delete (tombstone) a bundle")
+    if not reason.strip():
+        raise BadRequest("a deletion needs a reason")
+    repo = get_repo(session, repo_name)
+    row = live_bundle(session, repo, digest)
+    row.tombstoned = True
+    row.tombstone_reason = reason
+    append(
+        session,
+        actor=caller.name,
+        action="bundle.tombstone",
+        subject=f"{repo.name}@{digest}",
+        details={"reason": reason},
+    )
+
+
+def check_sizes(state: AppState, manifest: bytes, attestations: list[bytes]) -> None:
+    if len(manifest) > state.settings.max_manifest_bytes:
+        raise PayloadTooLarge(f"manifest larger than {state.settings.max_manifest_bytes} bytes")
+    for i, data in enumerate(attestations):
+        if len(data) > state.settings.max_attestation_bytes:
+            raise PayloadTooLarge(
+                f"attestation {i} larger than {state.settings.max_attestation_bytes} bytes"
+            )

@@ -1,0 +1,66 @@
+"""``/v1/keys`` and ``/v1/identities``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel
+
+from registry.domains._state import State
+from registry.domains.auth.deps import AnyCaller, Publisher
+from registry.domains.keys import service
+
+router = APIRouter(prefix="/v1", tags=["keys"])
+
+
+class KeyIn(BaseModel):
+    public_key_pem: str
+    principal: str | None = None
+
+
+class IdentityIn(BaseModel):
+    identity: str
+    issuer: str
+    principal: str | None = None
+
+
+@router.post("/keys", status_code=201)
+def register_key(body: KeyIn, caller: Publisher, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        kid = service.register_key(
+            session, pem=body.public_key_pem, principal=body.principal, caller=caller
+        )
+    return {"keyid": kid}
+
+
+@router.get("/keys")
+def list_keys(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        return service.list_keys(session, caller)
+
+
+@router.delete("/keys/{keyid}", status_code=204)
+def revoke_key(keyid: str, caller: Publisher, state: State) -> Response:
+    with state.db.write() as session:
+        service.revoke_key(session, kid=keyid, caller=caller)
+    return Response(status_code=204)
+
+
+@router.post("/identities", status_code=201)
+def register_identity(body: IdentityIn, caller: Publisher, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        ident_id = service.register_identity(
+            session,
+            identity=body.identity,
+            issuer=body.issuer,
+            principal=body.principal,
+            caller=caller,
+        )
+    return {"id": ident_id, "identity": body.identity, "issuer": body.issuer}
+
+
+@router.get("/identities")
+def list_identities(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        return service.list_identities(session)

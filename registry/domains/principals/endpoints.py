@@ -1,0 +1,65 @@
+"""``/v1/whoami`` and ``/v1/admin/...``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, Field
+
+from registry.domains._state import State, iso
+from registry.domains.auth.deps import Admin, AnyCaller
+from registry.domains.principals import service
+
+router = APIRouter(prefix="/v1", tags=["principals"])
+
+
+class PrincipalIn(BaseModel):
+    name: str
+    role: str
+
+
+class TokenIn(BaseModel):
+    expires_in_seconds: int | None = Field(default=None, gt=0)
+
+
+@router.get("/whoami")
+def whoami(caller: AnyCaller) -> dict[str, Any]:
+    return {"principal": caller.name, "role": caller.role}
+
+
+@router.post("/admin/principals", status_code=201)
+def create_principal(body: PrincipalIn, caller: Admin, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        p = service.create_principal(session, name=body.name, role=body.role, actor=caller.name)
+        return {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
+
+
+@router.get("/admin/principals")
+def list_principals(caller: Admin, state: State) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        return [
+            {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
+            for p in service.list_principals(session)
+        ]
+
+
+@router.post("/admin/principals/{name}/tokens", status_code=201)
+def create_token(
+    name: str, caller: Admin, state: State, body: TokenIn | None = None
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        token_id, token = service.create_token(
+            session,
+            name=name,
+            expires_in=body.expires_in_seconds if body else None,
+            actor=caller.name,
+        )
+    return {"id": token_id, "token": token}
+
+
+@router.delete("/admin/tokens/{token_id}", status_code=204)
+def revoke_token(token_id: str, caller: Admin, state: State) -> Response:
+    with state.db.write() as session:
+        service.revoke_token(session, token_id=token_id, actor=caller.name)
+    return Response(status_code=204)

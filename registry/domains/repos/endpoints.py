@@ -1,0 +1,74 @@
+"""``/v1/repos``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from registry.domains._state import State, iso
+from registry.domains.auth.deps import Admin, AnyCaller, Publisher
+from registry.domains.repos import service
+from registry.models import Repository
+
+router = APIRouter(prefix="/v1/repos", tags=["repositories"])
+
+
+class RepoIn(BaseModel):
+    name: str
+    policy_yaml: str | None = None
+
+
+class PolicyIn(BaseModel):
+    policy_yaml: str
+
+
+class PublisherIn(BaseModel):
+    principal: str
+
+
+def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:
+    return {
+        "name": repo.name,
+        "policy_yaml": repo.policy_yaml,
+        "created_at": iso(repo.created_at),
+        "publishers": publishers,
+    }
+
+
+@router.post("", status_code=201)
+def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        repo = service.create_repo(
+            session, name=body.name, policy_yaml=body.policy_yaml, caller=caller
+        )
+        return _out(repo, service.publishers(session, repo))
+
+
+@router.get("/{org}/{name}")
+def get_repo(org: str, name: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    with state.db.read() as session:
+        repo = service.get_repo(session, f"{org}/{name}")
+        return _out(repo, service.publishers(session, repo))
+
+
+@router.put("/{org}/{name}/policy")
+def set_policy(org: str, name: str, body: PolicyIn, caller: Admin, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        repo = service.set_policy(
+            session, name=f"{org}/{name}", policy_yaml=body.policy_yaml, caller=caller
+        )
+        return _out(repo, service.publishers(session, repo))
+
+
+@router.post("/{org}/{name}/publishers", status_code=201)
+def add_publisher(
+    org: str, name: str, body: PublisherIn, caller: Admin, state: State
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        service.add_publisher(
+            session, name=f"{org}/{name}", principal=body.principal, caller=caller
+        )
+        repo = service.get_repo(session, f"{org}/{name}")
+        return _out(repo, service.publishers(session, repo))

@@ -1,0 +1,60 @@
+"""``/v1/uploads``: resumable, chunked blob uploads."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from registry.domains._state import State
+from registry.domains.auth.deps import Publisher
+from registry.domains.blobs.streaming import body_chunks, check_digest, declared_length
+from registry.domains.uploads import service
+
+router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
+
+
+class UploadIn(BaseModel):
+    digest: str
+    size: int = Field(ge=0)
+
+
+@router.post("", status_code=201)
+def start_upload(body: UploadIn, caller: Publisher, state: State) -> dict[str, Any]:
+    row = service.start(state, digest=check_digest(body.digest), size=body.size, caller=caller)
+    return {"id": row.id, "offset": row.offset, "digest": row.digest, "size": row.size}
+
+
+@router.get("/{upload_id}")
+def get_upload(upload_id: str, caller: Publisher, state: State) -> dict[str, Any]:
+    row = service.get_session(state, upload_id, caller)
+    return {"id": row.id, "offset": row.offset, "digest": row.digest, "size": row.size}
+
+
+@router.patch("/{upload_id}")
+async def patch_upload(
+    upload_id: str,
+    request: Request,
+    caller: Publisher,
+    state: State,
+    upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0)],
+) -> dict[str, Any]:
+    length = declared_length(request, state.settings.max_blob_bytes)
+    offset = await run_in_threadpool(
+        service.append_chunk,
+        state,
+        upload_id=upload_id,
+        offset=upload_offset,
+        length=length,
+        chunks=body_chunks(request),
+        caller=caller,
+    )
+    return {"id": upload_id, "offset": offset}
+
+
+@router.post("/{upload_id}/commit", status_code=201)
+def commit_upload(upload_id: str, caller: Publisher, state: State) -> dict[str, Any]:
+    digest, size = service.commit(state, upload_id=upload_id, caller=caller)
+    return {"digest": digest, "size": size}

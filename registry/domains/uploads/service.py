@@ -1,0 +1,141 @@
+"""Resumable upload sessions. State lives in the database and the blob store (as part objects),
+so any app process can continue or commit a session. A PATCH is all-or-nothing: the offset only
+advances (by a conditional UPDATE) once its whole chunk is stored."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from registry.domains._state import AppState
+from registry.domains.audit.service import append
+from registry.domains.auth.service import Caller
+from registry.domains.blobs.service import drain, record_blob
+from registry.errors import BadRequest, Conflict, DigestMismatchError, NotFound, PayloadTooLarge
+from registry.models import UploadSession
+
+__all__ = ["append_chunk", "commit", "get_session", "start"]
+
+
+def _visible(session: Session, upload_id: str, caller: Caller) -> UploadSession:
+    """The session if it exists and belongs to the caller (admins see every session)."""
+    query = select(UploadSession).where(UploadSession.id == upload_id)
+    if not caller.is_admin:
+        query = query.where(UploadSession.principal_id == caller.id)
+    row = session.execute(query).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no upload session {upload_id}")
+    return row
+
+
+def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadSession:
+    if size < 0:
+        raise BadRequest("size must not be negative")
+    if size > state.settings.max_blob_bytes:
+        raise PayloadTooLarge(
+            f"blob of {size} bytes exceeds the limit of {state.settings.max_blob_bytes} bytes",
+            detail={"size": size, "limit": state.settings.max_blob_bytes},
+        )
+    now = datetime.now(UTC)
+    with state.db.write() as session:
+        row = UploadSession(
+            id=secrets.token_hex(16),
+            digest=digest,
+            size=size,
+            offset=0,
+            parts="[]",
+            principal_id=caller.id,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(row)
+        append(
+            session,
+            actor=caller.name,
+            action="upload.start",
+            subject=digest,
+            details={"upload_id": row.id, "size": size},
+        )
+        return row
+
+
+def get_session(state: AppState, upload_id: str, caller: Caller) -> UploadSession:
+    with state.db.read() as session:
+        return _visible(session, upload_id, caller)
+
+
+def append_chunk(
+    state: AppState,
+    *,
+    upload_id: str,
+    offset: int,
+    length: int,
+    chunks: Iterable[bytes],
+    caller: Caller,
+) -> int:
+    """Store one chunk at ``offset``; returns the new offset. 409 (with the offset) if stale."""
+    current = get_session(state, upload_id, caller)
+    if offset != current.offset or offset + length > current.size:
+        drain(chunks)  # read the chunk so the client sees our answer, not a reset
+    if offset != current.offset:
+        raise Conflict(
+            f"Upload-Offset {offset} does not match the session offset {current.offset}",
+            detail={"offset": current.offset},
+            code="offset_mismatch",
+        )
+    if offset + length > current.size:
+        raise BadRequest(
+            f"chunk would end at {offset + length}, past the declared size {current.size}",
+            detail={"offset": current.offset, "size": current.size},
+        )
+    part = f"{offset:020d}-{secrets.token_hex(4)}"
+    state.store.put_part(upload_id, part, length, chunks)
+    parts = [*json.loads(current.parts), part]
+    with state.db.write() as session:
+        result = session.execute(
+            update(UploadSession)
+            .where(UploadSession.id == upload_id, UploadSession.offset == offset)
+            .values(offset=offset + length, parts=json.dumps(parts), updated_at=datetime.now(UTC))
+        )
+        if result.rowcount == 0:  # type: ignore[attr-defined]
+            state.store.delete_parts(upload_id, [part])
+            raise Conflict("another request advanced this upload first", code="offset_mismatch")
+    return offset + length
+
+
+def _stream_parts(state: AppState, upload_id: str, parts: list[str]) -> Iterator[bytes]:
+    return itertools.chain.from_iterable(state.store.read_part(upload_id, p) for p in parts)
+
+
+def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int]:
+    """Assemble, verify and publish the blob; the session ends either way once complete."""
+    row = get_session(state, upload_id, caller)
+    if row.offset != row.size:
+        raise BadRequest(
+            f"upload incomplete: {row.offset} of {row.size} bytes received",
+            detail={"offset": row.offset, "size": row.size},
+            code="upload_incomplete",
+        )
+    parts: list[str] = json.loads(row.parts)
+    try:
+        state.store.put_verified(row.digest, row.size, _stream_parts(state, upload_id, parts))
+    except DigestMismatchError:
+        _end(state, upload_id, parts)
+        raise
+    with state.db.write() as session:
+        record_blob(session, digest=row.digest, size=row.size, actor=caller.name, via="upload")
+        session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
+    state.store.delete_parts(upload_id, parts)
+    return row.digest, row.size
+
+
+def _end(state: AppState, upload_id: str, parts: list[str]) -> None:
+    with state.db.write() as session:
+        session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
+    state.store.delete_parts(upload_id, parts)

@@ -1,0 +1,132 @@
+"""Errors raised by registry/ (server side).
+
+Every error carries the HTTP status and a stable machine code; the app turns each into the one
+JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handler. The tree::
+
+    RegistryError                       500 internal
+    ├── NotAuthenticated                401 unauthenticated
+    ├── Forbidden                       403 forbidden
+    ├── NotFound                        404 not_found
+    ├── Gone                            410 gone (tombstoned bundle)
+    ├── Conflict                        409 conflict
+    │   ├── StaleVersion                409 stale_version (alias CAS; detail = current state)
+    │   └── BundleQuarantined           409 bundle_quarantined
+    ├── BadRequest                      400 bad_request
+    │   ├── DigestMismatchError         400 digest_mismatch
+    │   ├── TruncatedBody               400 truncated_body
+    │   └── InvalidManifest             400 invalid_manifest
+    ├── PayloadTooLarge                 413 too_large
+    ├── Refused                         422 refused (policy, scan or attestation verdicts)
+    ├── ConfigurationError              a setting is invalid (CLI reports it, exit 1)
+    └── DatabaseOutOfDate               the schema needs ``modelward db upgrade``
+
+``BrokenChain`` (registry.audit_chain) is a RegistryError too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "BadRequest",
+    "BundleQuarantined",
+    "ConfigurationError",
+    "Conflict",
+    "DatabaseOutOfDate",
+    "DigestMismatchError",
+    "Forbidden",
+    "Gone",
+    "InvalidManifest",
+    "NotAuthenticated",
+    "NotFound",
+    "PayloadTooLarge",
+    "Refused",
+    "RegistryError",
+    "StaleVersion",
+    "TruncatedBody",
+]
+
+
+class RegistryError(Exception):
+    """Root of registry/ errors; ``status`` and ``code`` drive the HTTP error response."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, *, detail: Any = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        if code is not None:
+            self.code = code  # type: ignore[misc]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "detail": self.detail}}
+
+
+class NotAuthenticated(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 404
+    code = "not_found"
+
+
+class Gone(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 410
+    code = "gone"
+
+
+class Conflict(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 409
+    code = "conflict"
+
+
+class StaleVersion(Conflict):
+    code = "stale_version"
+
+
+class BundleQuarantined(Conflict):
+    code = "bundle_quarantined"
+
+
+class BadRequest(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 400
+    code = "bad_request"
+
+
+class DigestMismatchError(BadRequest):
+    code = "digest_mismatch"
+
+
+class TruncatedBody(BadRequest):
+    code = "truncated_body"
+
+
+class InvalidManifest(BadRequest):
+    code = "invalid_manifest"
+
+
+class PayloadTooLarge(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 413
+    code = "too_large"
+
+
+class Refused(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 422
+    code = "refused"
+
+
+class ConfigurationError(RegistryError):
+    code = "configuration"
+
+
+class DatabaseOutOfDate(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    code = "database_out_of_date"

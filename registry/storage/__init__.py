@@ -1,0 +1,82 @@
+"""Blob storage behind one small interface: a local directory or an S3 bucket.
+
+Blobs are content-addressed (``sha256:<hex>``) and written through ``put_verified``, which
+streams into a temporary object while hashing and makes the blob visible only when size and
+digest match (atomic rename on a file system; a multipart upload completed only on a match on
+S3 — an aborted one leaves nothing). Upload sessions keep their chunks as part objects in the
+same store so any app process can continue or commit a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import BinaryIO, Protocol
+
+from registry.errors import BadRequest, ConfigurationError, DigestMismatchError, TruncatedBody
+
+__all__ = ["BlobStore", "StreamCheck", "open_store"]
+
+
+class BlobStore(Protocol):
+    """What the registry needs from a blob store."""
+
+    def size(self, digest: str) -> int | None: ...
+    def put_verified(self, digest: str, size: int, chunks: Iterable[bytes]) -> None: ...
+    def read(self, digest: str, start: int = 0, end: int | None = None) -> Iterator[bytes]: ...
+    def open(self, digest: str) -> AbstractContextManager[BinaryIO]: ...
+    def put_part(self, upload_id: str, part: str, size: int, chunks: Iterable[bytes]) -> None: ...
+    def read_part(self, upload_id: str, part: str) -> Iterator[bytes]: ...
+    def delete_parts(self, upload_id: str, parts: Iterable[str]) -> None: ...
+    def presign(self, digest: str, expires: int) -> str | None: ...
+    def check(self) -> None: ...
+
+
+class StreamCheck:
+    """Counts and hashes a stream; ``finish`` raises on truncation, excess or mismatch."""
+
+    def __init__(self, digest: str | None, size: int) -> None:
+        self.digest = digest
+        self.size = size
+        self.count = 0
+        self._hash = hashlib.sha256()
+
+    def feed(self, chunk: bytes) -> None:
+        self.count += len(chunk)
+        if self.count > self.size:
+            raise BadRequest(
+                f"body is longer than the declared {self.size} bytes",
+                detail={"declared": self.size},
+            )
+        self._hash.update(chunk)
+
+    def finish(self) -> None:
+        if self.count < self.size:
+            raise TruncatedBody(
+                f"body truncated: received {self.count} of {self.size} bytes",
+                detail={"received": self.count, "declared": self.size},
+            )
+        if self.digest is not None:
+            actual = "sha256:" + self._hash.hexdigest()
+            if actual != self.digest:
+                raise DigestMismatchError(
+                    f"blob digest mismatch: expected {self.digest}, got {actual}",
+                    detail={"expected": self.digest, "actual": actual},
+                )
+
+
+def open_store(url: str, *, endpoint_url: str | None = None) -> BlobStore:
+    """``file:///dir`` or ``s3://bucket/prefix``; raises ConfigurationError otherwise."""
+    if url.startswith("file://"):
+        from registry.storage.file import FileStore
+
+        return FileStore(url.removeprefix("file://"))
+    if url.startswith("s3://"):
+        from registry.storage.s3 import S3Store
+
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise ConfigurationError(f"blob store {url!r} names no bucket")
+        return S3Store(bucket, prefix.strip("/"), endpoint_url=endpoint_url)
+    raise ConfigurationError(f"blob store {url!r}: use file:///path or s3://bucket/prefix")
