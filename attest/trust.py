@@ -62,7 +62,19 @@ class TrustSet:
     def is_empty(self) -> bool:
         return not (self.keys or self.cas or self.identities)
 
+    def names(self) -> list[str]:
+        return [
+            *(k.name for k in self.keys),
+            *(c.name for c in self.cas),
+            *(i.name for i in self.identities),
+        ]
+
     def merged(self, other: TrustSet) -> TrustSet:
+        """Both sets together. Raises ``ValueError`` when a signer name appears in both:
+        signers are counted by name, so one name must never stand for two signers."""
+        clash = sorted(set(self.names()) & set(other.names()))
+        if clash:
+            raise ValueError(f"signer name {clash[0]!r} is trusted twice, for different signers")
         return TrustSet(
             keys=self.keys + other.keys,
             cas=self.cas + other.cas,
