@@ -1,0 +1,121 @@
+"""Boot benchmark: `modelward boot` against a bare `vllm.LLM(model=DIR)` of the same files.
+
+    .venv/bin/python benchmarks/boot_bench.py [--model DIR] [--repeat N]
+
+Starts a local registry (`modelward serve` on a free loopback port, SQLite), pushes the tiny
+Llama (or --model DIR, which must hold a modelward.yaml or gets one) signed by a fresh
+publisher key, then measures, N times each:
+
+- bare:      `python -c "vllm.LLM(model=DIR, ...)"`  (engine boot, nothing else)
+- modelward: `modelward boot REPO@canary --timings`  (pull from the registry into a fresh
+             cache, verify signatures/scanner/policy, re-hash, boot, baseline, record)
+
+and prints per-phase wall times (from `--timings`) and the ratio of medians. Record the
+table in docs/performance.md. A benchmark, not a test: nothing asserts on times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+BARE = """
+import sys, vllm
+if __name__ == "__main__":
+    llm = vllm.LLM(model=sys.argv[1], dtype=sys.argv[2], max_model_len=256, enforce_eager=True)
+"""
+
+
+def bare_boot(model: Path, dtype: str, env: dict[str, str]) -> float:
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", BARE, str(model), dtype], env=env, check=True,
+                   capture_output=True)
+    return time.monotonic() - start
+
+
+def modelward_boot(reg_url: str, token: str, repo: str, pem: Path, worker_key: Path,
+                   cache: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
+    from tests.registry.conftest import MODELWARD
+
+    shutil.rmtree(cache, ignore_errors=True)
+    full_env = {**env, "MODELWARD_URL": reg_url, "MODELWARD_TOKEN": token}
+    start = time.monotonic()
+    proc = subprocess.run(
+        [MODELWARD, "boot", f"{repo}@canary", "--public-key", str(pem), "--cache-dir", str(cache),
+         "--worker-key", str(worker_key), "--timings", "--", "--enforce-eager"],
+        env=full_env, capture_output=True, text=True, check=False)
+    total = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"modelward boot failed:\n{proc.stderr[-3000:]}")
+    phases = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("timing "):
+            _, name, seconds = line.split()
+            phases[name] = float(seconds)
+    return total, phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    from attest.keys import generate_private_key, public_key_pem, save_private_key
+    from attest.spec import render_spec_template
+    from tests.registry.conftest import new_publisher, start_registry
+    from tests.tinymodel import make_tiny_llama
+
+    work = Path(tempfile.mkdtemp(prefix="boot-bench-"))
+    model = work / "model"
+    if args.model:
+        shutil.copytree(args.model, model)
+    else:
+        make_tiny_llama(model)
+    if not (model / "modelward.yaml").exists():
+        (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
+                                                                   max_model_len=256))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    reg = start_registry("sqlite", work / "registry", None)
+    try:
+        pub = new_publisher(reg)
+        repo = reg.repo(pub)
+        pub.actor.client.push(model, repo, sign=pub.sign, alias="canary")
+        pem = work / "publisher.pem"
+        pem.write_bytes(public_key_pem(pub.key.public_key()))
+        worker = reg.actor("reader")
+        key = generate_private_key()
+        save_private_key(key, work / "worker.key")
+        reg.admin.register_key(public_key_pem(key.public_key()).decode(), principal=worker.name)
+        bare, ours, phases = [], [], []
+        for _ in range(args.repeat):
+            bare.append(bare_boot(model, "float32", env))
+            total, phase = modelward_boot(reg.url, worker.token, repo, pem, work / "worker.key",
+                                          work / "cache", env)
+            ours.append(total)
+            phases.append(phase)
+    finally:
+        reg.close()
+        reg.server.stop()
+    print(f"| phase | median s (n={args.repeat}) |")
+    print("|---|---|")
+    print(f"| bare vllm.LLM boot (process) | {statistics.median(bare):.2f} |")
+    print(f"| modelward boot total (process) | {statistics.median(ours):.2f} |")
+    for name in phases[0]:
+        print(f"| - {name} | {statistics.median(p[name] for p in phases):.3f} |")
+    print(f"| ratio modelward / bare | {statistics.median(ours) / statistics.median(bare):.2f} |")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""The loader's commands: pull, verify, boot, baseline show, replay (docs/loader.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attest.cli._common import console, err_console, fail, show_progress
+from loader.cache import Cache, default_cache_dir
+from loader.pull import TrustOptions
+
+__all__ = ["register_commands"]
+
+baseline_app = typer.Typer(name="baseline", help="Determinism baselines recorded at boot.",
+                           no_args_is_help=True)
+
+PolicyOpt = Annotated[Path | None, typer.Option("--policy", help="Worker policy file")]
+KeyOpt = Annotated[list[Path] | None, typer.Option(
+    "--public-key", help="Trust this publisher public key (PEM); repeatable")]
+IdentityOpt = Annotated[str | None, typer.Option("--identity", help="Trusted Sigstore identity")]
+IssuerOpt = Annotated[str | None, typer.Option("--issuer", help="OIDC issuer of --identity")]
+CacheOpt = Annotated[Path | None, typer.Option(
+    "--cache-dir", help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)")]
+WorkerKeyOpt = Annotated[Path | None, typer.Option(
+    "--worker-key", help="The worker's private key: signs baselines and replay results")]
+
+
+def _trust(policy: Path | None, keys: list[Path] | None, identity: str | None,
+           issuer: str | None) -> TrustOptions:
+    return TrustOptions(policy=policy, public_keys=tuple(keys or ()), identity=identity,
+                        issuer=issuer)
+
+
+def _cache(cache_dir: Path | None) -> Cache:
+    return Cache(cache_dir or default_cache_dir(os.environ))
+
+
+def _client() -> Any:
+    from registry._client_config import resolve_settings
+    from registry.client import RegistryClient
+
+    settings = resolve_settings()
+    return RegistryClient(settings.url, settings.token)
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[tuple[Callable[[int], None] | None,
+                                            Callable[[int], None] | None]]:
+    """(advance, set_total) callbacks drawing a progress bar on a terminal, else Nones."""
+    if not show_progress():
+        yield None, None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TransferSpeedColumn,
+    )
+
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield (lambda n: bar.advance(task, n)), (lambda t: bar.update(task, total=t))
+
+
+def _log(message: str) -> None:
+    err_console.print(message, markup=False)
+
+
+def pull(
+    reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
+    *,
+    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, cache_dir: CacheOpt = None,
+) -> None:
+    """Pull, verify locally and materialize a bundle read-only; print digest and directory."""
+    from loader.pull import pull_bundle
+
+    with _client() as client, _progress("pull") as (advance, total):
+        pulled = pull_bundle(client, reference, _cache(cache_dir),
+                             _trust(policy, public_key, identity, issuer),
+                             progress=advance, on_total=total)
+    console.print(pulled.digest)
+    console.print(str(pulled.directory))
+
+
+def verify(
+    target: Annotated[str, typer.Argument(help="A materialized bundle DIR, or REPO@REF")],
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Re-hash a materialized bundle against its manifest (catches a flipped byte)."""
+    from attest.manifest import verify_tree
+    from loader.materialize import read_local_manifest
+
+    path = Path(target)
+    if path.is_dir():
+        manifest = read_local_manifest(path)
+    else:
+        from registry.client import parse_reference
+
+        ref = parse_reference(target)
+        with _client() as client:
+            digest = client.resolve(ref)
+        path = _cache(cache_dir).bundle_dir(digest)
+        if not path.is_dir():
+            fail(f"{target} ({digest}) is not materialized in {path.parent}",
+                 hint=f"run: modelward pull {target} ...")
+        manifest = read_local_manifest(path, digest)
+    verify_tree(path, manifest)
+    console.print(f"ok {manifest.digest} {path}")
+
+
+def boot(
+    ctx: typer.Context,
+    reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
+    *,
+    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, cache_dir: CacheOpt = None, worker_key: WorkerKeyOpt = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Run the OpenAI-compatible server")]
+    = False,
+    host: Annotated[str, typer.Option(help="--serve: listen address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="--serve: port")] = 8000,
+    timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")]
+    = False,
+) -> None:
+    """Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.
+
+    Extra vLLM arguments go after ``--``; any that would weaken the pinning are refused.
+    """
+    from loader.engine import require_vllm
+    from loader.statements import load_worker_key
+    from loader.worker import BootOptions, boot_bundle
+
+    require_vllm()
+    options = BootOptions(
+        serve=serve, host=host, port=port, extra_args=tuple(ctx.args),
+        worker_key=load_worker_key(worker_key) if worker_key else None,
+    )
+    with _client() as client, _progress("pull") as (advance, _total):
+        result = boot_bundle(client, reference, _cache(cache_dir),
+                             _trust(policy, public_key, identity, issuer), options,
+                             log=_log, progress=advance)
+    console.print(f"digest {result.pulled.digest}")
+    console.print(f"directory {result.pulled.directory}")
+    if result.fingerprint is not None:
+        console.print(f"fingerprint {result.fingerprint.id}")
+    if result.baseline is not None:
+        state = ("recorded" if result.recorded else
+                 "matches" if result.comparison and result.comparison.matched else
+                 "diverges (warn)" if result.comparison else "not recorded")
+        console.print(f"baseline {result.baseline.aggregate} {state}")
+        console.print("batch-invariant" if result.baseline.batch_invariant
+                      else "not batch-invariant")
+    if timings:
+        for phase, seconds in result.timings.items():
+            console.print(f"timing {phase} {seconds:.3f}")
+    raise typer.Exit(result.exit_code)
+
+
+@baseline_app.command("show")
+def baseline_show(
+    reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
+    *,
+    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, worker_key: WorkerKeyOpt = None,
+    worker_public_key: Annotated[list[Path] | None, typer.Option(
+        "--worker-public-key", help="Trust baselines signed by this worker key (PEM)")] = None,
+) -> None:
+    """List the trusted baselines of a bundle, one per runtime fingerprint."""
+    from attest.trust import TrustSet
+    from loader.pull import worker_policy
+    from loader.statements import find_baselines, load_worker_key
+    from registry.client import parse_reference
+
+    trust = TrustSet()
+    if policy or public_key or identity or issuer:
+        trust = worker_policy(_trust(policy, public_key, identity, issuer))[1]
+    if worker_key:
+        trust = trust.merged(load_worker_key(worker_key).trust)
+    if worker_public_key:
+        trust = trust.merged(worker_policy(TrustOptions(public_keys=tuple(worker_public_key)))[1])
+    if trust.is_empty():
+        fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
+    ref = parse_reference(reference)
+    with _client() as client:
+        digest = client.resolve(ref)
+        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust,
+                                        digest)
+    for note in skipped:
+        _log(f"note: {note}")
+    console.print(f"bundle {digest}: {len(found)} baseline(s)")
+    for item in found:
+        b = item.baseline
+        fp = b.fingerprint.data
+        device = fp.get("device", {})
+        console.print(
+            f"{b.fingerprint.id} aggregate={b.aggregate} probes={len(b.probes)} "
+            f"batch_invariant={str(b.batch_invariant).lower()} "
+            f"engine={fp.get('engine', {}).get('version')} dtype={fp.get('dtype')} "
+            f"device={device.get('type')}:{device.get('name')} signed_by={','.join(item.signers)}"
+        )
+
+
+def register_commands(app: typer.Typer) -> None:
+    """Add the loader's commands to the root app."""
+    from loader._cli_replay import replay
+
+    app.command("pull")(pull)
+    app.command("verify")(verify)
+    app.command("boot", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True})(boot)
+    app.command("replay")(replay)
+    app.add_typer(baseline_app)

@@ -1,0 +1,102 @@
+"""Errors raised by loader/.
+
+Every refusal carries its evidence (the argument, the digest, the probe). The tree::
+
+    LoaderError
+    ├── RefusedError              the worker refuses to pull or boot (reason in the message)
+    │   ├── UnsafeArgument        extra vLLM arguments that would weaken the hardening
+    │   ├── EngineVersionMismatch running vLLM is not the bundle's pinned engine
+    │   ├── BundleQuarantined     the registry marks the bundle quarantined or tombstoned
+    │   └── BaselineDivergence    outputs differ from the recorded baseline (policy: enforce)
+    ├── IntegrityError            bytes on disk or from the registry do not match their digest
+    ├── EngineUnavailable         vLLM is not installed (names what to install)
+    ├── EngineFailed              vLLM failed to start or to generate
+    └── InputError                a requests/outputs file or reference is malformed (names it)
+
+attest/ errors (``AttestError``) pass through unchanged: they already carry their evidence.
+Caller misuse is a plain ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BaselineDivergence",
+    "BundleQuarantined",
+    "EngineFailed",
+    "EngineUnavailable",
+    "EngineVersionMismatch",
+    "InputError",
+    "IntegrityError",
+    "LoaderError",
+    "RefusedError",
+    "UnsafeArgument",
+]
+
+INSTALL_HINT = "pip install 'modelward[vllm]'"
+
+
+class LoaderError(Exception):
+    """Root of every error loader/ raises."""
+
+
+class RefusedError(LoaderError):
+    """The worker refuses to pull or boot a bundle; the message says why."""
+
+
+class UnsafeArgument(RefusedError):  # noqa: N818 - the name is the evidence
+    """Extra engine arguments that would weaken the pinned, hardened configuration."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {arg}: {reason}" for arg, reason in self.problems)
+        super().__init__(f"refused {len(self.problems)} extra engine argument(s):\n{lines}")
+
+
+class EngineVersionMismatch(RefusedError):  # noqa: N818
+    """The running engine is not the version the bundle pins."""
+
+    def __init__(self, name: str, pinned: str, running: str) -> None:
+        self.name = name
+        self.pinned = pinned
+        self.running = running
+        super().__init__(f"bundle pins {name} {pinned} but this worker runs {name} {running}")
+
+
+class BundleQuarantined(RefusedError):  # noqa: N818
+    """The bundle is quarantined or tombstoned in the registry."""
+
+    def __init__(self, digest: str, reason: str) -> None:
+        self.digest = digest
+        self.reason = reason
+        super().__init__(f"bundle {digest} is quarantined: {reason}")
+
+
+class BaselineDivergence(RefusedError):  # noqa: N818
+    """Outputs differ from the recorded baseline and the policy enforces baselines."""
+
+
+class IntegrityError(LoaderError):
+    """Bytes do not match the digest that names them (cache, download or disk)."""
+
+    def __init__(self, path: str, expected: str, actual: str) -> None:
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"{path}: digest mismatch: expected {expected}, got {actual}")
+
+
+class EngineUnavailable(LoaderError):  # noqa: N818
+    """vLLM cannot be imported; the message names what to install."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"vLLM is not installed ({detail}); install it with: {INSTALL_HINT}")
+
+
+class EngineFailed(LoaderError):  # noqa: N818
+    """vLLM failed to start or to generate."""
+
+
+class InputError(LoaderError):
+    """A requests file, outputs file or bundle reference is malformed; names the place."""

@@ -1,0 +1,101 @@
+"""Materialize a verified bundle as a read-only directory, atomically.
+
+``stage`` builds the tree in a private temporary directory next to its final place
+(hardlinks into the cache's blobs, a copy where the filesystem refuses links) and writes
+the exact manifest bytes under ``.modelward/``; the caller checks the staged tree
+(signatures, scanner, policy), then ``commit`` makes it read-only and renames it into
+place, or ``discard`` removes it. A half-built tree is never visible under the digest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from attest.manifest import Manifest, bundle_digest, parse_manifest
+from attest.tree import check_relpath
+from loader.cache import Cache
+from loader.errors import InputError, IntegrityError
+
+__all__ = ["MANIFEST_NAME", "commit", "discard", "read_local_manifest", "stage"]
+
+MANIFEST_NAME = ".modelward/manifest.json"
+
+
+def stage(cache: Cache, manifest: Manifest) -> Path:
+    """Build the bundle tree from cached blobs in a new temporary directory; return it."""
+    for layer in manifest.layers:
+        problem = check_relpath(layer.path)
+        if problem is not None:
+            raise InputError(f"manifest layer {layer.path!r}: {problem.reason}")
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache.staging_root()))
+    try:
+        for layer in manifest.layers:
+            target = staging / layer.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            blob = cache.blob_path(layer.digest)
+            try:
+                os.link(blob, target)
+            except OSError:
+                shutil.copyfile(blob, target)
+                target.chmod(0o444)
+        meta = staging / ".modelward"
+        meta.mkdir(exist_ok=True)
+        (meta / "manifest.json").write_bytes(manifest.raw)
+    except BaseException:
+        discard(staging)
+        raise
+    return staging
+
+
+def _make_read_only(root: Path) -> None:
+    read_only_dir = 0o555  # r-x for all: a bundle is public to the worker, never writable
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            (Path(dirpath) / name).chmod(0o444)
+        for name in dirnames:
+            (Path(dirpath) / name).chmod(read_only_dir)
+    root.chmod(read_only_dir)
+
+
+def commit(staging: Path, final: Path) -> Path:
+    """Make ``staging`` read-only and rename it to ``final``; an existing ``final`` (another
+    pull won the race, or an earlier pull) is kept and ``staging`` removed."""
+    _make_read_only(staging)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        staging.rename(final)
+    except OSError:
+        if not final.is_dir():
+            discard(staging)
+            raise
+        discard(staging)
+    return final
+
+
+def discard(path: Path) -> None:
+    """Remove a staged (possibly read-only) tree."""
+    if not path.exists():
+        return
+    for dirpath, _dirnames, _filenames in os.walk(path):
+        Path(dirpath).chmod(stat.S_IRWXU)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def read_local_manifest(root: Path, expected_digest: str | None = None) -> Manifest:
+    """The manifest a materialized bundle carries, checked against its digest (the
+    directory name, or ``expected_digest``). Raises ``InputError`` or ``IntegrityError``."""
+    path = root / MANIFEST_NAME
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{root}: not a materialized bundle ({MANIFEST_NAME}: "
+                         f"{exc.strerror})") from None
+    actual = bundle_digest(raw)
+    expected = expected_digest or f"sha256:{root.name}"
+    if actual != expected:
+        raise IntegrityError(str(path), expected, actual)
+    return parse_manifest(raw)

@@ -1,0 +1,214 @@
+"""What a serving worker does: boot a pulled bundle and replay requests through it.
+
+``boot_bundle`` (docs/loader.md#boot), in order:
+
+1. check extra engine arguments (refused before anything is fetched);
+2. pull and verify (loader.pull: digest, attestations, scanner, worker policy);
+3. read the bundle's modelward.yaml: the serving configuration is pinned there;
+4. check the running vLLM against the pinned engine (policy ``engine_version``);
+5. re-hash the files on disk right before the engine opens them;
+6. boot: ``--serve`` runs the OpenAI server as a child; otherwise the in-process engine
+7. records the baseline, compares it with a trusted baseline for the same (bundle,
+   fingerprint) and, when none exists, stores the new one as a signed statement;
+8. reports the boot (digest, fingerprint, outcome) to the registry — refused boots too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attest.errors import AttestError
+from loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
+from loader.cache import Cache
+from loader.engine import boot_engine, check_engine_version, serve
+from loader.errors import BaselineDivergence, InputError, LoaderError
+from loader.fingerprint import Fingerprint, collect_fingerprint
+from loader.hardening import ServingConfig, check_extra_args
+from loader.probes import resolve_probes
+from loader.pull import PulledBundle, TrustOptions, pull_bundle
+from loader.statements import WorkerKey, find_baselines, sign_predicate
+
+__all__ = ["BootOptions", "BootResult", "boot_bundle", "load_bundle_spec"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BootOptions:
+    serve: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8000
+    extra_args: tuple[str, ...] = ()
+    worker_key: WorkerKey | None = None
+    max_tokens: int = 16
+    workers: int = 4
+
+
+@dataclass
+class BootResult:
+    pulled: PulledBundle
+    fingerprint: Fingerprint | None = None
+    baseline: Baseline | None = None
+    comparison: Comparison | None = None
+    recorded: bool = False
+    exit_code: int = 0
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def load_bundle_spec(directory: Path) -> Any:
+    """The bundle's ``modelward.yaml`` (``InputError`` when absent; ``SpecError`` if bad)."""
+    from attest.spec import SPEC_FILENAME, load_spec
+
+    path = directory / SPEC_FILENAME
+    if not path.is_file():
+        raise InputError(f"{directory}: the bundle has no {SPEC_FILENAME}; the serving "
+                         "configuration must be pinned in the bundle")
+    return load_spec(path.read_bytes(), f"{path}")
+
+
+def _report(client: Any, pulled: PulledBundle, fingerprint: Fingerprint | None, *,
+            outcome: str, detail: Any, log: Log) -> None:
+    from registry.client import RegistryClientError
+
+    fp = fingerprint or collect_fingerprint(
+        ServingConfig(pulled.directory, "unknown"), os.environ)
+    try:
+        client.report_boot(pulled.repo, pulled.digest, fingerprint_id=fp.id,
+                           fingerprint=dict(fp.data), outcome=outcome, detail=detail)
+    except RegistryClientError as exc:
+        log(f"warning: could not record the boot in the registry: {exc}")
+
+
+def boot_bundle(client: Any, reference: str, cache: Cache, trust: TrustOptions,
+                options: BootOptions, *, log: Log,
+                progress: Callable[[int], None] | None = None) -> BootResult:
+    """Pull, verify, boot and baseline ``reference`` (see the module doc for the steps).
+
+    Raises ``UnsafeArgument``, ``RefusedError`` subclasses, ``IntegrityError``, attest
+    errors and registry client errors; a refused boot is reported before raising.
+    """
+    from attest.manifest import verify_tree
+
+    # (1): extra engine arguments.
+    extra = check_extra_args(options.extra_args, serve=options.serve)
+    # (2): pull and verify.
+    clock = time.monotonic()
+    pulled = pull_bundle(client, reference, cache, trust, workers=options.workers,
+                         progress=progress)
+    result = BootResult(pulled=pulled)
+    result.timings["pull"] = time.monotonic() - clock
+    fingerprint: Fingerprint | None = None
+    try:
+        # (3): the pinned serving configuration.
+        spec = load_bundle_spec(pulled.directory)
+        config = ServingConfig.from_spec(pulled.directory, spec)
+        # (4): the engine version.
+        warning = check_engine_version(
+            spec.engine.version, enforce=pulled.policy.engine_version == "enforce")
+        if warning:
+            result.warnings.append(warning)
+            log(warning)
+        # (5): re-hash right before the engine opens the files.
+        clock = time.monotonic()
+        verify_tree(pulled.directory, pulled.manifest)
+        result.timings["rehash"] = time.monotonic() - clock
+        fingerprint = collect_fingerprint(config, os.environ)
+        # (6): boot.
+        if options.serve:
+            _report(client, pulled, fingerprint, outcome="serving",
+                    detail={"warnings": result.warnings}, log=log)
+            result.exit_code = serve(config, host=options.host, port=options.port,
+                                     extra_args=options.extra_args)
+            return result
+        clock = time.monotonic()
+        engine = boot_engine(config, extra)
+        result.timings["engine_boot"] = time.monotonic() - clock
+        try:
+            fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
+            result.fingerprint = fingerprint
+            # (7): baseline.
+            clock = time.monotonic()
+            baseline = record_baseline(
+                engine, resolve_probes(spec.probes), bundle_digest=pulled.digest,
+                fingerprint=fingerprint, max_tokens=options.max_tokens, seed=config.seed)
+            result.timings["baseline"] = time.monotonic() - clock
+        finally:
+            engine.shutdown()
+        result.baseline = baseline
+        clock = time.monotonic()
+        _compare_and_record(client, pulled, baseline, options=options, result=result, log=log)
+        result.timings["record"] = time.monotonic() - clock
+    except (LoaderError, AttestError) as exc:
+        _report(client, pulled, fingerprint, outcome="refused",
+                detail={"reason": str(exc)}, log=log)
+        raise
+    # (8): the boot record.
+    detail = {
+        "aggregate": result.baseline.aggregate if result.baseline else None,
+        "batch_invariant": result.baseline.batch_invariant if result.baseline else None,
+        "baseline": ("recorded" if result.recorded else
+                     "matched" if result.comparison and result.comparison.matched else
+                     "diverged" if result.comparison else "unrecorded"),
+        "warnings": result.warnings,
+    }
+    _report(client, pulled, fingerprint, outcome="ok", detail=detail, log=log)
+    return result
+
+
+def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *,
+                        options: BootOptions, result: BootResult, log: Log) -> None:
+    from attest.statement import PredicateType
+
+    if not baseline.batch_invariant:
+        where = ", ".join(str(d) for d in baseline.batch_divergences)
+        result.warnings.append(f"not batch-invariant: {where}")
+        log(result.warnings[-1])
+    trust = pulled.trust
+    if options.worker_key is not None:
+        trust = trust.merged(options.worker_key.trust)
+    attestations = client.list_attestations(pulled.repo, pulled.digest)
+    found, skipped = find_baselines(attestations, trust, pulled.digest)
+    for note in skipped:
+        log(f"note: {note}")
+    same = [b for b in found if b.baseline.fingerprint.id == baseline.fingerprint.id]
+    if same:
+        # every trusted baseline for this (bundle, fingerprint) must agree with this boot
+        comparisons = [compare_baselines(b.baseline, baseline) for b in same]
+        comparison = next((c for c in comparisons if not c.matched), comparisons[0])
+        result.comparison = comparison
+        if not comparison.matched:
+            message = (f"{pulled.repo}@{pulled.digest}: {comparison.describe()} "
+                       f"(fingerprint {baseline.fingerprint.id})")
+            if pulled.policy.baseline == "enforce":
+                raise BaselineDivergence(message)
+            result.warnings.append("warning: " + message)
+            log(result.warnings[-1])
+        return
+    if options.worker_key is None:
+        result.warnings.append("no --worker-key: baseline computed but not recorded")
+        log(result.warnings[-1])
+        return
+    envelope = sign_predicate(options.worker_key, pulled.repo, pulled.digest,
+                              PredicateType.BASELINE, baseline.to_predicate())
+    client.add_attestation(pulled.repo, pulled.digest, envelope)
+    result.recorded = True
+
+
+def replay_outputs(config: ServingConfig, requests: Sequence[Any], *, runs: int,
+                   concurrency: int) -> tuple[list[list[tuple[int, ...]]], Fingerprint]:
+    """Boot ``config`` in-process, replay, shut down; return outputs and the fingerprint."""
+    from loader.replay import run_replay
+
+    engine = boot_engine(config)
+    try:
+        fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
+        outputs = run_replay(engine, requests, runs=runs, concurrency=concurrency)
+    finally:
+        engine.shutdown()
+    return outputs, fingerprint

@@ -1,0 +1,250 @@
+"""``modelward boot``, ``baseline show`` and ``replay`` end to end: a real registry
+(``modelward serve``, SQLite), a signed push, a reader worker with its own key, real vLLM.
+
+vLLM boots: record, match, forged-baseline divergence, one replay, one OpenAI server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loader.baseline import Baseline, ProbeResult, aggregate_hash, token_hash
+from tests.loader.test_pull import flip_byte, with_spec
+from tests.registry.conftest import MODELWARD, Registry, new_publisher, start_registry
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+BASELINE = "https://modelward.dev/determinism-baseline/v1"
+REPLAY = "https://modelward.dev/replay-result/v1"
+
+
+class World:
+    def __init__(self, base: Path, model: Path) -> None:
+        from attest.keys import generate_private_key, public_key_pem, save_private_key
+
+        self.base = base
+        self.reg: Registry = start_registry("sqlite", base / "registry", None)
+        publisher = new_publisher(self.reg)
+        self.repo = self.reg.repo(publisher)
+        self.digest = publisher.actor.client.push(with_spec(model), self.repo,
+                                                  sign=publisher.sign, alias="canary").digest
+        self.pem = base / "publisher.pem"
+        self.pem.write_bytes(public_key_pem(publisher.key.public_key()))
+        self.worker = self.reg.actor("reader")
+        self.worker_key = base / "worker.key"
+        self.worker_private = generate_private_key()
+        save_private_key(self.worker_private, self.worker_key)
+        self.reg.admin.register_key(public_key_pem(self.worker_private.public_key()).decode(),
+                                    principal=self.worker.name)
+        self.cache = base / "cache"
+
+    def cli(self, *args: str, trust: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": self.worker.token,
+               "VLLM_CPU_KVCACHE_SPACE": "1"}
+        extra = ["--public-key", str(self.pem), "--cache-dir", str(self.cache),
+                 "--worker-key", str(self.worker_key)] if trust else []
+        cmd = [MODELWARD, args[0], *args[1:2], *extra, *args[2:]]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900,
+                              check=False)
+
+    def boot(self) -> subprocess.CompletedProcess[str]:
+        return self.cli("boot", f"{self.repo}@canary", "--", "--enforce-eager")
+
+    def statements(self, predicate_type: str) -> list[dict[str, Any]]:
+        items = self.worker.client.list_attestations(self.repo, self.digest)
+        return [json.loads(base64.b64decode(json.loads(base64.b64decode(a["data"]))["payload"]))
+                for a in items if a["predicate_type"] == predicate_type]
+
+    def boots(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.reg.admin._json(
+            "GET", f"/v1/repos/{self.repo}/bundles/{self.digest}/boots")
+        return result
+
+
+@pytest.fixture(scope="module")
+def world(tiny_model_master: Path, tmp_path_factory: pytest.TempPathFactory,
+          ) -> Iterator[World]:
+    base = tmp_path_factory.mktemp("boot")
+    shutil.copytree(tiny_model_master, base / "model")
+    w = World(base, base / "model")
+    yield w
+    w.reg.close()
+    w.reg.server.stop()
+
+
+@pytest.fixture(scope="module")
+def first_boot(world: World) -> subprocess.CompletedProcess[str]:
+    return world.boot()
+
+
+def test_boot_generates_and_records_signed_baseline(
+        world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
+    assert first_boot.returncode == 0, first_boot.stderr[-3000:]
+    assert f"digest {world.digest}" in first_boot.stdout
+    assert "recorded" in first_boot.stdout
+    assert "batch-invariant" in first_boot.stdout
+    statements = world.statements(BASELINE)
+    assert len(statements) == 1
+    assert statements[0]["subject"][0]["digest"]["sha256"] == world.digest[7:]
+    baseline = Baseline.from_predicate(statements[0]["predicate"])
+    assert baseline.bundle_digest == world.digest
+    assert all(p.token_ids for p in baseline.probes)
+    boots = world.boots()
+    assert [b["outcome"] for b in boots] == ["ok"]
+    assert json.dumps(boots[0]).count(baseline.fingerprint.id) >= 1
+
+
+def test_second_boot_matches_recorded_baseline(
+        world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
+    second = world.boot()
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "matches" in second.stdout
+    assert len(world.statements(BASELINE)) == 1  # nothing new recorded
+    shown = world.cli("baseline", "show", f"{world.repo}@canary", trust=False)
+    assert shown.returncode == 2  # no trust given
+    env_args = ("--worker-public-key", str(world.worker_key) + ".pub")
+    shown = subprocess.run([MODELWARD, "baseline", "show", f"{world.repo}@canary", *env_args],
+                           capture_output=True, text=True, timeout=120, check=False,
+                           env={**os.environ, "MODELWARD_URL": world.reg.url,
+                                "MODELWARD_TOKEN": world.worker.token})
+    assert shown.returncode == 0, shown.stderr
+    assert "1 baseline(s)" in shown.stdout
+    assert "engine=0.32.0 dtype=float32 device=cpu" in shown.stdout
+
+
+def test_forged_divergent_baseline_refuses_boot(
+        world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
+    from attest.dsse import sign_envelope
+    from attest.statement import make_statement
+
+    predicate = world.statements(BASELINE)[0]["predicate"]
+    probe = predicate["probes"][2]
+    probe["token_ids"][5] = (probe["token_ids"][5] + 1) % 100
+    probe["sha256"] = token_hash(probe["token_ids"])
+    predicate["aggregate"] = aggregate_hash([
+        ProbeResult(p["id"], p["prompt"], tuple(p["token_ids"]), p["sha256"])
+        for p in predicate["probes"]])
+    envelope = sign_envelope(make_statement(world.repo, world.digest, BASELINE, predicate),
+                             [world.worker_private])
+    world.worker.client.add_attestation(world.repo, world.digest, envelope)
+    result = world.boot()
+    assert result.returncode == 1
+    assert "p02: first differing token index 5" in result.stderr
+    assert world.boots()[-1]["outcome"] == "refused"
+
+
+def test_byte_flipped_in_cache_after_pull_is_caught_at_boot(
+        world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
+    directory = world.cache / "bundles" / "sha256" / world.digest[7:]
+    flip_byte(directory / "model.safetensors")
+    try:
+        result = world.boot()
+        assert result.returncode == 1
+        assert "model.safetensors" in result.stderr
+        assert "digest mismatch" in result.stderr
+        assert world.boots()[-1]["outcome"] == "refused"
+    finally:
+        flip_byte(directory / "model.safetensors")
+
+
+def test_replay_cli_counts_and_attaches_signed_result(
+        world: World, first_boot: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+    from tests.loader.conftest import write_requests
+
+    requests = write_requests(tmp_path / "requests.jsonl", 100)
+    capture = tmp_path / "out.jsonl"
+    result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
+                       "--runs", "3", "--concurrency", "25", "--capture", str(capture))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "executions 300" in result.stdout
+    assert "consecutive_matches 300" in result.stdout
+    assert "divergences 0" in result.stdout
+    assert len(capture.read_text().splitlines()) == 100
+    predicate = world.statements(REPLAY)[-1]["predicate"]
+    assert predicate["consecutive_matches"] == 300
+    assert predicate["max_unique_completions"] == 1
+    assert predicate["bundle_digest"] == world.digest
+
+
+def test_serve_runs_openai_server_and_forwards_sigterm(world: World, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import httpx
+
+    from tests.registry.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "MODELWARD_URL": world.reg.url, "MODELWARD_TOKEN": world.worker.token,
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [MODELWARD, "boot", f"{world.repo}@canary", "--public-key", str(world.pem),
+         "--cache-dir", str(world.cache), "--serve", "--port", str(port), "--",
+         "--enforce-eager"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 800
+        models: dict[str, Any] | None = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                answer = httpx.get(f"{url}/v1/models", timeout=2)
+                if answer.status_code == 200:
+                    models = answer.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        assert models is not None, (tmp_path / "serve.log").read_text()[-3000:]
+        model_id = models["data"][0]["id"]
+        completion = httpx.post(f"{url}/v1/completions", timeout=120, json={
+            "model": model_id, "prompt": "hello world", "max_tokens": 4, "temperature": 0})
+        assert completion.status_code == 200, completion.text
+        assert world.boots()[-1]["outcome"] == "serving"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(180)
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/v1/models", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        log.close()
+
+
+def test_replay_against_perturbed_bundle_reports_divergences(world: World,
+                                                             tmp_path: Path) -> None:
+    from tests.loader.conftest import perturb_weights, write_requests
+
+    model = tmp_path / "perturbed"
+    shutil.copytree(world.base / "model", model)
+    perturb_weights(model)
+    publisher = new_publisher(world.reg)
+    world.reg.admin.add_publisher(world.repo, publisher.name)
+    other = publisher.actor.client.push(model, world.repo, sign=publisher.sign,
+                                        alias="perturbed").digest
+    pem = tmp_path / "p2.pem"
+    from attest.keys import public_key_pem
+
+    pem.write_bytes(public_key_pem(publisher.key.public_key()))
+    requests = write_requests(tmp_path / "requests.jsonl", 100)
+    result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
+                       "--against", f"{world.repo}@perturbed", "--public-key", str(pem),
+                       "--concurrency", "25")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"reference {world.repo}@{other}" in result.stdout
+    assert "divergences 0" not in result.stdout
+    assert "first differing token index" in result.stdout
+    predicate = world.statements(REPLAY)[-1]["predicate"]
+    assert predicate["against"] == other
+    assert predicate["divergence_count"] > 0
+    assert predicate["consecutive_matches"] < 100

@@ -1,0 +1,46 @@
+"""The loader's public surface, pinned: a change here is a deliberate API change."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED = {
+    "loader.errors": ["BaselineDivergence", "BundleQuarantined", "EngineFailed",
+                      "EngineUnavailable", "EngineVersionMismatch", "InputError",
+                      "IntegrityError", "LoaderError", "RefusedError", "UnsafeArgument"],
+    "loader.hardening": ["HARDENED_ENV", "ServingConfig", "check_extra_args", "engine_kwargs",
+                         "hardened_env", "serve_argv"],
+    "loader.engine": ["Engine", "GenerationRequest", "boot_engine", "check_engine_version",
+                      "require_vllm", "running_vllm_version", "serve"],
+    "loader.baseline": ["Baseline", "Comparison", "Divergence", "ProbeResult",
+                        "aggregate_hash", "compare_baselines", "first_difference",
+                        "record_baseline", "token_hash"],
+    "loader.replay": ["ReplayDivergence", "ReplayReport", "ReplayRequest", "load_expected",
+                      "load_requests", "run_replay", "summarize", "write_capture"],
+    "loader.pull": ["WORKER_PREDICATE_TYPES", "PulledBundle", "TrustOptions", "pull_bundle",
+                    "worker_policy"],
+    "loader.fingerprint": ["DETERMINISM_ENV", "Fingerprint", "collect_fingerprint",
+                           "fingerprint_id"],
+    "loader.probes": ["BUILTIN_PROBES", "Probe", "resolve_probes"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPECTED))
+def test_exported_names(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(EXPECTED[module])
+    for name in mod.__all__:
+        assert hasattr(mod, name)
+
+
+def test_importing_the_loader_does_not_import_vllm() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, loader.cli, loader._cli_commands, loader.worker; "
+            "print('vllm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
