@@ -3,8 +3,10 @@
 One exception handler turns every RegistryError (and request validation or routing errors) into
 ``{"error": {"code", "message", "detail"}}`` and appends a ``denied`` audit event for each refused
 request in its own transaction. A small ASGI middleware gives each request an id (echoed as
-``X-Request-ID``), logs one JSON line per request (never a token or a payload) and counts it
-for ``/metrics``.
+``X-Request-ID``), logs one JSON line per request (never a token or a payload), counts it
+for ``/metrics``, and answers any unexpected exception with a 500 in the same JSON shape
+(``internal``, the request id in ``detail``). ``BodyLimit`` (registry.domains._body_limit)
+caps every non-streaming request body at ``max_request_json_bytes`` (413 ``too_large``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -32,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.db import Database, make_engine
+from registry.domains._body_limit import BodyLimit
 from registry.domains._state import AppState
 from registry.domains.audit.service import append
 from registry.domains.auth.deps import caller_from_request
@@ -85,7 +89,7 @@ def load_default_policy(path: Path | None) -> str | None:
 
     try:
         text = path.read_text(encoding="utf-8")
-        load_policy(text.encode(), source=str(path))
+        load_policy(text.encode(), source=str(path), base_dir=path.resolve().parent)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"cannot read policy {path}: {exc}") from exc
     except PolicyError as exc:
@@ -101,6 +105,7 @@ def build_state(settings: Settings) -> AppState:
         db=Database(engine),
         store=store,
         default_policy_yaml=load_default_policy(settings.policy),
+        default_policy_dir=settings.policy.resolve().parent if settings.policy else None,
     )
 
 
@@ -122,10 +127,12 @@ class _Observe:
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
         started = time.perf_counter()
+        responded = False
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
+                responded = True
                 status = message["status"]
                 message.setdefault("headers", [])
                 message["headers"] = [
@@ -136,6 +143,24 @@ class _Observe:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except Exception as exc:
+            # Every 500 keeps the JSON error shape; the log names the request and where it
+            # failed, never the exception's message (it may quote the payload).
+            frames = traceback.extract_tb(exc.__traceback__)[-5:]
+            log.error(  # noqa: TRY400 - no traceback text: messages may quote the payload
+                json.dumps(
+                    {
+                        "event": "error",
+                        "request_id": request_id,
+                        "exception": type(exc).__name__,
+                        "at": [f"{f.filename}:{f.lineno} {f.name}" for f in frames],
+                    }
+                )
+            )
+            if responded:
+                raise
+            await send_wrapper(_internal_error(request_id))
+            await send_wrapper({"type": "http.response.body", "body": _internal_body(request_id)})
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
@@ -157,6 +182,23 @@ class _Observe:
                     }
                 )
             )
+
+
+def _internal_body(request_id: str) -> bytes:
+    message = f"internal error (request id {request_id}); the server log has the details"
+    body = {"error": {"code": "internal", "message": message, "detail": {"request_id": request_id}}}
+    return json.dumps(body).encode()
+
+
+def _internal_error(request_id: str) -> Message:
+    return {
+        "type": "http.response.start",
+        "status": 500,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(_internal_body(request_id))).encode()),
+        ],
+    }
 
 
 def _record_denial(state: AppState, request: Request, status: int, code: str, msg: str) -> None:
@@ -240,7 +282,8 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        code = codes.get(exc.status_code, "http_error")
         return await _error_response(request, exc.status_code, code, str(exc.detail), None)
 
     @app.get("/healthz", tags=["health"])
@@ -266,5 +309,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
             caller_from_request(request, st)
         return PlainTextResponse(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    registry_state: AppState = app.state.registry
+    app.add_middleware(BodyLimit, limit=registry_state.settings.max_request_json_bytes)
     app.add_middleware(_Observe, requests=requests, latency=latency)
     return app

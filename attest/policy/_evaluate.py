@@ -96,16 +96,25 @@ def require_allowed(decision: Decision) -> None:
         raise PolicyDenied(decision)
 
 
-def _trusted_names(policy: Policy, extra_trust: TrustSet) -> dict[str, str]:
-    """Signer name -> signer kind the policy lets us count."""
-    names = {k.name: "key" for k in policy.signers.keys}
-    names.update({c.name: "x509" for c in policy.signers.cas})
-    names.update({i.name: "sigstore" for i in policy.signers.identities})
+def _trusted_names(policy: Policy, extra_trust: TrustSet) -> dict[str, frozenset[str]]:
+    """Signer name -> the signer kinds the policy lets us count under that name.
+
+    A name may stand for several kinds: a registered principal (extra_trust) can have both
+    keys and Sigstore identities, and each of them counts (as that one name, once)."""
+    names: dict[str, set[str]] = {}
+
+    def add(entries: Iterable[str], kind: str) -> None:
+        for name in entries:
+            names.setdefault(name, set()).add(kind)
+
+    add((k.name for k in policy.signers.keys), "key")
+    add((c.name for c in policy.signers.cas), "x509")
+    add((i.name for i in policy.signers.identities), "sigstore")
     if policy.trust_registered_signers:
-        names.update({k.name: "key" for k in extra_trust.keys})
-        names.update({c.name: "x509" for c in extra_trust.cas})
-        names.update({i.name: "sigstore" for i in extra_trust.identities})
-    return names
+        add((k.name for k in extra_trust.keys), "key")
+        add((c.name for c in extra_trust.cas), "x509")
+        add((i.name for i in extra_trust.identities), "sigstore")
+    return {name: frozenset(kinds) for name, kinds in names.items()}
 
 
 def _describe(stmt: VerifiedStatement, index: int) -> str:
@@ -178,7 +187,7 @@ def _step_subjects(
 
 
 def _step_threshold(
-    policy: Policy, bound: Sequence[VerifiedStatement], trusted: Mapping[str, str]
+    policy: Policy, bound: Sequence[VerifiedStatement], trusted: Mapping[str, frozenset[str]]
 ) -> tuple[dict[str, Signer], list[Check]]:
     groups: dict[str, list[VerifiedStatement]] = {}
     if policy.required_predicate_types:
@@ -193,7 +202,7 @@ def _step_threshold(
         untrusted: set[str] = set()
         for stmt in group:
             for signer in stmt.signers:
-                if trusted.get(signer.name) == signer.kind:
+                if signer.kind in trusted.get(signer.name, frozenset()):
                     signers.setdefault(signer.name, signer)
                 else:
                     untrusted.add(signer.name)

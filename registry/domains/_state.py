@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -22,6 +23,7 @@ class AppState:
     db: Database
     store: BlobStore
     default_policy_yaml: str | None
+    default_policy_dir: Path | None = None  # files the operator's --policy names are relative to
 
 
 def get_state(request: Request) -> AppState:

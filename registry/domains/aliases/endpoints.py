@@ -13,17 +13,18 @@ from registry.domains.auth.deps import AnyCaller, Reviewer
 from registry.domains.blobs.streaming import check_digest
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
+MAX_VERSION = 2**62  # far beyond any real version; keeps database integers in range
 
 
 class AliasIn(BaseModel):
-    digest: str
-    expected_version: int = Field(ge=0)
+    digest: str = Field(max_length=100)
+    expected_version: int = Field(ge=0, le=MAX_VERSION)
     reason: str | None = Field(default=None, max_length=2000)
     rollback: bool = False
 
 
 class ApprovalIn(BaseModel):
-    alias: str
+    alias: str = Field(min_length=1, max_length=100)
 
 
 @router.get("/aliases/{alias}")

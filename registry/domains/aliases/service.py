@@ -7,7 +7,9 @@
   (3) the repository's current policy still allows the bundle (stored attestations re-verified,
       stored scan findings);
   (4) protected aliases: k approvals by reviewers other than the publisher and the mover,
-      a trusted determinism baseline, and replay results, as the rule requires;
+      a trusted determinism baseline, and replay results, as the rule requires (baselines and
+      replay results count only when a reader, an admin or a policy signer other than the
+      publisher and the mover signed them);
   (5) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
       history row and audit event in the same transaction.
 """
@@ -15,8 +17,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -26,7 +29,12 @@ from registry.domains.audit.service import append
 from registry.domains.auth.service import Caller
 from registry.domains.bundles import verdict
 from registry.domains.bundles.service import live_bundle
-from registry.domains.repos.service import get_repo, may_publish, repo_policy
+from registry.domains.repos.service import (
+    get_repo,
+    may_publish,
+    registered_signer_name,
+    repo_policy,
+)
 from registry.errors import (
     BadRequest,
     BundleQuarantined,
@@ -35,7 +43,20 @@ from registry.errors import (
     Refused,
     StaleVersion,
 )
-from registry.models import Alias, AliasHistory, Approval, Attestation, Principal, Repository
+from registry.models import (
+    Alias,
+    AliasHistory,
+    Approval,
+    Attestation,
+    Identity,
+    Principal,
+    Repository,
+    SigningKey,
+)
+
+if TYPE_CHECKING:
+    from attest.policy import Policy
+    from attest.trust import Signer
 
 __all__ = ["approve", "get_alias", "history", "set_alias"]
 
@@ -95,6 +116,42 @@ def _approvers(session: Session, bundle_id: int, alias: str, exclude: set[int]) 
         )
     ).all()
     return sorted({name for pid, name in rows if pid not in exclude})
+
+
+def _evidence_signers(
+    session: Session, policy: Policy, interested: set[int]
+) -> Callable[[Signer], bool]:
+    """Who may vouch for a determinism baseline or a replay result: a serving worker (reader)
+    or an admin by a registered key or identity, or a signer the policy names — never the
+    bundle's publisher or the principal moving the alias (``interested``), whose own keys
+    and identities are excluded even when a policy also names them."""
+    eligible = {
+        registered_signer_name(name)
+        for pid, name in session.execute(
+            select(Principal.id, Principal.name).where(Principal.role.in_(("reader", "admin")))
+        ).all()
+        if pid not in interested
+    }
+    own_keys = set(
+        session.execute(
+            select(SigningKey.keyid).where(SigningKey.principal_id.in_(interested))
+        ).scalars()
+    )
+    own_identities = {
+        f"{i.identity} ({i.issuer})"
+        for i in session.execute(
+            select(Identity).where(Identity.principal_id.in_(interested))
+        ).scalars()
+    }
+    policy_names = set(policy.signers.names())
+    excluded = own_keys | own_identities
+
+    def counts(signer: Signer) -> bool:
+        if signer.name in eligible:
+            return True
+        return signer.name in policy_names and signer.detail not in excluded
+
+    return counts
 
 
 def _replay_ok(statements: list[Any], min_consecutive: int, max_divergences: int) -> bool:
@@ -158,10 +215,11 @@ def set_alias(
                 .order_by(Attestation.id)
             ).scalars()
         ]
-        trust = verdict.trust_for(session, repo, policy)
+        trust = verdict.trust_for(session, repo, policy, state)
         findings = verdict.findings_from_json(bundle.findings)
         publisher_id = bundle.created_by
         approvers = _approvers(session, bundle.id, alias, {publisher_id, caller.id})
+        vouches = _evidence_signers(session, policy, {publisher_id, caller.id})
         current = _alias_row(session, repo, alias)
         earlier = set()
         if current is not None:
@@ -187,8 +245,14 @@ def set_alias(
                 detail={"have": approvers, "need": rule.approvals},
                 code="approvals_required",
             )
+        # Baselines and replay results are a serving worker's evidence: only statements a
+        # signer other than the publisher and the mover vouched for count.
         by_type = {
-            t: [s for s in verified.statements if s.predicate_type == t]
+            t: [
+                s
+                for s in verified.statements
+                if s.predicate_type == t and any(vouches(signer) for signer in s.signers)
+            ]
             for t in (PredicateType.BASELINE, PredicateType.REPLAY)
         }
         if rule.require_baseline and not by_type[PredicateType.BASELINE]:

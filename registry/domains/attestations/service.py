@@ -15,7 +15,7 @@ from registry.domains.auth.service import Caller
 from registry.domains.bundles import verdict
 from registry.domains.bundles.service import attestation_row, find_bundle, live_bundle
 from registry.domains.repos.service import get_repo, may_publish, repo_policy
-from registry.errors import Forbidden, PayloadTooLarge, Refused
+from registry.errors import BundleQuarantined, Forbidden, PayloadTooLarge, Refused
 from registry.models import Attestation
 
 __all__ = ["attach", "list_for_bundle"]
@@ -39,6 +39,11 @@ def attach(
         if caller.role == "publisher" and not may_publish(session, repo, caller):
             raise Forbidden(f"{caller.name} may not attach attestations in {repo_name}")
         bundle = live_bundle(session, repo, digest)
+        if bundle.quarantined:
+            raise BundleQuarantined(
+                f"bundle {digest} is quarantined: {bundle.quarantine_reason}",
+                detail={"reason": bundle.quarantine_reason},
+            )
         same = session.execute(
             select(Attestation).where(Attestation.bundle_id == bundle.id, Attestation.sha256 == sha)
         ).scalar_one_or_none()
@@ -46,7 +51,7 @@ def attach(
             return _summary(same), False
         manifest = parse_manifest(bundle.manifest)
         policy = repo_policy(repo, state.default_policy_yaml)
-        trust = verdict.trust_for(session, repo, policy)
+        trust = verdict.trust_for(session, repo, policy, state)
     verified = verdict.verify_all(state, manifest, [data], trust.verify)
     if verified.rejected:
         raise Refused(

@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1", tags=["audit"])
 def list_events(
     caller: Reviewer,
     state: State,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Events with ``seq > after`` in order; ``next_after`` is null once the end is reached."""

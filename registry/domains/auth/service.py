@@ -18,6 +18,7 @@ from registry.errors import BadRequest, NotAuthenticated, NotFound
 from registry.models import Principal, Token
 
 __all__ = [
+    "MAX_TOKEN_LIFETIME",
     "ROLES",
     "Caller",
     "authenticate",
@@ -29,6 +30,7 @@ __all__ = [
 
 ROLES = ("admin", "publisher", "reviewer", "reader")
 MIN_TOKEN_CHARS = 32
+MAX_TOKEN_LIFETIME = 10 * 366 * 86400  # seconds: ten years
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ def store_token(
 ) -> Token:
     if len(token) < MIN_TOKEN_CHARS:
         raise BadRequest(f"a token must have at least {MIN_TOKEN_CHARS} characters")
-    if expires_in is not None and expires_in <= 0:
-        raise BadRequest("expires_in_seconds must be positive")
+    if expires_in is not None and not 0 < expires_in <= MAX_TOKEN_LIFETIME:
+        raise BadRequest(f"expires_in_seconds must be between 1 and {MAX_TOKEN_LIFETIME}")
     now = datetime.now(UTC)
     row = Token(
         id=token_id,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
 from registry.domains._state import State, iso
@@ -22,11 +22,25 @@ router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=
 Worker = Annotated[Caller, Depends(require_roles("admin", "reader"))]
 
 
+MAX_REPORT_JSON = 64 * 1024  # characters of fingerprint and of detail, each, as stored
+
+
 class BootIn(BaseModel):
     fingerprint_id: str = Field(min_length=1, max_length=200)
     fingerprint: dict[str, Any] = Field(default_factory=dict)
     outcome: str = Field(min_length=1, max_length=50)
     detail: Any = None
+
+    @field_validator("fingerprint", "detail")
+    @classmethod
+    def _bounded_json(cls, value: Any) -> Any:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError as exc:  # NaN or Infinity: not JSON, and unlistable later
+            raise ValueError("must be JSON without NaN or Infinity") from exc
+        if len(text) > MAX_REPORT_JSON:
+            raise ValueError(f"larger than {MAX_REPORT_JSON} characters as JSON")
+        return value
 
 
 @router.post("", status_code=201)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from registry.domains._state import State
@@ -18,10 +19,11 @@ from registry.domains.repos.service import get_repo
 from registry.errors import BadRequest, BundleQuarantined, PayloadTooLarge
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
+MAX_REASON_CHARS = 2000
 
 
 class ReasonIn(BaseModel):
-    reason: str
+    reason: str = Field(max_length=MAX_REASON_CHARS)
 
 
 def _b64(text: Any, what: str) -> bytes:
@@ -53,11 +55,11 @@ async def put_bundle(
         if len(body) > limit:
             raise PayloadTooLarge(f"request body larger than {limit} bytes")
     try:
-        import json
-
         doc = json.loads(bytes(body))
     except ValueError as exc:
         raise BadRequest(f"body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BadRequest("body is not JSON: nested too deeply") from exc
     if not isinstance(doc, dict) or "manifest" not in doc:
         raise BadRequest('body must be {"manifest": <base64>, "attestations": [...]}')
     manifest = _b64(doc["manifest"], "manifest")
@@ -66,7 +68,7 @@ async def put_bundle(
         raise BadRequest("attestations must be a list")
     attestations = [_b64(a, f"attestations[{i}]") for i, a in enumerate(raw_atts)]
     service.check_sizes(state, manifest, attestations)
-    decision, created = await run_in_threadpool(
+    decision, created, ignored = await run_in_threadpool(
         service.push,
         state,
         repo_name=f"{org}/{name}",
@@ -77,7 +79,12 @@ async def put_bundle(
     )
     if not created:
         response.status_code = 200
-    return {"digest": digest, "decision": decision, "created": created}
+    return {
+        "digest": digest,
+        "decision": decision,
+        "created": created,
+        "ignored_attestations": ignored,
+    }
 
 
 @router.get("/{digest}")

@@ -4,6 +4,7 @@
   (1) the caller may publish to the repository (authorization in the query);
   (2) the manifest bytes hash to the digest in the URL;
   (3) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
+      attestations in the request that it does not hold are ignored and listed by sha256;
   (4) the manifest parses strictly (attest.manifest.parse_manifest);
   (5) every layer and the config blob is stored, with the stated size;
   (6) the content scanner reads every stored layer;
@@ -120,8 +121,10 @@ def push(
     manifest_bytes: bytes,
     attestations: list[bytes],
     caller: Caller,
-) -> tuple[dict[str, Any], bool]:
-    """Judge and record a bundle; returns (decision, created). Raises on every refusal."""
+) -> tuple[dict[str, Any], bool, list[str]]:
+    """Judge and record a bundle; returns (decision, created, ignored): ``ignored`` lists the
+    sha256 of each attestation in the request that an existing bundle does not hold (attach
+    those with POST .../attestations). Raises on every refusal."""
     with state.db.read() as session:
         # (1): the caller may publish here.
         repo = writable_repo(session, repo_name, caller)
@@ -138,7 +141,7 @@ def push(
         ).scalar_one_or_none()
         if existing is not None:
             live_bundle(session, repo, digest)
-            return json.loads(existing.decision), False
+            return json.loads(existing.decision), False, _not_held(session, existing, attestations)
         # (4): strict parse.
         manifest = _parse(manifest_bytes, state)
         # (5): every blob present with its stated size.
@@ -151,7 +154,7 @@ def push(
                 code="missing_blobs",
             )
         policy = repo_policy(repo, state.default_policy_yaml)
-        trust = verdict.trust_for(session, repo, policy)
+        trust = verdict.trust_for(session, repo, policy, state)
     # (6): scan the stored bytes.
     findings = verdict.scan_layers(state, manifest, policy)
     # (7): verify attestations, evaluate the policy.
@@ -170,7 +173,7 @@ def push(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
         ).scalar_one_or_none()
         if again is not None:  # another process recorded it meanwhile
-            return json.loads(again.decision), False
+            return json.loads(again.decision), False, _not_held(session, again, attestations)
         row = Bundle(
             repo_id=repo.id,
             digest=digest,
@@ -197,7 +200,17 @@ def push(
                 "signers": [s.name for s in decision.signers],
             },
         )
-    return decision.as_dict(), True
+    return decision.as_dict(), True, []
+
+
+def _not_held(session: Session, bundle: Bundle, attestations: list[bytes]) -> list[str]:
+    held = set(
+        session.execute(
+            select(Attestation.sha256).where(Attestation.bundle_id == bundle.id)
+        ).scalars()
+    )
+    shas = ["sha256:" + hashlib.sha256(a).hexdigest() for a in attestations]
+    return sorted({s for s in shas if s not in held})
 
 
 def attestation_row(bundle: Bundle, data: bytes, stmt: Any, caller: Caller) -> Attestation:

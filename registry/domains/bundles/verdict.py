@@ -23,7 +23,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.domains._state import AppState
-from registry.domains.repos.service import registered_trust
+from registry.domains.repos.service import registered_signer_name, registered_trust
+from registry.errors import BadRequest
 from registry.models import Identity, Principal, Repository, SigningKey
 from registry.storage.file import FileStore
 
@@ -76,17 +77,33 @@ def _all_registered(session: Session) -> TrustSet:
     ).all()
     return TrustSet(
         keys=tuple(
-            trusted_key(n, load_public_key(k.public_key_pem.encode(), f"key {k.keyid}"))
+            trusted_key(
+                registered_signer_name(n),
+                load_public_key(k.public_key_pem.encode(), f"key {k.keyid}"),
+            )
             for k, n in keys
         ),
-        identities=tuple(TrustedIdentity(n, i.identity, i.issuer) for i, n in idents),
+        identities=tuple(
+            TrustedIdentity(registered_signer_name(n), i.identity, i.issuer) for i, n in idents
+        ),
     )
 
 
-def trust_for(session: Session, repo: Repository, policy: Policy) -> Trust:
+def trust_for(session: Session, repo: Repository, policy: Policy, state: AppState) -> Trust:
+    """The trust to verify with and the registered signers the policy may count.
+
+    Files a policy names resolve only for the operator's default policy (``--policy``),
+    relative to its directory; a stored policy is self-contained (repos.parse_stored_policy).
+    Raises BadRequest (invalid_policy) when the policy's signers cannot be loaded.
+    """
+    from attest.errors import PolicyError
     from attest.policy import policy_trust_set
 
-    own = policy_trust_set(policy)
+    base_dir = None if repo.policy_yaml else state.default_policy_dir
+    try:
+        own = policy_trust_set(policy, base_dir, source=f"{repo.name} policy")
+    except PolicyError as exc:
+        raise BadRequest(str(exc), code="invalid_policy") from exc
     extra = registered_trust(session, repo)
     return Trust(verify=own.merged(_all_registered(session)), extra=extra)
 

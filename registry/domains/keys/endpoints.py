@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from registry.domains._state import State
 from registry.domains.auth.deps import AnyCaller, Publisher
@@ -15,14 +15,14 @@ router = APIRouter(prefix="/v1", tags=["keys"])
 
 
 class KeyIn(BaseModel):
-    public_key_pem: str
-    principal: str | None = None
+    public_key_pem: str = Field(max_length=16384)
+    principal: str | None = Field(default=None, max_length=200)
 
 
 class IdentityIn(BaseModel):
-    identity: str
-    issuer: str
-    principal: str | None = None
+    identity: str = Field(max_length=500)
+    issuer: str = Field(max_length=500)
+    principal: str | None = Field(default=None, max_length=200)
 
 
 @router.post("/keys", status_code=201)

@@ -9,18 +9,19 @@ from pydantic import BaseModel, Field
 
 from registry.domains._state import State, iso
 from registry.domains.auth.deps import Admin, AnyCaller
+from registry.domains.auth.service import MAX_TOKEN_LIFETIME
 from registry.domains.principals import service
 
 router = APIRouter(prefix="/v1", tags=["principals"])
 
 
 class PrincipalIn(BaseModel):
-    name: str
-    role: str
+    name: str = Field(max_length=200)
+    role: str = Field(max_length=20)
 
 
 class TokenIn(BaseModel):
-    expires_in_seconds: int | None = Field(default=None, gt=0)
+    expires_in_seconds: int | None = Field(default=None, gt=0, le=MAX_TOKEN_LIFETIME)
 
 
 @router.get("/whoami")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from attest.policy import MAX_POLICY_BYTES
 from registry.domains._state import State, iso
 from registry.domains.auth.deps import Admin, AnyCaller, Publisher
 from registry.domains.repos import service
@@ -16,16 +17,16 @@ router = APIRouter(prefix="/v1/repos", tags=["repositories"])
 
 
 class RepoIn(BaseModel):
-    name: str
-    policy_yaml: str | None = None
+    name: str = Field(max_length=201)
+    policy_yaml: str | None = Field(default=None, max_length=MAX_POLICY_BYTES)
 
 
 class PolicyIn(BaseModel):
-    policy_yaml: str
+    policy_yaml: str = Field(max_length=MAX_POLICY_BYTES)
 
 
 class PublisherIn(BaseModel):
-    principal: str
+    principal: str = Field(max_length=200)
 
 
 def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:

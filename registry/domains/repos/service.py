@@ -31,7 +31,9 @@ __all__ = [
     "get_repo",
     "may_publish",
     "parse_policy",
+    "parse_stored_policy",
     "publishers",
+    "registered_signer_name",
     "registered_trust",
     "repo_policy",
     "set_policy",
@@ -46,7 +48,7 @@ def builtin_default_policy() -> str:
 
 
 def parse_policy(text: str, source: str = "policy") -> Policy:
-    """Validate a policy document; raises BadRequest naming the field."""
+    """Validate a policy document; raises BadRequest (invalid_policy) naming the field."""
     from attest.errors import PolicyError
     from attest.policy import load_policy
 
@@ -54,10 +56,54 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         return load_policy(text.encode(), source=source)
     except PolicyError as exc:
         raise BadRequest(str(exc), code="invalid_policy") from exc
+    except RecursionError as exc:
+        raise BadRequest(f"{source}: nested too deeply", code="invalid_policy") from exc
+
+
+def _file_references(policy: Policy) -> list[str]:
+    """The fields of ``policy`` that name a file (not inline PEM)."""
+    fields = [f"signers.keys[{i}].path" for i, k in enumerate(policy.signers.keys) if k.path]
+    for i, ca in enumerate(policy.signers.cas):
+        for part in ("roots", "intermediates"):
+            fields += [
+                f"signers.cas[{i}].{part}[{j}]"
+                for j, ref in enumerate(getattr(ca, part))
+                if not ref.lstrip().startswith("-----BEGIN")
+            ]
+    fields += [
+        f"signers.identities[{i}].trust_root"
+        for i, ident in enumerate(policy.signers.identities)
+        if ident.trust_root is not None
+    ]
+    return fields
+
+
+def parse_stored_policy(text: str, source: str = "policy") -> Policy:
+    """Validate a policy sent through the API: it must be self-contained.
+
+    A stored policy is read by the server, so a file path in it would make the server open
+    its own files on a publisher's say (an existence oracle, or worse). Keys and certificates
+    must be inline PEM; ``trust_root`` (a file) is refused: identities use the public-good
+    root. Raises BadRequest (invalid_policy) naming every field at fault.
+    """
+    policy = parse_policy(text, source)
+    refs = _file_references(policy)
+    if refs:
+        raise BadRequest(
+            f"{source}: {refs[0]}: a policy stored in the registry must be self-contained: "
+            "give keys and certificates as inline PEM, not file paths (trust_root is refused)",
+            detail={"fields": refs},
+            code="invalid_policy",
+        )
+    return policy
 
 
 def repo_policy(repo: Repository, default_policy_yaml: str | None) -> Policy:
-    text = repo.policy_yaml or default_policy_yaml or builtin_default_policy()
+    """The repository's own (self-contained) policy, else the operator's, else the packaged
+    default. Raises BadRequest (invalid_policy)."""
+    if repo.policy_yaml:
+        return parse_stored_policy(repo.policy_yaml, f"{repo.name} policy")
+    text = default_policy_yaml or builtin_default_policy()
     return parse_policy(text, f"{repo.name} policy")
 
 
@@ -73,7 +119,7 @@ def create_repo(
     if not NAME_RE.fullmatch(name):
         raise BadRequest(f"invalid repository name {name!r}: use org/name (lowercase)")
     if policy_yaml is not None:
-        parse_policy(policy_yaml, f"{name} policy")
+        parse_stored_policy(policy_yaml, f"{name} policy")
     if session.execute(select(Repository.id).where(Repository.name == name)).first():
         raise Conflict(f"repository {name} already exists")
     repo = Repository(name=name, policy_yaml=policy_yaml, created_by=caller.id)
@@ -139,7 +185,7 @@ def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller)
     if not caller.is_admin:
         raise Forbidden("only an admin may replace a repository's policy")
     repo = get_repo(session, name)
-    parse_policy(policy_yaml, f"{name} policy")
+    parse_stored_policy(policy_yaml, f"{name} policy")
     old = repo.policy_yaml
     repo.policy_yaml = policy_yaml
     append(
@@ -172,11 +218,18 @@ def add_publisher(session: Session, *, name: str, principal: str, caller: Caller
     )
 
 
-def registered_trust(session: Session, repo: Repository) -> TrustSet:
-    """Keys and identities registered to the repository's publishers and to admins.
+def registered_signer_name(principal: str) -> str:
+    """The signer name of a principal's registered keys and identities: ``@<principal>``.
 
-    Each signer is named after its principal, so one principal counts once toward a threshold.
-    """
+    Policy signer names must start with a letter or digit, so a registered key can never
+    stand in for a signer a policy pins by name; one principal still counts once toward a
+    threshold (all its keys and identities share the name)."""
+    return f"@{principal}"
+
+
+def registered_trust(session: Session, repo: Repository) -> TrustSet:
+    """Keys and identities registered to the repository's publishers and to admins, each
+    named ``@<principal>`` (registered_signer_name)."""
     from attest.keys import load_public_key, trusted_key
     from attest.trust import TrustedIdentity, TrustSet
 
@@ -200,8 +253,14 @@ def registered_trust(session: Session, repo: Repository) -> TrustSet:
     ).all()
     return TrustSet(
         keys=tuple(
-            trusted_key(pname, load_public_key(k.public_key_pem.encode(), f"key {k.keyid}"))
+            trusted_key(
+                registered_signer_name(pname),
+                load_public_key(k.public_key_pem.encode(), f"key {k.keyid}"),
+            )
             for k, pname in keys
         ),
-        identities=tuple(TrustedIdentity(pname, i.identity, i.issuer) for i, pname in idents),
+        identities=tuple(
+            TrustedIdentity(registered_signer_name(pname), i.identity, i.issuer)
+            for i, pname in idents
+        ),
     )

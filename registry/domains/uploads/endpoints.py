@@ -17,8 +17,8 @@ router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
 
 
 class UploadIn(BaseModel):
-    digest: str
-    size: int = Field(ge=0)
+    digest: str = Field(max_length=100)
+    size: int = Field(ge=0, le=2**62)
 
 
 @router.post("", status_code=201)

@@ -1,0 +1,76 @@
+"""A request-body limit for every endpoint but the streaming ones (ASGI middleware).
+
+JSON endpoints read their whole body before validating it, so an unbounded body is memory
+an attacker chooses. ``BodyLimit`` refuses a body above the limit with 413 ``too_large``:
+at once when ``Content-Length`` says so (nothing is read), and otherwise by counting the
+bytes ``receive`` hands over (chunked bodies). The refusal is raised as an HTTPException
+from ``receive``; FastAPI re-raises those from body parsing, so the app's one error handler
+answers it with the JSON error shape and audits it as a denial.
+
+Blob PUTs, upload PATCHes and attestation POSTs stream with their own limits
+(``max_blob_bytes``, ``max_attestation_bytes``) and are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+__all__ = ["BodyLimit", "BodyTooLarge"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_STREAMING = (
+    ("PUT", re.compile(r"/v1/blobs/[^/]+")),
+    ("PATCH", re.compile(r"/v1/uploads/[^/]+")),
+    ("POST", re.compile(r"/v1/repos/[^/]+/[^/]+/bundles/[^/]+/attestations")),
+)
+
+
+class BodyTooLarge(HTTPException):
+    """413: the request body is larger than the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+def _exempt(method: str, path: str) -> bool:
+    if method not in _BODY_METHODS:
+        return True
+    return any(method == m and pattern.fullmatch(path) for m, pattern in _STREAMING)
+
+
+class BodyLimit:
+    """ASGI middleware: at most ``limit`` body bytes per request (see the module doc)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or _exempt(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        over = declared.isdigit() and int(declared) > self.limit
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            if over:
+                raise BodyTooLarge(self.limit)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, limited, send)
