@@ -35,6 +35,7 @@ from cryptography.x509 import verification as x509v
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from attest.errors import VerificationError
+from attest.keys import keyid
 from attest.sigstore_verify import (
     BUNDLE_MEDIA_TYPES,
     IN_TOTO_PAYLOAD_TYPE,
@@ -66,9 +67,13 @@ class Envelope:
 
 @dataclass(frozen=True)
 class Verified:
+    """A verified OMS envelope. One signing key counts once: ``notes`` name the trusted
+    entries that verified it too and were not counted again."""
+
     payload: bytes
     signers: tuple[Signer, ...]
     kind: OmsKind
+    notes: tuple[str, ...] = ()
 
 
 def b64decode(text: Any, where: str) -> bytes:
@@ -177,14 +182,27 @@ def _ecdsa_ok(
     return False
 
 
-def _verify_key(envelope: Envelope, keys: Sequence[TrustedKey]) -> tuple[list[Signer], list[str]]:
-    """(3a): an EC key signature against each trusted key."""
+def _verify_key(
+    envelope: Envelope, keys: Sequence[TrustedKey]
+) -> tuple[list[Signer], list[str], list[str]]:
+    """(3a): an EC key signature against each trusted key; one key counts once.
+
+    Keys are told apart by the key id computed here from the key itself (SHA-256 of its
+    DER SubjectPublicKeyInfo), never by the stored ``keyid`` or the name it is trusted under.
+    """
     material = envelope.material.get("publicKey")
     hint = material.get("hint") if isinstance(material, dict) else None
     signers: list[Signer] = []
     reasons: list[str] = []
+    notes: list[str] = []
+    counted: dict[str, str] = {}  # computed key id -> the name it counted as
     for key in keys:
         public_key = key.public_key
+        same = counted.get(keyid(public_key))
+        if same is not None:
+            if same != key.name:
+                notes.append(f"{key.name}: the same key as {same}, already counted")
+            continue
         if not isinstance(public_key, ec.EllipticCurvePublicKey):
             reasons.append(f"{key.name}: not an elliptic-curve key")
             continue
@@ -195,10 +213,11 @@ def _verify_key(envelope: Envelope, keys: Sequence[TrustedKey]) -> tuple[list[Si
             reasons.append(f"{key.name}: the signature's key hint {hint} names another key")
             continue
         if _ecdsa_ok(public_key, envelope):
-            signers.append(Signer(key.name, "key", key.keyid))
+            counted[keyid(public_key)] = key.name
+            signers.append(Signer(key.name, "key", keyid(public_key)))
         else:
             reasons.append(f"{key.name}: signature does not verify with this key")
-    return signers, reasons
+    return signers, reasons, notes
 
 
 def _chain(envelope: Envelope) -> list[x509.Certificate]:
@@ -233,23 +252,34 @@ def _leaf_may_sign(leaf: x509.Certificate) -> bool:
 
 def _verify_x509(
     envelope: Envelope, cas: Sequence[TrustedCA], now: datetime
-) -> tuple[list[Signer], list[str]]:
-    """(3b): leaf signature over PAE, leaf usage, and the chain to each trusted CA at ``now``."""
+) -> tuple[list[Signer], list[str], list[str]]:
+    """(3b): leaf signature over PAE, leaf usage, and the chain to a trusted CA at ``now``.
+
+    One leaf is one signer: it counts once, under the first trusted CA it chains to,
+    however many trusted CA entries would chain it.
+    """
     certs = _chain(envelope)
     leaf = certs[0]
     public_key = leaf.public_key()
     subject = leaf.subject.rfc4514_string()
     if not isinstance(public_key, ec.EllipticCurvePublicKey):
-        return [], [f"leaf certificate {subject} does not hold an elliptic-curve key"]
+        return [], [f"leaf certificate {subject} does not hold an elliptic-curve key"], []
     if public_key.curve.name not in _CURVE_HASHES:
-        return [], [f"leaf certificate {subject}: unsupported curve {public_key.curve.name}"]
+        return [], [f"leaf certificate {subject}: unsupported curve {public_key.curve.name}"], []
     if not _leaf_may_sign(leaf):
-        return [], [f"leaf certificate {subject} may not be used for signing"]
+        return [], [f"leaf certificate {subject} may not be used for signing"], []
     if not _ecdsa_ok(public_key, envelope, compat_hash=hashes.SHA256()):
-        return [], [f"signature does not verify with leaf certificate {subject}"]
+        return [], [f"signature does not verify with leaf certificate {subject}"], []
     signers: list[Signer] = []
     reasons: list[str] = []
+    notes: list[str] = []
     for ca in cas:
+        if signers:
+            if ca.name != signers[0].name:
+                notes.append(
+                    f"{ca.name}: the leaf {subject} already counted under {signers[0].name}"
+                )
+            continue
         if not ca.roots:
             reasons.append(f"{ca.name}: no root certificates")
             continue
@@ -269,7 +299,7 @@ def _verify_x509(
             reasons.append(f"{ca.name}: certificate chain of {subject} does not verify: {exc}")
             continue
         signers.append(Signer(ca.name, "x509", subject))
-    return signers, reasons
+    return signers, reasons, notes
 
 
 def verify_envelope(data: bytes, trust: TrustSet, now: datetime | None = None) -> Verified:
@@ -281,23 +311,23 @@ def verify_envelope(data: bytes, trust: TrustSet, now: datetime | None = None) -
     if envelope.kind == "sigstore":
         # (3c): Sigstore keyless, by sigstore-python offline under each identity's root.
         result = verify_sigstore_dsse(data, trust.identities)
-        return Verified(result.payload, result.signers, "sigstore")
+        return Verified(result.payload, result.signers, "sigstore", result.notes)
     if envelope.kind == "key":
         if not trust.keys:
             raise VerificationError("OMS signature is made with a key, and no key is trusted")
-        signers, reasons = _verify_key(envelope, trust.keys)
+        signers, reasons, notes = _verify_key(envelope, trust.keys)
     else:
         if not trust.cas:
             raise VerificationError(
                 "OMS signature is made with a certificate chain, and no CA is trusted"
             )
-        signers, reasons = _verify_x509(envelope, trust.cas, now or datetime.now(UTC))
+        signers, reasons, notes = _verify_x509(envelope, trust.cas, now or datetime.now(UTC))
     if not signers:
         raise VerificationError(
             f"OMS {envelope.kind} signature did not verify for any trusted signer:\n"
             + "\n".join(f"  {r}" for r in reasons)
         )
-    return Verified(envelope.payload, tuple(signers), envelope.kind)
+    return Verified(envelope.payload, tuple(signers), envelope.kind, tuple(notes))
 
 
 __all__ = [

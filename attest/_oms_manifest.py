@@ -280,7 +280,8 @@ def compare(
 
     Every signed item is checked even under an ignored path; ignoring only excuses files
     that the signature does not cover. Zero-byte files have no shards, so in a sharded
-    signature they are never extra.
+    signature they are never extra here (model_signing's rule); they are still unsigned,
+    so ``attest.oms.require_signs_bundle`` refuses to bind such a signature to a bundle.
     """
     by_path: dict[str, list[Item]] = {}
     for item in signed.items:

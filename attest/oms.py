@@ -21,6 +21,12 @@ Steps of ``verify_oms``:
 
 The signature's own ``ignore_paths`` never excuse a file; only the verifier's list does.
 
+Binding to a bundle (``require_signs_bundle``, called by attest.verify): the bundle digest
+covers every file, so an OMS signature vouches for it only if it signs every file of the
+bundle tree. A file the verifier's ``ignore_paths`` excused, or an empty file left out of
+a sharded signature (model_signing makes no shard for it), is in the bundle but unsigned:
+the binding is refused.
+
 Raises:
     VerificationError: any step fails; ``OmsFileMismatch`` (a VerificationError) when only
         the files disagree, with ``check`` listing missing, extra and mismatched paths.
@@ -68,6 +74,7 @@ __all__ = [
     "OmsFileCheck",
     "OmsFileMismatch",
     "is_oms_signature",
+    "require_signs_bundle",
     "sign_oms",
     "verify_oms",
 ]
@@ -93,12 +100,14 @@ class OmsFileCheck:
 class OmsFileMismatch(VerificationError):  # noqa: N818 - the name is the evidence
     """The signature verified but the model's files do not match it; ``check`` lists how."""
 
-    def __init__(self, check: OmsFileCheck) -> None:
+    def __init__(self, check: OmsFileCheck, message: str | None = None) -> None:
         self.check = check
-        lines = [f"  missing (signed, absent): {p}" for p in check.missing]
-        lines += [f"  extra (present, not signed, not ignored): {p}" for p in check.extra]
-        lines += [f"  mismatched (digest differs): {p}" for p in check.mismatched]
-        super().__init__("model files do not match the OMS signature:\n" + "\n".join(lines))
+        if message is None:
+            lines = [f"  missing (signed, absent): {p}" for p in check.missing]
+            lines += [f"  extra (present, not signed, not ignored): {p}" for p in check.extra]
+            lines += [f"  mismatched (digest differs): {p}" for p in check.mismatched]
+            message = "model files do not match the OMS signature:\n" + "\n".join(lines)
+        super().__init__(message)
 
 
 def _normalize_ignores(ignore_paths: Sequence[str]) -> tuple[str, ...]:
@@ -181,7 +190,39 @@ def verify_oms(
         predicate_type=predicate_type,
         subjects=subjects,
         signers=_dedup(verified.signers),
-        notes=tuple(notes),
+        notes=(*notes, *verified.notes),
+    )
+
+
+def require_signs_bundle(stmt: VerifiedStatement, root: Path, bundle_digest: str) -> None:
+    """Refuse unless the OMS statement ``stmt`` (verified by ``verify_oms`` against ``root``)
+    signs every file of the bundle tree at ``root``, whose digest is ``bundle_digest``.
+
+    Raises:
+        OmsFileMismatch: bundle files the signature does not sign (``check.extra``): files
+            the verifier's ignore_paths excused, or empty files a sharded signature skips.
+        VerificationError: the tree at ``root`` breaks the bundle tree rules.
+    """
+    signed = signed_items(stmt.predicate_type, stmt.statement, stmt.subjects)
+    paths = {item.path for item in signed.items}
+    files, violations = walk_bundle(root)
+    if violations:
+        problem = TreeRuleError(violations)
+        raise VerificationError(f"model tree at {root} is not a bundle: {problem}")
+    unsigned = sorted((f for f in files if f.path not in paths), key=lambda f: f.path)
+    if not unsigned:
+        return
+    shown = [
+        f"{f.path} (empty: a sharded signature has no shard for it)"
+        if signed.shard_size is not None and f.size == 0
+        else f.path
+        for f in unsigned
+    ]
+    verb = "is" if len(unsigned) == 1 else "are"
+    raise OmsFileMismatch(
+        OmsFileCheck((), tuple(f.path for f in unsigned), ()),
+        f"OMS signature verified for {len(paths)} file(s); {', '.join(shown)} {verb} in the "
+        f"bundle but not signed, so the signature does not vouch for bundle {bundle_digest}",
     )
 
 

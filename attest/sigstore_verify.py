@@ -12,8 +12,10 @@ Steps of ``verify_sigstore_bundle``:
 
 1. The bytes are a JSON object whose ``mediaType`` is a known Sigstore bundle type.
 2. sigstore-python parses the bundle (its own invariants) and it holds a DSSE envelope.
-3. For each trusted identity: the chain to the trust root's Fulcio CA, the SCT, the log
-   entry and/or timestamps, the identity policy and the DSSE signature all verify.
+3. For each trusted identity: its identity and issuer are non-empty (sigstore skips the
+   check of an empty one), and the chain to the trust root's Fulcio CA, the SCT, the log
+   entry and/or timestamps, the identity policy and the DSSE signature all verify. One
+   (identity, issuer) counts once, however many names it is trusted under.
 4. At least one identity verified; the payload type is in-toto JSON.
 5. The payload is a strict in-toto Statement v1.
 
@@ -59,11 +61,15 @@ _PRODUCTION_DIR: Final = "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
 
 @dataclass(frozen=True)
 class DsseResult:
-    """A verified DSSE envelope: its payload type, exact payload and the signers that vouched."""
+    """A verified DSSE envelope: its payload type, exact payload and the signers that vouched.
+
+    ``notes`` says which trusted names were not counted again (same identity and issuer).
+    """
 
     payload_type: str
     payload: bytes
     signers: tuple[Signer, ...]
+    notes: tuple[str, ...] = ()
 
 
 def load_trusted_root(path: Path | None) -> TrustedRoot:
@@ -104,6 +110,10 @@ def check_bundle_media_type(data: bytes) -> str:
 
 def _verify_one(bundle: Bundle, identity: TrustedIdentity) -> tuple[str, bytes]:
     """(3): verify ``bundle`` for one identity under its trust root; raise with the reason."""
+    # sigstore's policy.Identity(issuer="") verifies the SAN alone, with no issuer check.
+    for field, value in (("identity", identity.identity), ("issuer", identity.issuer)):
+        if not value.strip():
+            raise VerificationError(f"the trusted identity's {field} is empty; refusing it")
     root = load_trusted_root(identity.trust_root)
     try:
         verifier = Verifier(trusted_root=root)
@@ -134,14 +144,24 @@ def verify_sigstore_dsse(data: bytes, identities: Sequence[TrustedIdentity]) -> 
     # (3): each trusted identity, each under its own trust root.
     reasons: list[str] = []
     signers: list[Signer] = []
+    notes: list[str] = []
+    counted: dict[tuple[str, str], str] = {}  # (identity, issuer) -> the name it counted as
     verified: tuple[str, bytes] | None = None
     for identity in identities:
+        same = counted.get((identity.identity, identity.issuer))
+        if same is not None:
+            if same != identity.name:
+                notes.append(
+                    f"{identity.name}: same identity and issuer as {same}, already counted"
+                )
+            continue
         try:
             result = _verify_one(bundle, identity)
         except VerificationError as exc:
             reasons.append(f"{identity.name} ({identity.identity}, {identity.issuer}): {exc}")
             continue
         verified = result
+        counted[(identity.identity, identity.issuer)] = identity.name
         if all(s.name != identity.name for s in signers):
             signers.append(
                 Signer(identity.name, "sigstore", f"{identity.identity} ({identity.issuer})")
@@ -157,7 +177,7 @@ def verify_sigstore_dsse(data: bytes, identities: Sequence[TrustedIdentity]) -> 
         raise VerificationError(
             f"DSSE payload type is {payload_type!r}, expected {IN_TOTO_PAYLOAD_TYPE!r}"
         )
-    return DsseResult(payload_type, payload, tuple(signers))
+    return DsseResult(payload_type, payload, tuple(signers), tuple(notes))
 
 
 def verify_sigstore_bundle(data: bytes, trust: TrustSet) -> VerifiedStatement:
@@ -176,4 +196,5 @@ def verify_sigstore_bundle(data: bytes, trust: TrustSet) -> VerifiedStatement:
         predicate_type=predicate_type,
         subjects=subjects,
         signers=result.signers,
+        notes=result.notes,
     )

@@ -10,7 +10,7 @@ strict pydantic models that forbid unknown fields and type coercion. Every failu
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -118,14 +118,23 @@ class BundleSpec(_Strict):
         return value
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate mapping keys."""
+if TYPE_CHECKING:
+    _SafeBase = yaml.SafeLoader
+else:  # libyaml's parser: linear in depth, iterative, and it caps nesting at 1000 levels
+    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(None, None, "YAML aliases are not allowed", mark)
-        return super().compose_node(parent, index)
+
+def _refuse_aliases(text: str, source: str) -> None:
+    """An event pass before anything is built: an alias (entity-expansion blow-up) raises."""
+    for event in yaml.parse(text, Loader=_SafeBase):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise SpecError(f"{source}: invalid YAML: {where}YAML aliases are not allowed")
+
+
+class _StrictLoader(_SafeBase):
+    """A safe loader that refuses duplicate mapping keys (aliases: ``_refuse_aliases``)."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
@@ -151,16 +160,13 @@ def load_spec(
     except UnicodeDecodeError as exc:
         raise SpecError(f"{source}: not valid UTF-8 (byte {exc.start})") from exc
     # (2) YAML without aliases or duplicate keys
-    loader = _StrictLoader(text)
-    loader.name = source
     try:
-        document = loader.get_single_data()
+        _refuse_aliases(text, source)
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: invalid YAML: {exc}") from exc
-    except RecursionError as exc:
+        raise SpecError(f"{source}: invalid YAML: {_yaml_problem(exc)}") from exc
+    except RecursionError as exc:  # the pure-Python parser recurses once per level
         raise SpecError(f"{source}: nested too deeply") from exc
-    finally:
-        loader.dispose()
     if not isinstance(document, dict):
         raise SpecError(f"{source}: must be a mapping of fields, got {type(document).__name__}")
     # (3) the schema; every error names its field
@@ -169,6 +175,14 @@ def load_spec(
     except ValidationError as exc:
         lines = [f"{source}: {_loc(err['loc'])}: {_message(err)}" for err in exc.errors()]
         raise SpecError("\n".join(lines)) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line L, column C: problem`` from a YAML error, one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}".replace("\n", " ")
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

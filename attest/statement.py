@@ -18,6 +18,7 @@ Raises:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -84,6 +85,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 overflows to inf
+        raise ValueError(f"non-finite number {text} is not JSON")
+    return value
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for key, value in pairs:
@@ -94,10 +102,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def strict_json_loads(data: bytes, what: str) -> Any:
-    """Parse UTF-8 JSON without duplicate keys or NaN; VerificationError names ``what``."""
+    """Parse UTF-8 JSON without duplicate keys or non-finite numbers (NaN, 1e400).
+
+    Raises VerificationError naming ``what``.
+    """
     try:
         text = data.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+        )
     except UnicodeDecodeError:
         raise VerificationError(f"{what} is not UTF-8") from None
     except (ValueError, RecursionError) as exc:

@@ -99,13 +99,16 @@ def verify_attestation(
 ) -> VerifiedStatement:
     """Verify one attestation of any kind against ``trust`` and bind it to a bundle.
 
-    For ``oms`` the bundle's materialized tree ``root`` is required; the returned
-    statement carries the note ``OMS_TREE_NOTE + bundle_digest``.
+    For ``oms`` the bundle's materialized tree ``root`` is required. ``ignore_paths``
+    excuse files from the OMS file check only; the signature binds to ``bundle_digest``
+    (the returned statement carries the note ``OMS_TREE_NOTE + bundle_digest``) only if it
+    signs every bundle file, so an ignored path may only name files outside the bundle.
 
     Raises:
         UnknownSignatureFormat: the kind cannot be told.
         SubjectMismatch: a DSSE or Sigstore statement is about another bundle.
-        VerificationError: no trusted signer, a bad signature, a file mismatch (OMS).
+        VerificationError: no trusted signer, a bad signature, a file mismatch (OMS), a
+            bundle file an OMS signature does not sign (``OmsFileMismatch``).
     """
     # (1): the kind, from the content.
     kind = detect_kind(data)
@@ -126,10 +129,12 @@ def verify_attestation(
             raise VerificationError(
                 "an OMS signature is verified against the bundle's files; no tree was given"
             )
-        from attest.oms import verify_oms
+        from attest.oms import require_signs_bundle, verify_oms
 
         stmt = verify_oms(data, root, trust, ignore_paths)
-        # (4, oms): verify_oms mapped every signed file onto the tree at ``root``.
+        # (4, oms): verify_oms mapped every signed file onto the tree at ``root``, and the
+        # digest covers every bundle file: each must be signed, none merely ignored.
+        require_signs_bundle(stmt, root, bundle_digest)
         return replace(stmt, notes=(*stmt.notes, f"{OMS_TREE_NOTE}{bundle_digest}"))
     # (4): the statement must be about this bundle.
     from attest.statement import require_subject

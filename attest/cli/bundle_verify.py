@@ -3,6 +3,10 @@
 Builds the bundle (its digest), scans it, verifies every signature with attest.verify and
 decides with attest.policy.evaluate — the same evaluator the registry and the loader use.
 Exit 0 verified; 1 not verified (every reason printed); 2 usage.
+
+``--ignore-path`` excuses files from an OMS signature's file check only. A bundle file is
+always scanned, and an OMS signature vouches for the bundle only if it signs every bundle
+file, so an ignored bundle file makes the signature's binding fail, with that reason.
 """
 
 from __future__ import annotations
@@ -110,7 +114,10 @@ def _print_human(
         for note in stmt.notes:
             console.print(f"  note: {note}", markup=False)
     for path in ignored:
-        console.print(f"ignored: {path} (--ignore-path: not scanned)", markup=False)
+        console.print(
+            f"ignore path: {path} is a bundle file: scanned, and an OMS signature must sign it",
+            markup=False,
+        )
     for check in decision.checks:
         mark = "ok  " if check.passed else "FAIL"
         console.print(f"  {mark} {check.name}: {check.message}", markup=False)
@@ -169,16 +176,18 @@ def verify(
             extra = _flag_trust(public_key, certificate_chain, identity, issuer, trust_root)
             policy = Policy(version=1, trust_registered_signers=True, required_predicate_types=[])
             trust = TrustSet()
-        # (2): the bundle digest, and (3) the content scan (ignored paths are not scanned).
+        # (2): the bundle digest, and (3) the content scan of every bundle file.
         built = build_bundle(directory)
         report = scan_tree(directory, policy_scan_limits(policy))
     except AttestError as exc:
         fail(str(exc))
     digest = built.manifest.digest
-    findings = [f for f in report.findings if not _ignored(f.path, ignore_paths)]
-    ignored = sorted(
-        layer.path for layer in built.manifest.layers if _ignored(layer.path, ignore_paths)
-    )
+    bundle_paths = {layer.path for layer in built.manifest.layers}
+    # an ignore path excuses only what is outside the bundle; a bundle file's findings count
+    findings = [
+        f for f in report.findings if f.path in bundle_paths or not _ignored(f.path, ignore_paths)
+    ]
+    ignored = sorted(p for p in bundle_paths if _ignored(p, ignore_paths))
     # (4): every signature verified and bound to this bundle, or rejected with its reason.
     verified: list[tuple[str, VerifiedStatement]] = []
     rejected: list[str] = []

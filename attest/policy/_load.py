@@ -1,6 +1,7 @@
 """Read a policy document and turn its signers into a TrustSet.
 
-``load_policy`` parses bounded YAML (safe loader, duplicate keys refused), validates it
+``load_policy`` parses bounded YAML (safe loader, libyaml's where available, duplicate keys
+refused, nesting bounded), validates it
 against attest.policy._model and, when it knows the policy's directory, loads every key,
 certificate and trust root it names, so that a policy with a broken reference never loads.
 Every error is a ``PolicyError`` whose message names the source and the field:
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from cryptography import x509
@@ -30,11 +31,17 @@ MAX_POLICY_BYTES = 1 << 20  # a policy is a few KiB; anything near a MiB is not 
 MAX_REFERENCED_FILE_BYTES = 16 << 20  # a PEM bundle or a trusted_root.json
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate mapping keys (the last one would win silently)."""
+if TYPE_CHECKING:
+    _SafeBase = yaml.SafeLoader
+else:  # libyaml's parser: fast, iterative, and it caps nesting at 1000 levels
+    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
+class _UniqueKeyLoader(_SafeBase):
+    """A safe loader that refuses duplicate mapping keys (the last one would win silently)."""
+
+
+def _construct_mapping(loader: _SafeBase, node: yaml.MappingNode) -> dict[Hashable, Any]:
     seen: set[Hashable] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
@@ -113,6 +120,8 @@ def load_policy(
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise PolicyError(f"{source}: {where}not valid YAML: {problem}") from exc
+    except RecursionError as exc:  # the pure-Python parser recurses once per level
+        raise PolicyError(f"{source}: not valid YAML: nested too deeply") from exc
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: the document must be a mapping with version: 1")
     try:

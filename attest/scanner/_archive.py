@@ -2,8 +2,9 @@
 
 A zip is found by its local-header magic at offset 0 or by an end-of-central-directory
 record in the last 64 KiB (so a zip appended to another file is found too). The central
-directory is bounded before ``zipfile`` reads it; each member contributes at most
-``ScanLimits.probe_bytes`` decompressed bytes, which is all the member checks look at.
+directory is bounded before ``zipfile`` reads it; each member contributes
+``ScanLimits.probe_bytes`` decompressed bytes to the member checks, and more (up to
+``ScanLimits.max_pickle_walk``) only when the pickle opcode walk over them ran out cleanly.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from attest.scanner._magic import (
     npy_descr,
 )
 from attest.scanner._model import Finding, ScanLimits
-from attest.scanner._pickle import probe_pickle
+from attest.scanner._pickle import probe_pickle, probe_pickle_stream
 
 EOCD = b"PK\x05\x06"
 ZIP64_RECORD = b"PK\x06\x06"
@@ -130,6 +131,15 @@ def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
     verdict = member_verdict(data, truncated=truncated, limits=limits)
     if verdict is not None:
         return verdict
+    if truncated:  # the probe ran out: walk on through the member, up to the limit
+        try:
+            with archive.open(info) as member:
+                probe = probe_pickle_stream(data, member, limits.max_pickle_walk)
+        except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError,
+                ValueError, zlib.error, lzma.LZMAError) as exc:
+            return "scan.unknown", f"cannot be read: {exc}"
+        if probe is not None:
+            return "scan.zip-pickle", probe.describe()
     if name.endswith(PICKLE_NAMES):
         return "scan.zip-pickle", "named like a pickle"
     if name.endswith(PYTHON_NAMES):

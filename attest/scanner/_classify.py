@@ -31,7 +31,7 @@ from attest.scanner._magic import (
     npy_descr,
 )
 from attest.scanner._model import FileReport, Finding, ScanLimits
-from attest.scanner._pickle import probe_pickle
+from attest.scanner._pickle import probe_pickle, probe_pickle_stream
 from attest.scanner._safetensors import check_safetensors
 
 SPEC_NAME = "modelward.yaml"
@@ -116,6 +116,9 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
         return "tar archive", [Finding(path, "scan.unknown", "tar archive is not on the "
                                        "allow-list")]
     probe = probe_pickle(prefix, truncated=truncated)
+    if probe is None and truncated:  # a first argument longer than the prefix hides the rest
+        stream.seek(0)
+        probe = probe_pickle_stream(prefix, stream, limits.max_pickle_walk)
     if probe is not None:
         rule = "scan.joblib" if probe.joblib else "scan.pickle"
         found = [Finding(path, rule, probe.describe())]

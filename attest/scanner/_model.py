@@ -34,11 +34,12 @@ class ScanLimits:
     probe_bytes: int = 64 * 2**10
     max_zip_members: int = 100_000
     max_zip_directory: int = 64 * 2**20
+    max_pickle_walk: int = 64 * 2**20
 
     def __post_init__(self) -> None:
         for name in ("max_safetensors_header", "max_json_bytes", "max_text_bytes",
                      "max_spec_bytes", "max_sentencepiece_bytes", "probe_bytes",
-                     "max_zip_members", "max_zip_directory"):
+                     "max_zip_members", "max_zip_directory", "max_pickle_walk"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScanLimits.{name} must be positive")
         if isinstance(self.allow_globs, str):

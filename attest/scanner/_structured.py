@@ -1,8 +1,9 @@
 """Text-like formats: JSON configs, the bundle spec, sentencepiece protos, text and code.
 
 Nothing here renders, imports or evaluates what it reads: JSON is parsed as data, YAML with
-``yaml.safe_load`` after an event pass that refuses anchors and aliases, protobuf by its
-wire format alone, and code is recognized by heuristics to be rejected.
+a safe loader (libyaml's where available: linear in depth, nesting capped) after an event
+pass that refuses anchors and aliases, protobuf by its wire format alone, and code is
+recognized by heuristics to be rejected.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,6 +27,10 @@ PY_LINE = re.compile(
 )
 SHEBANG_PYTHON = re.compile(rb"^#![^\n]*python")
 TIKTOKEN_LINE = re.compile(r"^[A-Za-z0-9+/]+=* \d+$")
+if TYPE_CHECKING:
+    _SafeBase = yaml.SafeLoader
+else:  # libyaml: the pure-Python parser is quadratic in nesting depth
+    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_WALK = 20_000_000
 MAX_REFS = 10
 CODE_WINDOW = 256 * 2**10
@@ -89,12 +95,12 @@ def _walk(document: object) -> Iterator[tuple[str, object]]:
 # --- modelward.yaml ---------------------------------------------------------------------
 
 def check_yaml(path: str, text: str) -> list[Finding]:
-    """A bundle spec parses with ``yaml.safe_load`` into a mapping, without anchors/aliases."""
+    """A bundle spec parses with a safe loader into a mapping, without anchors/aliases."""
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=_SafeBase):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 return [Finding(path, "scan.yaml", "YAML anchors and aliases are not allowed")]
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_SafeBase)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         return [Finding(path, "scan.yaml", f"not safe YAML: {exc}".replace("\n", " "))]
     except RecursionError:

@@ -135,35 +135,64 @@ def test_usage_errors_exit_2(signed, extra, message):
     assert message in result.stderr
 
 
+def _oms_fixture(shared_fixtures: Path, tmp_path: Path, kind: str) -> Path:
+    """A writable copy of an OMS fixture model; ``ignore-me`` (not signed) left out."""
+    model = tmp_path / kind
+    shutil.copytree(shared_fixtures / "oms" / kind, model)
+    model.chmod(0o755)
+    for path in model.iterdir():
+        path.chmod(0o644)
+    (model / "ignore-me").unlink()
+    return model
+
+
 def test_oms_fixture_with_public_key(shared_fixtures, tmp_path):
-    model = tmp_path / "model"
-    shutil.copytree(shared_fixtures / "oms" / "v1.1.0-elliptic-key", model)
+    model = _oms_fixture(shared_fixtures, tmp_path, "v1.1.0-elliptic-key")
     key = shared_fixtures / "oms" / "keys" / "signing-key-pub.pem"
-    args = ("--signature", model / "model.sig", "--public-key", key, "--ignore-path", "ignore-me")
+    args = ("--signature", model / "model.sig", "--public-key", key)
     result = _run(model, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "oms, https://model_signing/signature/v1.0" in result.stdout
-    # Without --ignore-path the unsigned file is reported.
-    result = _run(model, "--signature", model / "model.sig", "--public-key", key)
+    # A file added outside the signature is reported.
+    (model / "ignore-me").write_bytes(b"")
+    result = _run(model, *args)
     assert result.returncode == 1
-    assert "ignore-me" in result.stderr
+    assert "extra (present, not signed, not ignored): ignore-me" in result.stderr
+    # --ignore-path excuses it from the OMS file check, yet it is a bundle file that no
+    # signature covers: the signature verifies but does not vouch for this bundle.
+    result = _run(model, *args, "--ignore-path", "ignore-me")
+    assert result.returncode == 1
+    assert "OMS signature verified for 2 file(s); ignore-me is in the bundle but not signed, " \
+        "so the signature does not vouch for bundle sha256:" in result.stderr
+    assert "ignore path: ignore-me is a bundle file" in result.stdout
+    (model / "ignore-me").unlink()
     # One byte changed in a signed file.
-    (model / "signme-1").chmod(0o644)
     (model / "signme-1").write_bytes(b"tampered!")
     result = _run(model, *args)
     assert result.returncode == 1
-    assert "signme-1" in result.stderr
+    assert "mismatched (digest differs): signme-1" in result.stderr
 
 
-def test_oms_fixture_with_certificate_chain(shared_fixtures):
-    model = shared_fixtures / "oms" / "v1.1.0-certificate"
+def test_oms_fixture_with_certificate_chain(shared_fixtures, tmp_path):
+    model = _oms_fixture(shared_fixtures, tmp_path, "v1.1.0-certificate")
     keys = shared_fixtures / "oms" / "keys"
     result = _run(
-        model, "--signature", model / "model.sig", "--ignore-path", "ignore-me",
+        model, "--signature", model / "model.sig",
         "--certificate-chain", keys / "ca-cert.pem",
         "--certificate-chain", keys / "int-ca-cert.pem",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified: signed by ca-cert.pem" in result.stdout
+
+
+def test_ignore_path_does_not_hide_scan_findings_of_bundle_files(signed):
+    """--ignore-path names a file an OMS signature leaves out; it never unscans a bundle file."""
+    (signed["bundle"] / "evil.pkl").write_bytes(b"cos\nsystem\n(S'true'\ntR.")
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
+                  signed["alice"], "--ignore-path", "evil.pkl")  # fmt: skip
+    assert result.returncode == 1
+    assert "evil.pkl" in result.stderr
+    assert "scan.pickle" in result.stderr
 
 
 def test_sigstore_identity_flags_verify_offline_then_bind(shared_fixtures, signed):

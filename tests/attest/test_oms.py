@@ -530,5 +530,5 @@ def test_is_oms_signature_routes_by_content(shared_fixtures: Path, model: Path) 
 def test_public_surface() -> None:
     assert sorted(oms.__all__) == [
         "OMS_SIGNATURE_FILENAME", "OmsFileCheck", "OmsFileMismatch", "is_oms_signature",
-        "sign_oms", "verify_oms",
+        "require_signs_bundle", "sign_oms", "verify_oms",
     ]

@@ -260,3 +260,17 @@ def test_scan_blob_is_total(name: str, magic: bytes, tail: bytes) -> None:
     data = magic + tail
     report = scan_blob(name, io.BytesIO(data), len(data))
     assert all(f.path == name and f.rule.startswith("scan.") for f in report.findings)
+
+
+def test_pickle_walk_past_the_probe_is_bounded_by_max_pickle_walk(tmp_path: Path) -> None:
+    """A bare pickle behind a first string longer than the probe is found by walking on;
+    the walk stops at ScanLimits.max_pickle_walk, and what it could not reach stays text."""
+    data = b"S'" + b"a" * 100_000 + b"'\n0cos\nsystem\n(S'true'\ntR."
+    found = scan_blob("notes.txt", io.BytesIO(data), len(data))
+    assert [f.rule for f in found.findings] == ["scan.pickle"]
+    assert "posix.system" in found.findings[0].reason or "os.system" in found.findings[0].reason
+    bounded = scan_blob("notes.txt", io.BytesIO(data), len(data),
+                        ScanLimits(max_pickle_walk=50_000))
+    assert bounded.kind == "text"
+    with pytest.raises(ValueError, match="max_pickle_walk"):
+        ScanLimits(max_pickle_walk=0)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 import attest.verify
-from attest.dsse import sign_envelope
+from attest.dsse import pae, sign_envelope
 from attest.errors import SubjectMismatch, UnknownSignatureFormat, VerificationError
 from attest.keys import generate_private_key, trusted_key
+from attest.oms import OmsFileMismatch, verify_oms
 from attest.policy import OMS_TREE_NOTE, trusted_public_key
 from attest.statement import PredicateType, make_statement
 from attest.trust import TrustedIdentity, TrustSet
@@ -149,17 +153,94 @@ def test_oms_needs_the_tree(shared_fixtures):
         verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST)
 
 
-def test_oms_verified_against_tree_carries_binding_note(shared_fixtures):
-    root = shared_fixtures / "oms" / "v1.1.0-elliptic-key"
+def _fixture_copy(shared_fixtures: Path, tmp_path: Path, *, keep_ignored: bool) -> Path:
+    root = tmp_path / "model"
+    root.mkdir()
+    for name in ("model.sig", "signme-1", "signme-2", *(("ignore-me",) if keep_ignored else ())):
+        (root / name).write_bytes((shared_fixtures / "oms" / "v1.1.0-elliptic-key" / name)
+                                  .read_bytes())
+    return root
+
+
+def test_oms_verified_against_tree_carries_binding_note(shared_fixtures, tmp_path):
+    root = _fixture_copy(shared_fixtures, tmp_path, keep_ignored=False)
     stmt = verify_attestation(
         (root / "model.sig").read_bytes(),
         _oms_trust(shared_fixtures),
         bundle_digest=DIGEST,
         root=root,
-        ignore_paths=["ignore-me"],
     )
     assert stmt.kind == "oms"
     assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
+
+
+def test_oms_ignored_bundle_file_does_not_bind(shared_fixtures, tmp_path):
+    """ignore_paths excuse ignore-me from the OMS file check (verify_oms passes), but the
+    bundle digest covers it: the signature vouches for no bundle holding an unsigned file."""
+    root = _fixture_copy(shared_fixtures, tmp_path, keep_ignored=True)
+    data = (root / "model.sig").read_bytes()
+    stmt = verify_oms(data, root, _oms_trust(shared_fixtures), ["ignore-me"])
+    assert "2 file(s) match: signme-1, signme-2" in stmt.notes[0]
+    with pytest.raises(OmsFileMismatch, match=f"ignore-me is in the bundle but not signed, so "
+                       f"the signature does not vouch for bundle {DIGEST}") as info:
+        verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST, root=root,
+                           ignore_paths=["ignore-me"])
+    assert info.value.check.extra == ("ignore-me",)
+    # an ignore path outside the bundle (nothing there) excuses nothing and binds as usual
+    (root / "ignore-me").unlink()
+    stmt = verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST,
+                              root=root, ignore_paths=["ignore-me"])
+    assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
+
+
+def _sharded_oms(key: ec.EllipticCurvePrivateKey, root: Path, shard_size: int) -> bytes:
+    """An OMS v1.0 shards signature over every non-empty file, as model_signing makes it."""
+    resources = []
+    for path in sorted(p for p in root.iterdir() if p.stat().st_size):
+        data = path.read_bytes()
+        for start in range(0, len(data), shard_size):
+            end = min(start + shard_size, len(data))
+            resources.append({"name": f"{path.name}:{start}:{end}",
+                              "algorithm": f"sha256-sharded-{shard_size}",
+                              "digest": hashlib.sha256(data[start:end]).hexdigest()})
+    digest = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources))
+    payload = json.dumps({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "m", "digest": {"sha256": digest.hexdigest()}}],
+        "predicateType": "https://model_signing/signature/v1.0",
+        "predicate": {"serialization": {"method": "shards", "hash_type": "sha256",
+                                        "shard_size": shard_size, "allow_symlinks": False,
+                                        "ignore_paths": []},
+                      "resources": resources},
+    }).encode()
+    sig = key.sign(pae("application/vnd.in-toto+json", payload), ec.ECDSA(hashes.SHA256()))
+    return json.dumps({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": ""}, "tlogEntries": []},
+        "dsseEnvelope": {"payload": base64.b64encode(payload).decode(),
+                         "payloadType": "application/vnd.in-toto+json",
+                         "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}]},
+    }).encode()
+
+
+def test_oms_sharded_signature_does_not_bind_an_unsigned_empty_file(tmp_path):
+    """model_signing makes no shard for an empty file, so verify_oms accepts one present,
+    but it is an unsigned bundle file: the binding to the bundle digest is refused."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    trust = TrustSet(keys=(trusted_public_key("k", key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), "k"),))
+    root = tmp_path / "model"
+    root.mkdir()
+    (root / "w.bin").write_bytes(bytes(range(256)) * 5)
+    data = _sharded_oms(key, root, 512)
+    assert f"{OMS_TREE_NOTE}{DIGEST}" in verify_attestation(
+        data, trust, bundle_digest=DIGEST, root=root).notes
+    (root / "chat_template.jinja").write_bytes(b"")
+    verify_oms(data, root, trust)  # the OMS check itself: an empty file is never extra
+    with pytest.raises(OmsFileMismatch, match=r"chat_template\.jinja \(empty: a sharded "
+                       r"signature has no shard for it\) is in the bundle but not signed") as info:
+        verify_attestation(data, trust, bundle_digest=DIGEST, root=root)
+    assert info.value.check.extra == ("chat_template.jinja",)
 
 
 def test_oms_predicate_in_plain_dsse_is_not_oms(key):
