@@ -1,0 +1,384 @@
+"""Client-side registry commands on ``modelward``.
+
+login, push, alias get|set|history|rollback, bundle show, approve, quarantine, audit log|verify,
+repo create, key register|list|revoke. Each builds one ``RegistryClient`` from the config file
+(``MODELWARD_URL``/``MODELWARD_TOKEN`` override it) and prints the server's refusal (code,
+message, detail) with exit 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attest.cli._apps import bundle_app, key_app
+from attest.cli._common import console, err_console, fail, show_progress
+from registry._client_config import cache_dir, parse_reference, resolve_settings, save_login
+from registry.client import (
+    APIError,
+    Conflict,
+    RegistryClient,
+    RegistryClientError,
+    TransferOptions,
+    Unauthorized,
+)
+
+__all__ = ["register_client"]
+
+alias_app = typer.Typer(
+    name="alias", help="Read and move aliases (REPO@ALIAS).", no_args_is_help=True
+)
+audit_app = typer.Typer(name="audit", help="Read and verify the audit log.", no_args_is_help=True)
+repo_app = typer.Typer(name="repo", help="Manage repositories.", no_args_is_help=True)
+
+
+def _client(workers: int = 4) -> RegistryClient:
+    settings = resolve_settings()
+    options = TransferOptions(workers=workers, state_dir=cache_dir())
+    return RegistryClient(settings.url, settings.token, options=options)
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Turn client errors into ``error: ...`` on stderr and exit 1."""
+    try:
+        yield
+    except Conflict as exc:
+        fail(str(exc), hint=f"the alias is now {json.dumps(exc.current)}; read it and retry")
+    except Unauthorized as exc:
+        fail(str(exc), hint="check the token: `modelward login URL --token T`")
+    except APIError as exc:
+        fail(str(exc))
+    except RegistryClientError as exc:
+        fail(str(exc))
+
+
+def _print_json(value: Any) -> None:
+    console.print_json(json.dumps(value, default=str))
+
+
+# -- login / push --------------------------------------------------------------------------
+def login(
+    url: Annotated[str, typer.Argument(help="Registry URL, e.g. http://127.0.0.1:8700")],
+    token: Annotated[str, typer.Option("--token", help="API token", prompt=True, hide_input=True)],
+    check: Annotated[bool, typer.Option(help="Ask the registry who the token is first")] = True,
+) -> None:
+    """Save URL and token to the per-user config file (mode 0600)."""
+    if check:
+        with _reported(), RegistryClient(url, token) as client:
+            who = client.whoami()
+        console.print(f"logged in as {who.get('principal')} ({who.get('role')})")
+    path = save_login(url, token)
+    console.print(f"saved {path}")
+
+
+def _key_signer(
+    key: Path, directory: Path, passphrase_env: str | None
+) -> Callable[[Any], Sequence[bytes]]:
+    """Sign SLSA provenance about the built bundle, as ``modelward bundle sign --key`` does."""
+    from attest.cli.keys import passphrase_from_env
+    from attest.dsse import sign_envelope
+    from attest.keys import load_private_key
+
+    # the key first: a wrong passphrase fails before hashing gigabytes
+    private = load_private_key(key, passphrase_from_env(passphrase_env))
+    started = datetime.now(UTC)
+
+    def sign(built: Any) -> Sequence[bytes]:
+        from attest.provenance import make_provenance
+        from attest.statement import PredicateType, make_statement
+
+        predicate = make_provenance(
+            started_on=started,
+            finished_on=datetime.now(UTC),
+            serving=_serving_inputs(directory, built),
+        )
+        subject = directory.resolve().name or "bundle"
+        payload = make_statement(
+            subject, built.manifest.digest, PredicateType.PROVENANCE, predicate
+        )
+        return [sign_envelope(payload, [private])]
+
+    return sign
+
+
+def _serving_inputs(directory: Path, built: Any) -> dict[str, Any] | None:
+    """The bundle spec (modelward.yaml) exactly as hashed into the manifest, or None."""
+    import hashlib
+
+    from attest.errors import DigestMismatch
+    from attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
+
+    try:
+        layer = built.manifest.layer(SPEC_FILENAME)
+    except KeyError:
+        return None
+    with (directory / SPEC_FILENAME).open("rb") as fh:
+        data = fh.read(MAX_SPEC_BYTES + 1)
+    actual = "sha256:" + hashlib.sha256(data).hexdigest()
+    if actual != layer.digest:
+        raise DigestMismatch(SPEC_FILENAME, layer.digest, actual)
+    spec = load_spec(data, source=str(directory / SPEC_FILENAME))
+    dumped: dict[str, Any] = spec.model_dump(mode="json", exclude={"probes"})
+    return dumped
+
+
+def push(
+    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="Bundle dir")],
+    repo: Annotated[str, typer.Argument(help="ORG/NAME")],
+    *,
+    alias: Annotated[str | None, typer.Option(help="Move this alias to the pushed bundle")] = None,
+    attestation: Annotated[
+        list[Path] | None, typer.Option(help="Attestation file to attach (repeatable)")
+    ] = None,
+    sign: Annotated[bool, typer.Option(help="Sign a provenance statement with --key")] = False,
+    key: Annotated[Path | None, typer.Option(help="Private key for --sign")] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="Reason recorded with the alias move")] = None,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Parallel uploads")] = 4,
+) -> None:
+    """Upload missing blobs, then the manifest and attestations, then move the alias."""
+    if sign and key is None:
+        fail("--sign needs --key PRIVATE_KEY", code=2)
+    attestations = [p.read_bytes() for p in attestation or []]
+    signer = _key_signer(key, directory, passphrase_env) if sign and key is not None else None
+    with _reported(), _client(workers) as client:
+        if show_progress():
+            result = _push_with_bar(
+                client,
+                directory,
+                repo,
+                alias=alias,
+                attestations=attestations,
+                sign=signer,
+                reason=reason,
+            )
+        else:
+            result = client.push(
+                directory, repo, alias=alias, attestations=attestations, sign=signer, reason=reason
+            )
+    console.print(f"pushed {repo}@{result.digest}")
+    console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present")
+    if result.alias is not None:
+        console.print(
+            f"{repo}@{result.alias['alias']} -> {result.digest} (v{result.alias['version']})"
+        )
+
+
+def _push_with_bar(client: RegistryClient, directory: Path, repo: str, **kwargs: Any) -> Any:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task("uploading", total=None)
+        return client.push(
+            directory,
+            repo,
+            progress=lambda n: bar.advance(task, n),
+            on_total=lambda total: bar.update(task, total=total),
+            **kwargs,
+        )
+
+
+# -- aliases -------------------------------------------------------------------------------
+@alias_app.command("get")
+def alias_get(ref: Annotated[str, typer.Argument(help="REPO@ALIAS")]) -> None:
+    """Show the digest and version an alias points at."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="alias")
+        _print_json(client.get_alias(r.repo, str(r.alias)))
+
+
+@alias_app.command("set")
+def alias_set(
+    ref: Annotated[str, typer.Argument(help="REPO@ALIAS")],
+    digest: Annotated[str, typer.Argument(help="sha256:<hex>")],
+    reason: Annotated[str | None, typer.Option(help="Recorded in the history")] = None,
+    expected_version: Annotated[
+        int | None, typer.Option(help="Compare-and-swap on this version (default: read it now)")
+    ] = None,
+) -> None:
+    """Move an alias to a digest (compare-and-swap on its version)."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="alias")
+        d = parse_reference(f"{r.repo}@{digest}", require="digest").digest
+        _print_json(
+            client.set_alias(
+                r.repo, str(r.alias), str(d), expected_version=expected_version, reason=reason
+            )
+        )
+
+
+@alias_app.command("history")
+def alias_history(ref: Annotated[str, typer.Argument(help="REPO@ALIAS")]) -> None:
+    """Every move of an alias: version, from -> to, who, when, why, rollback."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="alias")
+        _print_json(client.alias_history(r.repo, str(r.alias)))
+
+
+@alias_app.command("rollback")
+def alias_rollback(
+    ref: Annotated[str, typer.Argument(help="REPO@ALIAS")],
+    digest: Annotated[str | None, typer.Argument(help="Earlier digest (default: previous)")] = None,
+    reason: Annotated[str | None, typer.Option(help="Recorded in the history")] = None,
+) -> None:
+    """Set an alias back to an earlier digest, recorded as a rollback."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="alias")
+        d = parse_reference(f"{r.repo}@{digest}", require="digest").digest if digest else None
+        _print_json(client.rollback(r.repo, str(r.alias), d, reason=reason))
+
+
+# -- bundles, approvals, quarantine --------------------------------------------------------
+def bundle_show(
+    ref: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>")],
+) -> None:
+    """Show a bundle: digest, quarantine/tombstone state, manifest, attestations."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref)
+        digest = client.resolve(r)
+        record = dict(client.get_bundle(r.repo, digest))
+        manifest_b64 = record.pop("manifest", None)
+        if isinstance(manifest_b64, str):
+            import base64
+
+            record["manifest"] = json.loads(base64.b64decode(manifest_b64))
+        record["attestations"] = [
+            {k: v for k, v in a.items() if k != "data"}
+            for a in client.list_attestations(r.repo, digest)
+        ]
+        _print_json(record)
+
+
+def approve(
+    ref: Annotated[str, typer.Argument(help="REPO@sha256:<hex>")],
+    alias: Annotated[str, typer.Option(help="The alias this approval is for")],
+) -> None:
+    """Approve a bundle for a protected alias (reviewers; not the publisher)."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="digest")
+        _print_json(client.approve(r.repo, str(r.digest), alias))
+
+
+def quarantine(
+    ref: Annotated[str, typer.Argument(help="REPO@sha256:<hex>")],
+    reason: Annotated[str, typer.Option(help="Why (recorded and shown to loaders)")],
+) -> None:
+    """Quarantine a bundle: unloadable everywhere, unassignable to aliases."""
+    with _reported(), _client() as client:
+        r = parse_reference(ref, require="digest")
+        _print_json(client.quarantine(r.repo, str(r.digest), reason))
+
+
+# -- audit ---------------------------------------------------------------------------------
+@audit_app.command("log")
+def audit_log(
+    after: Annotated[int, typer.Option(min=0, help="Events after this sequence number")] = 0,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many events")] = 100,
+) -> None:
+    """Print audit events as JSON lines."""
+    with _reported(), _client() as client:
+        answer = client.audit(after=after, limit=limit)
+    for event in answer.get("events", []):
+        console.print(json.dumps(event, sort_keys=True), markup=False)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    database_url: Annotated[
+        str | None, typer.Option(help="Read the events straight from this database")
+    ] = None,
+) -> None:
+    """Recompute the audit hash chain; name the first broken link (exit 1)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from registry._client_audit import events_from_api, events_from_database
+    from registry.audit_chain import BrokenChain, verify_chain
+
+    try:
+        if database_url:
+            count = verify_chain(events_from_database(database_url))
+        else:
+            with _reported(), _client() as client:
+                count = verify_chain(events_from_api(client))
+    except BrokenChain as exc:
+        fail(str(exc))
+    except (ValueError, TypeError) as exc:
+        fail(f"unreadable audit event: {exc}")
+    except SQLAlchemyError as exc:
+        fail(f"cannot read the audit log from the database: {exc.__class__.__name__}: {exc}")
+    console.print(f"audit chain ok: {count} events verified")
+
+
+# -- repositories and keys -----------------------------------------------------------------
+@repo_app.command("create")
+def repo_create(
+    name: Annotated[str, typer.Argument(help="ORG/NAME")],
+    policy: Annotated[Path | None, typer.Option(exists=True, dir_okay=False)] = None,
+) -> None:
+    """Create a repository (optionally with its own policy file)."""
+    text = policy.read_text(encoding="utf-8") if policy else None
+    with _reported(), _client() as client:
+        _print_json(client.create_repo(name, text))
+
+
+@repo_app.command("add-publisher")
+def repo_add_publisher(
+    name: Annotated[str, typer.Argument(help="ORG/NAME")],
+    principal: Annotated[str, typer.Argument(help="The principal who may publish to it")],
+) -> None:
+    """Let a principal publish to a repository (admins only)."""
+    with _reported(), _client() as client:
+        _print_json(client.add_publisher(name, principal))
+
+
+def key_register(
+    pubkey: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Public key PEM")],
+    principal: Annotated[str | None, typer.Option(help="Owner (admins only)")] = None,
+) -> None:
+    """Register a signing public key for yourself (or, as admin, for a principal)."""
+    with _reported(), _client() as client:
+        _print_json(client.register_key(pubkey.read_text(encoding="utf-8"), principal))
+
+
+def key_list() -> None:
+    """List registered signing keys."""
+    with _reported(), _client() as client:
+        _print_json(client.list_keys())
+
+
+def key_revoke(keyid: Annotated[str, typer.Argument(help="Key id (hex)")]) -> None:
+    """Revoke a registered signing key."""
+    with _reported(), _client() as client:
+        client.revoke_key(keyid)
+    console.print(f"revoked {keyid}")
+
+
+def register_client(app: typer.Typer) -> None:
+    """Add the client-side commands to the root app and to attest's bundle/key groups."""
+    app.command("login")(login)
+    app.command("push")(push)
+    app.command("approve")(approve)
+    app.command("quarantine")(quarantine)
+    app.add_typer(alias_app)
+    app.add_typer(audit_app)
+    app.add_typer(repo_app)
+    bundle_app.command("show")(bundle_show)
+    key_app.command("register")(key_register)
+    key_app.command("list")(key_list)
+    key_app.command("revoke")(key_revoke)

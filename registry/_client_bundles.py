@@ -1,0 +1,138 @@
+"""``push`` and ``pull``: the registry client's composed operations.
+
+push: (1) build the bundle (exact manifest bytes), (2) upload the config and every distinct
+layer blob not already present, in parallel, (3) PUT the manifest with its attestations,
+(4) move the alias by compare-and-swap on the version just read.
+pull: (1) resolve and fetch the manifest bytes, checked against the digest, (2) stream each
+layer into a staging directory, verified, (3) rename the staging directory into place.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from registry._client_blobs import BlobSource
+from registry._client_config import Reference, parse_repo
+from registry._client_errors import ClientConfigError
+
+if TYPE_CHECKING:
+    from registry.client import RegistryClient
+
+__all__ = ["PullResult", "PushResult", "pull_bundle", "push_bundle"]
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What ``push`` did: the bundle digest, the server's policy decision, the alias if moved."""
+
+    digest: str
+    decision: Any
+    alias: dict[str, Any] | None
+    uploaded: int
+    skipped: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """A bundle materialized by ``pull``: its digest, the exact manifest bytes, and where."""
+
+    digest: str
+    manifest: bytes
+    root: Path
+    files: tuple[str, ...] = field(default=())
+
+
+def push_bundle(
+    client: RegistryClient,
+    root: Path,
+    repo: str,
+    *,
+    alias: str | None = None,
+    attestations: Sequence[bytes] = (),
+    sign: Callable[[Any], Sequence[bytes]] | None = None,
+    reason: str | None = None,
+    progress: Progress | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> PushResult:
+    """See ``RegistryClient.push``."""
+    from attest.manifest import build_bundle
+
+    parse_repo(repo)
+    client.get_repo(repo)  # fail fast (NotFound, Unauthorized) before hashing gigabytes
+    # (1) hash the tree into a manifest (exact bytes kept).
+    built = build_bundle(root)
+    manifest = built.manifest
+    # (2) blobs: the config plus each distinct layer, HEAD first, in parallel.
+    sources: dict[str, BlobSource] = {
+        manifest.config.digest: BlobSource(
+            digest=manifest.config.digest, size=len(built.config_bytes), data=built.config_bytes
+        ),
+    }
+    by_path = {f.path: f for f in built.files}
+    for layer in manifest.layers:
+        if layer.digest not in sources:
+            sources[layer.digest] = BlobSource(
+                digest=layer.digest, size=layer.size, path=Path(by_path[layer.path].abspath)
+            )
+    blobs = list(sources.values())
+    total = sum(b.size for b in blobs)
+    if on_total is not None:
+        on_total(total)
+    sent = client.blobs.upload_many(blobs, progress)
+    # (3) the manifest and attestations, checked by the server before it records anything.
+    extra = list(sign(built)) if sign is not None else []
+    answer = client.put_bundle(repo, manifest.digest, manifest.raw, [*attestations, *extra])
+    # (4) the alias, by compare-and-swap on the version just read.
+    moved = client.set_alias(repo, alias, manifest.digest, reason=reason) if alias else None
+    return PushResult(
+        digest=manifest.digest,
+        decision=answer.get("decision"),
+        alias=moved,
+        uploaded=sum(sent),
+        skipped=len(sent) - sum(sent),
+        total_bytes=total,
+    )
+
+
+def pull_bundle(
+    client: RegistryClient, ref: Reference, dest: Path, *, progress: Progress | None = None
+) -> PullResult:
+    """See ``RegistryClient.pull``."""
+    from attest.manifest import parse_manifest
+    from attest.tree import check_relpath
+
+    # (1) resolve and fetch the exact manifest bytes, checked against the digest.
+    digest = client.resolve(ref)
+    raw = client.get_manifest(ref.repo, digest)
+    manifest = parse_manifest(raw)
+    if dest.exists():
+        raise ClientConfigError(f"{dest} already exists; pull writes a new directory")
+    staging = dest.with_name(f".{dest.name}.pulling")
+    staging.mkdir(parents=True, exist_ok=True)
+    # (2) every layer: path checked, bytes streamed and verified, then placed.
+    for layer in manifest.layers:
+        violation = check_relpath(layer.path)
+        if violation is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ClientConfigError(f"manifest layer {layer.path!r}: {violation.reason}")
+        target = staging / layer.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        client.download_blob(layer.digest, target, size=layer.size, progress=progress)
+    meta = staging / ".modelward"
+    meta.mkdir(exist_ok=True)
+    (meta / "manifest.json").write_bytes(raw)
+    # (3) the whole tree appears at once.
+    staging.replace(dest)
+    return PullResult(
+        digest=digest,
+        manifest=raw,
+        root=dest,
+        files=tuple(layer.path for layer in manifest.layers),
+    )

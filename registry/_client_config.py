@@ -1,0 +1,150 @@
+"""Client settings: the per-user config file, environment overrides, and ``REPO@REF`` parsing.
+
+The config file is ``$XDG_CONFIG_HOME/modelward/config.toml`` (``~/.config/...`` by default),
+written with mode 0600 because it holds a bearer token. ``MODELWARD_URL`` and
+``MODELWARD_TOKEN`` override what it says. Only the CLI calls ``resolve_settings``; the client
+class itself takes its URL and token as arguments and reads no environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry._client_errors import ClientConfigError, InvalidReference
+
+__all__ = [
+    "ClientSettings",
+    "Reference",
+    "cache_dir",
+    "config_path",
+    "parse_reference",
+    "parse_repo",
+    "resolve_settings",
+    "save_login",
+]
+
+_REPO_PART = r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?"
+_REPO_RE = re.compile(rf"^({_REPO_PART})/({_REPO_PART})$")
+_ALIAS_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126})$")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Where the registry is and how to authenticate to it."""
+
+    url: str
+    token: str
+
+
+@dataclass(frozen=True)
+class Reference:
+    """``org/name@alias`` or ``org/name@sha256:<hex>``; exactly one of alias/digest is set."""
+
+    repo: str
+    alias: str | None = None
+    digest: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.repo}@{self.digest or self.alias}"
+
+
+def parse_repo(text: str) -> str:
+    """Validate ``org/name`` (lowercase letters, digits, ``._-``); raise ``InvalidReference``."""
+    if not _REPO_RE.match(text):
+        raise InvalidReference(
+            text, "a repository is ORG/NAME: lowercase letters, digits, '.', '_' or '-'"
+        )
+    return text
+
+
+def parse_reference(text: str, *, require: str | None = None) -> Reference:
+    """Parse ``org/name@alias`` or ``org/name@sha256:<hex>``.
+
+    ``require`` is ``"alias"`` or ``"digest"`` when only one form is acceptable.
+    Raises ``InvalidReference`` naming what is wrong.
+    """
+    repo, sep, ref = text.partition("@")
+    if not sep or not ref:
+        raise InvalidReference(text, "expected REPO@ALIAS or REPO@sha256:<64 hex>")
+    try:
+        parse_repo(repo)
+    except InvalidReference as exc:
+        raise InvalidReference(text, exc.reason) from None
+    if ref.startswith("sha256:") or ":" in ref:
+        if not _DIGEST_RE.match(ref):
+            raise InvalidReference(text, "a digest is sha256: followed by 64 lowercase hex digits")
+        if require == "alias":
+            raise InvalidReference(text, "expected an alias here (REPO@ALIAS), not a digest")
+        return Reference(repo=repo, digest=ref)
+    if not _ALIAS_RE.match(ref):
+        raise InvalidReference(text, "an alias is letters, digits, '.', '_' or '-' (max 127)")
+    if require == "digest":
+        raise InvalidReference(text, "expected a digest here (REPO@sha256:<64 hex>)")
+    return Reference(repo=repo, alias=ref)
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/modelward/config.toml`` (``~/.config`` when unset)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "modelward" / "config.toml"
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CACHE_HOME/modelward`` (``~/.cache`` when unset): upload-session state lives here."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "modelward"
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 0x20 for c in escaped):
+        raise ClientConfigError("URL and token must not contain control characters")
+    return f'"{escaped}"'
+
+
+def save_login(url: str, token: str, env: Mapping[str, str] | None = None) -> Path:
+    """Write URL and token to the config file, created with mode 0600; return its path."""
+    path = config_path(env)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = f"url = {_toml_string(url.rstrip('/'))}\ntoken = {_toml_string(token)}\n"
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
+
+
+def resolve_settings(env: Mapping[str, str] | None = None) -> ClientSettings:
+    """The config file's URL/token, overridden by ``MODELWARD_URL``/``MODELWARD_TOKEN``.
+
+    Raises ``ClientConfigError`` when either is missing or the file is unreadable.
+    """
+    env = os.environ if env is None else env
+    path = config_path(env)
+    stored: dict[str, object] = {}
+    if path.exists():
+        try:
+            stored = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ClientConfigError(f"cannot read {path}: {exc}") from exc
+    url = env.get("MODELWARD_URL") or stored.get("url")
+    token = env.get("MODELWARD_TOKEN") or stored.get("token")
+    if not isinstance(url, str) or not url:
+        raise ClientConfigError(
+            "no registry URL: run `modelward login URL --token T` or set MODELWARD_URL"
+        )
+    if not isinstance(token, str) or not token:
+        raise ClientConfigError(
+            "no registry token: run `modelward login URL --token T` or set MODELWARD_TOKEN"
+        )
+    return ClientSettings(url=url.rstrip("/"), token=token)

@@ -1,0 +1,466 @@
+"""The one HTTP client for the modelward registry (the CLI and the loader both use it).
+
+Errors (see ``registry._client_errors`` for the drawn tree)::
+
+    RegistryClientError > ClientConfigError | InvalidReference | TransportError
+                        | BlobIntegrityError | APIError > BadRequest | Unauthorized | Forbidden
+                                                       | NotFound | Conflict(.current)
+
+Every method maps to one endpoint of the registry API (docs: /v1, bearer token, JSON errors);
+``push`` and ``pull`` compose them. The client reads no environment: the CLI resolves settings
+(``registry._client_config.resolve_settings``) and passes URL and token in.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
+from registry._client_bundles import PullResult, PushResult, pull_bundle, push_bundle
+from registry._client_config import Reference, parse_reference, parse_repo
+from registry._client_errors import (
+    APIError,
+    BadRequest,
+    BlobIntegrityError,
+    ClientConfigError,
+    Conflict,
+    Forbidden,
+    InvalidReference,
+    NotFound,
+    RegistryClientError,
+    TransportError,
+    Unauthorized,
+    api_error_from_response,
+)
+
+__all__ = [
+    "APIError",
+    "BadRequest",
+    "BlobIntegrityError",
+    "ClientConfigError",
+    "Conflict",
+    "Forbidden",
+    "InvalidReference",
+    "NotFound",
+    "PullResult",
+    "PushResult",
+    "Reference",
+    "RegistryClient",
+    "RegistryClientError",
+    "TransferOptions",
+    "TransportError",
+    "Unauthorized",
+    "parse_reference",
+    "parse_repo",
+]
+
+Progress = Callable[[int], None]
+JSON = dict[str, Any]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _repo_path(repo: str) -> str:
+    org, name = parse_repo(repo).split("/")
+    return f"/v1/repos/{quote(org, safe='')}/{quote(name, safe='')}"
+
+
+class RegistryClient:
+    """A synchronous registry client. Thread-safe (one pooled ``httpx.Client``).
+
+    Raises ``TransportError`` when a request gets no answer and an ``APIError`` subclass when
+    the server refuses; never returns an error value.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+        options: TransferOptions = TransferOptions(),
+    ) -> None:
+        self.base_url = url.rstrip("/")
+        headers = {"User-Agent": "modelward-client/0.1"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        limits = httpx.Limits(max_connections=max(8, options.workers * 2))
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            limits=limits,
+            follow_redirects=True,
+        )
+        self.options = options
+        self.blobs = BlobTransfer(self, options)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | Iterator[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = self._http.request(
+                method, path, json=json_body, content=content, headers=headers, params=params
+            )
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"{method} {path}: timed out ({exc})", exc.request) from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {path}: {exc}") from exc
+        if response.status_code >= 400:
+            raise api_error_from_response(response)
+        return response
+
+    @contextlib.contextmanager
+    def _stream(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None
+    ) -> Iterator[httpx.Response]:
+        try:
+            with self._http.stream(method, path, headers=headers) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise api_error_from_response(response)
+                yield response
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {path}: {exc}") from exc
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    # -- service ---------------------------------------------------------------------------
+    def healthz(self) -> Any:
+        """GET /healthz."""
+        return self._json("GET", "/healthz")
+
+    def readyz(self) -> Any:
+        """GET /readyz."""
+        return self._json("GET", "/readyz")
+
+    def metrics(self) -> str:
+        """GET /metrics (Prometheus text)."""
+        return self._request("GET", "/metrics").text
+
+    def whoami(self) -> JSON:
+        """GET /v1/whoami -> {principal, role}."""
+        result: JSON = self._json("GET", "/v1/whoami")
+        return result
+
+    # -- admin: principals and tokens ------------------------------------------------------
+    def create_principal(self, name: str, role: str) -> Any:
+        """POST /v1/admin/principals."""
+        return self._json("POST", "/v1/admin/principals", json_body={"name": name, "role": role})
+
+    def list_principals(self) -> Any:
+        """GET /v1/admin/principals."""
+        return self._json("GET", "/v1/admin/principals")
+
+    def create_token(self, principal: str, expires_in_seconds: int | None = None) -> JSON:
+        """POST /v1/admin/principals/{name}/tokens -> {id, token} (the token is shown once)."""
+        body: JSON = {}
+        if expires_in_seconds is not None:
+            body["expires_in_seconds"] = expires_in_seconds
+        path = f"/v1/admin/principals/{quote(principal, safe='')}/tokens"
+        result: JSON = self._json("POST", path, json_body=body)
+        return result
+
+    def revoke_token(self, token_id: str) -> None:
+        """DELETE /v1/admin/tokens/{id}."""
+        self._request("DELETE", f"/v1/admin/tokens/{quote(str(token_id), safe='')}")
+
+    # -- keys and identities ---------------------------------------------------------------
+    def register_key(self, public_key_pem: str, principal: str | None = None) -> JSON:
+        """POST /v1/keys -> {keyid}."""
+        body: JSON = {"public_key_pem": public_key_pem}
+        if principal is not None:
+            body["principal"] = principal
+        result: JSON = self._json("POST", "/v1/keys", json_body=body)
+        return result
+
+    def list_keys(self) -> Any:
+        """GET /v1/keys."""
+        return self._json("GET", "/v1/keys")
+
+    def revoke_key(self, keyid: str) -> None:
+        """DELETE /v1/keys/{keyid}."""
+        self._request("DELETE", f"/v1/keys/{quote(keyid, safe='')}")
+
+    def register_identity(self, identity: str, issuer: str, principal: str | None = None) -> Any:
+        """POST /v1/identities."""
+        body: JSON = {"identity": identity, "issuer": issuer}
+        if principal is not None:
+            body["principal"] = principal
+        return self._json("POST", "/v1/identities", json_body=body)
+
+    def list_identities(self) -> Any:
+        """GET /v1/identities."""
+        return self._json("GET", "/v1/identities")
+
+    # -- repositories ----------------------------------------------------------------------
+    def create_repo(self, name: str, policy_yaml: str | None = None) -> Any:
+        """POST /v1/repos."""
+        body: JSON = {"name": parse_repo(name)}
+        if policy_yaml is not None:
+            body["policy_yaml"] = policy_yaml
+        return self._json("POST", "/v1/repos", json_body=body)
+
+    def get_repo(self, name: str) -> Any:
+        """GET /v1/repos/{org}/{name}."""
+        return self._json("GET", _repo_path(name))
+
+    def set_policy(self, name: str, policy_yaml: str) -> Any:
+        """PUT /v1/repos/{org}/{name}/policy (admin only)."""
+        return self._json(
+            "PUT", f"{_repo_path(name)}/policy", json_body={"policy_yaml": policy_yaml}
+        )
+
+    def add_publisher(self, name: str, principal: str) -> Any:
+        """POST /v1/repos/{org}/{name}/publishers {principal} (admin only)."""
+        return self._json(
+            "POST", f"{_repo_path(name)}/publishers", json_body={"principal": principal}
+        )
+
+    # -- blobs -----------------------------------------------------------------------------
+    def blob_size(self, digest: str) -> int | None:
+        """HEAD /v1/blobs/{digest}: its size, or None when absent."""
+        return self.blobs.blob_size(digest)
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        """PUT /v1/blobs/{digest} with bytes in memory (no HEAD first)."""
+        self.blobs.upload(BlobSource(digest=digest, size=len(data), data=data))
+
+    def upload_file(self, path: Path, digest: str, progress: Progress | None = None) -> bool:
+        """Upload a file as blob ``digest`` unless present (resumable when large)."""
+        source = BlobSource(digest=digest, size=path.stat().st_size, path=path)
+        return self.blobs.upload(source, progress)
+
+    def get_blob(self, digest: str) -> bytes:
+        """GET /v1/blobs/{digest} into memory, verified (for small blobs such as configs)."""
+        data = self._request("GET", f"/v1/blobs/{digest}").content
+        actual = "sha256:" + hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise BlobIntegrityError(digest, actual, len(data), None)
+        return data
+
+    def download_blob(
+        self, digest: str, dest: Path, *, size: int | None = None, progress: Progress | None = None
+    ) -> Path:
+        """Stream a blob into ``dest`` (Range resume, verified before the rename)."""
+        return self.blobs.download(digest, dest, expected_size=size, progress=progress)
+
+    # -- bundles ---------------------------------------------------------------------------
+    def put_bundle(
+        self, repo: str, digest: str, manifest: bytes, attestations: Sequence[bytes] = ()
+    ) -> JSON:
+        """PUT a manifest (exact bytes) with attestations -> {digest, decision}."""
+        body = {"manifest": _b64(manifest), "attestations": [_b64(a) for a in attestations]}
+        result: JSON = self._json("PUT", f"{_repo_path(repo)}/bundles/{digest}", json_body=body)
+        return result
+
+    def get_bundle(self, repo: str, digest: str) -> JSON:
+        """GET the bundle record (manifest base64, quarantine and tombstone state...)."""
+        result: JSON = self._json("GET", f"{_repo_path(repo)}/bundles/{digest}")
+        return result
+
+    def get_manifest(self, repo: str, digest: str) -> bytes:
+        """GET the exact manifest bytes, checked against ``digest``."""
+        data = self._request("GET", f"{_repo_path(repo)}/bundles/{digest}/manifest").content
+        actual = "sha256:" + hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise BlobIntegrityError(digest, actual, len(data), None)
+        return data
+
+    def add_attestation(self, repo: str, digest: str, data: bytes) -> JSON:
+        """POST an attestation (raw bytes) -> {id, kind, predicate_type}."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/attestations"
+        result: JSON = self._json("POST", path, content=data)
+        return result
+
+    def list_attestations(self, repo: str, digest: str) -> list[JSON]:
+        """GET the attestations of a bundle ([{id, kind, predicate_type, data}])."""
+        result: list[JSON] = self._json("GET", f"{_repo_path(repo)}/bundles/{digest}/attestations")
+        return result
+
+    def quarantine(self, repo: str, digest: str, reason: str) -> Any:
+        """POST .../quarantine {reason} (admin or reviewer)."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/quarantine"
+        return self._json("POST", path, json_body={"reason": reason})
+
+    def tombstone(self, repo: str, digest: str, reason: str) -> Any:
+        """DELETE a bundle (admin tombstone, audited)."""
+        path = f"{_repo_path(repo)}/bundles/{digest}"
+        return self._json("DELETE", path, json_body={"reason": reason})
+
+    def approve(self, repo: str, digest: str, alias: str) -> Any:
+        """POST .../approvals {alias}: a reviewer approves ``digest`` for ``alias``."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/approvals"
+        return self._json("POST", path, json_body={"alias": alias})
+
+    def report_boot(
+        self,
+        repo: str,
+        digest: str,
+        *,
+        fingerprint_id: str,
+        fingerprint: Any,
+        outcome: str,
+        detail: Any = None,
+    ) -> Any:
+        """POST .../boots: a serving worker's boot report."""
+        body = {
+            "fingerprint_id": fingerprint_id,
+            "fingerprint": fingerprint,
+            "outcome": outcome,
+            "detail": detail,
+        }
+        return self._json("POST", f"{_repo_path(repo)}/bundles/{digest}/boots", json_body=body)
+
+    # -- aliases ---------------------------------------------------------------------------
+    def get_alias(self, repo: str, alias: str) -> JSON:
+        """GET an alias -> {alias, digest, version}."""
+        result: JSON = self._json("GET", f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}")
+        return result
+
+    def alias_version(self, repo: str, alias: str) -> int:
+        """The alias's current version, 0 when it does not exist yet."""
+        try:
+            return int(self.get_alias(repo, alias)["version"])
+        except NotFound:
+            return 0
+
+    def set_alias(
+        self,
+        repo: str,
+        alias: str,
+        digest: str,
+        *,
+        expected_version: int | None = None,
+        reason: str | None = None,
+        rollback: bool = False,
+    ) -> JSON:
+        """Compare-and-swap an alias; ``expected_version=None`` reads the version first.
+
+        Raises ``Conflict`` (with ``.current``) when another writer moved it in between.
+        """
+        if expected_version is None:
+            expected_version = self.alias_version(repo, alias)
+        body: JSON = {"digest": digest, "expected_version": expected_version, "rollback": rollback}
+        if reason is not None:
+            body["reason"] = reason
+        path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}"
+        result: JSON = self._json("PUT", path, json_body=body)
+        return result
+
+    def alias_history(self, repo: str, alias: str) -> list[JSON]:
+        """GET the alias's history [{version, from_digest, to_digest, actor, at, reason...}]."""
+        path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}/history"
+        result: list[JSON] = self._json("GET", path)
+        return result
+
+    def rollback(
+        self, repo: str, alias: str, digest: str | None = None, reason: str | None = None
+    ) -> JSON:
+        """Set the alias back to ``digest`` (default: the digest before the current one)."""
+        if digest is None:
+            current = self.get_alias(repo, alias)
+            earlier = [
+                h.get("from_digest")
+                for h in self.alias_history(repo, alias)
+                if h.get("to_digest") == current["digest"] and h.get("from_digest")
+            ]
+            if not earlier:
+                raise ClientConfigError(f"{repo}@{alias} has no earlier digest to roll back to")
+            digest = str(earlier[-1])
+        return self.set_alias(repo, alias, digest, reason=reason, rollback=True)
+
+    def resolve(self, ref: Reference) -> str:
+        """The digest a reference names (aliases resolved through the registry)."""
+        if ref.digest is not None:
+            return ref.digest
+        assert ref.alias is not None  # noqa: S101 - Reference holds one of the two
+        return str(self.get_alias(ref.repo, ref.alias)["digest"])
+
+    # -- audit -----------------------------------------------------------------------------
+    def audit(self, after: int | None = None, limit: int | None = None) -> JSON:
+        """GET /v1/audit -> {events, next_after}."""
+        params = {k: v for k, v in {"after": after, "limit": limit}.items() if v is not None}
+        result: JSON = self._json("GET", "/v1/audit", params=params)
+        return result
+
+    def iter_audit(self, after: int = 0, page: int = 500) -> Iterator[JSON]:
+        """Every audit event after ``after``, page by page."""
+        while True:
+            answer = self.audit(after=after, limit=page)
+            events = answer.get("events") or []
+            yield from events
+            nxt = answer.get("next_after")
+            if not events or nxt is None or int(nxt) <= after:
+                return
+            after = int(nxt)
+
+    # -- composed operations (registry._client_bundles) ----------------------------------
+    def push(
+        self,
+        root: Path,
+        repo: str,
+        *,
+        alias: str | None = None,
+        attestations: Sequence[bytes] = (),
+        sign: Callable[[Any], Sequence[bytes]] | None = None,
+        reason: str | None = None,
+        progress: Progress | None = None,
+        on_total: Callable[[int], None] | None = None,
+    ) -> PushResult:
+        """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
+
+        ``sign`` receives the ``BuiltBundle`` and returns extra attestations to send.
+        Raises ``TreeRuleError`` (bad tree), ``TransportError``/``APIError`` (refused).
+        """
+        return push_bundle(
+            self,
+            root,
+            repo,
+            alias=alias,
+            attestations=attestations,
+            sign=sign,
+            reason=reason,
+            progress=progress,
+            on_total=on_total,
+        )
+
+    def pull(self, ref: Reference, dest: Path, *, progress: Progress | None = None) -> PullResult:
+        """Fetch a bundle's manifest and layers into a new directory ``dest`` (atomically).
+
+        Every blob is verified before it is placed; layer paths are checked against the tree
+        rules. Raises ``BlobIntegrityError``, ``APIError``, ``TransportError``, ``BundleError``.
+        """
+        return pull_bundle(self, ref, dest, progress=progress)

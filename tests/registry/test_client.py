@@ -1,0 +1,300 @@
+"""registry.client: public surface, error mapping, config file, reference parsing, transfers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+import registry.client as client_mod
+from registry._client_config import parse_reference, resolve_settings, save_login
+from registry.client import (
+    APIError,
+    BadRequest,
+    BlobIntegrityError,
+    Conflict,
+    Forbidden,
+    InvalidReference,
+    NotFound,
+    RegistryClient,
+    TransferOptions,
+    TransportError,
+    Unauthorized,
+)
+from tests.registry.conftest import (
+    MODELWARD,
+    Registry,
+    free_port,
+    make_bundle_dir,
+    new_publisher,
+    unique,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(client_mod.__all__) == sorted(
+        [
+            "APIError",
+            "BadRequest",
+            "BlobIntegrityError",
+            "ClientConfigError",
+            "Conflict",
+            "Forbidden",
+            "InvalidReference",
+            "NotFound",
+            "PullResult",
+            "PushResult",
+            "Reference",
+            "RegistryClient",
+            "RegistryClientError",
+            "TransferOptions",
+            "TransportError",
+            "Unauthorized",
+            "parse_reference",
+            "parse_repo",
+        ]
+    )
+
+
+def _mock(status: int, body: object) -> RegistryClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=body)
+
+    return RegistryClient("http://registry.test", "tok", transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (400, BadRequest),
+        (401, Unauthorized),
+        (403, Forbidden),
+        (404, NotFound),
+        (409, Conflict),
+        (413, BadRequest),
+        (422, BadRequest),
+    ],
+)
+def test_error_status_maps_to_class_with_evidence(status: int, cls: type[APIError]) -> None:
+    body = {"error": {"code": "some_code", "message": "why", "detail": {"k": 1}}}
+    with pytest.raises(cls) as info:
+        _mock(status, body).whoami()
+    err = info.value
+    assert (err.status, err.code, err.message, err.detail) == (status, "some_code", "why", {"k": 1})
+    assert err.request is not None
+    assert err.request.url.path == "/v1/whoami"
+    assert "some_code" in str(err)
+    assert "why" in str(err)
+
+
+def test_conflict_carries_current_alias_state() -> None:
+    current = {"alias": "prod", "digest": DIGEST, "version": 7}
+    body = {"error": {"code": "stale_version", "message": "stale", "detail": {"current": current}}}
+    with pytest.raises(Conflict) as info:
+        _mock(409, body).set_alias("org/m", "prod", DIGEST, expected_version=3)
+    assert info.value.current == current
+
+
+def test_connection_refused_is_a_transport_error() -> None:
+    with (
+        RegistryClient(f"http://127.0.0.1:{free_port()}", "t", timeout=2) as client,
+        pytest.raises(TransportError),
+    ):
+        client.whoami()
+
+
+def test_bearer_token_sent_and_never_in_url() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"principal": "p", "role": "reader"})
+
+    client = RegistryClient("http://r.test", "s3cret", transport=httpx.MockTransport(handler))
+    client.whoami()
+    assert seen[0].headers["authorization"] == "Bearer s3cret"
+    assert "s3cret" not in str(seen[0].url)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "noslash@prod",
+        "org/name",
+        "org/name@",
+        "Org/Name@prod",
+        "org/name@sha256:abc",
+        "org/name@sha256:" + "AB" * 32,
+        "org/name@md5:" + "0" * 32,
+        "org/../x@prod",
+        "org/name@a b",
+    ],
+)
+def test_bad_references_are_refused_with_a_reason(text: str) -> None:
+    with pytest.raises(InvalidReference) as info:
+        parse_reference(text)
+    assert text in str(info.value)
+
+
+def test_references_parse() -> None:
+    assert parse_reference("org/name@prod").alias == "prod"
+    assert parse_reference(f"org/name@{DIGEST}").digest == DIGEST
+    with pytest.raises(InvalidReference, match="digest"):
+        parse_reference("org/name@prod", require="digest")
+
+
+def test_login_file_mode_0600_and_env_override(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    path = save_login("http://a.test/", "tok-a", env)
+    assert path == tmp_path / "cfg" / "modelward" / "config.toml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert resolve_settings(env).url == "http://a.test"
+    assert resolve_settings(env).token == "tok-a"
+    over = resolve_settings({**env, "MODELWARD_URL": "http://b.test", "MODELWARD_TOKEN": "tok-b"})
+    assert (over.url, over.token) == ("http://b.test", "tok-b")
+
+
+@pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
+def test_cli_login_checks_token_and_writes_0600(registry: Registry, tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    env.pop("MODELWARD_URL", None)
+    env.pop("MODELWARD_TOKEN", None)
+    bad = subprocess.run(
+        [MODELWARD, "login", registry.url, "--token", "nope"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert not (tmp_path / "modelward" / "config.toml").exists()
+    ok = subprocess.run(
+        [MODELWARD, "login", registry.url, "--token", registry.server.admin_token],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    cfg = tmp_path / "modelward" / "config.toml"
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
+    who = subprocess.run(
+        [MODELWARD, "audit", "log", "--limit", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert who.returncode == 0, who.stderr
+    assert registry.server.admin_token not in ok.stdout + ok.stderr
+
+
+def test_head_first_skips_present_blobs(registry: Registry, tmp_path: Path) -> None:
+    pub = new_publisher(registry)
+    repo = registry.repo(pub)
+    root = make_bundle_dir(tmp_path / "b")
+    first = pub.actor.client.push(root, repo, sign=pub.sign)
+    assert first.uploaded >= 2
+    again = pub.actor.client.push(root, repo, sign=pub.sign)
+    assert (again.uploaded, again.digest) == (0, first.digest)
+
+
+def test_large_blob_goes_through_resumable_session_and_resumes(
+    registry: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(registry)
+    data = os.urandom(3 * 2**20 + 17)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    src = tmp_path / "blob.bin"
+    src.write_bytes(data)
+    state = tmp_path / "state"
+    opts = {"chunk_threshold": 2**20, "chunk_size": 2**20, "state_dir": state}
+    client = registry.client(pub.actor.token, **opts)
+    sent: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(n: int) -> None:
+        sent.append(n)
+        if sum(sent) >= 2**20 + 2**19:  # mid-way through the second chunk
+            raise Stop
+
+    with pytest.raises(Stop):
+        client.upload_file(src, digest, progress=interrupt)
+    assert client.blob_size(digest) is None  # nothing visible before the commit
+    saved = list((state / "uploads").glob("*.json"))
+    assert len(saved) == 1
+    session = json.loads(saved[0].read_text())["id"]
+    offset = int(client._request("GET", f"/v1/uploads/{session}").json()["offset"])
+    assert 2**20 <= offset < len(data)  # the cut chunk is not counted as received
+    resumed: list[int] = []
+    client2 = registry.client(pub.actor.token, **opts)
+    assert client2.upload_file(src, digest, progress=resumed.append) is True
+    assert sum(resumed) == len(data)  # offset reported first, then the rest
+    assert client2.blob_size(digest) == len(data)
+    assert not list((state / "uploads").glob("*.json"))
+    out = tmp_path / "out.bin"
+    client2.download_blob(digest, out, size=len(data))
+    assert out.read_bytes() == data
+
+
+def test_download_resumes_with_range_and_verifies(registry: Registry, tmp_path: Path) -> None:
+    pub = new_publisher(registry)
+    data = os.urandom(300_000)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    pub.actor.client.put_blob(digest, data)
+    dest = tmp_path / "x.bin"
+    (tmp_path / ".x.bin.partial").write_bytes(data[:100_000])
+    seen: list[int] = []
+    pub.actor.client.download_blob(digest, dest, size=len(data), progress=seen.append)
+    assert dest.read_bytes() == data
+    assert sum(seen) == len(data) - 100_000  # only the rest came over the wire
+
+
+def test_download_with_corrupt_partial_is_refused_and_removed(
+    registry: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(registry)
+    data = os.urandom(50_000)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    pub.actor.client.put_blob(digest, data)
+    partial = tmp_path / ".x.bin.partial"
+    partial.write_bytes(b"\0" * 1000)
+    with pytest.raises(BlobIntegrityError) as info:
+        pub.actor.client.download_blob(digest, tmp_path / "x.bin", size=len(data))
+    assert info.value.digest == digest
+    assert not partial.exists()
+    assert not (tmp_path / "x.bin").exists()
+    pub.actor.client.download_blob(digest, tmp_path / "x.bin", size=len(data))
+    assert (tmp_path / "x.bin").read_bytes() == data
+
+
+def test_parallel_upload_reports_every_byte(registry: Registry, tmp_path: Path) -> None:
+    pub = new_publisher(registry)
+    repo = registry.repo(pub)
+    root = make_bundle_dir(tmp_path / "b")
+    for i in range(6):
+        (root / f"extra{i}.json").write_text(json.dumps({"i": i, "n": unique()}))
+    client = registry.client(pub.actor.token, workers=4)
+    seen: list[int] = []
+    totals: list[int] = []
+    result = client.push(root, repo, sign=pub.sign, progress=seen.append, on_total=totals.append)
+    assert sum(seen) == totals[0] == result.total_bytes
+    pulled = client.pull(parse_reference(f"{repo}@{result.digest}"), tmp_path / "pulled")
+    for name in ("config.json", "model.safetensors", "extra3.json"):
+        assert (pulled.root / name).read_bytes() == (root / name).read_bytes()
+
+
+def test_transfer_options_are_frozen() -> None:
+    opts = TransferOptions()
+    with pytest.raises(AttributeError):
+        opts.workers = 9  # type: ignore[misc]
