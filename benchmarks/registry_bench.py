@@ -15,6 +15,11 @@ separate venv (``--mlflow-venv DIR`` with ``mlflow`` and ``psycopg2-binary``). M
 reported as "not run". Prints a Markdown table and writes JSON to ``--out``.
 
     .venv/bin/python benchmarks/registry_bench.py --size-gib 2 --rss-sizes 2,8 --out bench.json
+
+``--skip-transfer`` runs the alias rows only, ``--skip-mlflow`` leaves out the MLflow peer,
+``--workers N`` passes ``serve --workers N`` for the alias row (default: serve's own default).
+wrk's latency percentiles leave out requests that hit its 2 s timeout; the JSON keeps wrk's
+``Socket errors`` line so such timeouts stay visible.
 """
 
 from __future__ import annotations
@@ -156,7 +161,9 @@ class Postgres:
 
 # -- the registry ----------------------------------------------------------------------------
 class Serve:
-    def __init__(self, work: Path, database_url: str | None = None) -> None:
+    def __init__(
+        self, work: Path, database_url: str | None = None, workers: int | None = None
+    ) -> None:
         self.token = secrets.token_urlsafe(32)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -174,6 +181,8 @@ class Serve:
         ]
         if database_url:
             args += ["--database-url", database_url]
+        if workers is not None:
+            args += ["--workers", str(workers)]
         env = {
             **os.environ,
             "MODELWARD_BOOTSTRAP_TOKEN": self.token,
@@ -325,20 +334,33 @@ def wrk(url: str, headers: dict[str, str], duration: int, conns: int) -> dict[st
         args += ["-H", f"{k}: {v}"]
     out = subprocess.run([*args, url], check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
     scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-    p99_ms = float(p99.group(1)) * scale[p99.group(2)] if p99 else float("nan")
+
+    def percentile_ms(p: int) -> float:
+        found = re.search(rf"\b{p}%\s+([\d.]+)(us|ms|s)\b", out)
+        return float(found.group(1)) * scale[found.group(2)] if found else float("nan")
+
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return {"rps": rps, "p99_ms": p99_ms, "non_2xx": int(non2xx.group(1)) if non2xx else 0}
+    errors = re.search(r"Socket errors:.*", out)
+    return {
+        "rps": rps,
+        "p50_ms": percentile_ms(50),
+        "p99_ms": percentile_ms(99),
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": errors.group(0) if errors else None,
+    }
 
 
-def bench_alias(work: Path, pg: Postgres, duration: int, conns: int) -> dict[str, Any] | None:
+def bench_alias(
+    work: Path, pg: Postgres, duration: int, conns: int, workers: int | None
+) -> dict[str, Any] | None:
     from registry.client import RegistryClient
 
     sys.path.insert(0, str(REPO))
     from tests.registry.conftest import make_bundle_dir
 
-    serve = Serve(work, f"postgresql+psycopg://postgres@{pg.database('mwbench')}")
+    db = pg.database(f"mwbench{secrets.token_hex(3)}")
+    serve = Serve(work, f"postgresql+psycopg://postgres@{db}", workers)
     try:
         admin = RegistryClient(serve.url, serve.token)
         from attest.keys import generate_private_key, public_key_pem
@@ -359,7 +381,9 @@ def bench_alias(work: Path, pg: Postgres, duration: int, conns: int) -> dict[str
         assert (
             httpx.get(url, headers={"Authorization": f"Bearer {token}"}).json()["digest"] == digest
         )
-        return wrk(url, {"Authorization": f"Bearer {token}"}, duration, conns)
+        result = wrk(url, {"Authorization": f"Bearer {token}"}, duration, conns)
+        print(f"modelward alias resolve: {result}", file=sys.stderr)
+        return None if result is None else result | {"workers": workers or "default"}
     finally:
         serve.stop()
 
@@ -431,10 +455,19 @@ def main() -> None:
     parser.add_argument("--mlflow-venv", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--skip-transfer", action="store_true", help="alias rows only")
+    parser.add_argument("--skip-mlflow", action="store_true", help="no MLflow peer row")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="serve --workers for the alias row"
+    )
     parser.add_argument("--out", type=Path, default=Path("registry-bench.json"))
     opts = parser.parse_args()
     work = opts.work or Path(tempfile.mkdtemp(prefix="mw-bench-"))
-    results: dict[str, Any] = {"transfer": [], "peer_nginx": None}
+    results: dict[str, Any] = {
+        "transfer": [],
+        "peer_nginx": None,
+        "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "argv": sys.argv[1:],
+    }
     pg = Postgres()
     try:
         sizes = sorted({opts.size_gib, *(float(s) for s in opts.rss_sizes.split(",") if s)})
@@ -451,11 +484,15 @@ def main() -> None:
             shutil.rmtree(work / f"serve-{serve.port}", ignore_errors=True)
             results["transfer"].append(row)
         opts.out.write_text(json.dumps(results, indent=2))
-        results["alias_modelward"] = bench_alias(work, pg, opts.duration, opts.connections)
-        opts.out.write_text(json.dumps(results, indent=2))
-        results["alias_mlflow"] = _guarded(
-            bench_mlflow, work, pg, opts.mlflow_venv, opts.duration, opts.connections
+        results["alias_modelward"] = bench_alias(
+            work, pg, opts.duration, opts.connections, opts.workers
         )
+        opts.out.write_text(json.dumps(results, indent=2))
+        if not opts.skip_mlflow:
+            results["alias_mlflow"] = _guarded(
+                bench_mlflow, work, pg, opts.mlflow_venv, opts.duration, opts.connections
+            )
+        results["machine"]["loadavg_end"] = os.getloadavg()
     finally:
         pg.stop()
         if opts.work is None:  # our own temp dir: blob stores and pulled copies go with it
@@ -487,9 +524,13 @@ def render(r: dict[str, Any]) -> str:
     mw, ml = r.get("alias_modelward"), r.get("alias_mlflow")
 
     def fmt(x: dict[str, Any] | None) -> str:
-        return f"{x['rps']:.0f} req/s, p99 {x['p99_ms']:.1f} ms" if x else "not run"
+        if not x:
+            return "not run"
+        return f"{x['rps']:.0f} req/s, p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
 
     lines.append(f"| alias resolve, 50 clients (PostgreSQL) | {fmt(mw)} | {fmt(ml)} (MLflow) |")
+    if mw and ml:
+        lines.append(f"| alias resolve ratio modelward / MLflow | {mw['rps'] / ml['rps']:.1f}× | |")
     return "\n".join(lines)
 
 

@@ -6,8 +6,7 @@ The admin commands work straight on the database named by ``--database-url`` / `
 
 from __future__ import annotations
 
-import json
-import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,29 +24,6 @@ DbUrl = Annotated[
     str | None, typer.Option("--database-url", help="SQLAlchemy URL (sqlite:///..., postgresql://)")
 ]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML settings file")]
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if message.startswith("{"):
-            payload: dict[str, Any] = json.loads(message)
-        else:
-            payload = {"event": "log", "message": message}
-        payload = {"level": record.levelname.lower(), "logger": record.name, **payload}
-        if record.exc_info:
-            payload["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
-        return json.dumps(payload)
-
-
-def _configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter())
-    for name in ("modelward.registry", "uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        logger.handlers = [handler]
-        logger.propagate = False
-        logger.setLevel(level.upper())
 
 
 def _settings(config: Path | None, **overrides: Any) -> Any:
@@ -71,14 +47,24 @@ def serve(
     s3_presign: Annotated[
         bool | None, typer.Option("--s3-presign/--no-s3-presign", help="redirect blob GETs")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="server processes (default 1 on SQLite, min(4, CPUs) on PostgreSQL)",
+        ),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Run the registry server."""
     import uvicorn
 
-    from registry.app import build_state, create_app
+    from registry.app import build_state, configure_logging, create_app
     from registry.db import ensure_schema
     from registry.domains.principals.service import bootstrap_admin
+    from registry.settings import WORKER_SETTINGS_ENV, worker_settings_json
 
     settings = _settings(
         config,
@@ -89,8 +75,9 @@ def serve(
         blob_store=blob_store,
         policy=policy,
         s3_presign=s3_presign,
+        workers=workers,
     )
-    _configure_logging(settings.log_level)
+    configure_logging(settings.log_level)
     state = build_state(settings)
     if ensure_schema(state.db.engine, settings.resolved_database_url()):
         typer.echo("initialized an empty database")
@@ -98,7 +85,10 @@ def serve(
     with state.db.write() as session:
         created = bootstrap_admin(session, secret)
     url = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"modelward registry at {url}")
+    processes = settings.resolved_workers()
+    typer.echo(
+        f"modelward registry at {url}" + (f" ({processes} workers)" if processes > 1 else "")
+    )
     if created is not None:
         token, generated = created
         if generated:
@@ -107,16 +97,25 @@ def serve(
         else:
             typer.echo("admin principal created with the token from MODELWARD_BOOTSTRAP_TOKEN")
     sys.stdout.flush()
-    app = create_app(settings, state)
-    config_ = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    if processes == 1:
+        uvicorn.Server(uvicorn.Config(create_app(settings, state), **common)).run()
+        return
+    # Several processes: the schema is migrated and the admin bootstrapped above, once. The
+    # workers (spawned, not forked) rebuild the app from the resolved settings; the bootstrap
+    # token is neither in those settings nor left in the environment they inherit.
+    state.db.dispose()
+    os.environ.pop("MODELWARD_BOOTSTRAP_TOKEN", None)
+    os.environ[WORKER_SETTINGS_ENV] = worker_settings_json(settings)
+    uvicorn.run(
+        "registry.app:create_app_from_environment", factory=True, workers=processes, **common
     )
-    uvicorn.Server(config_).run()
 
 
 db_app = typer.Typer(name="db", help="Database schema migrations.", no_args_is_help=True)

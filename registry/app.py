@@ -11,15 +11,19 @@ caps every non-streaming request body at ``max_request_json_bytes`` (413 ``too_l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import sys
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -43,7 +47,15 @@ from registry.errors import ConfigurationError, RegistryError
 from registry.settings import Settings
 from registry.storage import open_store
 
-__all__ = ["ERROR_RESPONSES", "ErrorBody", "build_state", "create_app", "load_default_policy"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "ErrorBody",
+    "build_state",
+    "configure_logging",
+    "create_app",
+    "create_app_from_environment",
+    "load_default_policy",
+]
 
 log = logging.getLogger("modelward.registry")
 AUDITED_STATUSES = frozenset({400, 401, 403, 409, 410, 413, 422})
@@ -97,8 +109,36 @@ def load_default_policy(path: Path | None) -> str | None:
     return text
 
 
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if message.startswith("{"):
+            payload: dict[str, Any] = json.loads(message)
+        else:
+            payload = {"event": "log", "message": message}
+        payload = {"level": record.levelname.lower(), "logger": record.name, **payload}
+        if record.exc_info:
+            payload["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+        return json.dumps(payload)
+
+
+def configure_logging(level: str) -> None:
+    """One JSON line per record on stderr for the registry's and uvicorn's loggers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    for name in ("modelward.registry", "uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(level.upper())
+
+
 def build_state(settings: Settings) -> AppState:
-    engine = make_engine(settings.resolved_database_url())
+    engine = make_engine(
+        settings.resolved_database_url(),
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+    )
     store = open_store(settings.resolved_blob_store(), endpoint_url=settings.s3_endpoint_url)
     return AppState(
         settings=settings,
@@ -121,8 +161,10 @@ class _Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        given = next(
+            (v.decode("latin-1") for k, v in scope.get("headers") or () if k == b"x-request-id"),
+            "",
+        )
         request_id = given if given.isascii() and 0 < len(given) <= 64 else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
@@ -167,21 +209,22 @@ class _Observe:
             template = getattr(route, "path", "unmatched")
             self.requests.labels(scope["method"], template, str(status)).inc()
             self.latency.labels(scope["method"], template).observe(elapsed)
-            caller = scope.get("state", {}).get("caller")
-            log.info(
-                json.dumps(
-                    {
-                        "event": "request",
-                        "request_id": request_id,
-                        "method": scope["method"],
-                        "path": scope["path"],
-                        "route": template,
-                        "status": status,
-                        "principal": getattr(caller, "name", None),
-                        "duration_ms": round(elapsed * 1000, 2),
-                    }
+            if log.isEnabledFor(logging.INFO):
+                caller = scope.get("state", {}).get("caller")
+                log.info(
+                    json.dumps(
+                        {
+                            "event": "request",
+                            "request_id": request_id,
+                            "method": scope["method"],
+                            "path": scope["path"],
+                            "route": template,
+                            "status": status,
+                            "principal": getattr(caller, "name", None),
+                            "duration_ms": round(elapsed * 1000, 2),
+                        }
+                    )
                 )
-            )
 
 
 def _internal_body(request_id: str) -> bytes:
@@ -235,6 +278,22 @@ async def _error_response(
     )
 
 
+def create_app_from_environment() -> FastAPI:
+    """The app of one ``serve --workers N`` worker process (uvicorn's factory).
+
+    Its settings come from ``WORKER_SETTINGS_ENV``, which the parent set after it migrated
+    the schema and bootstrapped the admin. Raises ConfigurationError when that is missing.
+    """
+    from registry.settings import WORKER_SETTINGS_ENV, settings_from_json
+
+    text = os.environ.get(WORKER_SETTINGS_ENV)
+    if not text:
+        raise ConfigurationError(f"{WORKER_SETTINGS_ENV} is not set: start with `modelward serve`")
+    settings = settings_from_json(text)
+    configure_logging(settings.log_level)
+    return create_app(settings)
+
+
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
     from registry.domains.aliases.endpoints import router as aliases
@@ -248,10 +307,18 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from registry.domains.repos.endpoints import router as repos
     from registry.domains.uploads.endpoints import router as uploads
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Blocking work (database, files) runs on this many threads per process: past a few,
+        # more threads only contend for the GIL (docs/performance.md#registry).
+        to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        yield
+
     app = FastAPI(
         title="modelward registry",
         version="1",
         description="Immutable model bundles, alias publishing, tamper-evident audit log.",
+        lifespan=lifespan,
     )
     app.state.registry = state or build_state(settings)
     metrics = CollectorRegistry()

@@ -5,6 +5,7 @@ Built by ``load_settings`` (a factory); nothing reads the environment at import 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,19 @@ from pydantic_settings import (
 
 from registry.errors import ConfigurationError
 
-__all__ = ["DEFAULT_PORT", "Settings", "load_settings"]
+__all__ = [
+    "DEFAULT_PORT",
+    "WORKER_SETTINGS_ENV",
+    "Settings",
+    "load_settings",
+    "settings_from_json",
+    "worker_settings_json",
+]
 
 DEFAULT_PORT = 8700
+# ``serve --workers N`` hands the resolved settings to its worker processes in this variable
+# (no MODELWARD_ prefix: the settings sources never read it). Never the bootstrap token.
+WORKER_SETTINGS_ENV = "_MODELWARD_WORKER_SETTINGS"
 
 
 class Settings(BaseSettings):
@@ -45,6 +56,10 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None  # else the standard AWS settings (AWS_ENDPOINT_URL ...)
     metrics_public: bool = False  # /metrics needs a token unless this is true
     log_level: str = "info"
+    workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
+    threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
+    db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process
+    db_max_overflow: int = Field(default=8, ge=0, le=1000)  # opened beyond that, then closed
 
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -55,6 +70,15 @@ class Settings(BaseSettings):
         if self.blob_store:
             return self.blob_store
         return f"file://{(self.data_dir / 'blobs').resolve()}"
+
+    def resolved_workers(self) -> int:
+        """Server processes: ``workers`` if set; else 1 on SQLite (one writer at a time, so
+        more processes only queue on its lock) and ``min(4, cpu_count)`` on PostgreSQL."""
+        if self.workers is not None:
+            return self.workers
+        if self.resolved_database_url().startswith("sqlite"):
+            return 1
+        return min(4, os.cpu_count() or 1)
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
@@ -90,3 +114,44 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigurationError(f"invalid settings: {problems}") from exc
+
+
+def worker_settings_json(settings: Settings) -> str:
+    """``settings`` resolved (absolute paths, database and blob URLs) as JSON for worker
+    processes, without the bootstrap token: the parent bootstraps before workers start."""
+    data = settings.model_dump(mode="json", exclude={"bootstrap_token"})
+    data["data_dir"] = str(settings.data_dir.resolve())
+    data["database_url"] = settings.resolved_database_url()
+    data["blob_store"] = settings.resolved_blob_store()
+    data["policy"] = str(settings.policy.resolve()) if settings.policy else None
+    data["workers"] = settings.resolved_workers()
+    return json.dumps(data)
+
+
+def settings_from_json(text: str) -> Settings:
+    """Settings from ``worker_settings_json`` output only (no environment, no file).
+
+    Raises ConfigurationError.
+    """
+
+    class _Settings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings,)
+
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ConfigurationError("worker settings are not a JSON object")
+        return _Settings(**data)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"worker settings are not JSON: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid worker settings: {exc}") from exc

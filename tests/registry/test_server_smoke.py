@@ -463,3 +463,60 @@ def test_oms_signature_verifies_against_stored_blobs(
     other = (shared_fixtures / "oms" / "v1.1.0-elliptic-key" / "model.sig").read_bytes()
     _error(pub.post(f"{url}/attestations", content=other), 422, "attestation_rejected")
     assert [a["kind"] for a in pub.get(f"{url}/attestations").json()] == ["dsse", "oms"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """The uvicorn worker processes of ``parent`` (spawned: ``spawn_main`` in the command
+    line; multiprocessing's resource tracker is a child as well and is not a worker)."""
+    pids = []
+    for pid in _children(parent):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def test_serve_workers_share_one_registry_without_the_bootstrap_token(tmp_path: Path) -> None:
+    token = "mwt_boot_" + secrets.token_urlsafe(32)
+    srv = start_server(tmp_path / "data", token, "--workers", "2")
+    try:
+        deadline = time.monotonic() + 60
+        while len(_worker_pids(srv.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = _worker_pids(srv.proc.pid)
+        assert len(workers) == 2
+        for pid in workers:  # bootstrapped by the parent: the secret never reaches a worker
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert b"_MODELWARD_WORKER_SETTINGS=" in environ
+            assert token.encode() not in environ
+        with srv.client() as admin:
+            # a token issued through one worker authenticates on whichever worker answers,
+            # and its revocation holds on every one of them at once
+            admin.post("/v1/admin/principals", json={"name": "w", "role": "reader"})
+            issued = admin.post("/v1/admin/principals/w/tokens", json={}).json()
+            with srv.client(issued["token"]) as reader:
+                for _ in range(20):
+                    assert reader.get("/v1/whoami").json()["principal"] == "w"
+                admin.delete(f"/v1/admin/tokens/{issued['id']}").raise_for_status()
+                for _ in range(20):
+                    assert reader.get("/v1/whoami").status_code == 401
+        with srv.client("") as anonymous:
+            assert anonymous.get("/v1/repos/a/b/aliases/prod").status_code == 401
+    finally:
+        stop(srv)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]

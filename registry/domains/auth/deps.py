@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy.orm import Session
 
-from registry.domains._state import State
+from registry.domains._state import AppState, State
 from registry.domains.auth.service import Caller, authenticate
 from registry.errors import Forbidden, NotAuthenticated
 
@@ -16,21 +18,43 @@ __all__ = [
     "AnyCaller",
     "Publisher",
     "Reviewer",
+    "authenticated_read",
     "caller_from_request",
     "require_roles",
 ]
 
 
-def caller_from_request(request: Request, state: State) -> Caller:
-    """Authenticate the bearer token; remember the caller for logs and the denial audit."""
+def _bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
+    return token.strip()
+
+
+def caller_from_request(request: Request, state: State) -> Caller:
+    """Authenticate the bearer token; remember the caller for logs and the denial audit."""
+    token = _bearer(request)
     with state.db.read() as session:
-        caller = authenticate(session, token.strip())
+        caller = authenticate(session, token)
     request.state.caller = caller
     return caller
+
+
+@contextlib.contextmanager
+def authenticated_read(request: Request) -> Iterator[tuple[Caller, Session]]:
+    """Authenticate and read in one read transaction (one connection checkout, one thread).
+
+    For hot read endpoints any authenticated role may call (alias resolves): the token is
+    checked against the database in the same transaction as the read, on every request.
+    Raises NotAuthenticated before anything is read.
+    """
+    token = _bearer(request)
+    state: AppState = request.app.state.registry
+    with state.db.read() as session:
+        caller = authenticate(session, token)
+        request.state.caller = caller
+        yield caller, session
 
 
 def require_roles(*roles: str) -> Callable[[Caller], Caller]:

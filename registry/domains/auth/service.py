@@ -93,17 +93,27 @@ def _aware(value: datetime) -> datetime:
 
 
 def authenticate(session: Session, token: str) -> Caller:
-    """The caller a bearer token stands for; raises NotAuthenticated."""
+    """The caller a bearer token stands for; raises NotAuthenticated.
+
+    Looked up on every request (no cache), so a revocation takes effect on the next request.
+    """
     row = session.execute(
-        select(Token, Principal)
+        select(
+            Token.id,
+            Token.revoked_at,
+            Token.expires_at,
+            Principal.id,
+            Principal.name,
+            Principal.role,
+        )
         .join(Principal, Principal.id == Token.principal_id)
         .where(Token.secret_hash == hash_token(token))
     ).first()
     if row is None:
         raise NotAuthenticated("unknown token")
-    tok, principal = row.tuple()
-    if tok.revoked_at is not None:
-        raise NotAuthenticated(f"token {tok.id} was revoked")
-    if tok.expires_at is not None and _aware(tok.expires_at) <= datetime.now(UTC):
-        raise NotAuthenticated(f"token {tok.id} has expired")
-    return Caller(id=principal.id, name=principal.name, role=principal.role)
+    token_id, revoked_at, expires_at, principal_id, name, role = row.tuple()
+    if revoked_at is not None:
+        raise NotAuthenticated(f"token {token_id} was revoked")
+    if expires_at is not None and _aware(expires_at) <= datetime.now(UTC):
+        raise NotAuthenticated(f"token {token_id} has expired")
+    return Caller(id=principal_id, name=name, role=role)
