@@ -84,12 +84,17 @@ def _is_verifying_key(key: PublicKeyTypes) -> TypeGuard[VerifyingKey]:
     return isinstance(key, ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey)
 
 
-def require_signing_key(key: PrivateKeyTypes, source: str = "<key>") -> SigningKey:
-    """Return ``key`` as an accepted signing key, or raise KeyError_ naming ``source``."""
+def _require_kind(key: PrivateKeyTypes | PublicKeyTypes, source: str) -> None:
+    """key_kind's check, its KeyError_ naming ``source``."""
     try:
         key_kind(key)
     except KeyError_ as exc:
         raise KeyError_(f"{source}: {exc}") from None
+
+
+def require_signing_key(key: PrivateKeyTypes, source: str = "<key>") -> SigningKey:
+    """Return ``key`` as an accepted signing key, or raise KeyError_ naming ``source``."""
+    _require_kind(key, source)
     if not _is_signing_key(key):  # pragma: no cover - key_kind accepted it
         raise KeyError_(f"{source}: not a private key")
     return key
@@ -97,10 +102,7 @@ def require_signing_key(key: PrivateKeyTypes, source: str = "<key>") -> SigningK
 
 def require_verifying_key(key: PublicKeyTypes, source: str = "<key>") -> VerifyingKey:
     """Return ``key`` as an accepted public key, or raise KeyError_ naming ``source``."""
-    try:
-        key_kind(key)
-    except KeyError_ as exc:
-        raise KeyError_(f"{source}: {exc}") from None
+    _require_kind(key, source)
     if not _is_verifying_key(key):  # pragma: no cover - key_kind accepted it
         raise KeyError_(f"{source}: not a public key")
     return key

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import rfc8785
 
+from attest._json import reject_duplicates
 from attest.errors import SubjectMismatch, VerificationError
 from attest.trust import Subject, VerifiedStatement
 
@@ -92,15 +93,6 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
-        obj[key] = value
-    return obj
-
-
 def strict_json_loads(data: bytes, what: str) -> Any:
     """Parse UTF-8 JSON without duplicate keys or non-finite numbers (NaN, 1e400).
 
@@ -110,7 +102,7 @@ def strict_json_loads(data: bytes, what: str) -> Any:
         text = data.decode("utf-8")
         return json.loads(
             text,
-            object_pairs_hook=_no_duplicates,
+            object_pairs_hook=reject_duplicates,
             parse_constant=_reject_constant,
             parse_float=_finite_float,
         )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import httpx
 
@@ -32,6 +32,9 @@ from registry._client_errors import (
     NotFound,
     TransportError,
 )
+
+if TYPE_CHECKING:
+    from registry.client import RegistryClient
 
 __all__ = ["BlobSource", "TransferOptions"]
 
@@ -61,25 +64,6 @@ class BlobSource:
     data: bytes | None = None
 
 
-class _Requester(Protocol):
-    base_url: str
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        content: bytes | Iterator[bytes] | None = None,
-        headers: dict[str, str] | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> httpx.Response: ...
-
-    def _stream(
-        self, method: str, path: str, *, headers: dict[str, str] | None = None
-    ) -> contextlib.AbstractContextManager[httpx.Response]: ...
-
-
 def _read_chunks(
     fh: BinaryIO, length: int, read_size: int, progress: Progress | None
 ) -> Iterator[bytes]:
@@ -97,7 +81,7 @@ def _read_chunks(
 class BlobTransfer:
     """Uploads and downloads blobs through a client's ``_request``/``_stream`` methods."""
 
-    def __init__(self, client: _Requester, options: TransferOptions) -> None:
+    def __init__(self, client: RegistryClient, options: TransferOptions) -> None:
         self._client = client
         self._options = options
         self._state_lock = threading.Lock()

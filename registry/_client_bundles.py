@@ -61,7 +61,12 @@ def push_bundle(
     progress: Progress | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> PushResult:
-    """See ``RegistryClient.push``."""
+    """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
+
+    ``RegistryClient.push`` (``client`` is the instance). ``sign`` receives the ``BuiltBundle``
+    and returns extra attestations to send.
+    Raises ``TreeRuleError`` (bad tree), ``TransportError``/``APIError`` (refused).
+    """
     from attest.manifest import build_bundle
 
     parse_repo(repo)
@@ -104,7 +109,12 @@ def push_bundle(
 def pull_bundle(
     client: RegistryClient, ref: Reference, dest: Path, *, progress: Progress | None = None
 ) -> PullResult:
-    """See ``RegistryClient.pull``."""
+    """Fetch a bundle's manifest and layers into a new directory ``dest`` (atomically).
+
+    ``RegistryClient.pull`` (``client`` is the instance). Every blob is verified before it is
+    placed; layer paths are checked against the tree rules. Raises ``BlobIntegrityError``,
+    ``APIError``, ``TransportError``, ``BundleError``.
+    """
     from attest.manifest import parse_manifest
     from attest.tree import check_relpath
 

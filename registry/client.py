@@ -428,39 +428,5 @@ class RegistryClient:
             after = int(nxt)
 
     # -- composed operations (registry._client_bundles) ----------------------------------
-    def push(
-        self,
-        root: Path,
-        repo: str,
-        *,
-        alias: str | None = None,
-        attestations: Sequence[bytes] = (),
-        sign: Callable[[Any], Sequence[bytes]] | None = None,
-        reason: str | None = None,
-        progress: Progress | None = None,
-        on_total: Callable[[int], None] | None = None,
-    ) -> PushResult:
-        """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
-
-        ``sign`` receives the ``BuiltBundle`` and returns extra attestations to send.
-        Raises ``TreeRuleError`` (bad tree), ``TransportError``/``APIError`` (refused).
-        """
-        return push_bundle(
-            self,
-            root,
-            repo,
-            alias=alias,
-            attestations=attestations,
-            sign=sign,
-            reason=reason,
-            progress=progress,
-            on_total=on_total,
-        )
-
-    def pull(self, ref: Reference, dest: Path, *, progress: Progress | None = None) -> PullResult:
-        """Fetch a bundle's manifest and layers into a new directory ``dest`` (atomically).
-
-        Every blob is verified before it is placed; layer paths are checked against the tree
-        rules. Raises ``BlobIntegrityError``, ``APIError``, ``TransportError``, ``BundleError``.
-        """
-        return pull_bundle(self, ref, dest, progress=progress)
+    push = push_bundle
+    pull = pull_bundle

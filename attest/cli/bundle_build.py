@@ -16,28 +16,16 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from attest.cli._apps import bundle_app
-from attest.cli._common import console, err_console, fail, show_progress
-from attest.digest import ProgressCallback
+from attest.cli._common import console, err_console, fail, hashing_progress
 from attest.errors import BundleError
 from attest.manifest import BuiltBundle, build_bundle
 from attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
-from attest.tree import walk_bundle
 
 _MAX_CONFIG_JSON = 16 * 2**20
 
@@ -51,30 +39,10 @@ def _require_dir(directory: Path) -> None:
         fail(f"{directory}: not a directory", code=2)
 
 
-@contextmanager
-def _progress(directory: Path) -> Iterator[ProgressCallback | None]:
-    """A thread-safe byte counter drawn on stderr, or None when stderr is no terminal."""
-    if not show_progress():
-        yield None
-        return
-    files, _ = walk_bundle(directory)
-    with Progress(
-        TextColumn("hashing"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("hashing", total=sum(f.size for f in files))
-        yield lambda n: bar.advance(task, n)
-
-
 def _build(directory: Path) -> BuiltBundle:
     _require_dir(directory)
     try:
-        with _progress(directory) as progress:
+        with hashing_progress(directory, rate=True) as progress:
             return build_bundle(directory, progress=progress)
     except BundleError as exc:
         fail(f"{directory}: {exc}")

@@ -20,20 +20,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from attest.cli._apps import bundle_app
-from attest.cli._common import console, err_console, fail, show_progress
+from attest.cli._common import console, fail, hashing_progress
 from attest.cli.keys import passphrase_from_env
-from attest.digest import ProgressCallback
 from attest.dsse import sign_envelope
 from attest.errors import BundleError, DigestMismatch
 from attest.keys import keyid, load_private_key
@@ -41,7 +37,6 @@ from attest.manifest import BuiltBundle, build_bundle
 from attest.provenance import DEFAULT_BUILDER_ID, make_provenance
 from attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
 from attest.statement import PredicateType, make_statement
-from attest.tree import walk_bundle
 
 __all__ = ["sign"]
 
@@ -96,23 +91,6 @@ def _write_atomic(target: Path, data: bytes) -> None:
         fail(f"cannot write {target}: {exc.strerror or exc}")
 
 
-@contextmanager
-def _progress(directory: Path) -> Iterator[ProgressCallback | None]:
-    if not show_progress():
-        yield None
-        return
-    files, _ = walk_bundle(directory)
-    with Progress(
-        TextColumn("hashing"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("hashing", total=sum(f.size for f in files))
-        yield lambda n: bar.advance(task, n)
-
-
 def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | None:
     """The pinned serving inputs of ``DIR/modelward.yaml``, or None when it has none.
 
@@ -134,7 +112,7 @@ def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | Non
 
 
 def _build(directory: Path) -> BuiltBundle:
-    with _progress(directory) as progress:
+    with hashing_progress(directory) as progress:
         return build_bundle(directory, progress=progress)
 
 
@@ -166,19 +144,33 @@ def _sign_sigstore(statement: bytes) -> bytes:
     return bundle.to_json().encode("utf-8")
 
 
-def _check_provenance_inputs(builder_id: str, source: str | None, revision: str | None) -> None:
-    """Refuse an unpinned source or a malformed builder id before hashing anything."""
-    now = datetime.now(UTC)
+def _provenance(
+    builder_id: str,
+    started: datetime,
+    finished: datetime,
+    source: str | None,
+    revision: str | None,
+    *,
+    serving: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The SLSA provenance predicate; a usage error (exit 2) when make_provenance refuses."""
     try:
-        make_provenance(
+        return make_provenance(
             builder_id=builder_id,
-            started_on=now,
-            finished_on=now,
+            started_on=started,
+            finished_on=finished,
             source_uri=source,
             source_revision=revision,
+            serving=serving,
         )
     except ValueError as exc:
         fail(str(exc), code=2)
+
+
+def _check_provenance_inputs(builder_id: str, source: str | None, revision: str | None) -> None:
+    """Refuse an unpinned source or a malformed builder id before hashing anything."""
+    now = datetime.now(UTC)
+    _provenance(builder_id, now, now, source, revision)
 
 
 @bundle_app.command("sign")
@@ -262,17 +254,7 @@ def sign(
     digest = built.manifest.digest
 
     # (5) provenance → statement → signature
-    try:
-        predicate = make_provenance(
-            builder_id=builder_id,
-            started_on=started,
-            finished_on=finished,
-            source_uri=source,
-            source_revision=source_revision,
-            serving=serving,
-        )
-    except ValueError as exc:
-        fail(str(exc), code=2)
+    predicate = _provenance(builder_id, started, finished, source, source_revision, serving=serving)
     subject = name or directory.resolve().name or "bundle"
     statement = make_statement(subject, digest, PredicateType.PROVENANCE, predicate)
     if signing_key is None:

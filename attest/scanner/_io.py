@@ -17,17 +17,3 @@ def read_at(stream: BinaryIO, offset: int, count: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-class DuplicateKeyError(ValueError):
-    """A JSON object names the same key twice."""
-
-
-def reject_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """``object_pairs_hook`` for json: an object must not repeat a key."""
-    result: dict[str, object] = {}
-    for key, value in pairs:
-        if key in result:
-            raise DuplicateKeyError(f"duplicate key {key!r}")
-        result[key] = value
-    return result

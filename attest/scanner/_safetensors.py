@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from attest.scanner._io import read_at, reject_duplicates
+from attest._json import reject_duplicates
+from attest.scanner._io import read_at
 from attest.scanner._model import Finding, ScanLimits
 
 RULE = "scan.safetensors"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from attest.scanner._io import reject_duplicates
+from attest._json import reject_duplicates
 from attest.scanner._model import Finding
 
 # Keys that make transformers import code shipped with (or referenced by) the model.

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
+from attest._fileio import open_regular
 from attest.scanner._classify import scan_blob
 from attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
 from attest.tree import walk_bundle
-
-OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:
@@ -36,17 +33,17 @@ def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:
 
 def _scan_file(path: str, abspath: Path, limits: ScanLimits) -> FileReport:
     try:
-        fd = os.open(abspath, OPEN_FLAGS)
+        opened = open_regular(abspath)
     except OSError as exc:
         return FileReport(path, "unreadable",
                           (Finding(path, "tree.unreadable", f"cannot open: {exc.strerror}"),))
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return FileReport(path, "special", (Finding(
-                path, "tree.special", "not a regular file when opened"),))
+    if opened is None:
+        return FileReport(path, "special", (Finding(
+            path, "tree.special", "not a regular file when opened"),))
+    handle, size = opened
+    with handle:
         try:
-            report = scan_blob(path, handle, st.st_size, limits)
+            report = scan_blob(path, handle, size, limits)
         except OSError as exc:
             return FileReport(path, "unreadable", (Finding(
                 path, "tree.unreadable", f"read failed: {exc.strerror or exc}"),))

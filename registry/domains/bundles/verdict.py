@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.domains._state import AppState
-from registry.domains.repos.service import registered_signer_name, registered_trust
+from registry.domains.repos.service import all_registered_trust, registered_trust
 from registry.errors import BadRequest
-from registry.models import Identity, Principal, Repository, SigningKey
+from registry.models import Repository
 from registry.storage.file import FileStore
 
 if TYPE_CHECKING:
@@ -61,34 +60,6 @@ class Verified:
         return [stmt for _, stmt in self.accepted]
 
 
-def _all_registered(session: Session) -> TrustSet:
-    from attest.keys import load_public_key, trusted_key
-    from attest.trust import TrustedIdentity, TrustSet
-
-    keys = session.execute(
-        select(SigningKey, Principal.name)
-        .join(Principal, Principal.id == SigningKey.principal_id)
-        .where(SigningKey.revoked_at.is_(None))
-    ).all()
-    idents = session.execute(
-        select(Identity, Principal.name)
-        .join(Principal, Principal.id == Identity.principal_id)
-        .where(Identity.revoked_at.is_(None))
-    ).all()
-    return TrustSet(
-        keys=tuple(
-            trusted_key(
-                registered_signer_name(n),
-                load_public_key(k.public_key_pem.encode(), f"key {k.keyid}"),
-            )
-            for k, n in keys
-        ),
-        identities=tuple(
-            TrustedIdentity(registered_signer_name(n), i.identity, i.issuer) for i, n in idents
-        ),
-    )
-
-
 def trust_for(session: Session, repo: Repository, policy: Policy, state: AppState) -> Trust:
     """The trust to verify with and the registered signers the policy may count.
 
@@ -105,7 +76,7 @@ def trust_for(session: Session, repo: Repository, policy: Policy, state: AppStat
     except PolicyError as exc:
         raise BadRequest(str(exc), code="invalid_policy") from exc
     extra = registered_trust(session, repo)
-    return Trust(verify=own.merged(_all_registered(session)), extra=extra)
+    return Trust(verify=own.merged(all_registered_trust(session)), extra=extra)
 
 
 def scan_layers(state: AppState, manifest: Manifest, policy: Policy) -> list[Finding]:

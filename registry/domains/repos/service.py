@@ -12,7 +12,7 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from registry.domains.audit.service import append
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_publisher",
+    "all_registered_trust",
     "builtin_default_policy",
     "create_repo",
     "get_repo",
@@ -230,9 +231,6 @@ def registered_signer_name(principal: str) -> str:
 def registered_trust(session: Session, repo: Repository) -> TrustSet:
     """Keys and identities registered to the repository's publishers and to admins, each
     named ``@<principal>`` (registered_signer_name)."""
-    from attest.keys import load_public_key, trusted_key
-    from attest.trust import TrustedIdentity, TrustSet
-
     allowed = select(Principal.id).where(
         or_(
             Principal.role == "admin",
@@ -241,16 +239,36 @@ def registered_trust(session: Session, repo: Repository) -> TrustSet:
             ),
         )
     )
-    keys = session.execute(
+    return _registered_signers(session, allowed)
+
+
+def all_registered_trust(session: Session) -> TrustSet:
+    """Every unrevoked registered key and identity, each named ``@<principal>``
+    (registered_signer_name): what an attestation may be signed by to verify at all."""
+    return _registered_signers(session, None)
+
+
+def _registered_signers(session: Session, allowed: Select[int] | None) -> TrustSet:
+    """The unrevoked keys and identities of the principals ``allowed`` selects (all when
+    None) as a TrustSet; the one place a registered signer gets its name."""
+    from attest.keys import load_public_key, trusted_key
+    from attest.trust import TrustedIdentity, TrustSet
+
+    key_query = (
         select(SigningKey, Principal.name)
         .join(Principal, Principal.id == SigningKey.principal_id)
-        .where(SigningKey.principal_id.in_(allowed), SigningKey.revoked_at.is_(None))
-    ).all()
-    idents = session.execute(
+        .where(SigningKey.revoked_at.is_(None))
+    )
+    ident_query = (
         select(Identity, Principal.name)
         .join(Principal, Principal.id == Identity.principal_id)
-        .where(Identity.principal_id.in_(allowed), Identity.revoked_at.is_(None))
-    ).all()
+        .where(Identity.revoked_at.is_(None))
+    )
+    if allowed is not None:
+        key_query = key_query.where(SigningKey.principal_id.in_(allowed))
+        ident_query = ident_query.where(Identity.principal_id.in_(allowed))
+    keys = session.execute(key_query).all()
+    idents = session.execute(ident_query).all()
     return TrustSet(
         keys=tuple(
             trusted_key(

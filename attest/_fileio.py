@@ -1,0 +1,44 @@
+"""Opening a bundle file safely: the final path component is never followed as a symlink,
+a fifo swapped in never blocks the open, and what was opened is re-checked to be a regular
+file with ``fstat`` (so a file swapped after the tree walk is refused, not read)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["OPEN_FLAGS", "open_regular", "read_regular"]
+
+OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def open_regular(path: Path) -> tuple[BinaryIO, int] | None:
+    """Open ``path`` for reading as ``(stream, size)``; None when what was opened is not a
+    regular file (closed again). Raises ``OSError`` when it cannot be opened (a symlink,
+    missing, unreadable)."""
+    stream = os.fdopen(os.open(path, OPEN_FLAGS), "rb")
+    try:
+        st = os.fstat(stream.fileno())
+    except BaseException:
+        stream.close()
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        stream.close()
+        return None
+    return stream, st.st_size
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of a regular file; None when it cannot be opened or is not a
+    regular file (open_regular)."""
+    try:
+        opened = open_regular(path)
+    except OSError:
+        return None
+    if opened is None:
+        return None
+    stream, _ = opened
+    with stream:
+        return stream.read(limit)
