@@ -1,7 +1,7 @@
 """``modelward.yaml``: the bundle spec that pins every serving input (docs/bundle-format.md#spec).
 
-``load_spec`` is the one reader. It bounds the size, parses with a YAML loader that
-refuses aliases (no entity-expansion blow-up) and duplicate keys, and validates against
+``load_spec`` is the one reader. It bounds the size, parses with attest._yaml (no anchors or
+aliases: no entity-expansion blow-up; no duplicate keys), and validates against
 strict pydantic models that forbid unknown fields and type coercion. Every failure is a
 ``SpecError`` whose message names the source and the field, e.g.
 ``modelward.yaml: serving.dtype: must be one of auto, bfloat16, ...``.
@@ -10,11 +10,11 @@ strict pydantic models that forbid unknown fields and type coercion. Every failu
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from attest._yaml import StrictYAMLError, load_strict_yaml
 from attest.errors import BundleError
 
 __all__ = [
@@ -118,36 +118,6 @@ class BundleSpec(_Strict):
         return value
 
 
-if TYPE_CHECKING:
-    _SafeBase = yaml.SafeLoader
-else:  # libyaml's parser: linear in depth, iterative, and it caps nesting at 1000 levels
-    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _refuse_aliases(text: str, source: str) -> None:
-    """An event pass before anything is built: an alias (entity-expansion blow-up) raises."""
-    for event in yaml.parse(text, Loader=_SafeBase):
-        if isinstance(event, yaml.AliasEvent):
-            mark = event.start_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            raise SpecError(f"{source}: invalid YAML: {where}YAML aliases are not allowed")
-
-
-class _StrictLoader(_SafeBase):
-    """A safe loader that refuses duplicate mapping keys (aliases: ``_refuse_aliases``)."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, list | dict) or key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate or unhashable key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_spec(
     data: bytes, source: str = SPEC_FILENAME, *, max_bytes: int = MAX_SPEC_BYTES
 ) -> BundleSpec:
@@ -159,14 +129,11 @@ def load_spec(
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{source}: not valid UTF-8 (byte {exc.start})") from exc
-    # (2) YAML without aliases or duplicate keys
+    # (2) YAML without anchors, aliases or duplicate keys
     try:
-        _refuse_aliases(text, source)
-        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: invalid YAML: {_yaml_problem(exc)}") from exc
-    except RecursionError as exc:  # the pure-Python parser recurses once per level
-        raise SpecError(f"{source}: nested too deeply") from exc
+        document = load_strict_yaml(text)
+    except StrictYAMLError as exc:
+        raise SpecError(f"{source}: invalid YAML: {exc}") from exc
     if not isinstance(document, dict):
         raise SpecError(f"{source}: must be a mapping of fields, got {type(document).__name__}")
     # (3) the schema; every error names its field
@@ -175,14 +142,6 @@ def load_spec(
     except ValidationError as exc:
         lines = [f"{source}: {_loc(err['loc'])}: {_message(err)}" for err in exc.errors()]
         raise SpecError("\n".join(lines)) from None
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``line L, column C: problem`` from a YAML error, one line."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}{problem}".replace("\n", " ")
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

@@ -1,25 +1,25 @@
 """Read a policy document and turn its signers into a TrustSet.
 
-``load_policy`` parses bounded YAML (safe loader, libyaml's where available, duplicate keys
-refused, nesting bounded), validates it
-against attest.policy._model and, when it knows the policy's directory, loads every key,
-certificate and trust root it names, so that a policy with a broken reference never loads.
-Every error is a ``PolicyError`` whose message names the source and the field:
-``policy.yaml: signers.keys[0].path: file not found``.
+``load_policy`` parses bounded YAML (attest._yaml: safe loader, no anchors or aliases, no
+duplicate keys, nesting bounded), validates it against attest.policy._model and, when it
+knows the policy's directory, loads every key, certificate and trust root it names, so
+that a policy with a broken reference never loads. Every error is a ``PolicyError`` whose
+message names the source and the field: ``policy.yaml: signers.keys[0].path: file not
+found``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import ValidationError
 
+from attest._yaml import StrictYAMLError, load_strict_yaml
 from attest.errors import KeyError_, PolicyError
 from attest.keys import keyid, load_public_key, trusted_key
 from attest.policy._model import Policy
@@ -29,31 +29,6 @@ __all__ = ["MAX_POLICY_BYTES", "load_policy", "policy_trust_set", "trusted_publi
 
 MAX_POLICY_BYTES = 1 << 20  # a policy is a few KiB; anything near a MiB is not a policy
 MAX_REFERENCED_FILE_BYTES = 16 << 20  # a PEM bundle or a trusted_root.json
-
-
-if TYPE_CHECKING:
-    _SafeBase = yaml.SafeLoader
-else:  # libyaml's parser: fast, iterative, and it caps nesting at 1000 levels
-    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _UniqueKeyLoader(_SafeBase):
-    """A safe loader that refuses duplicate mapping keys (the last one would win silently)."""
-
-
-def _construct_mapping(loader: _SafeBase, node: yaml.MappingNode) -> dict[Hashable, Any]:
-    seen: set[Hashable] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _loc(loc: Sequence[int | str]) -> str:
@@ -114,14 +89,9 @@ def load_policy(
     if len(raw) > MAX_POLICY_BYTES:
         raise PolicyError(f"{source}: larger than {MAX_POLICY_BYTES} bytes")
     try:
-        doc = yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PolicyError(f"{source}: {where}not valid YAML: {problem}") from exc
-    except RecursionError as exc:  # the pure-Python parser recurses once per level
-        raise PolicyError(f"{source}: not valid YAML: nested too deeply") from exc
+        doc = load_strict_yaml(raw)
+    except StrictYAMLError as exc:
+        raise PolicyError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(doc, dict):
         raise PolicyError(f"{source}: the document must be a mapping with version: 1")
     try:

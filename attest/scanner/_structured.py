@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-import yaml
 
 from attest._json import reject_duplicates
+from attest._yaml import StrictYAMLError, load_strict_yaml
 from attest.scanner._model import Finding
 
 # Keys that make transformers import code shipped with (or referenced by) the model.
@@ -27,10 +25,6 @@ PY_LINE = re.compile(
 )
 SHEBANG_PYTHON = re.compile(rb"^#![^\n]*python")
 TIKTOKEN_LINE = re.compile(r"^[A-Za-z0-9+/]+=* \d+$")
-if TYPE_CHECKING:
-    _SafeBase = yaml.SafeLoader
-else:  # libyaml: the pure-Python parser is quadratic in nesting depth
-    _SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_WALK = 20_000_000
 MAX_REFS = 10
 CODE_WINDOW = 256 * 2**10
@@ -95,16 +89,11 @@ def _walk(document: object) -> Iterator[tuple[str, object]]:
 # --- modelward.yaml ---------------------------------------------------------------------
 
 def check_yaml(path: str, text: str) -> list[Finding]:
-    """A bundle spec parses with a safe loader into a mapping, without anchors/aliases."""
+    """A bundle spec parses strictly (attest._yaml) into a mapping."""
     try:
-        for event in yaml.parse(text, Loader=_SafeBase):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                return [Finding(path, "scan.yaml", "YAML anchors and aliases are not allowed")]
-        document = yaml.load(text, Loader=_SafeBase)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        return [Finding(path, "scan.yaml", f"not safe YAML: {exc}".replace("\n", " "))]
-    except RecursionError:
-        return [Finding(path, "scan.yaml", "YAML is nested too deeply")]
+        document = load_strict_yaml(text)
+    except StrictYAMLError as exc:
+        return [Finding(path, "scan.yaml", f"not safe YAML: {exc}")]
     if not isinstance(document, dict):
         return [Finding(path, "scan.yaml", "bundle spec is not a YAML mapping")]
     return []
