@@ -125,6 +125,11 @@ def boot(
     = False,
     host: Annotated[str, typer.Option(help="--serve: listen address")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="--serve: port")] = 8000,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option("--ready-file", help="--serve: written once the baseline passed and the "
+                     "server is serving; removed when it exits (for readiness probes)"),
+    ] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")]
     = False,
 ) -> None:
@@ -136,9 +141,13 @@ def boot(
     from loader.statements import load_worker_key
     from loader.worker import BootOptions, boot_bundle
 
+    if ready_file is not None and not serve:
+        fail("--ready-file needs --serve", code=2)
+    if ready_file is not None and not ready_file.parent.is_dir():
+        fail(f"--ready-file {ready_file}: {ready_file.parent} is not a directory", code=2)
     require_vllm()
     options = BootOptions(
-        serve=serve, host=host, port=port, extra_args=tuple(ctx.args),
+        serve=serve, host=host, port=port, extra_args=tuple(ctx.args), ready_file=ready_file,
         worker_key=load_worker_key(worker_key) if worker_key else None,
     )
     with _client() as client, _progress("pull") as (advance, _total):

