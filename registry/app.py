@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("modelward.registry")
-AUDITED_STATUSES = frozenset({400, 401, 403, 409, 410, 413, 422})
+AUDITED_STATUSES = frozenset({400, 401, 403, 409, 410, 413, 422, 429})
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

@@ -16,6 +16,7 @@ JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handle
     │   ├── TruncatedBody               400 truncated_body
     │   └── InvalidManifest             400 invalid_manifest
     ├── PayloadTooLarge                 413 too_large
+    ├── QuotaExceeded                   429 quota_exceeded (open upload sessions)
     ├── Refused                         422 refused (policy, scan or attestation verdicts)
     ├── ConfigurationError              a setting is invalid (CLI reports it, exit 1)
     └── DatabaseOutOfDate               the schema needs ``modelward db upgrade``
@@ -40,6 +41,7 @@ __all__ = [
     "NotAuthenticated",
     "NotFound",
     "PayloadTooLarge",
+    "QuotaExceeded",
     "Refused",
     "RegistryError",
     "StaleVersion",
@@ -117,6 +119,11 @@ class InvalidManifest(BadRequest):
 class PayloadTooLarge(RegistryError):  # noqa: N818 - named after the HTTP outcome
     status = 413
     code = "too_large"
+
+
+class QuotaExceeded(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    status = 429
+    code = "quota_exceeded"
 
 
 class Refused(RegistryError):  # noqa: N818 - named after the HTTP outcome

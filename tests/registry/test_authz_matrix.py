@@ -125,6 +125,7 @@ ENDPOINTS: list[Endpoint] = [
         body=lambda c: {"content": b"x", "headers": {"Upload-Offset": "0"}},
     ),
     Endpoint("upload.commit", "POST", "/v1/uploads/nosuchupload/commit", WRITERS),
+    Endpoint("upload.cancel", "DELETE", "/v1/uploads/nosuchupload", WRITERS),
     Endpoint(
         "bundle.put",
         "PUT",
@@ -298,4 +299,4 @@ def test_denials_are_audited(world: World) -> None:
 
 def test_matrix_covers_every_contract_endpoint() -> None:
     names = {e.name for e in ENDPOINTS}
-    assert len(names) == len(ENDPOINTS) == 36
+    assert len(names) == len(ENDPOINTS) == 37

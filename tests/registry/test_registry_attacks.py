@@ -119,7 +119,8 @@ def _pem(key: Any) -> str:
     )
 
 
-def start_registry(base: Path) -> tuple[Reg, subprocess.Popen[bytes]]:
+def start_registry(base: Path, settings: dict[str, str] | None = None,
+                   ) -> tuple[Reg, subprocess.Popen[bytes]]:
     data_dir, port = base / "data", _free_port()
     boot = "mwt_boot_" + secrets.token_urlsafe(32)
     env = _env() | {
@@ -127,7 +128,7 @@ def start_registry(base: Path) -> tuple[Reg, subprocess.Popen[bytes]]:
         "MODELWARD_MAX_REQUEST_JSON_BYTES": str(LIMIT_JSON),
         "MODELWARD_MAX_ATTESTATION_BYTES": str(256 * 1024),
         "MODELWARD_MAX_MANIFEST_BYTES": str(256 * 1024),
-    }
+    } | (settings or {})
     log = base / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -177,12 +178,12 @@ def start_registry(base: Path) -> tuple[Reg, subprocess.Popen[bytes]]:
 
 
 @contextlib.contextmanager
-def open_registry(base: Path) -> Iterator[Reg]:
+def open_registry(base: Path, settings: dict[str, str] | None = None) -> Iterator[Reg]:
     """A running registry with keys for pub_a, pub_b and admin2, repos acme/a (pub_a, admin2)
-    and acme/b (pub_b); stopped on exit."""
+    and acme/b (pub_b); stopped on exit. ``settings``: extra MODELWARD_* variables."""
     from attest.keys import generate_private_key
 
-    registry, proc = start_registry(base)
+    registry, proc = start_registry(base, settings)
     try:
         for name in ("pub_a", "pub_b", "admin2"):
             actor = registry.actors[name]

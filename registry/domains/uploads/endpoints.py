@@ -1,10 +1,10 @@
-"""``/v1/uploads``: resumable, chunked blob uploads."""
+"""``/v1/uploads``: resumable, chunked blob uploads (start, status, chunk, commit, cancel)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -21,7 +21,11 @@ class UploadIn(BaseModel):
     size: int = Field(ge=0, le=2**62)
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    responses={429: {"description": "quota_exceeded: too many open sessions for the caller"}},
+)
 def start_upload(body: UploadIn, caller: Publisher, state: State) -> dict[str, Any]:
     row = service.start(state, digest=check_digest(body.digest), size=body.size, caller=caller)
     return {"id": row.id, "offset": row.offset, "digest": row.digest, "size": row.size}
@@ -58,3 +62,10 @@ async def patch_upload(
 def commit_upload(upload_id: str, caller: Publisher, state: State) -> dict[str, Any]:
     digest, size = service.commit(state, upload_id=upload_id, caller=caller)
     return {"digest": digest, "size": size}
+
+
+@router.delete("/{upload_id}", status_code=204)
+def cancel_upload(upload_id: str, caller: Publisher, state: State) -> Response:
+    """End an unfinished session now; its stored chunks are deleted."""
+    service.cancel(state, upload_id=upload_id, caller=caller)
+    return Response(status_code=204)

@@ -1,6 +1,11 @@
 """Resumable upload sessions. State lives in the database and the blob store (as part objects),
 so any app process can continue or commit a session. A PATCH is all-or-nothing: the offset only
-advances (by a conditional UPDATE) once its whole chunk is stored."""
+advances (by a conditional UPDATE) once its whole chunk is stored.
+
+Sessions are bounded: a principal holds at most ``max_open_uploads`` at once, and a session
+idle for ``upload_ttl_seconds`` is expired — it answers 404 from then on, and the next
+``start`` (any principal's) deletes it and its parts, audited as ``upload.expire``. A client
+can end its own session early with ``cancel``."""
 
 from __future__ import annotations
 
@@ -8,30 +13,82 @@ import itertools
 import json
 import secrets
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from registry.domains._state import AppState
 from registry.domains.audit.service import append
 from registry.domains.auth.service import Caller
 from registry.domains.blobs.service import drain, record_blob
-from registry.errors import BadRequest, Conflict, DigestMismatchError, NotFound, PayloadTooLarge
+from registry.errors import (
+    BadRequest,
+    Conflict,
+    DigestMismatchError,
+    NotFound,
+    PayloadTooLarge,
+    QuotaExceeded,
+)
 from registry.models import UploadSession
 
-__all__ = ["append_chunk", "commit", "get_session", "start"]
+__all__ = ["append_chunk", "cancel", "commit", "expire_idle", "get_session", "start"]
+
+SWEEP_BATCH = 100  # expired sessions removed per start (the rest on the next ones)
 
 
-def _visible(session: Session, upload_id: str, caller: Caller) -> UploadSession:
-    """The session if it exists and belongs to the caller (admins see every session)."""
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _expired(row: UploadSession, ttl: int, now: datetime) -> bool:
+    return _aware(row.updated_at) <= now - timedelta(seconds=ttl)
+
+
+def _visible(session: Session, upload_id: str, caller: Caller, ttl: int) -> UploadSession:
+    """The session if it exists, has not expired and belongs to the caller (admins see every
+    session)."""
     query = select(UploadSession).where(UploadSession.id == upload_id)
     if not caller.is_admin:
         query = query.where(UploadSession.principal_id == caller.id)
     row = session.execute(query).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no upload session {upload_id}")
+    if _expired(row, ttl, datetime.now(UTC)):
+        raise NotFound(f"upload session {upload_id} expired after {ttl} s without a chunk",
+                       code="upload_expired")
     return row
+
+
+def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
+    """Delete up to SWEEP_BATCH sessions idle past the TTL, and their parts; how many.
+
+    Each row is deleted only if it is still idle (a conditional DELETE), so a chunk that
+    lands meanwhile keeps its session.
+    """
+    ttl = state.settings.upload_ttl_seconds
+    now = now or datetime.now(UTC)
+    with state.db.read() as session:
+        oldest = session.execute(
+            select(UploadSession).order_by(UploadSession.updated_at).limit(SWEEP_BATCH)
+        ).scalars().all()
+    removed = 0
+    for row in oldest:
+        if not _expired(row, ttl, now):
+            break
+        with state.db.write() as session:
+            gone = session.execute(
+                delete(UploadSession).where(
+                    UploadSession.id == row.id, UploadSession.updated_at == row.updated_at)
+            )
+            if gone.rowcount == 0:  # type: ignore[attr-defined]
+                continue
+            append(session, actor="registry", action="upload.expire", subject=row.digest,
+                   details={"upload_id": row.id, "offset": row.offset, "size": row.size,
+                            "idle_seconds": ttl})
+        state.store.delete_parts(row.id, json.loads(row.parts))
+        removed += 1
+    return removed
 
 
 def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadSession:
@@ -42,8 +99,21 @@ def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadS
             f"blob of {size} bytes exceeds the limit of {state.settings.max_blob_bytes} bytes",
             detail={"size": size, "limit": state.settings.max_blob_bytes},
         )
+    expire_idle(state)
     now = datetime.now(UTC)
+    limit = state.settings.max_open_uploads
     with state.db.write() as session:
+        open_ = session.execute(
+            select(func.count()).select_from(UploadSession)
+            .where(UploadSession.principal_id == caller.id)
+        ).scalar_one()
+        if open_ >= limit:
+            raise QuotaExceeded(
+                f"{caller.name} already has {open_} open upload sessions (limit {limit}); "
+                "commit or cancel one (DELETE /v1/uploads/{id}), or wait for idle ones to "
+                f"expire after {state.settings.upload_ttl_seconds} s",
+                detail={"open": open_, "limit": limit},
+            )
         row = UploadSession(
             id=secrets.token_hex(16),
             digest=digest,
@@ -67,7 +137,19 @@ def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadS
 
 def get_session(state: AppState, upload_id: str, caller: Caller) -> UploadSession:
     with state.db.read() as session:
-        return _visible(session, upload_id, caller)
+        return _visible(session, upload_id, caller, state.settings.upload_ttl_seconds)
+
+
+def cancel(state: AppState, *, upload_id: str, caller: Caller) -> None:
+    """End the caller's session now: the row, then its parts (audited ``upload.cancel``)."""
+    row = get_session(state, upload_id, caller)
+    with state.db.write() as session:
+        gone = session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
+        if gone.rowcount == 0:  # type: ignore[attr-defined]
+            raise NotFound(f"no upload session {upload_id}")
+        append(session, actor=caller.name, action="upload.cancel", subject=row.digest,
+               details={"upload_id": upload_id, "offset": row.offset, "size": row.size})
+    state.store.delete_parts(upload_id, json.loads(row.parts))
 
 
 def append_chunk(
