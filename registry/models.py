@@ -27,6 +27,7 @@ __all__ = [
     "Blob",
     "Boot",
     "Bundle",
+    "BundleBlob",
     "Identity",
     "Principal",
     "RepoPublisher",
@@ -134,6 +135,14 @@ class Bundle(Base):
     quarantine_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     tombstoned: Mapped[bool] = mapped_column(Boolean, default=False)
     tombstone_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class BundleBlob(Base):
+    """A blob a bundle's manifest names (its config or a layer)."""
+
+    __tablename__ = "bundle_blobs"
+    bundle_id: Mapped[int] = mapped_column(ForeignKey("bundles.id"), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(DIGEST), primary_key=True, index=True)
 
 
 class Attestation(Base):

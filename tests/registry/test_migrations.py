@@ -84,3 +84,37 @@ def test_db_cli_upgrade_current_downgrade(tmp_path: Path) -> None:
     assert f"current: {head_revision()}" in current.stdout
     assert run("downgrade", "base").returncode == 0
     assert "current: (empty)" in run("current").stdout
+
+
+def test_0002_backfills_the_blobs_each_bundle_holds(tmp_path: Path) -> None:
+    import json
+
+    from sqlalchemy import text
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(url, "0001")
+    manifest = json.dumps({
+        "config": {"digest": "sha256:" + "c" * 64},
+        "layers": [{"digest": "sha256:" + "a" * 64}, {"digest": "sha256:" + "b" * 64},
+                   {"digest": "sha256:" + "a" * 64}],
+    }).encode()
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO principals (id, name, role, created_at) "
+                              "VALUES (1, 'p', 'publisher', '2026-01-01')"))
+            conn.execute(text("INSERT INTO repositories (id, name, policy_yaml, created_by, "
+                              "created_at) VALUES (1, 'o/m', NULL, 1, '2026-01-01')"))
+            conn.execute(text(
+                "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
+                "created_by, created_at, quarantined, tombstoned) VALUES (7, 1, :d, :m, '{}', "
+                "'[]', 1, '2026-01-01', 0, 0)"), {"d": "sha256:" + "d" * 64, "m": manifest})
+        upgrade(url)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT bundle_id, digest FROM bundle_blobs "
+                                     "ORDER BY digest")).all()
+        assert [tuple(r) for r in rows] == [(7, "sha256:" + h * 64) for h in "abc"]
+        downgrade(url, "0001")
+        assert "bundle_blobs" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()

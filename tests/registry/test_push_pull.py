@@ -164,6 +164,49 @@ def test_quarantined_bundle_cannot_take_an_alias(registry: Registry, tmp_path: P
         pub.actor.client.get_alias(repo, "canary")
 
 
+def test_blobs_of_a_quarantined_bundle_are_only_for_reviewers(
+        registry: Registry, tmp_path: Path) -> None:
+    import hashlib
+
+    import httpx
+
+    pub = new_publisher(registry)
+    repo = registry.repo(pub)
+    root = make_bundle_dir(tmp_path / "b")
+    digest = pub.actor.client.push(root, repo, sign=pub.sign).digest
+    own = "sha256:" + hashlib.sha256((root / "config.json").read_bytes()).hexdigest()
+    shared = "sha256:" + hashlib.sha256((root / "model.safetensors").read_bytes()).hexdigest()
+    live = push_new(pub, repo, tmp_path)  # holds the same model.safetensors
+    reader, reviewer = registry.actor("reader"), registry.actor("reviewer")
+
+    def get(token: str, blob: str) -> httpx.Response:
+        return httpx.get(f"{registry.url}/v1/blobs/{blob}", timeout=30,
+                         headers={"Authorization": f"Bearer {token}"})
+
+    assert get(reader.token, own).content == (root / "config.json").read_bytes()
+    out = registry.cli("quarantine", f"{repo}@{digest}", "--reason", "CVE-2", token=reviewer.token)
+    assert out.returncode == 0, out.stderr
+    for token in (reader.token, pub.actor.token):
+        refused = get(token, own)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "bundle_quarantined"
+        assert own in refused.json()["error"]["message"]
+    # reviewers and admins may still inspect it; a blob a live bundle holds stays readable
+    assert get(reviewer.token, own).content == (root / "config.json").read_bytes()
+    assert get(registry.server.admin_token, own).status_code == 200
+    assert get(reader.token, shared).status_code == 200
+    # HEAD only says the blob exists (publishers skip uploads with it)
+    head = httpx.head(f"{registry.url}/v1/blobs/{own}", timeout=30,
+                      headers={"Authorization": f"Bearer {reader.token}"})
+    assert head.status_code == 200
+    denied = [e for e in registry.admin.iter_audit()
+              if e["action"] == "denied" and e["details"].get("code") == "bundle_quarantined"
+              and own in e["subject"]]
+    assert denied
+    assert get(reader.token, own).status_code == 409
+    assert pub.actor.client.get_bundle(repo, live)["quarantined"] is False
+
+
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
 def test_cli_repo_create_and_key_commands(registry: Registry, tmp_path: Path) -> None:
     from attest.keys import generate_private_key, public_key_pem

@@ -1,4 +1,7 @@
-"""``/v1/blobs/{digest}``: HEAD, GET (Range, optional presigned redirect), PUT (streamed)."""
+"""``/v1/blobs/{digest}``: HEAD, GET (Range, optional presigned redirect), PUT (streamed).
+
+HEAD says whether a blob exists (publishers skip uploads with it); GET also honours the
+quarantine and tombstones of the bundles holding the blob (service.readable_blob_size)."""
 
 from __future__ import annotations
 
@@ -34,7 +37,10 @@ def head_blob(digest: str, caller: AnyCaller, state: State) -> Response:
 def get_blob(
     digest: str, request: Request, caller: AnyCaller, state: State
 ) -> StreamingResponse | RedirectResponse:
-    size = _size(state, digest)
+    """The blob's bytes (Range honoured). 409 ``bundle_quarantined`` when every bundle that
+    holds it is quarantined or tombstoned, unless the caller is an admin or a reviewer."""
+    with state.db.read() as session:
+        size = service.readable_blob_size(session, check_digest(digest), caller)
     if state.settings.s3_presign:
         url = state.store.presign(digest, state.settings.s3_presign_expires)
         if url is not None:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from registry.domains._state import AppState
 from registry.domains.audit.service import append
 from registry.domains.auth.service import Caller
-from registry.errors import NotFound
-from registry.models import Blob
+from registry.errors import BundleQuarantined, NotFound
+from registry.models import Blob, Bundle, BundleBlob
 
-__all__ = ["blob_size", "drain", "put_blob", "record_blob"]
+__all__ = ["blob_size", "drain", "put_blob", "readable_blob_size", "record_blob"]
+
+# Roles that may read the bytes of quarantined and tombstoned bundles (forensics).
+INSPECTORS = frozenset({"admin", "reviewer"})
 
 
 def drain(chunks: Iterable[bytes]) -> None:
@@ -26,6 +30,31 @@ def blob_size(session: Session, digest: str) -> int:
     if row is None:
         raise NotFound(f"blob {digest} not found")
     return row.size
+
+
+def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
+    """The size of a blob ``caller`` may download; NotFound or BundleQuarantined otherwise.
+
+    A blob that bundles hold is readable while at least one of them is neither quarantined
+    nor tombstoned; once every holder is, only admins and reviewers may read it. A blob no
+    bundle holds yet (uploaded, not pushed) stays readable.
+    """
+    size = blob_size(session, digest)
+    if caller.role in INSPECTORS:
+        return size
+    held = exists().where(BundleBlob.digest == digest)
+    live = (
+        exists()
+        .where(BundleBlob.digest == digest, Bundle.id == BundleBlob.bundle_id)
+        .where(Bundle.quarantined.is_(False), Bundle.tombstoned.is_(False))
+    )
+    is_held, is_live = session.execute(select(held, live)).one()
+    if is_held and not is_live:
+        raise BundleQuarantined(
+            f"blob {digest} belongs only to quarantined or tombstoned bundles",
+            detail={"digest": digest},
+        )
+    return size
 
 
 def record_blob(session: Session, *, digest: str, size: int, actor: str, via: str) -> bool:

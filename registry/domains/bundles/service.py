@@ -39,7 +39,7 @@ from registry.errors import (
     PayloadTooLarge,
     Refused,
 )
-from registry.models import Attestation, Blob, Bundle, Principal, Repository
+from registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
 
 __all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "quarantine", "tombstone"]
 
@@ -187,6 +187,8 @@ def push(
         )
         session.add(row)
         session.flush()
+        held = {manifest.config.digest} | {layer.digest for layer in manifest.layers}
+        session.add_all(BundleBlob(bundle_id=row.id, digest=d) for d in sorted(held))
         for data, stmt in verified.accepted:
             session.add(attestation_row(row, data, stmt, caller))
         append(
