@@ -42,6 +42,7 @@ from registry.db import Database, make_engine
 from registry.domains._body_limit import BodyLimit
 from registry.domains._state import AppState
 from registry.domains.audit.service import append
+from registry.domains.audit.throttle import DenialThrottle
 from registry.domains.auth.deps import caller_from_request
 from registry.errors import ConfigurationError, RegistryError
 from registry.settings import Settings
@@ -146,6 +147,7 @@ def build_state(settings: Settings) -> AppState:
         store=store,
         default_policy_yaml=load_default_policy(settings.policy),
         default_policy_dir=settings.policy.resolve().parent if settings.policy else None,
+        denial_throttle=DenialThrottle(settings.audit_unauthenticated_per_minute),
     )
 
 
@@ -245,19 +247,36 @@ def _internal_error(request_id: str) -> Message:
 
 
 def _record_denial(state: AppState, request: Request, status: int, code: str, msg: str) -> None:
+    """Append a ``denied`` event; unauthenticated ones pass the throttle first."""
     caller = getattr(request.state, "caller", None)
+    details: dict[str, Any] = {
+        "status": status,
+        "code": code,
+        "message": msg[:1000],
+        "request_id": getattr(request.state, "request_id", None),
+    }
+    action, subject = "denied", f"{request.method} {request.url.path}"
+    if caller is None and status == 401:
+        client = request.client.host if request.client else "unknown"
+        verdict, earlier = state.denial_throttle.check(client)
+        if verdict == "skip":
+            return
+        if verdict == "announce":
+            limit = state.denial_throttle.per_minute
+            log.warning(json.dumps({"event": "audit_throttled", "client": client, "limit": limit}))
+            action, subject = "denied.throttled", client
+            details = {"client": client, "limit_per_minute": limit,
+                       "note": "further unauthenticated denials from this client in this "
+                               "minute are counted, not audited"}
+        elif earlier:
+            details["throttled_before"] = earlier
     with state.db.write() as session:
         append(
             session,
             actor=getattr(caller, "name", "anonymous"),
-            action="denied",
-            subject=f"{request.method} {request.url.path}",
-            details={
-                "status": status,
-                "code": code,
-                "message": msg[:1000],
-                "request_id": getattr(request.state, "request_id", None),
-            },
+            action=action,
+            subject=subject,
+            details=details,
         )
 
 

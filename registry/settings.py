@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None  # else the standard AWS settings (AWS_ENDPOINT_URL ...)
     metrics_public: bool = False  # /metrics needs a token unless this is true
     log_level: str = "info"
+    audit_unauthenticated_per_minute: int = Field(default=60, ge=1)  # per client address
     upload_ttl_seconds: int = Field(default=86_400, ge=1)  # idle upload sessions expire
     max_open_uploads: int = Field(default=64, ge=1)  # per principal
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()

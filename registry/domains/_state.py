@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from registry.db import Database
+from registry.domains.audit.throttle import DenialThrottle
 from registry.settings import Settings
 from registry.storage import BlobStore
 
@@ -24,6 +25,7 @@ class AppState:
     store: BlobStore
     default_policy_yaml: str | None
     default_policy_dir: Path | None = None  # files the operator's --policy names are relative to
+    denial_throttle: DenialThrottle = field(default_factory=lambda: DenialThrottle(60))
 
 
 def get_state(request: Request) -> AppState:
