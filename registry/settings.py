@@ -95,6 +95,17 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     if toml_path is not None and not toml_path.is_file():
         raise ConfigurationError(f"config file {toml_path} does not exist")
 
+    cls = _settings_class(environment=True, toml_path=toml_path)
+    try:
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid settings: {_problems(exc)}") from exc
+
+
+def _settings_class(*, environment: bool, toml_path: Path | None) -> type[Settings]:
+    """``Settings`` reading its keywords, then ``MODELWARD_*`` (when ``environment``), then
+    the TOML file (when given); earlier sources win."""
+
     class _Settings(Settings):
         @classmethod
         def settings_customise_sources(
@@ -105,18 +116,18 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            sources = [init_settings, *([env_settings] if environment else [])]
             if toml_path is not None:
                 sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
             return tuple(sources)
 
-    try:
-        return _Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigurationError(f"invalid settings: {problems}") from exc
+    return _Settings
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+    )
 
 
 def worker_settings_json(settings: Settings) -> str:
@@ -137,24 +148,12 @@ def settings_from_json(text: str) -> Settings:
     Raises ConfigurationError.
     """
 
-    class _Settings(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings,)
-
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ConfigurationError("worker settings are not a JSON object")
-        return _Settings(**data)
+        return _settings_class(environment=False, toml_path=None)(**data)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"worker settings are not JSON: {exc}") from exc
     except ValidationError as exc:
-        raise ConfigurationError(f"invalid worker settings: {exc}") from exc
+        raise ConfigurationError(f"invalid worker settings: {_problems(exc)}") from exc

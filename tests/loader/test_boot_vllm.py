@@ -65,6 +65,25 @@ class World:
         return [json.loads(base64.b64decode(json.loads(base64.b64decode(a["data"]))["payload"]))
                 for a in items if a["predicate_type"] == predicate_type]
 
+    def attach_forged_baseline(self, predicate: dict[str, Any], digest: str, *, probe: int,
+                               token: int) -> None:
+        """Attach, signed by the worker's key, ``predicate`` for ``digest`` with one token
+        of one probe changed (hashes recomputed, so only the tokens disagree)."""
+        from attest.dsse import sign_envelope
+        from attest.statement import make_statement
+
+        forged = json.loads(json.dumps(predicate))
+        forged["bundle_digest"] = digest
+        ids = forged["probes"][probe]["token_ids"]
+        ids[token] = (ids[token] + 1) % 100
+        forged["probes"][probe]["sha256"] = token_hash(ids)
+        forged["aggregate"] = aggregate_hash([
+            ProbeResult(p["id"], p["prompt"], tuple(p["token_ids"]), p["sha256"])
+            for p in forged["probes"]])
+        envelope = sign_envelope(make_statement(self.repo, digest, BASELINE, forged),
+                                 [self.worker_private])
+        self.worker.client.add_attestation(self.repo, digest, envelope)
+
     def boots(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.reg.admin._json(
             "GET", f"/v1/repos/{self.repo}/bundles/{self.digest}/boots")
@@ -124,23 +143,52 @@ def test_second_boot_matches_recorded_baseline(
 
 def test_forged_divergent_baseline_refuses_boot(
         world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
-    from attest.dsse import sign_envelope
-    from attest.statement import make_statement
 
-    predicate = world.statements(BASELINE)[0]["predicate"]
-    probe = predicate["probes"][2]
-    probe["token_ids"][5] = (probe["token_ids"][5] + 1) % 100
-    probe["sha256"] = token_hash(probe["token_ids"])
-    predicate["aggregate"] = aggregate_hash([
-        ProbeResult(p["id"], p["prompt"], tuple(p["token_ids"]), p["sha256"])
-        for p in predicate["probes"]])
-    envelope = sign_envelope(make_statement(world.repo, world.digest, BASELINE, predicate),
-                             [world.worker_private])
-    world.worker.client.add_attestation(world.repo, world.digest, envelope)
+    world.attach_forged_baseline(world.statements(BASELINE)[0]["predicate"], world.digest,
+                                 probe=2, token=5)
     result = world.boot()
     assert result.returncode == 1
     assert "p02: first differing token index 5" in result.stderr
     assert world.boots()[-1]["outcome"] == "refused"
+
+
+def test_warn_policy_boots_through_engine_mismatch_and_divergence(
+        world: World, first_boot: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+    """The worker policy's warn modes: a bundle pinned to another vLLM and a trusted baseline
+    that disagrees both become warnings; the boot goes on and says so everywhere."""
+    from attest.keys import public_key_pem
+    from attest.spec import render_spec_template
+
+    model = tmp_path / "pinned-elsewhere"
+    shutil.copytree(world.base / "model", model)
+    (model / "modelward.yaml").write_text(render_spec_template(
+        dtype="float32", max_model_len=256, engine_version="0.31.0"))
+    publisher = new_publisher(world.reg)
+    world.reg.admin.add_publisher(world.repo, publisher.name)
+    other = publisher.actor.client.push(model, world.repo, sign=publisher.sign,
+                                        alias="warned").digest
+    (tmp_path / "publisher.pem").write_bytes(public_key_pem(publisher.key.public_key()))
+    policy = tmp_path / "worker-policy.yaml"
+    policy.write_text("version: 1\nsigners:\n  keys:\n    - name: publisher\n"
+                      "      path: publisher.pem\nengine_version: warn\nbaseline: warn\n")
+    genuine = next(s["predicate"] for s in world.statements(BASELINE)
+                   if s["predicate"]["fingerprint"]["entrypoint"] == "llm")
+    world.attach_forged_baseline(genuine, other, probe=3, token=2)
+
+    result = world.cli("boot", f"{world.repo}@warned", "--policy", str(policy), "--cache-dir",
+                       str(world.cache), "--worker-key", str(world.worker_key), "--",
+                       "--enforce-eager", trust=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bundle pins vllm 0.31.0 but this worker runs vllm 0.32.0" in result.stderr
+    assert "p03: first differing token index 2" in result.stderr
+    assert "diverges (warn)" in result.stdout
+    boots: list[dict[str, Any]] = world.reg.admin._json(
+        "GET", f"/v1/repos/{world.repo}/bundles/{other}/boots")
+    assert [b["outcome"] for b in boots] == ["ok"]
+    assert boots[0]["detail"]["baseline"] == "diverged"
+    warnings = " ".join(boots[0]["detail"]["warnings"])
+    assert "0.31.0" in warnings
+    assert "first differing token index 2" in warnings
 
 
 def test_byte_flipped_in_cache_after_pull_is_caught_at_boot(
@@ -245,22 +293,11 @@ def test_serve_records_baseline_then_serves_and_forwards_sigterm(
 def test_serve_with_divergent_baseline_stops_the_server(world: World, tmp_path: Path) -> None:
     import httpx
 
-    from attest.dsse import sign_envelope
-    from attest.statement import make_statement
     from tests.registry.conftest import free_port
 
     served = _served_baselines(world)
     assert served, "the serving test records the server's baseline first"
-    predicate = served[0]
-    probe = predicate["probes"][1]
-    probe["token_ids"][3] = (probe["token_ids"][3] + 1) % 100
-    probe["sha256"] = token_hash(probe["token_ids"])
-    predicate["aggregate"] = aggregate_hash([
-        ProbeResult(p["id"], p["prompt"], tuple(p["token_ids"]), p["sha256"])
-        for p in predicate["probes"]])
-    envelope = sign_envelope(make_statement(world.repo, world.digest, BASELINE, predicate),
-                             [world.worker_private])
-    world.worker.client.add_attestation(world.repo, world.digest, envelope)
+    world.attach_forged_baseline(served[0], world.digest, probe=1, token=3)
     port = free_port()
     log_path = tmp_path / "serve.log"
     proc = _start_serving(world, port, log_path)
