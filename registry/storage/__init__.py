@@ -3,14 +3,17 @@
 Blobs are content-addressed (``sha256:<hex>``) and written through ``put_verified``, which
 streams into a temporary object while hashing and makes the blob visible only when size and
 digest match (atomic rename on a file system; a multipart upload completed only on a match on
-S3 — an aborted one leaves nothing). Upload sessions keep their chunks as part objects in the
-same store so any app process can continue or commit a session.
+S3 — an aborted one leaves nothing). Upload sessions keep their chunks in the same store so any
+app process can continue or commit a session: ``put_part`` stores one chunk (named by the
+session, with its offset first), ``discard_part`` drops a chunk whose offset never advanced,
+``assemble`` makes the verified blob from a complete session's chunks, and ``delete_upload``
+drops whatever a session stored.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
 
@@ -27,14 +30,16 @@ class BlobStore(Protocol):
     def read(self, digest: str, start: int = 0, end: int | None = None) -> Iterator[bytes]: ...
     def open(self, digest: str) -> AbstractContextManager[BinaryIO]: ...
     def put_part(self, upload_id: str, part: str, size: int, chunks: Iterable[bytes]) -> None: ...
-    def read_part(self, upload_id: str, part: str) -> Iterator[bytes]: ...
-    def delete_parts(self, upload_id: str, parts: Iterable[str]) -> None: ...
+    def discard_part(self, upload_id: str, part: str) -> None: ...
+    def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None: ...
+    def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None: ...
     def presign(self, digest: str, expires: int) -> str | None: ...
     def check(self) -> None: ...
 
 
 class StreamCheck:
-    """Counts and hashes a stream; ``finish`` raises on truncation, excess or mismatch."""
+    """Counts a stream, and hashes it when a digest is expected; ``finish`` raises on
+    truncation, excess or mismatch."""
 
     def __init__(self, digest: str | None, size: int) -> None:
         self.digest = digest
@@ -42,14 +47,15 @@ class StreamCheck:
         self.count = 0
         self._hash = hashlib.sha256()
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes | memoryview) -> None:
         self.count += len(chunk)
         if self.count > self.size:
             raise BadRequest(
                 f"body is longer than the declared {self.size} bytes",
                 detail={"declared": self.size},
             )
-        self._hash.update(chunk)
+        if self.digest is not None:
+            self._hash.update(chunk)
 
     def finish(self) -> None:
         if self.count < self.size:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, cast
 
 from registry.storage import StreamCheck
@@ -152,10 +153,18 @@ class S3Store:
     def put_part(self, upload_id: str, part: str, size: int, chunks: Iterable[bytes]) -> None:
         self._upload_checked(self._part_key(upload_id, part), StreamCheck(None, size), chunks)
 
-    def read_part(self, upload_id: str, part: str) -> Iterator[bytes]:
-        return self._stream(self._part_key(upload_id, part))
+    def discard_part(self, upload_id: str, part: str) -> None:
+        self._s3.delete_object(Bucket=self.bucket, Key=self._part_key(upload_id, part))
 
-    def delete_parts(self, upload_id: str, parts: Iterable[str]) -> None:
+    def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None:
+        """Stream the parts in order through the verified write, then delete them."""
+        if self.size(digest) != size:  # else a retried commit, or the same blob put meanwhile
+            chunks = itertools.chain.from_iterable(
+                self._stream(self._part_key(upload_id, p)) for p in parts)
+            self.put_verified(digest, size, chunks)
+        self.delete_upload(upload_id, parts)
+
+    def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None:
         for part in parts:
             self._s3.delete_object(Bucket=self.bucket, Key=self._part_key(upload_id, part))
 

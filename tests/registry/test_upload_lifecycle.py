@@ -3,6 +3,7 @@ limited number at once, and an owner can cancel one. Real ``modelward serve`` pr
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -121,3 +122,29 @@ def test_cancel_removes_the_session_and_its_parts_and_only_the_owner_may(
     cancelled = [e for e in two_uploads.audit()
                  if e["action"] == "upload.cancel" and e["details"]["upload_id"] == upload_id]
     assert [e["actor"] for e in cancelled] == ["pub_b"]
+
+
+def test_cut_off_chunk_leaves_nothing_the_next_chunk_does_not_overwrite(short_ttl: Reg) -> None:
+    """Chunks are written in place: a chunk cut off mid-body leaves bytes past the session
+    offset; the resumed chunk overwrites them and the blob is exactly what was meant."""
+    from tests.registry.test_bad_input import _raw_http
+
+    pub = short_ttl.actors["pub_a"]
+    data = os.urandom(3 << 20)
+    upload_id = _start(short_ttl, "pub_a", data)
+    url = f"/v1/uploads/{upload_id}"
+    assert pub.client.patch(url, content=data[:1000],
+                            headers={"Upload-Offset": "0"}).status_code == 200
+    head = (f"PATCH {url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {pub.token}\r\n"
+            f"Upload-Offset: 1000\r\nContent-Length: {len(data) - 1000}\r\n\r\n")
+    # wrong bytes, cut short: the server writes the first MiB(s) of them past offset 1000
+    status, _ = _raw_http(short_ttl.url, head, b"\xff" * (2 << 20))
+    assert status in (0, 400)
+    assert pub.client.get(url).json()["offset"] == 1000
+    in_place = short_ttl.data_dir / "blobs" / "_uploads" / upload_id / "data"
+    assert in_place.stat().st_size > 1000 + (1 << 20)  # the cut-off chunk's bytes are there
+    r = pub.client.patch(url, content=data[1000:], headers={"Upload-Offset": "1000"})
+    assert r.status_code == 200, r.text
+    assert pub.client.post(f"{url}/commit").status_code == 201
+    assert short_ttl.admin.get(f"/v1/blobs/{sha(data)}").content == data
+    assert not _parts_dir(short_ttl, upload_id)

@@ -9,10 +9,9 @@ can end its own session early with ``cancel``."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
@@ -86,7 +85,7 @@ def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
             append(session, actor="registry", action="upload.expire", subject=row.digest,
                    details={"upload_id": row.id, "offset": row.offset, "size": row.size,
                             "idle_seconds": ttl})
-        state.store.delete_parts(row.id, json.loads(row.parts))
+        state.store.delete_upload(row.id, json.loads(row.parts))
         removed += 1
     return removed
 
@@ -149,7 +148,7 @@ def cancel(state: AppState, *, upload_id: str, caller: Caller) -> None:
             raise NotFound(f"no upload session {upload_id}")
         append(session, actor=caller.name, action="upload.cancel", subject=row.digest,
                details={"upload_id": upload_id, "offset": row.offset, "size": row.size})
-    state.store.delete_parts(upload_id, json.loads(row.parts))
+    state.store.delete_upload(upload_id, json.loads(row.parts))
 
 
 def append_chunk(
@@ -186,13 +185,9 @@ def append_chunk(
             .values(offset=offset + length, parts=json.dumps(parts), updated_at=datetime.now(UTC))
         )
         if result.rowcount == 0:  # type: ignore[attr-defined]
-            state.store.delete_parts(upload_id, [part])
+            state.store.discard_part(upload_id, part)
             raise Conflict("another request advanced this upload first", code="offset_mismatch")
     return offset + length
-
-
-def _stream_parts(state: AppState, upload_id: str, parts: list[str]) -> Iterator[bytes]:
-    return itertools.chain.from_iterable(state.store.read_part(upload_id, p) for p in parts)
 
 
 def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int]:
@@ -206,18 +201,17 @@ def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int
         )
     parts: list[str] = json.loads(row.parts)
     try:
-        state.store.put_verified(row.digest, row.size, _stream_parts(state, upload_id, parts))
+        state.store.assemble(upload_id, parts, row.digest, row.size)
     except DigestMismatchError:
         _end(state, upload_id, parts)
         raise
     with state.db.write() as session:
         record_blob(session, digest=row.digest, size=row.size, actor=caller.name, via="upload")
         session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
-    state.store.delete_parts(upload_id, parts)
     return row.digest, row.size
 
 
 def _end(state: AppState, upload_id: str, parts: list[str]) -> None:
     with state.db.write() as session:
         session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
-    state.store.delete_parts(upload_id, parts)
+    state.store.delete_upload(upload_id, parts)
