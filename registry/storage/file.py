@@ -27,6 +27,17 @@ READ_CHUNK = 1 << 20
 STALE_TMP_SECONDS = 24 * 3600
 
 
+def _write_checked(out: BinaryIO, chunks: Iterable[bytes], check: StreamCheck) -> None:
+    """Write ``chunks`` through ``check`` (which raises on a wrong length or digest), then
+    flush and fsync."""
+    for chunk in chunks:
+        check.feed(chunk)
+        out.write(chunk)
+    check.finish()
+    out.flush()
+    os.fsync(out.fileno())
+
+
 class FileStore:
     """``<root>/sha256/<2 hex>/<hex>``; temporaries in ``<root>/_tmp``; parts in ``_uploads``."""
 
@@ -63,12 +74,7 @@ class FileStore:
         tmp = Path(name)
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    check.feed(chunk)
-                    out.write(chunk)
-                check.finish()
-                out.flush()
-                os.fsync(out.fileno())
+                _write_checked(out, chunks, check)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -115,12 +121,7 @@ class FileStore:
         fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o600)
         with os.fdopen(fd, "r+b") as out:
             out.seek(self._offset(part))
-            for chunk in chunks:
-                check.feed(chunk)
-                out.write(chunk)
-            check.finish()
-            out.flush()
-            os.fsync(out.fileno())
+            _write_checked(out, chunks, check)
 
     def discard_part(self, upload_id: str, part: str) -> None:
         """Nothing to do: the chunk's bytes lie past the session's offset (module doc)."""
