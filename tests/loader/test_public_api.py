@@ -13,7 +13,8 @@ EXPECTED = {
     "loader.hardening": ["HARDENED_ENV", "ServingConfig", "check_extra_args", "engine_kwargs",
                          "hardened_env", "serve_argv"],
     "loader.engine": ["Engine", "GenerationRequest", "boot_engine", "check_engine_version",
-                      "require_vllm", "running_vllm_version", "serve"],
+                      "require_vllm", "running_vllm_version"],
+    "loader.server": ["ServedEngine"],
     "loader.baseline": ["Baseline", "Comparison", "Divergence", "ProbeResult",
                         "aggregate_hash", "compare_baselines", "first_difference",
                         "record_baseline", "token_hash"],
@@ -39,7 +40,7 @@ def test_importing_the_loader_does_not_import_vllm() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, loader.cli, loader._cli_commands, loader.worker; "
+    code = ("import sys, loader.cli, loader._cli_commands, loader.worker, loader.server; "
             "print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
