@@ -68,6 +68,10 @@ def _progress(label: str) -> Iterator[tuple[Callable[[int], None] | None,
         yield (lambda n: bar.advance(task, n)), (lambda t: bar.update(task, total=t))
 
 
+_REPAIR_HINT = ("a cached bundle that no longer matches its manifest is repaired by: "
+                "modelward pull --repair REPO@REF [trust flags]")
+
+
 def _log(message: str) -> None:
     err_console.print(message, markup=False)
 
@@ -77,6 +81,9 @@ def pull(
     *,
     policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
     issuer: IssuerOpt = None, cache_dir: CacheOpt = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Re-hash the cached blobs first, download again any that do not "
+        "match, and rebuild the materialized directory")] = False,
 ) -> None:
     """Pull, verify locally and materialize a bundle read-only; print digest and directory."""
     from loader.pull import pull_bundle
@@ -84,7 +91,9 @@ def pull(
     with _client() as client, _progress("pull") as (advance, total):
         pulled = pull_bundle(client, reference, _cache(cache_dir),
                              _trust(policy, public_key, identity, issuer),
-                             progress=advance, on_total=total)
+                             progress=advance, on_total=total, repair=repair)
+    for digest in pulled.repaired:
+        _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
     console.print(pulled.digest)
     console.print(str(pulled.directory))
 
@@ -94,6 +103,7 @@ def verify(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Re-hash a materialized bundle against its manifest (catches a flipped byte)."""
+    from attest.errors import DigestMismatch, TreeRuleError
     from attest.manifest import verify_tree
     from loader.materialize import read_local_manifest
 
@@ -111,7 +121,10 @@ def verify(
             fail(f"{target} ({digest}) is not materialized in {path.parent}",
                  hint=f"run: modelward pull {target} ...")
         manifest = read_local_manifest(path, digest)
-    verify_tree(path, manifest)
+    try:
+        verify_tree(path, manifest)
+    except (DigestMismatch, TreeRuleError) as exc:
+        fail(str(exc), hint=_REPAIR_HINT)
     console.print(f"ok {manifest.digest} {path}")
 
 
@@ -150,10 +163,15 @@ def boot(
         serve=serve, host=host, port=port, extra_args=tuple(ctx.args), ready_file=ready_file,
         worker_key=load_worker_key(worker_key) if worker_key else None,
     )
+    from attest.errors import DigestMismatch, TreeRuleError
+
     with _client() as client, _progress("pull") as (advance, _total):
-        result = boot_bundle(client, reference, _cache(cache_dir),
-                             _trust(policy, public_key, identity, issuer), options,
-                             log=_log, progress=advance)
+        try:
+            result = boot_bundle(client, reference, _cache(cache_dir),
+                                 _trust(policy, public_key, identity, issuer), options,
+                                 log=_log, progress=advance)
+        except (DigestMismatch, TreeRuleError) as exc:
+            fail(str(exc), hint=_REPAIR_HINT)
     console.print(f"digest {result.pulled.digest}")
     console.print(f"directory {result.pulled.directory}")
     if result.fingerprint is not None:

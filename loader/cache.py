@@ -3,7 +3,8 @@
 Layout under the cache root (``$XDG_CACHE_HOME/modelward``, else ``~/.cache/modelward``)::
 
     blobs/sha256/<hex>          verified blob bytes, read-only (downloads resume from
-                                blobs/sha256/.<hex>.partial)
+                                blobs/sha256/.<hex>.partial); ``drop_corrupt`` re-hashes
+                                them for ``pull --repair``
     bundles/sha256/<hex>/       a materialized bundle (read-only; files hardlinked to blobs)
         .modelward/manifest.json  the exact manifest bytes that hash to the digest
 
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.digest import parse_digest
+from attest.digest import HashOptions, hash_files, parse_digest
+from attest.tree import BundleFile
 
 __all__ = ["BlobRequest", "Cache", "default_cache_dir"]
 
@@ -71,6 +73,26 @@ class Cache:
             if blob.digest not in seen and not self.has_blob(blob):
                 seen[blob.digest] = blob
         return list(seen.values())
+
+    def drop_corrupt(self, blobs: Sequence[BlobRequest], options: HashOptions = HashOptions(),
+                     progress: Progress | None = None) -> list[str]:
+        """Re-hash the cached copies of ``blobs`` (in parallel); remove every one whose size
+        or bytes do not match its digest, so the next ``fetch`` downloads it again.
+
+        Returns the removed digests, sorted. Blobs not in the cache are left to ``fetch``.
+        """
+        wanted = {blob.digest: blob.size for blob in blobs}
+        cached: dict[str, BundleFile] = {}
+        for digest in wanted:
+            path = self.blob_path(digest)
+            if path.is_file():
+                cached[digest] = BundleFile(digest, path, path.stat().st_size)
+        bad = [d for d, f in cached.items() if f.size != wanted[d]]
+        actual = hash_files([f for d, f in cached.items() if d not in bad], options, progress)
+        bad += [digest for digest, got in actual.items() if got != digest]
+        for digest in bad:
+            self.blob_path(digest).unlink(missing_ok=True)
+        return sorted(bad)
 
     def fetch(self, client: Any, blobs: Sequence[BlobRequest], *, workers: int = 4,
               progress: Progress | None = None) -> None:

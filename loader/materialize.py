@@ -61,11 +61,16 @@ def _make_read_only(root: Path) -> None:
     root.chmod(read_only_dir)
 
 
-def commit(staging: Path, final: Path) -> Path:
+def commit(staging: Path, final: Path, *, replace: bool = False) -> Path:
     """Make ``staging`` read-only and rename it to ``final``; an existing ``final`` (another
-    pull won the race, or an earlier pull) is kept and ``staging`` removed."""
+    pull won the race, or an earlier pull) is kept and ``staging`` removed, unless
+    ``replace`` (``pull --repair``): then the old tree is moved aside and removed."""
     _make_read_only(staging)
     final.parent.mkdir(parents=True, exist_ok=True)
+    if replace and final.is_dir():
+        old = Path(tempfile.mkdtemp(prefix=".replaced-", dir=final.parent))
+        final.rename(old / "tree")
+        discard(old)
     try:
         staging.rename(final)
     except OSError:

@@ -6,11 +6,13 @@
 2. refuse a quarantined or tombstoned bundle;
 3. fetch the manifest bytes and check they hash to the digest; parse them strictly;
 4. download every missing blob into the cache (parallel, hashed while streaming, resumed);
+   with ``repair``, first re-hash the cached blobs and drop every one that does not match;
 5. stage the tree from the cache (hardlinks) in a private temporary directory;
 6. verify every attestation against the WORKER's trust set (never the registry's word);
 7. scan the staged tree locally;
 8. evaluate the worker's policy over 6 and 7; a denial refuses with every failed check;
-9. make the tree read-only and rename it into place under its digest.
+9. make the tree read-only and rename it into place under its digest (with ``repair``,
+   replacing a tree materialized earlier).
 
 Any failure removes the staged tree: nothing half-materialized is left behind.
 """
@@ -63,6 +65,7 @@ class PulledBundle:
     trust: TrustSet
     decision: Decision
     statements: tuple[VerifiedStatement, ...] = field(default=())
+    repaired: tuple[str, ...] = field(default=())
 
 
 def worker_policy(options: TrustOptions) -> tuple[Policy, TrustSet]:
@@ -116,8 +119,12 @@ def _verify_statements(attestations: Sequence[bytes], trust: TrustSet, digest: s
 
 def pull_bundle(client: Any, reference: str, cache: Cache, options: TrustOptions, *,
                 workers: int = 4, progress: Progress | None = None,
-                on_total: Callable[[int], None] | None = None) -> PulledBundle:
+                on_total: Callable[[int], None] | None = None,
+                repair: bool = False) -> PulledBundle:
     """Pull, verify and materialize ``reference`` (``org/name@alias`` or ``@sha256:...``).
+
+    ``repair`` re-hashes the cached blobs first, downloads again the ones that do not match
+    (``PulledBundle.repaired`` names them) and rebuilds the materialized tree.
 
     Raises ``BundleQuarantined``, ``IntegrityError``, ``RefusedError`` (policy denied,
     with every failed check), ``InputError`` (bad reference or flags), attest errors
@@ -145,6 +152,7 @@ def pull_bundle(client: Any, reference: str, cache: Cache, options: TrustOptions
     manifest = parse_manifest(raw)
     # (4): blobs into the cache.
     blobs = [BlobRequest(layer.digest, layer.size) for layer in manifest.layers]
+    repaired = cache.drop_corrupt(blobs) if repair else []
     if on_total is not None:
         on_total(sum(b.size for b in cache.missing(blobs)))
     cache.fetch(client, blobs, workers=workers, progress=progress)
@@ -163,13 +171,13 @@ def pull_bundle(client: Any, reference: str, cache: Cache, options: TrustOptions
                             rejected=rejected, findings=report.findings)
         _require_allowed(decision, f"{ref.repo}@{digest}")
         # (9): read-only, renamed into place.
-        directory = commit(staging, cache.bundle_dir(digest))
+        directory = commit(staging, cache.bundle_dir(digest), replace=repair)
     except BaseException:
         discard(staging)
         raise
     return PulledBundle(repo=ref.repo, digest=digest, manifest=manifest, directory=directory,
                         policy=policy, trust=trust, decision=decision,
-                        statements=tuple(verified))
+                        statements=tuple(verified), repaired=tuple(repaired))
 
 
 def _require_allowed(decision: Decision, what: str) -> None:

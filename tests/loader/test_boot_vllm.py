@@ -200,6 +200,7 @@ def test_byte_flipped_in_cache_after_pull_is_caught_at_boot(
         assert result.returncode == 1
         assert "model.safetensors" in result.stderr
         assert "digest mismatch" in result.stderr
+        assert "pull --repair" in result.stderr
         assert world.boots()[-1]["outcome"] == "refused"
     finally:
         flip_byte(directory / "model.safetensors")

@@ -114,6 +114,38 @@ def test_byte_flipped_in_cache_is_caught_by_verify(
     assert check.returncode == 1
     assert "model.safetensors" in check.stderr
     assert "digest mismatch" in check.stderr
+    assert "pull --repair" in check.stderr
+
+
+def test_pull_repair_downloads_a_corrupted_blob_again_and_rebuilds_the_tree(
+        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
+        tmp_path: Path) -> None:
+    served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
+    hostile.add(served)
+    cache = tmp_path / "cache"
+    trust = ("--public-key", str(publisher_pem))
+    first = run(hostile, "pull", f"{REPO}@prod", *trust, cache=cache)
+    assert first.returncode == 0, first.stderr
+    directory = Path(first.stdout.split()[1])
+    flip_byte(directory / "model.safetensors")
+    # a plain pull trusts the cache's sizes and keeps the materialized tree
+    again = run(hostile, "pull", f"{REPO}@prod", *trust, cache=cache)
+    assert again.returncode == 0, again.stderr
+    assert run(hostile, "verify", str(directory), cache=cache).returncode == 1
+    repaired = run(hostile, "pull", f"{REPO}@prod", "--repair", *trust, cache=cache)
+    assert repaired.returncode == 0, repaired.stderr
+    weights = "sha256:" + served.manifest_layer_hex("model.safetensors")
+    assert f"repaired: cached blob {weights} did not match" in repaired.stderr
+    assert repaired.stderr.count("repaired:") == 1  # the intact blobs were kept
+    assert Path(repaired.stdout.split()[1]) == directory
+    check = run(hostile, "verify", str(directory), cache=cache)
+    assert check.returncode == 0, check.stderr
+    assert directory.stat().st_mode & 0o222 == 0
+    assert not [p for p in directory.parent.iterdir() if p.name.startswith(".")]
+    # nothing left to repair: a second --repair changes nothing
+    quiet = run(hostile, "pull", f"{REPO}@prod", "--repair", *trust, cache=cache)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "repaired:" not in quiet.stderr
 
 
 def flip_byte(path: Path) -> None:
