@@ -71,6 +71,13 @@ def run(reg: HostileRegistry, *args: str, cache: Path) -> subprocess.CompletedPr
                           text=True, env=env, timeout=120, check=False)
 
 
+def pull_prod(hostile: HostileRegistry, publisher_pem: Path, cache: Path,
+              *flags: str) -> subprocess.CompletedProcess[str]:
+    """``modelward pull REPO@prod --public-key PEM [flags]`` into ``cache``."""
+    return run(hostile, "pull", f"{REPO}@prod", *flags, "--public-key", str(publisher_pem),
+               cache=cache)
+
+
 def nothing_materialized(cache: Path) -> bool:
     bundles = cache / "bundles" / "sha256"
     return not bundles.exists() or not any(bundles.iterdir())
@@ -82,8 +89,7 @@ def test_pull_materializes_read_only_and_verify_passes(
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     hostile.add(served)
     cache = tmp_path / "cache"
-    result = run(hostile, "pull", f"{REPO}@prod", "--public-key", str(publisher_pem),
-                 cache=cache)
+    result = pull_prod(hostile, publisher_pem, cache)
     assert result.returncode == 0, result.stderr
     digest, directory = result.stdout.split()
     assert digest == served.digest
@@ -105,8 +111,7 @@ def test_byte_flipped_in_cache_is_caught_by_verify(
         tmp_path: Path) -> None:
     hostile.add(serve_dir(with_spec(tiny_model), REPO, signer(publisher_key)))
     cache = tmp_path / "cache"
-    result = run(hostile, "pull", f"{REPO}@prod", "--public-key", str(publisher_pem),
-                 cache=cache)
+    result = pull_prod(hostile, publisher_pem, cache)
     assert result.returncode == 0, result.stderr
     directory = Path(result.stdout.split()[1])
     flip_byte(directory / "model.safetensors")
@@ -123,16 +128,15 @@ def test_pull_repair_downloads_a_corrupted_blob_again_and_rebuilds_the_tree(
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     hostile.add(served)
     cache = tmp_path / "cache"
-    trust = ("--public-key", str(publisher_pem))
-    first = run(hostile, "pull", f"{REPO}@prod", *trust, cache=cache)
+    first = pull_prod(hostile, publisher_pem, cache)
     assert first.returncode == 0, first.stderr
     directory = Path(first.stdout.split()[1])
     flip_byte(directory / "model.safetensors")
     # a plain pull trusts the cache's sizes and keeps the materialized tree
-    again = run(hostile, "pull", f"{REPO}@prod", *trust, cache=cache)
+    again = pull_prod(hostile, publisher_pem, cache)
     assert again.returncode == 0, again.stderr
     assert run(hostile, "verify", str(directory), cache=cache).returncode == 1
-    repaired = run(hostile, "pull", f"{REPO}@prod", "--repair", *trust, cache=cache)
+    repaired = pull_prod(hostile, publisher_pem, cache, "--repair")
     assert repaired.returncode == 0, repaired.stderr
     weights = "sha256:" + served.manifest_layer_hex("model.safetensors")
     assert f"repaired: cached blob {weights} did not match" in repaired.stderr
@@ -143,7 +147,7 @@ def test_pull_repair_downloads_a_corrupted_blob_again_and_rebuilds_the_tree(
     assert directory.stat().st_mode & 0o222 == 0
     assert not [p for p in directory.parent.iterdir() if p.name.startswith(".")]
     # nothing left to repair: a second --repair changes nothing
-    quiet = run(hostile, "pull", f"{REPO}@prod", "--repair", *trust, cache=cache)
+    quiet = pull_prod(hostile, publisher_pem, cache, "--repair")
     assert quiet.returncode == 0, quiet.stderr
     assert "repaired:" not in quiet.stderr
 
