@@ -64,13 +64,14 @@ def _make_read_only(root: Path) -> None:
 def commit(staging: Path, final: Path, *, replace: bool = False) -> Path:
     """Make ``staging`` read-only and rename it to ``final``; an existing ``final`` (another
     pull won the race, or an earlier pull) is kept and ``staging`` removed, unless
-    ``replace`` (``pull --repair``): then the old tree is moved aside and removed."""
+    ``replace`` (``pull --repair``): then the old tree is moved aside, the new one renamed
+    in, and only then the old one removed."""
     _make_read_only(staging)
     final.parent.mkdir(parents=True, exist_ok=True)
+    replaced: Path | None = None
     if replace and final.is_dir():
-        old = Path(tempfile.mkdtemp(prefix=".replaced-", dir=final.parent))
-        final.rename(old / "tree")
-        discard(old)
+        replaced = Path(tempfile.mkdtemp(prefix=".replaced-", dir=final.parent))
+        final.rename(replaced / "tree")
     try:
         staging.rename(final)
     except OSError:
@@ -78,6 +79,9 @@ def commit(staging: Path, final: Path, *, replace: bool = False) -> Path:
             discard(staging)
             raise
         discard(staging)
+    finally:
+        if replaced is not None:
+            discard(replaced)
     return final
 
 
