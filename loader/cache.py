@@ -68,28 +68,26 @@ class Cache:
 
     def missing(self, blobs: Sequence[BlobRequest]) -> list[BlobRequest]:
         """Distinct blobs not yet in the cache (by digest and size)."""
-        seen: dict[str, BlobRequest] = {}
-        for blob in blobs:
-            if blob.digest not in seen and not self.has_blob(blob):
-                seen[blob.digest] = blob
-        return list(seen.values())
+        return [blob for blob in _distinct(blobs) if not self.has_blob(blob)]
+
+    def present(self, blobs: Sequence[BlobRequest]) -> list[BlobRequest]:
+        """Distinct blobs in the cache (by digest and size; their bytes are not checked)."""
+        return [blob for blob in _distinct(blobs) if self.has_blob(blob)]
 
     def drop_corrupt(self, blobs: Sequence[BlobRequest], options: HashOptions = HashOptions(),
                      progress: Progress | None = None) -> list[str]:
-        """Re-hash the cached copies of ``blobs`` (in parallel); remove every one whose size
-        or bytes do not match its digest, so the next ``fetch`` downloads it again.
+        """Re-hash the ``present`` blobs (in parallel, ``progress`` counting bytes); remove
+        every cached blob whose size or bytes do not match its digest, so the next
+        ``fetch`` downloads it again.
 
         Returns the removed digests, sorted. Blobs not in the cache are left to ``fetch``.
         """
-        wanted = {blob.digest: blob.size for blob in blobs}
-        cached: dict[str, BundleFile] = {}
-        for digest in wanted:
-            path = self.blob_path(digest)
-            if path.is_file():
-                cached[digest] = BundleFile(digest, path, path.stat().st_size)
-        bad = [d for d, f in cached.items() if f.size != wanted[d]]
-        actual = hash_files([f for d, f in cached.items() if d not in bad], options, progress)
-        bad += [digest for digest, got in actual.items() if got != digest]
+        wrong_size = [blob.digest for blob in self.missing(blobs)
+                      if self.blob_path(blob.digest).is_file()]
+        intact = [BundleFile(blob.digest, self.blob_path(blob.digest), blob.size)
+                  for blob in self.present(blobs)]
+        actual = hash_files(intact, options, progress)
+        bad = wrong_size + [digest for digest, got in actual.items() if got != digest]
         for digest in bad:
             self.blob_path(digest).unlink(missing_ok=True)
         return sorted(bad)
@@ -114,3 +112,11 @@ class Cache:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             for future in [pool.submit(one, blob) for blob in todo]:
                 future.result()
+
+
+def _distinct(blobs: Sequence[BlobRequest]) -> list[BlobRequest]:
+    """The first request for each digest, in order."""
+    seen: dict[str, BlobRequest] = {}
+    for blob in blobs:
+        seen.setdefault(blob.digest, blob)
+    return list(seen.values())

@@ -152,9 +152,18 @@ def pull_bundle(client: Any, reference: str, cache: Cache, options: TrustOptions
     manifest = parse_manifest(raw)
     # (4): blobs into the cache.
     blobs = [BlobRequest(layer.digest, layer.size) for layer in manifest.layers]
-    repaired = cache.drop_corrupt(blobs) if repair else []
-    if on_total is not None:
-        on_total(sum(b.size for b in cache.missing(blobs)))
+    # With repair the bar counts the bytes re-hashed, then the bytes downloaded.
+    rehashed = sum(b.size for b in cache.present(blobs)) if repair else 0
+
+    def announce_total() -> None:
+        if on_total is not None:
+            on_total(rehashed + sum(b.size for b in cache.missing(blobs)))
+
+    repaired: list[str] = []
+    if repair:
+        announce_total()
+        repaired = cache.drop_corrupt(blobs, progress=progress)
+    announce_total()
     cache.fetch(client, blobs, workers=workers, progress=progress)
     # (5): stage the tree.
     staging = stage(cache, manifest)
