@@ -150,6 +150,7 @@ def boot(
 
     Extra vLLM arguments go after ``--``; any that would weaken the pinning are refused.
     """
+    from attest.errors import DigestMismatch, TreeRuleError
     from loader.engine import require_vllm
     from loader.statements import load_worker_key
     from loader.worker import BootOptions, boot_bundle
@@ -163,8 +164,6 @@ def boot(
         serve=serve, host=host, port=port, extra_args=tuple(ctx.args), ready_file=ready_file,
         worker_key=load_worker_key(worker_key) if worker_key else None,
     )
-    from attest.errors import DigestMismatch, TreeRuleError
-
     with _client() as client, _progress("pull") as (advance, _total):
         try:
             result = boot_bundle(client, reference, _cache(cache_dir),
