@@ -106,15 +106,24 @@ def test_pull_materializes_read_only_and_verify_passes(
     assert by_ref.stdout.startswith(f"ok {digest}")
 
 
-def test_byte_flipped_in_cache_is_caught_by_verify(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
-    hostile.add(serve_dir(with_spec(tiny_model), REPO, signer(publisher_key)))
+@pytest.fixture
+def flipped(hostile: HostileRegistry, tiny_model: Path, publisher_key: Any,
+            publisher_pem: Path, tmp_path: Path) -> tuple[Served, Path, Path]:
+    """(served bundle, cache, directory): pulled, then one byte of the weights flipped in
+    the cache (the materialized file is a hardlink to the cached blob)."""
+    served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
+    hostile.add(served)
     cache = tmp_path / "cache"
     result = pull_prod(hostile, publisher_pem, cache)
     assert result.returncode == 0, result.stderr
     directory = Path(result.stdout.split()[1])
     flip_byte(directory / "model.safetensors")
+    return served, cache, directory
+
+
+def test_byte_flipped_in_cache_is_caught_by_verify(
+        hostile: HostileRegistry, flipped: tuple[Served, Path, Path]) -> None:
+    _served, cache, directory = flipped
     check = run(hostile, "verify", str(directory), cache=cache)
     assert check.returncode == 1
     assert "model.safetensors" in check.stderr
@@ -123,15 +132,9 @@ def test_byte_flipped_in_cache_is_caught_by_verify(
 
 
 def test_pull_repair_downloads_a_corrupted_blob_again_and_rebuilds_the_tree(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
-    served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
-    hostile.add(served)
-    cache = tmp_path / "cache"
-    first = pull_prod(hostile, publisher_pem, cache)
-    assert first.returncode == 0, first.stderr
-    directory = Path(first.stdout.split()[1])
-    flip_byte(directory / "model.safetensors")
+        hostile: HostileRegistry, publisher_pem: Path,
+        flipped: tuple[Served, Path, Path]) -> None:
+    served, cache, directory = flipped
     # a plain pull trusts the cache's sizes and keeps the materialized tree
     again = pull_prod(hostile, publisher_pem, cache)
     assert again.returncode == 0, again.stderr
