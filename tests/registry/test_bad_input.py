@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,14 @@ def test_blob_truncated_body(registry: Registry, pub: Publisher) -> None:
     status, raw = _raw_http(registry.url, head, data[:4000])
     assert status == 0 or 400 <= status < 500, raw[:300]
     assert pub.actor.client.blob_size(digest) is None
-    events = [e for e in registry.admin.iter_audit(after=mark) if e["actor"] == pub.actor.name]
+    # The server may close the connection before it writes the refusal: wait for the entry.
+    deadline = time.monotonic() + 10
+    while True:
+        events = [e for e in registry.admin.iter_audit(after=mark)
+                  if e["actor"] == pub.actor.name]
+        if events or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert events, "truncated upload refusal not audited"
 
 
