@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check attest registry loader policies migrations demo modelward_cli.py tests benchmarks docs/generate.py
+	$(VENV)/bin/ruff check modelward/__init__.py modelward/cli.py attest registry loader policies migrations demo tests benchmarks docs/generate.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attest._fileio import read_regular
-from attest.errors import DigestMismatch
+from modelward.attest._fileio import read_regular
+from modelward.attest.errors import DigestMismatch
 
 if TYPE_CHECKING:
-    from attest.manifest import Layer
+    from modelward.attest.manifest import Layer
 
 __all__ = [
     "DOC_MEDIA_TYPE",

@@ -34,16 +34,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification as x509v
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from attest.errors import VerificationError
-from attest.keys import keyid
-from attest.sigstore_verify import (
+from modelward.attest.errors import VerificationError
+from modelward.attest.keys import keyid
+from modelward.attest.sigstore_verify import (
     BUNDLE_MEDIA_TYPES,
     IN_TOTO_PAYLOAD_TYPE,
     check_bundle_media_type,
     verify_sigstore_dsse,
 )
-from attest.statement import strict_json_loads
-from attest.trust import Signer, TrustedCA, TrustedKey, TrustSet
+from modelward.attest.statement import strict_json_loads
+from modelward.attest.trust import Signer, TrustedCA, TrustedKey, TrustSet
 
 OMS_BUNDLE_MEDIA_TYPE: Final = "application/vnd.dev.sigstore.bundle.v0.3+json"
 OmsKind = Literal["key", "x509", "sigstore"]

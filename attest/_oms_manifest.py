@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from attest.errors import VerificationError
-from attest.tree import BundleFile, check_relpath
-from attest.trust import Subject
+from modelward.attest.errors import VerificationError
+from modelward.attest.tree import BundleFile, check_relpath
+from modelward.attest.trust import Subject
 
 PREDICATE_V1: Final = "https://model_signing/signature/v1.0"
 PREDICATE_DIGESTS: Final = "https://model_signing/Digests/v0.1"

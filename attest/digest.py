@@ -34,8 +34,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from attest.errors import BundleError, TreeRuleError, TreeViolation
-from attest.tree import BundleFile
+from modelward.attest.errors import BundleError, TreeRuleError, TreeViolation
+from modelward.attest.tree import BundleFile
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",

@@ -34,16 +34,16 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from attest.errors import KeyError_, VerificationError
-from attest.keys import (
+from modelward.attest.errors import KeyError_, VerificationError
+from modelward.attest.keys import (
     SigningKey,
     VerifyingKey,
     keyid,
     require_signing_key,
     require_verifying_key,
 )
-from attest.statement import parse_statement, strict_json_loads
-from attest.trust import Signer, TrustedKey, TrustSet, VerifiedStatement
+from modelward.attest.statement import parse_statement, strict_json_loads
+from modelward.attest.trust import Signer, TrustedKey, TrustSet, VerifiedStatement
 
 __all__ = [
     "PAYLOAD_TYPE",

@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
-from attest.errors import KeyError_
-from attest.trust import TrustedKey
+from modelward.attest.errors import KeyError_
+from modelward.attest.trust import TrustedKey
 
 __all__ = [
     "KeyKind",

@@ -22,8 +22,8 @@ from typing import Any
 
 import rfc8785
 
-from attest._json import DuplicateKeyError, reject_duplicates
-from attest._modelmeta import (
+from modelward.attest._json import DuplicateKeyError, reject_duplicates
+from modelward.attest._modelmeta import (
     DOC_MEDIA_TYPE,
     LAYER_MEDIA_TYPES,
     WEIGHT_CONFIG_MEDIA_TYPE,
@@ -31,9 +31,9 @@ from attest._modelmeta import (
     layer_media_type,
     model_metadata,
 )
-from attest.digest import HashOptions, ProgressCallback, hash_files, parse_digest
-from attest.errors import DigestMismatch, ManifestError, TreeRuleError, TreeViolation
-from attest.tree import (
+from modelward.attest.digest import HashOptions, ProgressCallback, hash_files, parse_digest
+from modelward.attest.errors import DigestMismatch, ManifestError, TreeRuleError, TreeViolation
+from modelward.attest.tree import (
     IGNORED_DIRS,
     IGNORED_ROOT_FILES,
     BundleFile,

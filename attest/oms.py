@@ -48,7 +48,7 @@ from typing import Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest._oms_envelope import (
+from modelward.attest._oms_envelope import (
     OMS_BUNDLE_MEDIA_TYPE,
     curve_hash,
     key_hint,
@@ -56,18 +56,18 @@ from attest._oms_envelope import (
     parse_envelope,
     verify_envelope,
 )
-from attest._oms_manifest import (
+from modelward.attest._oms_manifest import (
     OMS_PREDICATES,
     PREDICATE_V1,
     compare,
     file_digest,
     signed_items,
 )
-from attest.errors import KeyError_, TreeRuleError, VerificationError
-from attest.sigstore_verify import IN_TOTO_PAYLOAD_TYPE
-from attest.statement import STATEMENT_TYPE, parse_statement, strict_json_loads
-from attest.tree import BundleFile, walk_bundle
-from attest.trust import Signer, TrustSet, VerifiedStatement
+from modelward.attest.errors import KeyError_, TreeRuleError, VerificationError
+from modelward.attest.sigstore_verify import IN_TOTO_PAYLOAD_TYPE
+from modelward.attest.statement import STATEMENT_TYPE, parse_statement, strict_json_loads
+from modelward.attest.tree import BundleFile, walk_bundle
+from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
 
 __all__ = [
     "OMS_SIGNATURE_FILENAME",

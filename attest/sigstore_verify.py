@@ -36,9 +36,9 @@ from sigstore.errors import Error as SigstoreError
 from sigstore.models import Bundle, TrustedRoot
 from sigstore.verify import Verifier, policy
 
-from attest.errors import VerificationError
-from attest.statement import parse_statement, strict_json_loads
-from attest.trust import Signer, TrustedIdentity, TrustSet, VerifiedStatement
+from modelward.attest.errors import VerificationError
+from modelward.attest.statement import parse_statement, strict_json_loads
+from modelward.attest.trust import Signer, TrustedIdentity, TrustSet, VerifiedStatement
 
 __all__ = [
     "BUNDLE_MEDIA_TYPES",

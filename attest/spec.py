@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from attest._yaml import StrictYAMLError, load_strict_yaml
-from attest.errors import BundleError
+from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
+from modelward.attest.errors import BundleError
 
 __all__ = [
     "MAX_SPEC_BYTES",

@@ -25,9 +25,9 @@ from typing import Any, Final
 
 import rfc8785
 
-from attest._json import reject_duplicates
-from attest.errors import SubjectMismatch, VerificationError
-from attest.trust import Subject, VerifiedStatement
+from modelward.attest._json import reject_duplicates
+from modelward.attest.errors import SubjectMismatch, VerificationError
+from modelward.attest.trust import Subject, VerifiedStatement
 
 __all__ = [
     "STATEMENT_TYPE",

@@ -25,7 +25,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from attest.errors import TreeRuleError, TreeViolation
+from modelward.attest.errors import TreeRuleError, TreeViolation
 
 IGNORED_DIRS = frozenset({".git", ".modelward"})
 IGNORED_ROOT_FILES = frozenset({"model.sig"})

@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from attest.errors import UnknownSignatureFormat, VerificationError
-from attest.policy._evaluate import OMS_TREE_NOTE
-from attest.trust import SignatureKind, TrustSet, VerifiedStatement
+from modelward.attest.errors import UnknownSignatureFormat, VerificationError
+from modelward.attest.policy._evaluate import OMS_TREE_NOTE
+from modelward.attest.trust import SignatureKind, TrustSet, VerifiedStatement
 
 __all__ = [
     "MAX_SIGNATURE_BYTES",
@@ -117,11 +117,11 @@ def verify_attestation(
         raise VerificationError("no trusted signers were given: nothing can verify")
     # (3): verify the signature(s) with the kind's verifier.
     if kind == "dsse":
-        from attest.dsse import verify_envelope
+        from modelward.attest.dsse import verify_envelope
 
         stmt = verify_envelope(data, trust)
     elif kind == "sigstore":
-        from attest.sigstore_verify import verify_sigstore_bundle
+        from modelward.attest.sigstore_verify import verify_sigstore_bundle
 
         stmt = verify_sigstore_bundle(data, trust)
     else:
@@ -129,7 +129,7 @@ def verify_attestation(
             raise VerificationError(
                 "an OMS signature is verified against the bundle's files; no tree was given"
             )
-        from attest.oms import require_signs_bundle, verify_oms
+        from modelward.attest.oms import require_signs_bundle, verify_oms
 
         stmt = verify_oms(data, root, trust, ignore_paths)
         # (4, oms): verify_oms mapped every signed file onto the tree at ``root``, and the
@@ -137,7 +137,7 @@ def verify_attestation(
         require_signs_bundle(stmt, root, bundle_digest)
         return replace(stmt, notes=(*stmt.notes, f"{OMS_TREE_NOTE}{bundle_digest}"))
     # (4): the statement must be about this bundle.
-    from attest.statement import require_subject
+    from modelward.attest.statement import require_subject
 
     require_subject(stmt, bundle_digest)
     return stmt

@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from attest.keys import generate_private_key, public_key_pem, save_private_key
-    from attest.spec import render_spec_template
+    from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
+    from modelward.attest.spec import render_spec_template
     from tests.registry.conftest import new_publisher, start_registry
     from tests.tinymodel import make_tiny_llama
 

@@ -95,7 +95,7 @@ def time_runs(label: str, cmd: list[str], repeats: int) -> tuple[float, str]:
 
 
 def time_in_process(root: Path, repeats: int) -> float:
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     times = []
     for _ in range(repeats):

@@ -224,7 +224,7 @@ CLIENT_SNIPPET = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from registry.client import RegistryClient, TransferOptions, parse_reference
+from modelward.registry.client import RegistryClient, TransferOptions, parse_reference
 url, token, op, a, b = sys.argv[1:6]
 opts = TransferOptions(workers=4, state_dir=Path(a).parent / "state")
 with RegistryClient(url, token, options=opts, timeout=600) as c:
@@ -232,7 +232,7 @@ with RegistryClient(url, token, options=opts, timeout=600) as c:
         from tests.registry.conftest import Publisher
         import json
         pub = json.loads(Path(b).read_text())
-        from attest.keys import load_private_key
+        from modelward.attest.keys import load_private_key
         key = load_private_key(Path(pub["key"]))
         p = Publisher(actor=None, key=key, keyid="")
         print(c.push(Path(a), pub["repo"], sign=p.sign, alias="bench").digest)
@@ -242,8 +242,8 @@ with RegistryClient(url, token, options=opts, timeout=600) as c:
 
 
 def bench_transfer(work: Path, size: int, serve: Serve) -> dict[str, Any]:
-    from attest.keys import generate_private_key, public_key_pem, save_private_key
-    from registry.client import RegistryClient
+    from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
+    from modelward.registry.client import RegistryClient
 
     admin = RegistryClient(serve.url, serve.token, timeout=600)
     name = f"p{secrets.token_hex(4)}"
@@ -354,7 +354,7 @@ def wrk(url: str, headers: dict[str, str], duration: int, conns: int) -> dict[st
 def bench_alias(
     work: Path, pg: Postgres, duration: int, conns: int, workers: int | None
 ) -> dict[str, Any] | None:
-    from registry.client import RegistryClient
+    from modelward.registry.client import RegistryClient
 
     sys.path.insert(0, str(REPO))
     from tests.registry.conftest import make_bundle_dir
@@ -363,7 +363,7 @@ def bench_alias(
     serve = Serve(work, f"postgresql+psycopg://postgres@{db}", workers)
     try:
         admin = RegistryClient(serve.url, serve.token)
-        from attest.keys import generate_private_key, public_key_pem
+        from modelward.attest.keys import generate_private_key, public_key_pem
 
         key = generate_private_key()
         admin.register_key(public_key_pem(key.public_key()).decode())

@@ -111,8 +111,8 @@ def render_policy(schema: Mapping[str, Any]) -> str:
 # -- HTTP API ------------------------------------------------------------------------------
 def openapi_document() -> Json:
     """The registry app's OpenAPI document (built on a throwaway SQLite data dir)."""
-    from registry.app import create_app
-    from registry.settings import Settings
+    from modelward.registry.app import create_app
+    from modelward.registry.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="modelward-openapi-") as tmp:
         app = create_app(Settings(data_dir=Path(tmp)))

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from attest.cli._common import console, err_console, fail, show_progress
-from loader.cache import Cache, default_cache_dir
-from loader.pull import TrustOptions
+from modelward.attest.cli._common import console, err_console, fail, show_progress
+from modelward.loader.cache import Cache, default_cache_dir
+from modelward.loader.pull import TrustOptions
 
 __all__ = ["register_commands"]
 
@@ -41,8 +41,8 @@ def _cache(cache_dir: Path | None) -> Cache:
 
 
 def _client() -> Any:
-    from registry._client_config import resolve_settings
-    from registry.client import RegistryClient
+    from modelward.registry._client_config import resolve_settings
+    from modelward.registry.client import RegistryClient
 
     settings = resolve_settings()
     return RegistryClient(settings.url, settings.token)
@@ -86,7 +86,7 @@ def pull(
         "match, and rebuild the materialized directory")] = False,
 ) -> None:
     """Pull, verify locally and materialize a bundle read-only; print digest and directory."""
-    from loader.pull import pull_bundle
+    from modelward.loader.pull import pull_bundle
 
     with _client() as client, _progress("pull") as (advance, total):
         pulled = pull_bundle(client, reference, _cache(cache_dir),
@@ -103,15 +103,15 @@ def verify(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Re-hash a materialized bundle against its manifest (catches a flipped byte)."""
-    from attest.errors import DigestMismatch, TreeRuleError
-    from attest.manifest import verify_tree
-    from loader.materialize import read_local_manifest
+    from modelward.attest.errors import DigestMismatch, TreeRuleError
+    from modelward.attest.manifest import verify_tree
+    from modelward.loader.materialize import read_local_manifest
 
     path = Path(target)
     if path.is_dir():
         manifest = read_local_manifest(path)
     else:
-        from registry.client import parse_reference
+        from modelward.registry.client import parse_reference
 
         ref = parse_reference(target)
         with _client() as client:
@@ -150,10 +150,10 @@ def boot(
 
     Extra vLLM arguments go after ``--``; any that would weaken the pinning are refused.
     """
-    from attest.errors import DigestMismatch, TreeRuleError
-    from loader.engine import require_vllm
-    from loader.statements import load_worker_key
-    from loader.worker import BootOptions, boot_bundle
+    from modelward.attest.errors import DigestMismatch, TreeRuleError
+    from modelward.loader.engine import require_vllm
+    from modelward.loader.statements import load_worker_key
+    from modelward.loader.worker import BootOptions, boot_bundle
 
     if ready_file is not None and not serve:
         fail("--ready-file needs --serve", code=2)
@@ -198,10 +198,10 @@ def baseline_show(
         "--worker-public-key", help="Trust baselines signed by this worker key (PEM)")] = None,
 ) -> None:
     """List the trusted baselines of a bundle, one per runtime fingerprint."""
-    from attest.trust import TrustSet
-    from loader.pull import worker_policy
-    from loader.statements import find_baselines, load_worker_key
-    from registry.client import parse_reference
+    from modelward.attest.trust import TrustSet
+    from modelward.loader.pull import worker_policy
+    from modelward.loader.statements import find_baselines, load_worker_key
+    from modelward.registry.client import parse_reference
 
     trust = TrustSet()
     if policy or public_key or identity or issuer:
@@ -234,7 +234,7 @@ def baseline_show(
 
 def register_commands(app: typer.Typer) -> None:
     """Add the loader's commands to the root app."""
-    from loader._cli_replay import replay
+    from modelward.loader._cli_replay import replay
 
     app.command("pull")(pull)
     app.command("verify")(verify)

@@ -9,18 +9,18 @@ from typing import Annotated, Any
 
 import typer
 
-from attest.cli._common import console, err_console
-from loader.errors import InputError
+from modelward.attest.cli._common import console, err_console
+from modelward.loader.errors import InputError
 
 __all__ = ["replay"]
 
 
 def _pulled_config(client: Any, reference: str, cache: Any, trust: Any) -> tuple[Any, Any, Any]:
-    from attest.manifest import verify_tree
-    from loader.engine import check_engine_version
-    from loader.hardening import ServingConfig
-    from loader.pull import pull_bundle
-    from loader.worker import load_bundle_spec
+    from modelward.attest.manifest import verify_tree
+    from modelward.loader.engine import check_engine_version
+    from modelward.loader.hardening import ServingConfig
+    from modelward.loader.pull import pull_bundle
+    from modelward.loader.worker import load_bundle_spec
 
     pulled = pull_bundle(client, reference, cache, trust)
     spec = load_bundle_spec(pulled.directory)
@@ -56,12 +56,12 @@ def replay(
 
     Exit 1 when any execution diverges from the reference.
     """
-    from attest.statement import PredicateType
-    from loader._cli_commands import _cache, _client, _trust
-    from loader.engine import require_vllm
-    from loader.replay import load_expected, load_requests, summarize, write_capture
-    from loader.statements import load_worker_key, sign_predicate
-    from loader.worker import replay_outputs
+    from modelward.attest.statement import PredicateType
+    from modelward.loader._cli_commands import _cache, _client, _trust
+    from modelward.loader.engine import require_vllm
+    from modelward.loader.replay import load_expected, load_requests, summarize, write_capture
+    from modelward.loader.statements import load_worker_key, sign_predicate
+    from modelward.loader.worker import replay_outputs
 
     if against is not None and expected is not None:
         raise InputError("give at most one of --against and --expected")

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 import rfc8785
 
-from loader.engine import GenerationRequest
-from loader.fingerprint import Fingerprint
-from loader.probes import Probe
+from modelward.loader.engine import GenerationRequest
+from modelward.loader.fingerprint import Fingerprint
+from modelward.loader.probes import Probe
 
 __all__ = [
     "Baseline",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.digest import HashOptions, hash_files, parse_digest
-from attest.tree import BundleFile
+from modelward.attest.digest import HashOptions, hash_files, parse_digest
+from modelward.attest.tree import BundleFile
 
 __all__ = ["BlobRequest", "Cache", "default_cache_dir"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from loader.errors import LoaderError
+from modelward.loader.errors import LoaderError
 
 ERROR_ROOTS: tuple[type[Exception], ...] = (LoaderError,)
 
 
 def register(app: typer.Typer) -> None:
     """Add every loader command to the root ``modelward`` app."""
-    from loader import _cli_commands
+    from modelward.loader import _cli_commands
 
     _cli_commands.register_commands(app)

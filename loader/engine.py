@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loader.errors import EngineFailed, EngineUnavailable, EngineVersionMismatch
-from loader.hardening import ServingConfig, engine_kwargs, hardened_env
+from modelward.loader.errors import EngineFailed, EngineUnavailable, EngineVersionMismatch
+from modelward.loader.hardening import ServingConfig, engine_kwargs, hardened_env
 
 __all__ = [
     "Engine",

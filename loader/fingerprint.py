@@ -18,7 +18,7 @@ from typing import Any
 
 import rfc8785
 
-from loader.hardening import ServingConfig
+from modelward.loader.hardening import ServingConfig
 
 __all__ = ["DETERMINISM_ENV", "Fingerprint", "collect_fingerprint", "fingerprint_id"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.errors import UnsafeArgument
+from modelward.loader.errors import UnsafeArgument
 
 __all__ = [
     "HARDENED_ENV",

@@ -15,10 +15,10 @@ import stat
 import tempfile
 from pathlib import Path
 
-from attest.manifest import Manifest, bundle_digest, parse_manifest
-from attest.tree import check_relpath
-from loader.cache import Cache
-from loader.errors import InputError, IntegrityError
+from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
+from modelward.attest.tree import check_relpath
+from modelward.loader.cache import Cache
+from modelward.loader.errors import InputError, IntegrityError
 
 __all__ = ["MANIFEST_NAME", "commit", "discard", "read_local_manifest", "stage"]
 

@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from attest.errors import AttestError
-from attest.manifest import Manifest, bundle_digest, parse_manifest
-from attest.policy import Decision, Policy, load_policy, policy_trust_set
-from attest.trust import TrustSet, VerifiedStatement
-from loader.cache import BlobRequest, Cache
-from loader.errors import BundleQuarantined, InputError, IntegrityError, RefusedError
-from loader.materialize import commit, discard, stage
+from modelward.attest.errors import AttestError
+from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
+from modelward.attest.policy import Decision, Policy, load_policy, policy_trust_set
+from modelward.attest.trust import TrustSet, VerifiedStatement
+from modelward.loader.cache import BlobRequest, Cache
+from modelward.loader.errors import BundleQuarantined, InputError, IntegrityError, RefusedError
+from modelward.loader.materialize import commit, discard, stage
 
 __all__ = ["WORKER_PREDICATE_TYPES", "PulledBundle", "TrustOptions", "pull_bundle",
            "worker_policy"]
@@ -105,7 +105,7 @@ def worker_policy(options: TrustOptions) -> tuple[Policy, TrustSet]:
 
 def _verify_statements(attestations: Sequence[bytes], trust: TrustSet, digest: str,
                        root: Path) -> tuple[list[VerifiedStatement], list[str]]:
-    from attest.verify import verify_attestation
+    from modelward.attest.verify import verify_attestation
 
     verified: list[VerifiedStatement] = []
     rejected: list[str] = []
@@ -130,9 +130,9 @@ def pull_bundle(client: Any, reference: str, cache: Cache, options: TrustOptions
     with every failed check), ``InputError`` (bad reference or flags), attest errors
     (bad manifest) and registry client errors (transport, not found).
     """
-    from attest.policy import evaluate, policy_scan_limits
-    from attest.scanner import scan_tree
-    from registry.client import parse_reference
+    from modelward.attest.policy import evaluate, policy_scan_limits
+    from modelward.attest.scanner import scan_tree
+    from modelward.registry.client import parse_reference
 
     policy, trust = worker_policy(options)
     ref = parse_reference(reference)

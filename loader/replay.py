@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loader.baseline import Generator, first_difference, token_hash
-from loader.engine import GenerationRequest
-from loader.errors import InputError
+from modelward.loader.baseline import Generator, first_difference, token_hash
+from modelward.loader.engine import GenerationRequest
+from modelward.loader.errors import InputError
 
 __all__ = [
     "ReplayDivergence",

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from loader.engine import GenerationRequest, require_vllm
-from loader.errors import EngineFailed
-from loader.hardening import ServingConfig, hardened_env, serve_argv
+from modelward.loader.engine import GenerationRequest, require_vllm
+from modelward.loader.errors import EngineFailed
+from modelward.loader.hardening import ServingConfig, hardened_env, serve_argv
 
 __all__ = ["ServedEngine"]
 

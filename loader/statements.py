@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.errors import AttestError
-from attest.trust import TrustSet, VerifiedStatement
-from loader.baseline import Baseline
+from modelward.attest.errors import AttestError
+from modelward.attest.trust import TrustSet, VerifiedStatement
+from modelward.loader.baseline import Baseline
 
 __all__ = ["SignedBaseline", "WorkerKey", "find_baselines", "load_worker_key", "sign_predicate"]
 
@@ -35,7 +35,7 @@ class SignedBaseline:
 
 def load_worker_key(path: Path) -> WorkerKey:
     """Load the worker's private key (``KeyError_`` when unreadable)."""
-    from attest.keys import load_private_key, trusted_key
+    from modelward.attest.keys import load_private_key, trusted_key
 
     key = load_private_key(path)
     return WorkerKey(key, TrustSet(keys=(trusted_key(f"worker:{path.name}", key.public_key()),)))
@@ -44,8 +44,8 @@ def load_worker_key(path: Path) -> WorkerKey:
 def sign_predicate(worker: WorkerKey, repo: str, digest: str, predicate_type: str,
                    predicate: dict[str, Any]) -> bytes:
     """A DSSE envelope over an in-toto statement about ``repo@digest``."""
-    from attest.dsse import sign_envelope
-    from attest.statement import make_statement
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.statement import make_statement
 
     payload = make_statement(repo, digest, predicate_type, predicate)
     return sign_envelope(payload, [worker.key])
@@ -54,8 +54,8 @@ def sign_predicate(worker: WorkerKey, repo: str, digest: str, predicate_type: st
 def find_baselines(attestations: Sequence[dict[str, Any]], trust: TrustSet,
                    digest: str) -> tuple[list[SignedBaseline], list[str]]:
     """Every trusted baseline statement about ``digest``; and one note per skipped one."""
-    from attest.statement import PredicateType
-    from attest.verify import verify_attestation
+    from modelward.attest.statement import PredicateType
+    from modelward.attest.verify import verify_attestation
 
     found: list[SignedBaseline] = []
     skipped: list[str] = []

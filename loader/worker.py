@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attest.errors import AttestError
-from loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
-from loader.cache import Cache
-from loader.engine import boot_engine, check_engine_version
-from loader.errors import BaselineDivergence, InputError, LoaderError
-from loader.fingerprint import Fingerprint, collect_fingerprint
-from loader.hardening import ServingConfig, check_extra_args
-from loader.probes import resolve_probes
-from loader.pull import PulledBundle, TrustOptions, pull_bundle
-from loader.server import ServedEngine
-from loader.statements import WorkerKey, find_baselines, sign_predicate
+from modelward.attest.errors import AttestError
+from modelward.loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
+from modelward.loader.cache import Cache
+from modelward.loader.engine import boot_engine, check_engine_version
+from modelward.loader.errors import BaselineDivergence, InputError, LoaderError
+from modelward.loader.fingerprint import Fingerprint, collect_fingerprint
+from modelward.loader.hardening import ServingConfig, check_extra_args
+from modelward.loader.probes import resolve_probes
+from modelward.loader.pull import PulledBundle, TrustOptions, pull_bundle
+from modelward.loader.server import ServedEngine
+from modelward.loader.statements import WorkerKey, find_baselines, sign_predicate
 
 __all__ = ["BootOptions", "BootResult", "boot_bundle", "load_bundle_spec"]
 
@@ -68,7 +68,7 @@ class BootResult:
 
 def load_bundle_spec(directory: Path) -> Any:
     """The bundle's ``modelward.yaml`` (``InputError`` when absent; ``SpecError`` if bad)."""
-    from attest.spec import SPEC_FILENAME, load_spec
+    from modelward.attest.spec import SPEC_FILENAME, load_spec
 
     path = directory / SPEC_FILENAME
     if not path.is_file():
@@ -79,7 +79,7 @@ def load_bundle_spec(directory: Path) -> Any:
 
 def _report(client: Any, pulled: PulledBundle, fingerprint: Fingerprint | None, *,
             outcome: str, detail: Any, log: Log) -> None:
-    from registry.client import RegistryClientError
+    from modelward.registry.client import RegistryClientError
 
     fp = fingerprint or collect_fingerprint(
         ServingConfig(pulled.directory, "unknown"), os.environ)
@@ -98,7 +98,7 @@ def boot_bundle(client: Any, reference: str, cache: Cache, trust: TrustOptions,
     Raises ``UnsafeArgument``, ``RefusedError`` subclasses, ``IntegrityError``, attest
     errors and registry client errors; a refused boot is reported before raising.
     """
-    from attest.manifest import verify_tree
+    from modelward.attest.manifest import verify_tree
 
     # (1): extra engine arguments.
     extra = check_extra_args(options.extra_args, serve=options.serve)
@@ -230,7 +230,7 @@ def _write_ready_file(path: Path, pulled: PulledBundle, result: BootResult) -> N
 
 def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *,
                         options: BootOptions, result: BootResult, log: Log) -> None:
-    from attest.statement import PredicateType
+    from modelward.attest.statement import PredicateType
 
     if not baseline.batch_invariant:
         where = ", ".join(str(d) for d in baseline.batch_divergences)
@@ -270,7 +270,7 @@ def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *
 def replay_outputs(config: ServingConfig, requests: Sequence[Any], *, runs: int,
                    concurrency: int) -> tuple[list[list[tuple[int, ...]]], Fingerprint]:
     """Boot ``config`` in-process, replay, shut down; return outputs and the fingerprint."""
-    from loader.replay import run_replay
+    from modelward.loader.replay import run_replay
 
     engine = boot_engine(config)
     try:

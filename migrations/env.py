@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from registry.db import make_engine
-from registry.models import Base
+from modelward.registry.db import make_engine
+from modelward.registry.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from attest.policy import policy_json_schema_text
+from modelward.attest.policy import policy_json_schema_text
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"
 

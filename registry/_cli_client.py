@@ -17,10 +17,15 @@ from typing import Annotated, Any
 
 import typer
 
-from attest.cli._apps import bundle_app, key_app
-from attest.cli._common import console, err_console, fail, show_progress
-from registry._client_config import cache_dir, parse_reference, resolve_settings, save_login
-from registry.client import (
+from modelward.attest.cli._apps import bundle_app, key_app
+from modelward.attest.cli._common import console, err_console, fail, show_progress
+from modelward.registry._client_config import (
+    cache_dir,
+    parse_reference,
+    resolve_settings,
+    save_login,
+)
+from modelward.registry.client import (
     APIError,
     Conflict,
     RegistryClient,
@@ -82,17 +87,17 @@ def _key_signer(
     key: Path, directory: Path, passphrase_env: str | None
 ) -> Callable[[Any], Sequence[bytes]]:
     """Sign SLSA provenance about the built bundle, as ``modelward bundle sign --key`` does."""
-    from attest.cli.keys import passphrase_from_env
-    from attest.dsse import sign_envelope
-    from attest.keys import load_private_key
+    from modelward.attest.cli.keys import passphrase_from_env
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.keys import load_private_key
 
     # the key first: a wrong passphrase fails before hashing gigabytes
     private = load_private_key(key, passphrase_from_env(passphrase_env))
     started = datetime.now(UTC)
 
     def sign(built: Any) -> Sequence[bytes]:
-        from attest.provenance import make_provenance
-        from attest.statement import PredicateType, make_statement
+        from modelward.attest.provenance import make_provenance
+        from modelward.attest.statement import PredicateType, make_statement
 
         predicate = make_provenance(
             started_on=started,
@@ -112,8 +117,8 @@ def _serving_inputs(directory: Path, built: Any) -> dict[str, Any] | None:
     """The bundle spec (modelward.yaml) exactly as hashed into the manifest, or None."""
     import hashlib
 
-    from attest.errors import DigestMismatch
-    from attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
+    from modelward.attest.errors import DigestMismatch
+    from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
 
     try:
         layer = built.manifest.layer(SPEC_FILENAME)
@@ -307,8 +312,8 @@ def audit_verify(
     """Recompute the audit hash chain; name the first broken link (exit 1)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from registry._client_audit import events_from_api, events_from_database
-    from registry.audit_chain import BrokenChain, verify_chain
+    from modelward.registry._client_audit import events_from_api, events_from_database
+    from modelward.registry.audit_chain import BrokenChain, verify_chain
 
     try:
         if database_url:

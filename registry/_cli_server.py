@@ -27,7 +27,7 @@ ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML settings
 
 
 def _settings(config: Path | None, **overrides: Any) -> Any:
-    from registry.settings import load_settings
+    from modelward.registry.settings import load_settings
 
     return load_settings(config, **overrides)
 
@@ -61,10 +61,10 @@ def serve(
     """Run the registry server."""
     import uvicorn
 
-    from registry.app import build_state, configure_logging, create_app
-    from registry.db import ensure_schema
-    from registry.domains.principals.service import bootstrap_admin
-    from registry.settings import WORKER_SETTINGS_ENV, worker_settings_json
+    from modelward.registry.app import build_state, configure_logging, create_app
+    from modelward.registry.db import ensure_schema
+    from modelward.registry.domains.principals.service import bootstrap_admin
+    from modelward.registry.settings import WORKER_SETTINGS_ENV, worker_settings_json
 
     settings = _settings(
         config,
@@ -114,7 +114,10 @@ def serve(
     os.environ.pop("MODELWARD_BOOTSTRAP_TOKEN", None)
     os.environ[WORKER_SETTINGS_ENV] = worker_settings_json(settings)
     uvicorn.run(
-        "registry.app:create_app_from_environment", factory=True, workers=processes, **common
+        "modelward.registry.app:create_app_from_environment",
+        factory=True,
+        workers=processes,
+        **common,
     )
 
 
@@ -136,7 +139,7 @@ def db_upgrade(
     config: ConfigFile = None,
 ) -> None:
     """Migrate the database schema up (to head)."""
-    from registry.db import upgrade
+    from modelward.registry.db import upgrade
 
     upgrade(_db_url(config, data_dir, database_url), revision)
     typer.echo(f"database upgraded to {revision}")
@@ -150,7 +153,7 @@ def db_downgrade(
     config: ConfigFile = None,
 ) -> None:
     """Migrate the database schema down (one step by default)."""
-    from registry.db import downgrade
+    from modelward.registry.db import downgrade
 
     downgrade(_db_url(config, data_dir, database_url), revision)
     typer.echo(f"database downgraded to {revision}")
@@ -161,7 +164,7 @@ def db_current(
     database_url: DbUrl = None, data_dir: DataDir = None, config: ConfigFile = None
 ) -> None:
     """Print the database's schema revision and the one this modelward needs."""
-    from registry.db import current_revision, head_revision, make_engine
+    from modelward.registry.db import current_revision, head_revision, make_engine
 
     engine = make_engine(_db_url(config, data_dir, database_url))
     try:
@@ -181,14 +184,14 @@ admin_app.add_typer(token_app)
 
 
 def _database(config: Path | None, data_dir: Path | None, database_url: str | None) -> Any:
-    from registry.db import Database, make_engine, schema_state
+    from modelward.registry.db import Database, make_engine, schema_state
 
     url = _db_url(config, data_dir, database_url)
     engine = make_engine(url)
     state = schema_state(engine)
     if state != "current":
         engine.dispose()
-        from registry.errors import DatabaseOutOfDate
+        from modelward.registry.errors import DatabaseOutOfDate
 
         raise DatabaseOutOfDate(
             f"database schema is {state}: run `modelward db upgrade` (or `modelward serve`) first"
@@ -205,7 +208,7 @@ def principal_create(
     config: ConfigFile = None,
 ) -> None:
     """Create a principal."""
-    from registry.domains.principals.service import create_principal
+    from modelward.registry.domains.principals.service import create_principal
 
     db = _database(config, data_dir, database_url)
     with db.write() as session:
@@ -219,7 +222,7 @@ def principal_list(
     database_url: DbUrl = None, data_dir: DataDir = None, config: ConfigFile = None
 ) -> None:
     """List principals."""
-    from registry.domains.principals.service import list_principals
+    from modelward.registry.domains.principals.service import list_principals
 
     db = _database(config, data_dir, database_url)
     with db.read() as session:
@@ -239,7 +242,7 @@ def token_create(
     config: ConfigFile = None,
 ) -> None:
     """Create an API token; the token is printed once, as the last line."""
-    from registry.domains.principals.service import create_token
+    from modelward.registry.domains.principals.service import create_token
 
     db = _database(config, data_dir, database_url)
     with db.write() as session:
@@ -257,7 +260,7 @@ def token_revoke(
     config: ConfigFile = None,
 ) -> None:
     """Revoke an API token by id."""
-    from registry.domains.principals.service import revoke_token
+    from modelward.registry.domains.principals.service import revoke_token
 
     db = _database(config, data_dir, database_url)
     with db.write() as session:

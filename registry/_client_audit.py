@@ -10,10 +10,10 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from registry.audit_chain import AuditEvent, event_from_json
+from modelward.registry.audit_chain import AuditEvent, event_from_json
 
 if TYPE_CHECKING:
-    from registry.client import RegistryClient
+    from modelward.registry.client import RegistryClient
 
 __all__ = ["events_from_api", "events_from_database"]
 
@@ -28,7 +28,7 @@ def events_from_database(url: str) -> Iterator[AuditEvent]:
     """Every row of ``audit_events`` ordered by seq, read with SQLAlchemy (read-only use)."""
     import sqlalchemy as sa
 
-    from registry.models import AuditRow
+    from modelward.registry.models import AuditRow
 
     engine = sa.create_engine(url)
     try:

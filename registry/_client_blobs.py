@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import httpx
 
-from registry._client_errors import (
+from modelward.registry._client_errors import (
     APIError,
     BlobIntegrityError,
     NotFound,
@@ -34,7 +34,7 @@ from registry._client_errors import (
 )
 
 if TYPE_CHECKING:
-    from registry.client import RegistryClient
+    from modelward.registry.client import RegistryClient
 
 __all__ = ["BlobSource", "TransferOptions"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from registry._client_blobs import BlobSource
-from registry._client_config import Reference, parse_repo
-from registry._client_errors import ClientConfigError
+from modelward.registry._client_blobs import BlobSource
+from modelward.registry._client_config import Reference, parse_repo
+from modelward.registry._client_errors import ClientConfigError
 
 if TYPE_CHECKING:
-    from registry.client import RegistryClient
+    from modelward.registry.client import RegistryClient
 
 __all__ = ["PullResult", "PushResult", "pull_bundle", "push_bundle"]
 
@@ -67,7 +67,7 @@ def push_bundle(
     and returns extra attestations to send.
     Raises ``TreeRuleError`` (bad tree), ``TransportError``/``APIError`` (refused).
     """
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     parse_repo(repo)
     client.get_repo(repo)  # fail fast (NotFound, Unauthorized) before hashing gigabytes
@@ -115,8 +115,8 @@ def pull_bundle(
     placed; layer paths are checked against the tree rules. Raises ``BlobIntegrityError``,
     ``APIError``, ``TransportError``, ``BundleError``.
     """
-    from attest.manifest import parse_manifest
-    from attest.tree import check_relpath
+    from modelward.attest.manifest import parse_manifest
+    from modelward.attest.tree import check_relpath
 
     # (1) resolve and fetch the exact manifest bytes, checked against the digest.
     digest = client.resolve(ref)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry._client_errors import ClientConfigError, InvalidReference
+from modelward.registry._client_errors import ClientConfigError, InvalidReference
 
 __all__ = [
     "ClientSettings",

@@ -38,15 +38,15 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from registry.db import Database, make_engine
-from registry.domains._body_limit import BodyLimit
-from registry.domains._state import AppState
-from registry.domains.audit.service import append
-from registry.domains.audit.throttle import DenialThrottle
-from registry.domains.auth.deps import caller_from_request
-from registry.errors import ConfigurationError, RegistryError
-from registry.settings import Settings
-from registry.storage import open_store
+from modelward.registry.db import Database, make_engine
+from modelward.registry.domains._body_limit import BodyLimit
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.audit.throttle import DenialThrottle
+from modelward.registry.domains.auth.deps import caller_from_request
+from modelward.registry.errors import ConfigurationError, RegistryError
+from modelward.registry.settings import Settings
+from modelward.registry.storage import open_store
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -97,8 +97,8 @@ def load_default_policy(path: Path | None) -> str | None:
     """The default repository policy text (``--policy FILE``), validated now."""
     if path is None:
         return None
-    from attest.errors import PolicyError
-    from attest.policy import load_policy
+    from modelward.attest.errors import PolicyError
+    from modelward.attest.policy import load_policy
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -303,7 +303,7 @@ def create_app_from_environment() -> FastAPI:
     Its settings come from ``WORKER_SETTINGS_ENV``, which the parent set after it migrated
     the schema and bootstrapped the admin. Raises ConfigurationError when that is missing.
     """
-    from registry.settings import WORKER_SETTINGS_ENV, settings_from_json
+    from modelward.registry.settings import WORKER_SETTINGS_ENV, settings_from_json
 
     text = os.environ.get(WORKER_SETTINGS_ENV)
     if not text:
@@ -315,16 +315,16 @@ def create_app_from_environment() -> FastAPI:
 
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
-    from registry.domains.aliases.endpoints import router as aliases
-    from registry.domains.attestations.endpoints import router as attestations
-    from registry.domains.audit.endpoints import router as audit
-    from registry.domains.blobs.endpoints import router as blobs
-    from registry.domains.boots.endpoints import router as boots
-    from registry.domains.bundles.endpoints import router as bundles
-    from registry.domains.keys.endpoints import router as keys
-    from registry.domains.principals.endpoints import router as principals
-    from registry.domains.repos.endpoints import router as repos
-    from registry.domains.uploads.endpoints import router as uploads
+    from modelward.registry.domains.aliases.endpoints import router as aliases
+    from modelward.registry.domains.attestations.endpoints import router as attestations
+    from modelward.registry.domains.audit.endpoints import router as audit
+    from modelward.registry.domains.blobs.endpoints import router as blobs
+    from modelward.registry.domains.boots.endpoints import router as boots
+    from modelward.registry.domains.bundles.endpoints import router as bundles
+    from modelward.registry.domains.keys.endpoints import router as keys
+    from modelward.registry.domains.principals.endpoints import router as principals
+    from modelward.registry.domains.repos.endpoints import router as repos
+    from modelward.registry.domains.uploads.endpoints import router as uploads
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

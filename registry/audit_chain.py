@@ -18,7 +18,7 @@ from typing import Any
 
 import rfc8785
 
-from registry.errors import RegistryError
+from modelward.registry.errors import RegistryError
 
 __all__ = [
     "GENESIS_HASH",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import typer
 
-from registry._cli_client import register_client
-from registry._cli_server import register_server
-from registry.client import RegistryClientError
-from registry.errors import RegistryError
+from modelward.registry._cli_client import register_client
+from modelward.registry._cli_server import register_server
+from modelward.registry.client import RegistryClientError
+from modelward.registry.errors import RegistryError
 
 ERROR_ROOTS: tuple[type[Exception], ...] = (RegistryError, RegistryClientError)
 

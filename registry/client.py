@@ -23,10 +23,10 @@ from urllib.parse import quote
 
 import httpx
 
-from registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
-from registry._client_bundles import PullResult, PushResult, pull_bundle, push_bundle
-from registry._client_config import Reference, parse_reference, parse_repo
-from registry._client_errors import (
+from modelward.registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
+from modelward.registry._client_bundles import PullResult, PushResult, pull_bundle, push_bundle
+from modelward.registry._client_config import Reference, parse_reference, parse_repo
+from modelward.registry._client_errors import (
     APIError,
     BadRequest,
     BlobIntegrityError,

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from registry.errors import ConfigurationError, DatabaseOutOfDate
+from modelward.registry.errors import ConfigurationError, DatabaseOutOfDate
 
 __all__ = [
     "Database",
@@ -124,10 +124,10 @@ class Database:
 
 def alembic_config(url: str) -> Config:
     """A programmatic Alembic config over migrations/ (no alembic.ini needed)."""
-    import migrations
+    import modelward.migrations
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(Path(modelward.migrations.__file__).parent))
     cfg.attributes["database_url"] = url
     return cfg
 

@@ -18,7 +18,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from registry.errors import ConfigurationError
+from modelward.registry.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PORT",

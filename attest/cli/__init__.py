@@ -5,7 +5,7 @@ Each command lives in its own module and registers itself on the groups in ``_ap
 
 from __future__ import annotations
 
-from attest.cli import (  # noqa: F401 - imported for their registrations
+from modelward.attest.cli import (  # noqa: F401 - imported for their registrations
     bundle_build,
     bundle_import,
     bundle_scan,
@@ -13,6 +13,6 @@ from attest.cli import (  # noqa: F401 - imported for their registrations
     bundle_verify,
     keys,
 )
-from attest.cli._apps import bundle_app, key_app
+from modelward.attest.cli._apps import bundle_app, key_app
 
 __all__ = ["bundle_app", "key_app"]

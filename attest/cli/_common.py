@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from attest.digest import ProgressCallback
+    from modelward.attest.digest import ProgressCallback
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -50,7 +50,7 @@ def hashing_progress(directory: Path, *, rate: bool = False) -> Iterator[Progres
         TransferSpeedColumn,
     )
 
-    from attest.tree import walk_bundle
+    from modelward.attest.tree import walk_bundle
 
     files, _ = walk_bundle(directory)
     columns: list[ProgressColumn] = [

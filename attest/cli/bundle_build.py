@@ -21,11 +21,11 @@ from typing import Annotated, Any
 
 import typer
 
-from attest.cli._apps import bundle_app
-from attest.cli._common import console, err_console, fail, hashing_progress
-from attest.errors import BundleError
-from attest.manifest import BuiltBundle, build_bundle
-from attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
+from modelward.attest.cli._apps import bundle_app
+from modelward.attest.cli._common import console, err_console, fail, hashing_progress
+from modelward.attest.errors import BundleError
+from modelward.attest.manifest import BuiltBundle, build_bundle
+from modelward.attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
 
 _MAX_CONFIG_JSON = 16 * 2**20
 

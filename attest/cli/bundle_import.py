@@ -26,8 +26,8 @@ from typing import Annotated
 
 import typer
 
-from attest.cli._apps import bundle_app
-from attest.cli._common import console, fail
+from modelward.attest.cli._apps import bundle_app
+from modelward.attest.cli._common import console, fail
 
 # The formats the scanner parses and vouches for (docs/bundle-format.md); everything else
 # (pickles, *.bin, *.pt, *.py remote code, archives) is never fetched.
@@ -106,7 +106,7 @@ def import_hf(
     offline: Annotated[bool, typer.Option(help="use only the local cache")] = False,
 ) -> None:
     """Import a Hugging Face model at a pinned commit, safe formats only."""
-    from attest.scanner import scan_tree
+    from modelward.attest.scanner import scan_tree
 
     if not _REPO_ID.fullmatch(repo_id):
         fail(f"{repo_id!r}: not a Hugging Face repository id (org/name)", code=2)

@@ -14,9 +14,9 @@ from typing import Annotated
 
 import typer
 
-from attest.cli._apps import bundle_app
-from attest.cli._common import console, err_console, fail
-from attest.scanner import Finding, ScanLimits, ScanReport, scan_tree
+from modelward.attest.cli._apps import bundle_app
+from modelward.attest.cli._common import console, err_console, fail
+from modelward.attest.scanner import Finding, ScanLimits, ScanReport, scan_tree
 
 
 def _finding(finding: Finding) -> dict[str, str]:

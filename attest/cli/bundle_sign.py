@@ -27,16 +27,16 @@ from typing import Annotated, Any
 
 import typer
 
-from attest.cli._apps import bundle_app
-from attest.cli._common import console, fail, hashing_progress
-from attest.cli.keys import passphrase_from_env
-from attest.dsse import sign_envelope
-from attest.errors import BundleError, DigestMismatch
-from attest.keys import keyid, load_private_key
-from attest.manifest import BuiltBundle, build_bundle
-from attest.provenance import DEFAULT_BUILDER_ID, make_provenance
-from attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
-from attest.statement import PredicateType, make_statement
+from modelward.attest.cli._apps import bundle_app
+from modelward.attest.cli._common import console, fail, hashing_progress
+from modelward.attest.cli.keys import passphrase_from_env
+from modelward.attest.dsse import sign_envelope
+from modelward.attest.errors import BundleError, DigestMismatch
+from modelward.attest.keys import keyid, load_private_key
+from modelward.attest.manifest import BuiltBundle, build_bundle
+from modelward.attest.provenance import DEFAULT_BUILDER_ID, make_provenance
+from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
+from modelward.attest.statement import PredicateType, make_statement
 
 __all__ = ["sign"]
 
@@ -233,7 +233,7 @@ def sign(
 
     # (2) OMS: the interop module signs every file itself
     if fmt is SignatureFormat.OMS and key is not None:
-        from attest.oms import sign_oms
+        from modelward.attest.oms import sign_oms
 
         data = sign_oms(directory, key, passphrase, tuple(ignore_paths or ()))
         _write_atomic(target, data)

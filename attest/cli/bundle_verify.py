@@ -18,10 +18,10 @@ from typing import Annotated, Any
 import typer
 from cryptography import x509
 
-from attest.cli._apps import bundle_app
-from attest.cli._common import console, err_console, fail
-from attest.errors import AttestError
-from attest.policy import (
+from modelward.attest.cli._apps import bundle_app
+from modelward.attest.cli._common import console, err_console, fail
+from modelward.attest.errors import AttestError
+from modelward.attest.policy import (
     Decision,
     Policy,
     evaluate,
@@ -30,8 +30,8 @@ from attest.policy import (
     policy_trust_set,
     trusted_public_key,
 )
-from attest.trust import TrustedCA, TrustedIdentity, TrustSet, VerifiedStatement
-from attest.verify import MAX_SIGNATURE_BYTES, verify_attestation
+from modelward.attest.trust import TrustedCA, TrustedIdentity, TrustSet, VerifiedStatement
+from modelward.attest.verify import MAX_SIGNATURE_BYTES, verify_attestation
 
 _TRUST_HELP = "give --policy, or one or more of --public-key, --certificate-chain, --identity"
 
@@ -155,8 +155,8 @@ def verify(
     json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Verify signatures over a bundle directory against a policy or trusted signers."""
-    from attest.manifest import build_bundle
-    from attest.scanner import scan_tree
+    from modelward.attest.manifest import build_bundle
+    from modelward.attest.scanner import scan_tree
 
     public_key, certificate_chain = public_key or [], certificate_chain or []
     ignore_paths = ignore_path or []

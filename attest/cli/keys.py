@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from attest.cli._apps import key_app
-from attest.cli._common import console, fail
-from attest.keys import generate_private_key, keyid, save_private_key
+from modelward.attest.cli._apps import key_app
+from modelward.attest.cli._common import console, fail
+from modelward.attest.keys import generate_private_key, keyid, save_private_key
 
 __all__ = ["generate", "passphrase_from_env"]
 

@@ -9,7 +9,7 @@ Errors: ``PolicyError`` (attest.errors) for an invalid document, naming the fiel
 
 from __future__ import annotations
 
-from attest.policy._evaluate import (
+from modelward.attest.policy._evaluate import (
     OMS_TREE_NOTE,
     Check,
     Decision,
@@ -17,13 +17,13 @@ from attest.policy._evaluate import (
     evaluate,
     require_allowed,
 )
-from attest.policy._load import (
+from modelward.attest.policy._load import (
     MAX_POLICY_BYTES,
     load_policy,
     policy_trust_set,
     trusted_public_key,
 )
-from attest.policy._model import (
+from modelward.attest.policy._model import (
     PROVENANCE_V1,
     AliasRule,
     CASigner,
@@ -37,7 +37,7 @@ from attest.policy._model import (
     policy_json_schema,
     policy_json_schema_text,
 )
-from attest.policy._rules import alias_rule_for, policy_scan_limits
+from modelward.attest.policy._rules import alias_rule_for, policy_scan_limits
 
 __all__ = [
     "MAX_POLICY_BYTES",

@@ -27,13 +27,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attest.errors import AttestError
-from attest.policy._model import PROVENANCE_V1, Policy
-from attest.trust import Signer, TrustSet, VerifiedStatement
+from modelward.attest.errors import AttestError
+from modelward.attest.policy._model import PROVENANCE_V1, Policy
+from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
 
 if TYPE_CHECKING:
-    from attest.manifest import Manifest
-    from attest.scanner import Finding
+    from modelward.attest.manifest import Manifest
+    from modelward.attest.scanner import Finding
 
 __all__ = [
     "OMS_TREE_NOTE",

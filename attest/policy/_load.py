@@ -19,11 +19,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import ValidationError
 
-from attest._yaml import StrictYAMLError, load_strict_yaml
-from attest.errors import KeyError_, PolicyError
-from attest.keys import keyid, load_public_key, trusted_key
-from attest.policy._model import Policy
-from attest.trust import TrustedCA, TrustedIdentity, TrustedKey, TrustSet
+from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
+from modelward.attest.errors import KeyError_, PolicyError
+from modelward.attest.keys import keyid, load_public_key, trusted_key
+from modelward.attest.policy._model import Policy
+from modelward.attest.trust import TrustedCA, TrustedIdentity, TrustedKey, TrustSet
 
 __all__ = ["MAX_POLICY_BYTES", "load_policy", "policy_trust_set", "trusted_public_key"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING
 
-from attest.policy._model import AliasRule, Policy
+from modelward.attest.policy._model import AliasRule, Policy
 
 if TYPE_CHECKING:
-    from attest.scanner import ScanLimits
+    from modelward.attest.scanner import ScanLimits
 
 __all__ = ["alias_rule_for", "policy_scan_limits"]
 
@@ -26,7 +26,7 @@ def alias_rule_for(policy: Policy, alias: str) -> AliasRule | None:
 
 def policy_scan_limits(policy: Policy) -> ScanLimits:
     """The scanner limits a policy asks for (allow_globs only admit unknown formats)."""
-    from attest.scanner import ScanLimits
+    from modelward.attest.scanner import ScanLimits
 
     return ScanLimits(
         max_safetensors_header=policy.limits.max_safetensors_header,

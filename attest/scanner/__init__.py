@@ -6,8 +6,8 @@ rendered or executed. See docs/scanner.md for the allow-list, the rule ids and t
 
 from __future__ import annotations
 
-from attest.scanner._classify import scan_blob
-from attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
-from attest.scanner._tree import scan_tree
+from modelward.attest.scanner._classify import scan_blob
+from modelward.attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
+from modelward.attest.scanner._tree import scan_tree
 
 __all__ = ["FileReport", "Finding", "ScanLimits", "ScanReport", "scan_blob", "scan_tree"]

@@ -15,8 +15,8 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from attest.scanner._io import read_at
-from attest.scanner._magic import (
+from modelward.attest.scanner._io import read_at
+from modelward.attest.scanner._magic import (
     HDF5_MAGIC,
     NPY_MAGIC,
     compressed_kind,
@@ -25,8 +25,8 @@ from attest.scanner._magic import (
     native_kind,
     npy_descr,
 )
-from attest.scanner._model import Finding, ScanLimits
-from attest.scanner._pickle import probe_pickle, probe_pickle_stream
+from modelward.attest.scanner._model import Finding, ScanLimits
+from modelward.attest.scanner._pickle import probe_pickle, probe_pickle_stream
 
 EOCD = b"PK\x05\x06"
 ZIP64_RECORD = b"PK\x06\x06"

@@ -17,10 +17,10 @@ from __future__ import annotations
 import fnmatch
 from typing import BinaryIO
 
-from attest.scanner import _structured as structured
-from attest.scanner._archive import scan_zip
-from attest.scanner._io import read_at
-from attest.scanner._magic import (
+from modelward.attest.scanner import _structured as structured
+from modelward.attest.scanner._archive import scan_zip
+from modelward.attest.scanner._io import read_at
+from modelward.attest.scanner._magic import (
     NPY_MAGIC,
     compressed_kind,
     descr_has_object,
@@ -30,9 +30,9 @@ from attest.scanner._magic import (
     native_kind,
     npy_descr,
 )
-from attest.scanner._model import FileReport, Finding, ScanLimits
-from attest.scanner._pickle import probe_pickle, probe_pickle_stream
-from attest.scanner._safetensors import check_safetensors
+from modelward.attest.scanner._model import FileReport, Finding, ScanLimits
+from modelward.attest.scanner._pickle import probe_pickle, probe_pickle_stream
+from modelward.attest.scanner._safetensors import check_safetensors
 
 SPEC_NAME = "modelward.yaml"
 CODE_SUFFIXES: tuple[tuple[tuple[str, ...], str, str], ...] = (

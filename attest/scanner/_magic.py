@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Callable
 from typing import BinaryIO
 
-from attest.scanner._io import read_at
+from modelward.attest.scanner._io import read_at
 
 NATIVE_MAGICS: tuple[tuple[bytes, str], ...] = (
     (b"\x7fELF", "ELF executable or shared object"),

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from attest._json import reject_duplicates
-from attest.scanner._io import read_at
-from attest.scanner._model import Finding, ScanLimits
+from modelward.attest._json import reject_duplicates
+from modelward.attest.scanner._io import read_at
+from modelward.attest.scanner._model import Finding, ScanLimits
 
 RULE = "scan.safetensors"
 MAX_FINDINGS = 20

@@ -12,9 +12,9 @@ import json
 import re
 from collections.abc import Iterator
 
-from attest._json import reject_duplicates
-from attest._yaml import StrictYAMLError, load_strict_yaml
-from attest.scanner._model import Finding
+from modelward.attest._json import reject_duplicates
+from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
+from modelward.attest.scanner._model import Finding
 
 # Keys that make transformers import code shipped with (or referenced by) the model.
 REMOTE_CODE_KEYS = frozenset({"auto_map", "custom_pipelines"})

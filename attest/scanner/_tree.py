@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attest._fileio import open_regular
-from attest.scanner._classify import scan_blob
-from attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
-from attest.tree import walk_bundle
+from modelward.attest._fileio import open_regular
+from modelward.attest.scanner._classify import scan_blob
+from modelward.attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
+from modelward.attest.tree import walk_bundle
 
 
 def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:

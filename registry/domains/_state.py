@@ -10,10 +10,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from registry.db import Database
-from registry.domains.audit.throttle import DenialThrottle
-from registry.settings import Settings
-from registry.storage import BlobStore
+from modelward.registry.db import Database
+from modelward.registry.domains.audit.throttle import DenialThrottle
+from modelward.registry.settings import Settings
+from modelward.registry.storage import BlobStore
 
 __all__ = ["AppState", "State", "dumps", "iso"]
 

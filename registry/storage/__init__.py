@@ -17,7 +17,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
 
-from registry.errors import BadRequest, ConfigurationError, DigestMismatchError, TruncatedBody
+from modelward.registry.errors import (
+    BadRequest,
+    ConfigurationError,
+    DigestMismatchError,
+    TruncatedBody,
+)
 
 __all__ = ["BlobStore", "StreamCheck", "open_store"]
 
@@ -75,11 +80,11 @@ class StreamCheck:
 def open_store(url: str, *, endpoint_url: str | None = None) -> BlobStore:
     """``file:///dir`` or ``s3://bucket/prefix``; raises ConfigurationError otherwise."""
     if url.startswith("file://"):
-        from registry.storage.file import FileStore
+        from modelward.registry.storage.file import FileStore
 
         return FileStore(url.removeprefix("file://"))
     if url.startswith("s3://"):
-        from registry.storage.s3 import S3Store
+        from modelward.registry.storage.s3 import S3Store
 
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         if not bucket:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from registry.storage import StreamCheck
+from modelward.registry.storage import StreamCheck
 
 __all__ = ["FileStore"]
 

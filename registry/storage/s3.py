@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, cast
 
-from registry.storage import StreamCheck
+from modelward.registry.storage import StreamCheck
 
 __all__ = ["S3Store"]
 

@@ -18,14 +18,25 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest.dsse import PAYLOAD_TYPE, pae, require_threshold, sign_envelope, verify_envelope
-from attest.errors import PolicyError, SubjectMismatch, UnknownSignatureFormat, VerificationError
-from attest.keys import generate_private_key, keyid, public_key_pem, trusted_key
-from attest.manifest import Manifest, build_bundle
-from attest.policy import Policy, evaluate, load_policy, policy_trust_set
-from attest.statement import PredicateType, make_statement
-from attest.trust import TrustedIdentity, TrustSet, VerifiedStatement
-from attest.verify import detect_kind, verify_attestation
+from modelward.attest.dsse import (
+    PAYLOAD_TYPE,
+    pae,
+    require_threshold,
+    sign_envelope,
+    verify_envelope,
+)
+from modelward.attest.errors import (
+    PolicyError,
+    SubjectMismatch,
+    UnknownSignatureFormat,
+    VerificationError,
+)
+from modelward.attest.keys import generate_private_key, keyid, public_key_pem, trusted_key
+from modelward.attest.manifest import Manifest, build_bundle
+from modelward.attest.policy import Policy, evaluate, load_policy, policy_trust_set
+from modelward.attest.statement import PredicateType, make_statement
+from modelward.attest.trust import TrustedIdentity, TrustSet, VerifiedStatement
+from modelward.attest.verify import detect_kind, verify_attestation
 
 OTHER = "sha256:" + "ab" * 32
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import rfc8785
 
-from attest.errors import DigestMismatch, ManifestError, TreeRuleError
-from attest.manifest import (
+from modelward.attest.errors import DigestMismatch, ManifestError, TreeRuleError
+from modelward.attest.manifest import (
     ARTIFACT_TYPE,
     CONFIG_MEDIA_TYPE,
     FILEPATH_ANNOTATION,
@@ -29,7 +29,7 @@ from attest.manifest import (
     parse_manifest,
     verify_tree,
 )
-from attest.scanner import FileReport, ScanLimits, scan_blob, scan_tree
+from modelward.attest.scanner import FileReport, ScanLimits, scan_blob, scan_tree
 
 DIGEST = "sha256:" + "0" * 64
 

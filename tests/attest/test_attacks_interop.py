@@ -22,15 +22,15 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from attest.dsse import PAYLOAD_TYPE, pae, require_threshold
-from attest.errors import VerificationError
-from attest.keys import trusted_key
-from attest.manifest import Manifest, build_bundle
-from attest.oms import OmsFileMismatch, verify_oms
-from attest.policy import Policy, evaluate, load_policy, policy_trust_set
-from attest.sigstore_verify import verify_sigstore_bundle
-from attest.trust import TrustedIdentity, TrustSet, VerifiedStatement
-from attest.verify import verify_attestation
+from modelward.attest.dsse import PAYLOAD_TYPE, pae, require_threshold
+from modelward.attest.errors import VerificationError
+from modelward.attest.keys import trusted_key
+from modelward.attest.manifest import Manifest, build_bundle
+from modelward.attest.oms import OmsFileMismatch, verify_oms
+from modelward.attest.policy import Policy, evaluate, load_policy, policy_trust_set
+from modelward.attest.sigstore_verify import verify_sigstore_bundle
+from modelward.attest.trust import TrustedIdentity, TrustSet, VerifiedStatement
+from modelward.attest.verify import verify_attestation
 
 OMS_V1 = "https://model_signing/signature/v1.0"
 BEACON = (

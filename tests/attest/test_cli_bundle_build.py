@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from attest.manifest import WEIGHT_CONFIG_MEDIA_TYPE, build_bundle, parse_manifest
-from attest.spec import SPEC_FILENAME, load_spec
+from modelward.attest.manifest import WEIGHT_CONFIG_MEDIA_TYPE, build_bundle, parse_manifest
+from modelward.attest.spec import SPEC_FILENAME, load_spec
 
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from attest import dsse, keys
-from attest.errors import SubjectMismatch
-from attest.manifest import build_bundle
-from attest.statement import PredicateType, require_subject
-from attest.trust import TrustSet
+from modelward.attest import dsse, keys
+from modelward.attest.errors import SubjectMismatch
+from modelward.attest.manifest import build_bundle
+from modelward.attest.statement import PredicateType, require_subject
+from modelward.attest.trust import TrustSet
 
 MODELWARD = Path(sys.executable).parent / "modelward"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -304,7 +304,7 @@ def test_sigstore_without_identity_token_fails_clearly(tiny_model: Path, tmp_pat
 
 
 def test_sign_oms_writes_model_sig_that_verifies(tiny_model: Path, tmp_path: Path) -> None:
-    from attest.oms import verify_oms
+    from modelward.attest.oms import verify_oms
 
     key = tmp_path / "ec.pem"
     assert run("key", "generate", "--out", key, "--type", "ecdsa-p256").returncode == 0

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from attest.dsse import sign_envelope
-from attest.keys import generate_private_key, public_key_pem
-from attest.manifest import build_bundle
-from attest.statement import PredicateType, make_statement
+from modelward.attest.dsse import sign_envelope
+from modelward.attest.keys import generate_private_key, public_key_pem
+from modelward.attest.manifest import build_bundle
+from modelward.attest.statement import PredicateType, make_statement
 from tests.conftest import REPO_ROOT
 
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from attest.digest import HashOptions, hash_files, parse_digest, sha256_stream
-from attest.errors import BundleError, TreeRuleError
-from attest.tree import BundleFile, list_bundle_files
+from modelward.attest.digest import HashOptions, hash_files, parse_digest, sha256_stream
+from modelward.attest.errors import BundleError, TreeRuleError
+from modelward.attest.tree import BundleFile, list_bundle_files
 
 
 def _sha(data: bytes) -> str:
@@ -187,9 +187,9 @@ def test_parse_digest_rejects_malformed(text: str) -> None:
 
 
 def test_public_surface_is_pinned() -> None:
-    import attest.digest
+    import modelward.attest.digest
 
-    assert sorted(attest.digest.__all__) == [
+    assert sorted(modelward.attest.digest.__all__) == [
         "DEFAULT_BUFFER_SIZE", "HashOptions", "ProgressCallback", "hash_files", "parse_digest",
         "sha256_stream",
     ]  # fmt: skip

@@ -11,10 +11,10 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from attest import dsse, keys
-from attest.errors import SubjectMismatch, VerificationError
-from attest.statement import PredicateType, make_statement, require_subject
-from attest.trust import TrustedKey, TrustSet
+from modelward.attest import dsse, keys
+from modelward.attest.errors import SubjectMismatch, VerificationError
+from modelward.attest.statement import PredicateType, make_statement, require_subject
+from modelward.attest.trust import TrustedKey, TrustSet
 
 DIGEST = "sha256:" + "ab" * 32
 PAYLOAD = make_statement("model", DIGEST, PredicateType.PROVENANCE, {"builder": "test"})

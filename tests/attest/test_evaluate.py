@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from attest.dsse import sign_envelope
-from attest.keys import generate_private_key, public_key_pem, trusted_key
-from attest.manifest import Manifest, build_bundle
-from attest.policy import (
+from modelward.attest.dsse import sign_envelope
+from modelward.attest.keys import generate_private_key, public_key_pem, trusted_key
+from modelward.attest.manifest import Manifest, build_bundle
+from modelward.attest.policy import (
     Decision,
     Policy,
     PolicyDenied,
     evaluate,
     require_allowed,
 )
-from attest.scanner import Finding
-from attest.statement import PredicateType, make_statement
-from attest.trust import TrustSet, VerifiedStatement
-from attest.verify import verify_attestation
+from modelward.attest.scanner import Finding
+from modelward.attest.statement import PredicateType, make_statement
+from modelward.attest.trust import TrustSet, VerifiedStatement
+from modelward.attest.verify import verify_attestation
 
 BUILDER = "https://ci.example.com/modelward-builder/v1"
 SOURCE = "hf://example-org/tiny"

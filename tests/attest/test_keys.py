@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
-from attest import keys
-from attest.errors import KeyError_
+from modelward.attest import keys
+from modelward.attest.errors import KeyError_
 
 KINDS = ["ed25519", "ecdsa-p256"]
 

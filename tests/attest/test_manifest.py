@@ -19,8 +19,8 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attest.errors import DigestMismatch, ManifestError, TreeRuleError
-from attest.manifest import (
+from modelward.attest.errors import DigestMismatch, ManifestError, TreeRuleError
+from modelward.attest.manifest import (
     ARTIFACT_TYPE,
     CONFIG_MEDIA_TYPE,
     DOC_MEDIA_TYPE,
@@ -439,9 +439,9 @@ def test_verify_tree_passes_an_identical_copy_elsewhere(tmp_path: Path) -> None:
 
 
 def test_public_surface_is_pinned() -> None:
-    import attest.manifest
+    import modelward.attest.manifest
 
-    assert sorted(attest.manifest.__all__) == [
+    assert sorted(modelward.attest.manifest.__all__) == [
         "ARTIFACT_TYPE", "BuiltBundle", "CONFIG_MEDIA_TYPE", "DOC_MEDIA_TYPE", "Descriptor",
         "FILEPATH_ANNOTATION", "LAYER_MEDIA_TYPES", "Layer", "MANIFEST_MEDIA_TYPE", "Manifest",
         "ManifestLimits", "WEIGHT_CONFIG_MEDIA_TYPE", "WEIGHT_MEDIA_TYPE", "build_bundle",

@@ -18,11 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import NameOID
 
-import attest.oms as oms
-from attest.errors import KeyError_, VerificationError
-from attest.keys import keyid
-from attest.oms import OmsFileMismatch, sign_oms, verify_oms
-from attest.trust import TrustedCA, TrustedIdentity, TrustedKey, TrustSet
+import modelward.attest.oms as oms
+from modelward.attest.errors import KeyError_, VerificationError
+from modelward.attest.keys import keyid
+from modelward.attest.oms import OmsFileMismatch, sign_oms, verify_oms
+from modelward.attest.trust import TrustedCA, TrustedIdentity, TrustedKey, TrustSet
 
 IBM = "stefanb@us.ibm.com"
 IBM_ISSUER = "https://sigstore.verify.ibm.com/oauth2"

@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest.keys import keyid
-from attest.oms import OmsFileMismatch, sign_oms, verify_oms
-from attest.trust import TrustedKey, TrustSet
+from modelward.attest.keys import keyid
+from modelward.attest.oms import OmsFileMismatch, sign_oms, verify_oms
+from modelward.attest.trust import TrustedKey, TrustSet
 
 MODEL_SIGNING = Path(sys.executable).with_name("model_signing")
 PASSPHRASE = b"correct horse"

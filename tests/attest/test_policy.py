@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import attest.policy
-from attest.errors import PolicyError
-from attest.keys import generate_private_key, public_key_pem
-from attest.policy import (
+import modelward.attest.policy
+from modelward.attest.errors import PolicyError
+from modelward.attest.keys import generate_private_key, public_key_pem
+from modelward.attest.policy import (
     PROVENANCE_V1,
     Policy,
     alias_rule_for,
@@ -122,7 +122,8 @@ def test_every_error_is_reported(tmp_path):
 
 
 def test_oversized_policy_refused(tmp_path):
-    big = "version: 1\ntrust_registered_signers: true\n" + "#" * attest.policy.MAX_POLICY_BYTES
+    limit = modelward.attest.policy.MAX_POLICY_BYTES
+    big = "version: 1\ntrust_registered_signers: true\n" + "#" * limit
     assert "larger than" in _error(big, tmp_path)
 
 
@@ -232,7 +233,7 @@ def test_schema_forbids_unknown_fields():
 
 
 def test_public_surface_is_pinned():
-    assert set(attest.policy.__all__) == {
+    assert set(modelward.attest.policy.__all__) == {
         "MAX_POLICY_BYTES",
         "OMS_TREE_NOTE",
         "PROVENANCE_V1",
@@ -258,4 +259,4 @@ def test_public_surface_is_pinned():
         "require_allowed",
         "trusted_public_key",
     }
-    assert all(hasattr(attest.policy, name) for name in attest.policy.__all__)
+    assert all(hasattr(modelward.attest.policy, name) for name in modelward.attest.policy.__all__)

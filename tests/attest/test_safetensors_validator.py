@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from attest.scanner import FileReport, ScanLimits, scan_blob, scan_tree
+from modelward.attest.scanner import FileReport, ScanLimits, scan_blob, scan_tree
 from tests.attest.corpus import safetensors_bytes
 
 DTYPES = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",

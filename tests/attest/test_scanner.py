@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import attest.scanner
-from attest.scanner import FileReport, ScanLimits, ScanReport, scan_blob, scan_tree
+import modelward.attest.scanner
+from modelward.attest.scanner import FileReport, ScanLimits, ScanReport, scan_blob, scan_tree
 from tests.attest.corpus import Corpus, build_corpus, canary_pickle, zip_with
 
 
@@ -35,7 +35,7 @@ def _rules(report: ScanReport, path: str) -> set[str]:
 
 
 def test_public_surface_is_pinned() -> None:
-    assert sorted(attest.scanner.__all__) == [
+    assert sorted(modelward.attest.scanner.__all__) == [
         "FileReport", "Finding", "ScanLimits", "ScanReport", "scan_blob", "scan_tree"]
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-import attest.sigstore_verify as sv
-from attest.errors import VerificationError
-from attest.sigstore_verify import verify_sigstore_bundle
-from attest.trust import TrustedIdentity, TrustSet
+import modelward.attest.sigstore_verify as sv
+from modelward.attest.errors import VerificationError
+from modelward.attest.sigstore_verify import verify_sigstore_bundle
+from modelward.attest.trust import TrustedIdentity, TrustSet
 
 BEACON = (
     "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/"

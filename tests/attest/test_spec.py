@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attest.errors import BundleError
-from attest.spec import (
+from modelward.attest.errors import BundleError
+from modelward.attest.spec import (
     SERVING_DTYPES,
     BundleSpec,
     SpecError,
@@ -135,9 +135,9 @@ def test_template_refuses_values_that_would_inject_yaml() -> None:
 
 
 def test_public_surface_is_pinned() -> None:
-    import attest.spec
+    import modelward.attest.spec
 
-    assert sorted(attest.spec.__all__) == [
+    assert sorted(modelward.attest.spec.__all__) == [
         "BundleSpec", "DriverSpec", "EngineSpec", "MAX_SPEC_BYTES", "SERVING_DTYPES",
         "SPEC_FILENAME", "ServingSpec", "SpecError", "load_spec", "render_spec_template",
     ]  # fmt: skip

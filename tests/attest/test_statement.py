@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from attest import provenance, statement
-from attest.errors import SubjectMismatch, VerificationError
-from attest.provenance import BUILD_TYPE, BaseBundle, make_provenance
-from attest.statement import (
+from modelward.attest import provenance, statement
+from modelward.attest.errors import SubjectMismatch, VerificationError
+from modelward.attest.provenance import BUILD_TYPE, BaseBundle, make_provenance
+from modelward.attest.statement import (
     STATEMENT_TYPE,
     PredicateType,
     make_statement,
     parse_statement,
     require_subject,
 )
-from attest.trust import VerifiedStatement
+from modelward.attest.trust import VerifiedStatement
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from attest.errors import TreeRuleError
-from attest.tree import check_relpath, collision_key, list_bundle_files, walk_bundle
+from modelward.attest.errors import TreeRuleError
+from modelward.attest.tree import check_relpath, collision_key, list_bundle_files, walk_bundle
 
 
 def _write(path: Path, data: bytes = b"x", mode: int = 0o644) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attest.keys import generate_private_key, trusted_key
-from attest.trust import TrustedIdentity, TrustSet
+from modelward.attest.keys import generate_private_key, trusted_key
+from modelward.attest.trust import TrustedIdentity, TrustSet
 
 
 def test_merging_trust_sets_refuses_a_name_trusted_twice() -> None:

@@ -11,15 +11,15 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-import attest.verify
-from attest.dsse import pae, sign_envelope
-from attest.errors import SubjectMismatch, UnknownSignatureFormat, VerificationError
-from attest.keys import generate_private_key, trusted_key
-from attest.oms import OmsFileMismatch, verify_oms
-from attest.policy import OMS_TREE_NOTE, trusted_public_key
-from attest.statement import PredicateType, make_statement
-from attest.trust import TrustedIdentity, TrustSet
-from attest.verify import detect_kind, verify_attestation
+import modelward.attest.verify
+from modelward.attest.dsse import pae, sign_envelope
+from modelward.attest.errors import SubjectMismatch, UnknownSignatureFormat, VerificationError
+from modelward.attest.keys import generate_private_key, trusted_key
+from modelward.attest.oms import OmsFileMismatch, verify_oms
+from modelward.attest.policy import OMS_TREE_NOTE, trusted_public_key
+from modelward.attest.statement import PredicateType, make_statement
+from modelward.attest.trust import TrustedIdentity, TrustSet
+from modelward.attest.verify import detect_kind, verify_attestation
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -84,7 +84,7 @@ def test_unknown_format_refused(data):
 
 def test_oversized_signature_refused():
     with pytest.raises(UnknownSignatureFormat, match="larger than"):
-        detect_kind(b" " * (attest.verify.MAX_SIGNATURE_BYTES + 1))
+        detect_kind(b" " * (modelward.attest.verify.MAX_SIGNATURE_BYTES + 1))
 
 
 def test_dsse_verified_and_bound(key):

@@ -14,12 +14,12 @@ from pathlib import Path
 
 
 def main(job_path: Path, out_path: Path) -> None:
-    from loader.baseline import record_baseline
-    from loader.engine import boot_engine
-    from loader.fingerprint import collect_fingerprint
-    from loader.hardening import ServingConfig, check_extra_args
-    from loader.probes import resolve_probes
-    from loader.replay import load_requests, run_replay
+    from modelward.loader.baseline import record_baseline
+    from modelward.loader.engine import boot_engine
+    from modelward.loader.fingerprint import collect_fingerprint
+    from modelward.loader.hardening import ServingConfig, check_extra_args
+    from modelward.loader.probes import resolve_probes
+    from modelward.loader.replay import load_requests, run_replay
 
     job = json.loads(job_path.read_text())
     config = ServingConfig(model_dir=Path(job["model_dir"]), dtype=job["dtype"],

@@ -167,7 +167,7 @@ def _ptype(envelope: bytes) -> str:
 
 def serve_dir(root: Path, repo: str, attestations_for: Any) -> Served:
     """Build the bundle at ``root``; ``attestations_for(built)`` returns its attestations."""
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     built = build_bundle(root)
     blobs = {f_layer.digest: (root / f_layer.path).read_bytes()

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from loader.baseline import (
+from modelward.loader.baseline import (
     Baseline,
     compare_baselines,
     first_difference,
     record_baseline,
     token_hash,
 )
-from loader.engine import GenerationRequest
-from loader.errors import InputError
-from loader.fingerprint import Fingerprint, fingerprint_id
-from loader.probes import BUILTIN_PROBES, resolve_probes
-from loader.replay import load_expected, load_requests, summarize, write_capture
+from modelward.loader.engine import GenerationRequest
+from modelward.loader.errors import InputError
+from modelward.loader.fingerprint import Fingerprint, fingerprint_id
+from modelward.loader.probes import BUILTIN_PROBES, resolve_probes
+from modelward.loader.replay import load_expected, load_requests, summarize, write_capture
 
 FP = Fingerprint({"dtype": "float32"}, fingerprint_id({"dtype": "float32"}))
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from loader.baseline import Baseline, ProbeResult, aggregate_hash, token_hash
+from modelward.loader.baseline import Baseline, ProbeResult, aggregate_hash, token_hash
 from tests.loader.test_pull import flip_byte, with_spec
 from tests.registry.conftest import MODELWARD, Registry, new_publisher, start_registry
 
@@ -30,7 +30,7 @@ REPLAY = "https://modelward.dev/replay-result/v1"
 
 class World:
     def __init__(self, base: Path, model: Path) -> None:
-        from attest.keys import generate_private_key, public_key_pem, save_private_key
+        from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
 
         self.base = base
         self.reg: Registry = start_registry("sqlite", base / "registry", None)
@@ -69,8 +69,8 @@ class World:
                                token: int) -> None:
         """Attach, signed by the worker's key, ``predicate`` for ``digest`` with one token
         of one probe changed (hashes recomputed, so only the tokens disagree)."""
-        from attest.dsse import sign_envelope
-        from attest.statement import make_statement
+        from modelward.attest.dsse import sign_envelope
+        from modelward.attest.statement import make_statement
 
         forged = json.loads(json.dumps(predicate))
         forged["bundle_digest"] = digest
@@ -156,8 +156,8 @@ def test_warn_policy_boots_through_engine_mismatch_and_divergence(
         world: World, first_boot: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
     """The worker policy's warn modes: a bundle pinned to another vLLM and a trusted baseline
     that disagrees both become warnings; the boot goes on and says so everywhere."""
-    from attest.keys import public_key_pem
-    from attest.spec import render_spec_template
+    from modelward.attest.keys import public_key_pem
+    from modelward.attest.spec import render_spec_template
 
     model = tmp_path / "pinned-elsewhere"
     shutil.copytree(world.base / "model", model)
@@ -328,7 +328,7 @@ def test_replay_against_perturbed_bundle_reports_divergences(world: World,
     other = publisher.actor.client.push(model, world.repo, sign=publisher.sign,
                                         alias="perturbed").digest
     pem = tmp_path / "p2.pem"
-    from attest.keys import public_key_pem
+    from modelward.attest.keys import public_key_pem
 
     pem.write_bytes(public_key_pem(publisher.key.public_key()))
     requests = write_requests(tmp_path / "requests.jsonl", 100)

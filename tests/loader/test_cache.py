@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from loader.cache import BlobRequest, Cache
+from modelward.loader.cache import BlobRequest, Cache
 
 
 def cached(cache: Cache, data: bytes, *, stored: bytes | None = None) -> BlobRequest:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from loader.baseline import Baseline, compare_baselines
-from loader.probes import BUILTIN_PROBES
-from loader.replay import load_requests, summarize
+from modelward.loader.baseline import Baseline, compare_baselines
+from modelward.loader.probes import BUILTIN_PROBES
+from modelward.loader.replay import load_requests, summarize
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loader.errors import UnsafeArgument
-from loader.hardening import (
+from modelward.loader.errors import UnsafeArgument
+from modelward.loader.hardening import (
     HARDENED_ENV,
     ServingConfig,
     check_extra_args,

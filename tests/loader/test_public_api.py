@@ -30,7 +30,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("module", sorted(EXPECTED))
 def test_exported_names(module: str) -> None:
-    mod = importlib.import_module(module)
+    mod = importlib.import_module(f"modelward.{module}")
     assert sorted(mod.__all__) == sorted(EXPECTED[module])
     for name in mod.__all__:
         assert hasattr(mod, name)
@@ -40,8 +40,9 @@ def test_importing_the_loader_does_not_import_vllm() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, loader.cli, loader._cli_commands, loader.worker, loader.server; "
-            "print('vllm' in sys.modules)")
+    modules = ["cli", "_cli_commands", "worker", "server"]
+    code = "import sys; " + "; ".join(f"import modelward.loader.{m}" for m in modules)
+    code += "; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

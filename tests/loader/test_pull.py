@@ -32,14 +32,14 @@ def hostile() -> Iterator[HostileRegistry]:
 
 @pytest.fixture(scope="session")
 def publisher_key() -> Any:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     return generate_private_key()
 
 
 @pytest.fixture
 def publisher_pem(publisher_key: Any, tmp_path: Path) -> Path:
-    from attest.keys import public_key_pem
+    from modelward.attest.keys import public_key_pem
 
     path = tmp_path / "publisher.pub.pem"
     path.write_bytes(public_key_pem(publisher_key.public_key()))
@@ -48,8 +48,8 @@ def publisher_pem(publisher_key: Any, tmp_path: Path) -> Path:
 
 def signer(key: Any) -> Any:
     def sign(built: Any) -> list[bytes]:
-        from attest.dsse import sign_envelope
-        from attest.statement import PredicateType, make_statement
+        from modelward.attest.dsse import sign_envelope
+        from modelward.attest.statement import PredicateType, make_statement
 
         payload = make_statement(REPO, built.manifest.digest, PredicateType.PROVENANCE,
                                  provenance_predicate(built))
@@ -58,7 +58,7 @@ def signer(key: Any) -> Any:
 
 
 def with_spec(model: Path) -> Path:
-    from attest.spec import render_spec_template
+    from modelward.attest.spec import render_spec_template
 
     (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
                                                                max_model_len=256))
@@ -216,7 +216,7 @@ def test_unsigned_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
 
 def test_untrusted_signer_is_refused(hostile: HostileRegistry, tiny_model: Path,
                                      publisher_pem: Path, tmp_path: Path) -> None:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     served = serve_dir(with_spec(tiny_model), REPO, signer(generate_private_key()))
     refused(hostile, served, publisher_pem, tmp_path / "cache", "refused by the worker's policy")
@@ -281,7 +281,7 @@ def test_boot_without_vllm_names_the_extra(hostile: HostileRegistry, publisher_p
 def test_boot_refuses_engine_version_other_than_pinned(
         hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
         tmp_path: Path) -> None:
-    from attest.spec import render_spec_template
+    from modelward.attest.spec import render_spec_template
 
     (tiny_model / "modelward.yaml").write_text(
         render_spec_template(dtype="float32", engine_version="0.31.0"))
@@ -294,7 +294,7 @@ def test_boot_refuses_engine_version_other_than_pinned(
 
 
 def test_default_cache_dir_respects_xdg(tmp_path: Path) -> None:
-    from loader.cache import default_cache_dir
+    from modelward.loader.cache import default_cache_dir
 
     assert default_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "modelward"
     assert default_cache_dir({}) == Path.home() / ".cache" / "modelward"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from loader.engine import GenerationRequest
-from loader.errors import EngineFailed
-from loader.server import ServedEngine, _api_key
+from modelward.loader.engine import GenerationRequest
+from modelward.loader.errors import EngineFailed
+from modelward.loader.server import ServedEngine, _api_key
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from registry.client import RegistryClient, TransferOptions
+from modelward.registry.client import RegistryClient, TransferOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")
@@ -390,7 +390,7 @@ def provenance_predicate(built: Any = None) -> dict[str, Any]:
     """A SLSA provenance v1 predicate, as ``modelward bundle sign`` makes it."""
     from datetime import UTC, datetime
 
-    from attest.provenance import make_provenance
+    from modelward.attest.provenance import make_provenance
 
     now = datetime.now(UTC)
     return make_provenance(started_on=now, finished_on=now)
@@ -407,8 +407,8 @@ class Publisher:
         return self.actor.name
 
     def sign(self, built: Any) -> list[bytes]:
-        from attest.dsse import sign_envelope
-        from attest.statement import PredicateType, make_statement
+        from modelward.attest.dsse import sign_envelope
+        from modelward.attest.statement import PredicateType, make_statement
 
         payload = make_statement(
             "bundle", built.manifest.digest, PredicateType.PROVENANCE, provenance_predicate(built)
@@ -416,8 +416,8 @@ class Publisher:
         return [sign_envelope(payload, [self.key])]
 
     def sign_digest(self, digest: str) -> bytes:
-        from attest.dsse import sign_envelope
-        from attest.statement import PredicateType, make_statement
+        from modelward.attest.dsse import sign_envelope
+        from modelward.attest.statement import PredicateType, make_statement
 
         payload = make_statement(
             "bundle", digest, PredicateType.PROVENANCE, provenance_predicate(None)
@@ -426,7 +426,7 @@ class Publisher:
 
 
 def new_publisher(reg: Registry, role: str = "publisher") -> Publisher:
-    from attest.keys import generate_private_key, public_key_pem
+    from modelward.attest.keys import generate_private_key, public_key_pem
 
     actor = reg.actor(role)
     key = generate_private_key()

@@ -6,7 +6,7 @@ import itertools
 import threading
 from pathlib import Path
 
-from registry.client import Conflict, NotFound
+from modelward.registry.client import Conflict, NotFound
 from tests.registry.conftest import Registry, new_publisher, push_new
 
 WRITERS = 32

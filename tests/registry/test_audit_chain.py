@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from registry.audit_chain import (
+from modelward.registry.audit_chain import (
     GENESIS_HASH,
     AuditEvent,
     BrokenChain,

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from registry.client import APIError, NotFound
+from modelward.registry.client import APIError, NotFound
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher
 
 
@@ -51,8 +51,8 @@ def pub(registry: Registry) -> Publisher:
 @pytest.fixture
 def staged(pub: Publisher, tmp_path: Path) -> Any:
     """A built bundle whose blobs are uploaded, manifest not yet PUT."""
-    from attest.manifest import build_bundle
-    from registry._client_blobs import BlobSource
+    from modelward.attest.manifest import build_bundle
+    from modelward.registry._client_blobs import BlobSource
 
     built = build_bundle(make_bundle_dir(tmp_path / "b"))
     blobs = [
@@ -276,7 +276,7 @@ def test_manifest_bytes_not_matching_url_digest(
 
 
 def test_attestation_by_untrusted_key(registry: Registry, pub: Publisher, staged: Any) -> None:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     stranger = Publisher(pub.actor, generate_private_key(), keyid="unregistered")
     repo = registry.repo(pub)

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import registry.client as client_mod
-from registry._client_config import parse_reference, resolve_settings, save_login
-from registry.client import (
+import modelward.registry.client as client_mod
+from modelward.registry._client_config import parse_reference, resolve_settings, save_login
+from modelward.registry.client import (
     APIError,
     BadRequest,
     BlobIntegrityError,

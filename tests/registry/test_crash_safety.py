@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from registry._client_audit import events_from_api
-from registry._client_blobs import BlobSource
-from registry._client_config import parse_reference
-from registry.audit_chain import verify_chain
-from registry.client import NotFound, RegistryClientError, TransportError
+from modelward.registry._client_audit import events_from_api
+from modelward.registry._client_blobs import BlobSource
+from modelward.registry._client_config import parse_reference
+from modelward.registry.audit_chain import verify_chain
+from modelward.registry.client import NotFound, RegistryClientError, TransportError
 from tests.registry.conftest import (
     Publisher,
     Registry,
@@ -53,7 +53,7 @@ def _audit_verifies(reg: Registry, *, cli: bool = False) -> None:
 
 @pytest.mark.parametrize("crashable", ["sqlite"], indirect=True)  # storage-side: one DB
 def test_kill9_during_chunked_blob_upload(crashable: Registry, tmp_path: Path) -> None:
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     reg = crashable
     pub = new_publisher(reg)
@@ -99,7 +99,7 @@ def test_kill9_during_chunked_blob_upload(crashable: Registry, tmp_path: Path) -
 
 
 def _stage(pub: Publisher, root: Path) -> Any:
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     built = build_bundle(root)
     by_path = {f.path: f for f in built.files}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from registry.db import (
+from modelward.registry.db import (
     current_revision,
     downgrade,
     ensure_schema,
@@ -18,8 +18,8 @@ from registry.db import (
     schema_state,
     upgrade,
 )
-from registry.errors import DatabaseOutOfDate
-from registry.models import Base
+from modelward.registry.errors import DatabaseOutOfDate
+from modelward.registry.models import Base
 
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 

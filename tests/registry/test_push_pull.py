@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from registry._client_config import parse_reference
-from registry.client import APIError, Conflict, NotFound
+from modelward.registry._client_config import parse_reference
+from modelward.registry.client import APIError, Conflict, NotFound
 from tests.registry.conftest import (
     Registry,
     make_bundle_dir,
@@ -23,7 +23,7 @@ def _json_out(text: str) -> object:
 
 
 def test_cli_push_with_sign_and_alias_then_pull(registry: Registry, tmp_path: Path) -> None:
-    from attest.keys import save_private_key
+    from modelward.attest.keys import save_private_key
 
     pub = new_publisher(registry)
     key_file = tmp_path / "signing.pem"
@@ -63,7 +63,7 @@ def test_cli_push_with_sign_and_alias_then_pull(registry: Registry, tmp_path: Pa
 
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
 def test_cli_push_with_attestation_file(registry: Registry, tmp_path: Path) -> None:
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     pub = new_publisher(registry)
     repo = registry.repo(pub)
@@ -209,7 +209,7 @@ def test_blobs_of_a_quarantined_bundle_are_only_for_reviewers(
 
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
 def test_cli_repo_create_and_key_commands(registry: Registry, tmp_path: Path) -> None:
-    from attest.keys import generate_private_key, public_key_pem
+    from modelward.attest.keys import generate_private_key, public_key_pem
 
     name = f"{unique('o')}/{unique('m')}"
     assert registry.cli("repo", "create", name).returncode == 0

@@ -181,7 +181,7 @@ def start_registry(base: Path, settings: dict[str, str] | None = None,
 def open_registry(base: Path, settings: dict[str, str] | None = None) -> Iterator[Reg]:
     """A running registry with keys for pub_a, pub_b and admin2, repos acme/a (pub_a, admin2)
     and acme/b (pub_b); stopped on exit. ``settings``: extra MODELWARD_* variables."""
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     registry, proc = start_registry(base, settings)
     try:
@@ -237,7 +237,7 @@ def make_bundle(reg: Reg) -> Pushed:
     import numpy as np
     from safetensors.numpy import save_file
 
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     root = reg.tmp / f"b-{uuid.uuid4().hex[:10]}"
     root.mkdir()
@@ -254,15 +254,15 @@ def make_bundle(reg: Reg) -> Pushed:
 
 
 def statement(key: Any, digest: str, predicate_type: str, predicate: dict[str, Any]) -> bytes:
-    from attest.dsse import sign_envelope
-    from attest.statement import make_statement
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.statement import make_statement
 
     return sign_envelope(make_statement("bundle", digest, predicate_type, predicate), [key])
 
 
 def provenance(key: Any, digest: str) -> bytes:
-    from attest.provenance import make_provenance
-    from attest.statement import PredicateType
+    from modelward.attest.provenance import make_provenance
+    from modelward.attest.statement import PredicateType
 
     now = datetime.now(UTC)
     return statement(

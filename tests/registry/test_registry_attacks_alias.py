@@ -150,7 +150,7 @@ def test_alias_refuses_tombstoned_bundle_and_its_repush(reg: Reg) -> None:
 
 
 def test_rollback_to_bundle_the_policy_now_rejects(reg: Reg) -> None:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     pub = reg.actors["pub_a"]
     old_key = generate_private_key("ed25519")
@@ -200,7 +200,7 @@ def test_stale_compare_and_swap_writer_gets_409(reg: Reg) -> None:
 def test_self_signed_baseline_by_publisher_does_not_satisfy_require_baseline(reg: Reg) -> None:
     """A determinism baseline is a serving worker's evidence: the publisher forging one for its
     own bundle must not unlock a protected alias that requires a baseline."""
-    from attest.statement import PredicateType
+    from modelward.attest.statement import PredicateType
 
     policy = (
         "version: 1\ntrust_registered_signers: true\naliases:\n"
@@ -228,8 +228,8 @@ def test_self_signed_baseline_by_publisher_does_not_satisfy_require_baseline(reg
 
 def test_baseline_signed_by_a_serving_worker_satisfies_require_baseline(reg: Reg) -> None:
     """The counterpart of the attack above: the same policy is satisfiable by a reader's key."""
-    from attest.keys import generate_private_key
-    from attest.statement import PredicateType
+    from modelward.attest.keys import generate_private_key
+    from modelward.attest.statement import PredicateType
 
     policy = (
         "version: 1\ntrust_registered_signers: true\naliases:\n"
@@ -258,7 +258,7 @@ def test_baseline_signed_by_a_serving_worker_satisfies_require_baseline(reg: Reg
 
 # -- signer names ----------------------------------------------------------------------------
 def new_signer(reg: Reg, name: str, role: str = "publisher") -> Actor:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     assert reg.admin.post("/v1/admin/principals", json={"name": name, "role": role}).is_success
     token = reg.admin.post(f"/v1/admin/principals/{name}/tokens", json={}).json()
@@ -273,7 +273,7 @@ def new_signer(reg: Reg, name: str, role: str = "publisher") -> Actor:
 def test_registered_key_cannot_impersonate_a_policy_signer_by_name(reg: Reg) -> None:
     """A policy pins the key of signer ``release``; a principal that happens to be called
     ``release`` (publisher of nothing here) must not sign in its place with its own key."""
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     impostor = new_signer(reg, "release")
     pinned = _pem(generate_private_key("ed25519")).replace("\n", "\\n")

@@ -142,7 +142,7 @@ def test_manifest_under_a_digest_it_does_not_hash_to_is_refused(reg: Reg) -> Non
 
 
 def test_repush_with_other_attestations_changes_nothing(reg: Reg) -> None:
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     bundle = push(reg, "pub_a")
     pub = reg.actors["pub_a"].client

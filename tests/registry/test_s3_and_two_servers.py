@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from registry._client_config import parse_reference
-from registry.client import Conflict, RegistryClient
+from modelward.registry._client_config import parse_reference
+from modelward.registry.client import Conflict, RegistryClient
 from tests.registry.conftest import (
     PgCluster,
     Registry,

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.audit_chain import BrokenChain, event_from_json, verify_chain
+from modelward.registry.audit_chain import BrokenChain, event_from_json, verify_chain
 
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 
@@ -89,7 +89,7 @@ def _bundle(root: Path) -> tuple[object, bytes]:
     import numpy as np
     from safetensors.numpy import save_file
 
-    from attest.manifest import build_bundle
+    from modelward.attest.manifest import build_bundle
 
     root.mkdir()
     (root / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
@@ -99,9 +99,9 @@ def _bundle(root: Path) -> tuple[object, bytes]:
 
 
 def _provenance(key: object, digest: str) -> bytes:
-    from attest.dsse import sign_envelope
-    from attest.provenance import make_provenance
-    from attest.statement import PredicateType, make_statement
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.provenance import make_provenance
+    from modelward.attest.statement import PredicateType, make_statement
 
     now = datetime.now(UTC)
     predicate = make_provenance(started_on=now, finished_on=now)
@@ -121,7 +121,7 @@ def _error(resp: httpx.Response, status: int, code: str) -> dict[str, object]:
 def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    from attest.keys import generate_private_key
+    from modelward.attest.keys import generate_private_key
 
     admin = server.client()
     anon = server.client("")
@@ -412,8 +412,8 @@ def test_oms_signature_verifies_against_stored_blobs(
 
     from cryptography.hazmat.primitives import serialization
 
-    from attest.keys import generate_private_key
-    from attest.manifest import build_bundle
+    from modelward.attest.keys import generate_private_key
+    from modelward.attest.manifest import build_bundle
 
     src = shared_fixtures / "oms" / "v1.1.0-certificate"
     root = tmp_path / "oms-bundle"

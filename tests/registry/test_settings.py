@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.errors import ConfigurationError
-from registry.settings import load_settings, settings_from_json, worker_settings_json
+from modelward.registry.errors import ConfigurationError
+from modelward.registry.settings import load_settings, settings_from_json, worker_settings_json
 
 
 def test_flags_win_over_environment_over_toml(tmp_path: Path,

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from registry.domains._state import State
-from registry.domains.aliases import service
-from registry.domains.auth.deps import AnyCaller, Reviewer, authenticated_read
-from registry.domains.blobs.streaming import check_digest
+from modelward.registry.domains._state import State
+from modelward.registry.domains.aliases import service
+from modelward.registry.domains.auth.deps import AnyCaller, Reviewer, authenticated_read
+from modelward.registry.domains.blobs.streaming import check_digest
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
 MAX_VERSION = 2**62  # far beyond any real version; keeps database integers in range

@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState, iso
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.domains.bundles import verdict
-from registry.domains.bundles.service import live_bundle
-from registry.domains.repos.service import (
+from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.bundles.service import live_bundle
+from modelward.registry.domains.repos.service import (
     get_repo,
     may_publish,
     registered_signer_name,
     repo_policy,
 )
-from registry.errors import (
+from modelward.registry.errors import (
     BadRequest,
     BundleQuarantined,
     Forbidden,
@@ -43,7 +43,7 @@ from registry.errors import (
     Refused,
     StaleVersion,
 )
-from registry.models import (
+from modelward.registry.models import (
     Alias,
     AliasHistory,
     Approval,
@@ -55,8 +55,8 @@ from registry.models import (
 )
 
 if TYPE_CHECKING:
-    from attest.policy import Policy
-    from attest.trust import Signer
+    from modelward.attest.policy import Policy
+    from modelward.attest.trust import Signer
 
 __all__ = ["approve", "get_alias", "history", "set_alias"]
 
@@ -180,9 +180,9 @@ def set_alias(
     rollback: bool,
     caller: Caller,
 ) -> dict[str, Any]:
-    from attest.manifest import parse_manifest
-    from attest.policy import alias_rule_for
-    from attest.statement import PredicateType
+    from modelward.attest.manifest import parse_manifest
+    from modelward.attest.policy import alias_rule_for
+    from modelward.attest.statement import PredicateType
 
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")

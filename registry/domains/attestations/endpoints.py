@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from registry.domains._state import State
-from registry.domains.attestations import service
-from registry.domains.auth.deps import AnyCaller
-from registry.errors import PayloadTooLarge
+from modelward.registry.domains._state import State
+from modelward.registry.domains.attestations import service
+from modelward.registry.domains.auth.deps import AnyCaller
+from modelward.registry.errors import PayloadTooLarge
 
 router = APIRouter(
     prefix="/v1/repos/{org}/{name}/bundles/{digest}/attestations", tags=["attestations"]

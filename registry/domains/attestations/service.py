@@ -9,14 +9,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from registry.domains._state import AppState
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.domains.bundles import verdict
-from registry.domains.bundles.service import attestation_row, find_bundle, live_bundle
-from registry.domains.repos.service import get_repo, may_publish, repo_policy
-from registry.errors import BundleQuarantined, Forbidden, PayloadTooLarge, Refused
-from registry.models import Attestation
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.bundles.service import attestation_row, find_bundle, live_bundle
+from modelward.registry.domains.repos.service import get_repo, may_publish, repo_policy
+from modelward.registry.errors import BundleQuarantined, Forbidden, PayloadTooLarge, Refused
+from modelward.registry.models import Attestation
 
 __all__ = ["attach", "list_for_bundle"]
 
@@ -25,7 +25,7 @@ def attach(
     state: AppState, *, repo_name: str, digest: str, data: bytes, caller: Caller
 ) -> tuple[dict[str, Any], bool]:
     """Verify and store one attestation; returns (its summary, created)."""
-    from attest.manifest import parse_manifest
+    from modelward.attest.manifest import parse_manifest
 
     if len(data) > state.settings.max_attestation_bytes:
         raise PayloadTooLarge(

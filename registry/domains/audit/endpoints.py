@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from registry.audit_chain import event_to_json
-from registry.domains._state import State
-from registry.domains.audit.service import page
-from registry.domains.auth.deps import Reviewer
+from modelward.registry.audit_chain import event_to_json
+from modelward.registry.domains._state import State
+from modelward.registry.domains.audit.service import page
+from modelward.registry.domains.auth.deps import Reviewer
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 

@@ -12,8 +12,8 @@ import rfc8785
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit_chain import AuditEvent, next_event
-from registry.models import AuditRow
+from modelward.registry.audit_chain import AuditEvent, next_event
+from modelward.registry.models import AuditRow
 
 __all__ = ["append", "page", "row_to_event"]
 

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState, State
-from registry.domains.auth.service import Caller, authenticate
-from registry.errors import Forbidden, NotAuthenticated
+from modelward.registry.domains._state import AppState, State
+from modelward.registry.domains.auth.service import Caller, authenticate
+from modelward.registry.errors import Forbidden, NotAuthenticated
 
 __all__ = [
     "Admin",

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.errors import BadRequest, NotAuthenticated, NotFound
-from registry.models import Principal, Token
+from modelward.registry.errors import BadRequest, NotAuthenticated, NotFound
+from modelward.registry.models import Principal, Token
 
 __all__ = [
     "MAX_TOKEN_LIFETIME",

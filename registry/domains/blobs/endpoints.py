@@ -11,10 +11,15 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from registry.domains._state import State
-from registry.domains.auth.deps import AnyCaller, Publisher
-from registry.domains.blobs import service
-from registry.domains.blobs.streaming import body_chunks, check_digest, declared_length, parse_range
+from modelward.registry.domains._state import State
+from modelward.registry.domains.auth.deps import AnyCaller, Publisher
+from modelward.registry.domains.blobs import service
+from modelward.registry.domains.blobs.streaming import (
+    body_chunks,
+    check_digest,
+    declared_length,
+    parse_range,
+)
 
 router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
 

@@ -7,11 +7,11 @@ from collections.abc import Iterable
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.errors import BundleQuarantined, NotFound
-from registry.models import Blob, Bundle, BundleBlob
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.errors import BundleQuarantined, NotFound
+from modelward.registry.models import Blob, Bundle, BundleBlob
 
 __all__ = ["blob_size", "drain", "put_blob", "readable_blob_size", "record_blob"]
 

@@ -9,7 +9,7 @@ import anyio.from_thread
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from registry.errors import BadRequest, PayloadTooLarge, RegistryError, TruncatedBody
+from modelward.registry.errors import BadRequest, PayloadTooLarge, RegistryError, TruncatedBody
 
 __all__ = ["DIGEST_RE", "body_chunks", "check_digest", "declared_length", "parse_range"]
 

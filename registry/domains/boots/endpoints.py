@@ -10,13 +10,13 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
-from registry.domains._state import State, iso
-from registry.domains.audit.service import append
-from registry.domains.auth.deps import AnyCaller, require_roles
-from registry.domains.auth.service import Caller
-from registry.domains.bundles.service import find_bundle
-from registry.domains.repos.service import get_repo
-from registry.models import Boot, Principal
+from modelward.registry.domains._state import State, iso
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.deps import AnyCaller, require_roles
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles.service import find_bundle
+from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.models import Boot, Principal
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=["boots"])
 Worker = Annotated[Caller, Depends(require_roles("admin", "reader"))]

@@ -11,12 +11,12 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from registry.domains._state import State
-from registry.domains.auth.deps import Admin, AnyCaller, Publisher, Reviewer
-from registry.domains.blobs.streaming import check_digest
-from registry.domains.bundles import service
-from registry.domains.repos.service import get_repo
-from registry.errors import BadRequest, BundleQuarantined, PayloadTooLarge
+from modelward.registry.domains._state import State
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher, Reviewer
+from modelward.registry.domains.blobs.streaming import check_digest
+from modelward.registry.domains.bundles import service
+from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.errors import BadRequest, BundleQuarantined, PayloadTooLarge
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 MAX_REASON_CHARS = 2000

@@ -24,12 +24,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState, iso
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.domains.bundles import verdict
-from registry.domains.repos.service import get_repo, repo_policy, writable_repo
-from registry.errors import (
+from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.repos.service import get_repo, repo_policy, writable_repo
+from modelward.registry.errors import (
     BadRequest,
     DigestMismatchError,
     Forbidden,
@@ -39,7 +39,7 @@ from registry.errors import (
     PayloadTooLarge,
     Refused,
 )
-from registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
+from modelward.registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
 
 __all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "quarantine", "tombstone"]
 
@@ -78,8 +78,8 @@ def bundle_json(session: Session, row: Bundle) -> dict[str, Any]:
 
 
 def _parse(manifest_bytes: bytes, state: AppState) -> Any:
-    from attest.errors import BundleError
-    from attest.manifest import ManifestLimits, parse_manifest
+    from modelward.attest.errors import BundleError
+    from modelward.attest.manifest import ManifestLimits, parse_manifest
 
     try:
         return parse_manifest(

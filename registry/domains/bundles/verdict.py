@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState
-from registry.domains.repos.service import all_registered_trust, registered_trust
-from registry.errors import BadRequest
-from registry.models import Repository
-from registry.storage.file import FileStore
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.repos.service import all_registered_trust, registered_trust
+from modelward.registry.errors import BadRequest
+from modelward.registry.models import Repository
+from modelward.registry.storage.file import FileStore
 
 if TYPE_CHECKING:
-    from attest.manifest import Manifest
-    from attest.policy import Decision, Policy
-    from attest.scanner import Finding
-    from attest.trust import TrustSet, VerifiedStatement
+    from modelward.attest.manifest import Manifest
+    from modelward.attest.policy import Decision, Policy
+    from modelward.attest.scanner import Finding
+    from modelward.attest.trust import TrustSet, VerifiedStatement
 
 __all__ = [
     "Trust",
@@ -67,8 +67,8 @@ def trust_for(session: Session, repo: Repository, policy: Policy, state: AppStat
     relative to its directory; a stored policy is self-contained (repos.parse_stored_policy).
     Raises BadRequest (invalid_policy) when the policy's signers cannot be loaded.
     """
-    from attest.errors import PolicyError
-    from attest.policy import policy_trust_set
+    from modelward.attest.errors import PolicyError
+    from modelward.attest.policy import policy_trust_set
 
     base_dir = None if repo.policy_yaml else state.default_policy_dir
     try:
@@ -81,8 +81,8 @@ def trust_for(session: Session, repo: Repository, policy: Policy, state: AppStat
 
 def scan_layers(state: AppState, manifest: Manifest, policy: Policy) -> list[Finding]:
     """Run the content scanner over every stored layer blob (streamed from the store)."""
-    from attest.policy import policy_scan_limits
-    from attest.scanner import scan_blob
+    from modelward.attest.policy import policy_scan_limits
+    from modelward.attest.scanner import scan_blob
 
     limits = policy_scan_limits(policy)
     findings: list[Finding] = []
@@ -121,8 +121,8 @@ def verify_all(
 ) -> Verified:
     """Verify each attestation against ``trust`` and bind it to the bundle; never raises for a
     bad attestation: its reason goes to ``rejected``."""
-    from attest.errors import AttestError
-    from attest.verify import detect_kind, verify_attestation
+    from modelward.attest.errors import AttestError
+    from modelward.attest.verify import detect_kind, verify_attestation
 
     accepted: list[tuple[bytes, VerifiedStatement]] = []
     rejected: list[str] = []
@@ -147,7 +147,7 @@ def evaluate(
     findings: Sequence[Finding],
     trust: Trust,
 ) -> Decision:
-    from attest.policy import evaluate as policy_evaluate
+    from modelward.attest.policy import evaluate as policy_evaluate
 
     return policy_evaluate(
         policy,
@@ -164,7 +164,7 @@ def findings_to_json(findings: Sequence[Finding]) -> str:
 
 
 def findings_from_json(text: str) -> list[Finding]:
-    from attest.scanner import Finding
+    from modelward.attest.scanner import Finding
 
     raw: list[dict[str, Any]] = json.loads(text)
     return [Finding(path=f["path"], rule=f["rule"], reason=f["reason"]) for f in raw]

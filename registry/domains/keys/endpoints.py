@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
-from registry.domains._state import State
-from registry.domains.auth.deps import AnyCaller, Publisher
-from registry.domains.keys import service
+from modelward.registry.domains._state import State
+from modelward.registry.domains.auth.deps import AnyCaller, Publisher
+from modelward.registry.domains.keys import service
 
 router = APIRouter(prefix="/v1", tags=["keys"])
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.errors import BadRequest, Conflict, Forbidden, NotFound
-from registry.models import Identity, Principal, SigningKey
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelward.registry.models import Identity, Principal, SigningKey
 
 __all__ = ["list_identities", "list_keys", "register_identity", "register_key", "revoke_key"]
 
@@ -29,8 +29,8 @@ def _owner(session: Session, caller: Caller, principal: str | None) -> Principal
 
 
 def register_key(session: Session, *, pem: str, principal: str | None, caller: Caller) -> str:
-    from attest.errors import KeyError_
-    from attest.keys import keyid, load_public_key
+    from modelward.attest.errors import KeyError_
+    from modelward.attest.keys import keyid, load_public_key
 
     owner = _owner(session, caller, principal)
     try:

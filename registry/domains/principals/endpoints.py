@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
-from registry.domains._state import State, iso
-from registry.domains.auth.deps import Admin, AnyCaller
-from registry.domains.auth.service import MAX_TOKEN_LIFETIME
-from registry.domains.principals import service
+from modelward.registry.domains._state import State, iso
+from modelward.registry.domains.auth.deps import Admin, AnyCaller
+from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME
+from modelward.registry.domains.principals import service
 
 router = APIRouter(prefix="/v1", tags=["principals"])
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.domains.audit.service import append
-from registry.domains.auth.service import ROLES, issue_token
-from registry.errors import BadRequest, Conflict, NotFound
-from registry.models import Principal, Token
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import ROLES, issue_token
+from modelward.registry.errors import BadRequest, Conflict, NotFound
+from modelward.registry.models import Principal, Token
 
 __all__ = ["bootstrap_admin", "create_principal", "create_token", "list_principals", "revoke_token"]
 
@@ -65,7 +65,7 @@ def bootstrap_admin(session: Session, token: str | None) -> tuple[str, bool] | N
     ``token`` (from MODELWARD_BOOTSTRAP_TOKEN) is used when given; otherwise one is generated.
     Returns ``(token, generated)`` when it created the admin, None when principals exist.
     """
-    from registry.domains.auth.service import new_token, store_token
+    from modelward.registry.domains.auth.service import new_token, store_token
 
     if session.execute(select(Principal.id).limit(1)).first() is not None:
         return None

@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from attest.policy import MAX_POLICY_BYTES
-from registry.domains._state import State, iso
-from registry.domains.auth.deps import Admin, AnyCaller, Publisher
-from registry.domains.repos import service
-from registry.models import Repository
+from modelward.attest.policy import MAX_POLICY_BYTES
+from modelward.registry.domains._state import State, iso
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
+from modelward.registry.domains.repos import service
+from modelward.registry.models import Repository
 
 router = APIRouter(prefix="/v1/repos", tags=["repositories"])
 

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.errors import BadRequest, Conflict, Forbidden, NotFound
-from registry.models import Identity, Principal, RepoPublisher, Repository, SigningKey
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelward.registry.models import Identity, Principal, RepoPublisher, Repository, SigningKey
 
 if TYPE_CHECKING:
-    from attest.policy import Policy
-    from attest.trust import TrustSet
+    from modelward.attest.policy import Policy
+    from modelward.attest.trust import TrustSet
 
 __all__ = [
     "add_publisher",
@@ -45,13 +45,14 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}$")
 
 
 def builtin_default_policy() -> str:
-    return resources.files("policies").joinpath("default.yaml").read_text(encoding="utf-8")
+    policies = resources.files("modelward.policies")
+    return policies.joinpath("default.yaml").read_text(encoding="utf-8")
 
 
 def parse_policy(text: str, source: str = "policy") -> Policy:
     """Validate a policy document; raises BadRequest (invalid_policy) naming the field."""
-    from attest.errors import PolicyError
-    from attest.policy import load_policy
+    from modelward.attest.errors import PolicyError
+    from modelward.attest.policy import load_policy
 
     try:
         return load_policy(text.encode(), source=source)
@@ -251,8 +252,8 @@ def all_registered_trust(session: Session) -> TrustSet:
 def _registered_signers(session: Session, allowed: Select[int] | None) -> TrustSet:
     """The unrevoked keys and identities of the principals ``allowed`` selects (all when
     None) as a TrustSet; the one place a registered signer gets its name."""
-    from attest.keys import load_public_key, trusted_key
-    from attest.trust import TrustedIdentity, TrustSet
+    from modelward.attest.keys import load_public_key, trusted_key
+    from modelward.attest.trust import TrustedIdentity, TrustSet
 
     key_query = (
         select(SigningKey, Principal.name)

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from registry.domains._state import State
-from registry.domains.auth.deps import Publisher
-from registry.domains.blobs.streaming import body_chunks, check_digest, declared_length
-from registry.domains.uploads import service
+from modelward.registry.domains._state import State
+from modelward.registry.domains.auth.deps import Publisher
+from modelward.registry.domains.blobs.streaming import body_chunks, check_digest, declared_length
+from modelward.registry.domains.uploads import service
 
 router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
 

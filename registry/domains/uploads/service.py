@@ -17,11 +17,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from registry.domains._state import AppState
-from registry.domains.audit.service import append
-from registry.domains.auth.service import Caller
-from registry.domains.blobs.service import drain, record_blob
-from registry.errors import (
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.blobs.service import drain, record_blob
+from modelward.registry.errors import (
     BadRequest,
     Conflict,
     DigestMismatchError,
@@ -29,7 +29,7 @@ from registry.errors import (
     PayloadTooLarge,
     QuotaExceeded,
 )
-from registry.models import UploadSession
+from modelward.registry.models import UploadSession
 
 __all__ = ["append_chunk", "cancel", "commit", "expire_idle", "get_session", "start"]
 

@@ -1,4 +1,10 @@
-"""The ``modelward`` command: attest/, registry/ and loader/ each contribute their groups."""
+"""The ``modelward`` command, wired in one place.
+
+attest/ contributes ``bundle`` and ``key``; registry/ the server and client commands; loader/
+``pull``, ``verify``, ``boot``, ``replay`` and ``baseline``. Every group is imported at the top
+of this module: a broken import is an error at start-up, never a command group that silently
+vanishes.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,13 @@ import sys
 
 import typer
 
-from attest.cli import bundle_app, key_app
-from attest.cli._common import err_console
-from attest.errors import AttestError
+from modelward.attest.cli import bundle_app, key_app
+from modelward.attest.cli._common import err_console
+from modelward.attest.errors import AttestError
+from modelward.loader import cli as loader_cli
+from modelward.registry import cli as registry_cli
+
+__all__ = ["ERROR_ROOTS", "app", "main"]
 
 app = typer.Typer(
     name="modelward",
@@ -24,29 +34,14 @@ app = typer.Typer(
 )
 app.add_typer(bundle_app)
 app.add_typer(key_app)
+registry_cli.register(app)
+loader_cli.register(app)
 
-
-def _register_optional_groups() -> tuple[type[Exception], ...]:
-    """Add registry/ and loader/ commands; return the error roots the CLI reports plainly."""
-    roots: list[type[Exception]] = [AttestError]
-    try:
-        import registry.cli as registry_cli
-    except ImportError:
-        pass
-    else:
-        registry_cli.register(app)
-        roots.extend(registry_cli.ERROR_ROOTS)
-    try:
-        import loader.cli as loader_cli
-    except ImportError:
-        pass
-    else:
-        loader_cli.register(app)
-        roots.extend(loader_cli.ERROR_ROOTS)
-    return tuple(roots)
-
-
-ERROR_ROOTS = _register_optional_groups()
+ERROR_ROOTS: tuple[type[Exception], ...] = (
+    AttestError,
+    *registry_cli.ERROR_ROOTS,
+    *loader_cli.ERROR_ROOTS,
+)
 
 
 def main() -> None:

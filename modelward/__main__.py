@@ -1,0 +1,5 @@
+"""``python -m modelward``: the same as the ``modelward`` command."""
+
+from modelward.cli import main
+
+main()
