@@ -34,7 +34,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification as x509v
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from modelward.attest.errors import VerificationError
+from modelward.attest.dsse import pae
+from modelward.attest.errors import UntrustedSigner, VerificationError
 from modelward.attest.keys import keyid
 from modelward.attest.sigstore_verify import (
     BUNDLE_MEDIA_TYPES,
@@ -86,12 +87,6 @@ def b64decode(text: Any, where: str) -> bytes:
         return base64.b64decode(padded.encode("ascii"), altchars=altchars, validate=True)
     except (binascii.Error, ValueError, UnicodeEncodeError):
         raise VerificationError(f"{where} is not valid base64") from None
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding."""
-    kind = payload_type.encode()
-    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
 
 
 def pae_compat(payload: bytes) -> bytes:
@@ -215,6 +210,12 @@ def _verify_key(
         if _ecdsa_ok(public_key, envelope):
             counted[keyid(public_key)] = key.name
             signers.append(Signer(key.name, "key", keyid(public_key)))
+        elif hint:
+            # it names this trusted key by its hint, and this key does not verify it
+            raise VerificationError(
+                f"OMS signature claims trusted key {key.name!r} (hint {hint}) and does not "
+                "verify with it"
+            )
         else:
             reasons.append(f"{key.name}: signature does not verify with this key")
     return signers, reasons, notes
@@ -268,8 +269,6 @@ def _verify_x509(
         return [], [f"leaf certificate {subject}: unsupported curve {public_key.curve.name}"], []
     if not _leaf_may_sign(leaf):
         return [], [f"leaf certificate {subject} may not be used for signing"], []
-    if not _ecdsa_ok(public_key, envelope, compat_hash=hashes.SHA256()):
-        return [], [f"signature does not verify with leaf certificate {subject}"], []
     signers: list[Signer] = []
     reasons: list[str] = []
     notes: list[str] = []
@@ -299,13 +298,23 @@ def _verify_x509(
             reasons.append(f"{ca.name}: certificate chain of {subject} does not verify: {exc}")
             continue
         signers.append(Signer(ca.name, "x509", subject))
+    # the leaf chains to a trusted CA: from here on a failure is tampering, not a stranger
+    if signers and not _ecdsa_ok(public_key, envelope, compat_hash=hashes.SHA256()):
+        raise VerificationError(
+            f"OMS signature by leaf certificate {subject} (chains to trusted CA "
+            f"{signers[0].name!r}) does not verify"
+        )
     return signers, reasons, notes
 
 
 def verify_envelope(data: bytes, trust: TrustSet, now: datetime | None = None) -> Verified:
     """Steps (1)-(3): parse the OMS bundle and verify its signature against ``trust``.
 
-    Raises VerificationError with one reason per trusted signer tried when none verified.
+    Raises:
+        UntrustedSigner: the signature is by no trusted signer and claims none (its key
+            hint names no trusted key; its leaf chains to no trusted CA; its certificate
+            names no trusted identity), with one reason per trusted signer tried.
+        VerificationError: malformed, or it claims a trusted signer and does not verify.
     """
     envelope = parse_envelope(data)
     if envelope.kind == "sigstore":
@@ -314,16 +323,17 @@ def verify_envelope(data: bytes, trust: TrustSet, now: datetime | None = None) -
         return Verified(result.payload, result.signers, "sigstore", result.notes)
     if envelope.kind == "key":
         if not trust.keys:
-            raise VerificationError("OMS signature is made with a key, and no key is trusted")
+            raise UntrustedSigner("OMS signature is made with a key, and no key is trusted")
         signers, reasons, notes = _verify_key(envelope, trust.keys)
     else:
         if not trust.cas:
-            raise VerificationError(
+            raise UntrustedSigner(
                 "OMS signature is made with a certificate chain, and no CA is trusted"
             )
         signers, reasons, notes = _verify_x509(envelope, trust.cas, now or datetime.now(UTC))
     if not signers:
-        raise VerificationError(
+        # no trusted key is named by the hint, or the leaf chains to no trusted CA
+        raise UntrustedSigner(
             f"OMS {envelope.kind} signature did not verify for any trusted signer:\n"
             + "\n".join(f"  {r}" for r in reasons)
         )
@@ -338,7 +348,6 @@ __all__ = [
     "b64decode",
     "curve_hash",
     "key_hint",
-    "pae",
     "parse_envelope",
     "verify_envelope",
 ]

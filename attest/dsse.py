@@ -10,14 +10,16 @@ with LEN the ASCII decimal byte length and SP one space. An envelope is the JSON
 Signatures are Ed25519 (raw 64 bytes) or ECDSA P-256 with SHA-256 (DER).
 
 Verification is over the exact payload bytes received, never a re-serialization. Every
-signature is tried against every trusted key; the ``keyid`` hint only orders the tries.
-One trusted key counts once however many signatures it made; ``require_threshold``
-counts distinct signers (the policy evaluator applies the same rule).
+signature is tried against every trusted key; the ``keyid`` hint orders the tries and
+tells an unknown signer (ignored by the bundle verifier) from a signature that claims a
+trusted key and fails (tampering). One trusted key counts once however many signatures it
+made; thresholds are the policy evaluator's alone (attest.policy).
 
 Raises:
+    UntrustedSigner: no signature is by, or claims, a trusted key.
     VerificationError: the envelope is malformed, over a limit, has an unsupported
-        payloadType, no trusted key signed it, or a threshold is not met.
-    ValueError: caller misuse (no signing keys, threshold < 1, a key signing twice).
+        payloadType, or a signature claiming a trusted key fails.
+    ValueError: caller misuse (no signing keys, a key signing twice).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from modelward.attest.errors import KeyError_, VerificationError
+from modelward.attest.errors import KeyError_, UntrustedSigner, VerificationError
 from modelward.attest.keys import (
     SigningKey,
     VerifyingKey,
@@ -50,7 +52,6 @@ __all__ = [
     "EnvelopeLimits",
     "add_signature",
     "pae",
-    "require_threshold",
     "sign_envelope",
     "verify_envelope",
 ]
@@ -217,12 +218,17 @@ def verify_envelope(
 ) -> VerifiedStatement:
     """Verify a DSSE envelope holding an in-toto statement against ``trust.keys``.
 
-    Returns the statement with every distinct trusted signer. Raises VerificationError
-    listing why each signature failed when no trusted key signed it.
+    Returns the statement with every distinct trusted signer.
+
+    Raises:
+        UntrustedSigner: no signature verifies with a trusted key and none claims one (its
+            keyid hint names no trusted key): an unknown signer, not tampering.
+        VerificationError: malformed envelope, a signature that claims a trusted key (by its
+            keyid hint) and fails, an unsupported payloadType or a malformed statement.
     """
-    # (0): fail closed: a trust set without keys trusts nobody.
+    # (0): a trust set without keys trusts nobody: nothing here can claim a trusted key.
     if not trust.keys:
-        raise VerificationError("no trusted keys: a DSSE envelope cannot be verified")
+        raise UntrustedSigner("no trusted keys: nobody this verifier trusts signed the envelope")
     # (1): receive and parse the envelope: payloadType, payload, keyid hints, signatures.
     parsed = _parse_envelope(envelope, limits)
     # (2): build PAE(UTF8(payloadType), payload) over the exact payload bytes received.
@@ -239,10 +245,12 @@ def verify_envelope(
             notes.append(f"{exc}; it verifies nothing")
             continue
         usable.append((trusted, public_key, keyid(public_key)))
+    trusted_ids = {u[2]: u[0].name for u in usable}
     signers: list[Signer] = []
     seen_names: set[str] = set()
     seen_keyids: set[str] = set()
-    failures: list[str] = []
+    tampered: list[str] = []
+    unknown: list[str] = []
     for i, (hint, sig) in enumerate(parsed.signatures):
         label = f"signature {i} (keyid hint {hint[:16] or '(none)'})"
         matched: tuple[TrustedKey, VerifyingKey, str] | None = None
@@ -251,7 +259,11 @@ def verify_envelope(
                 matched = candidate
                 break
         if matched is None:
-            failures.append(f"{label}: no trusted key verifies it ({len(usable)} tried)")
+            if hint in trusted_ids:
+                # (3a): it claims a trusted key and that key does not verify it: tampering.
+                tampered.append(f"{label}: claims trusted key {trusted_ids[hint]!r}; it fails")
+            else:
+                unknown.append(f"{label}: by a key this verifier does not trust")
             continue
         trusted, _, actual_id = matched
         if trusted.name in seen_names or actual_id in seen_keyids:
@@ -260,12 +272,17 @@ def verify_envelope(
         seen_names.add(trusted.name)
         seen_keyids.add(actual_id)
         signers.append(Signer(name=trusted.name, kind="key", detail=actual_id))
-    if not signers:
+    if tampered:
         raise VerificationError(
-            "DSSE envelope has no valid signature by a trusted key:\n"
-            + "\n".join(f"  {f}" for f in (*failures, *notes))
+            "DSSE envelope has a bad signature by a trusted key:\n"
+            + "\n".join(f"  {f}" for f in tampered)
         )
-    notes.extend(failures)
+    if not signers:
+        raise UntrustedSigner(
+            "DSSE envelope has no signature by a trusted key:\n"
+            + "\n".join(f"  {f}" for f in (*unknown, *notes))
+        )
+    notes.extend(unknown)
     # (4): reject a payloadType we do not support (after signatures, as DSSE orders it).
     if parsed.payload_type != PAYLOAD_TYPE:
         raise VerificationError(
@@ -282,18 +299,3 @@ def verify_envelope(
         signers=tuple(signers),
         notes=tuple(notes),
     )
-
-
-def require_threshold(stmt: VerifiedStatement, threshold: int) -> None:
-    """Raise VerificationError unless ``threshold`` distinct signers vouched for ``stmt``.
-
-    Raises ValueError for a threshold below 1 (a threshold of 0 would trust anything).
-    """
-    if threshold < 1:
-        raise ValueError(f"threshold must be at least 1, got {threshold}")
-    names = sorted({signer.name for signer in stmt.signers})
-    if len(names) < threshold:
-        raise VerificationError(
-            f"signature threshold not met: {len(names)} of {threshold} required trusted "
-            f"signers ({', '.join(names) or 'none'})"
-        )

@@ -8,6 +8,7 @@ Every failure about untrusted input carries its evidence. The tree::
     │   ├── ManifestError           manifest bytes are malformed or violate the format
     │   └── DigestMismatch          bytes do not hash to the digest that names them
     ├── VerificationError           a signature, envelope or statement does not verify
+    │   ├── UntrustedSigner         no signature even claims a trusted signer (not tampering)
     │   ├── UnknownSignatureFormat  the bytes are no signature format we understand
     │   └── SubjectMismatch         a statement is about another bundle
     ├── PolicyError                 a policy document is invalid (names the field)
@@ -67,6 +68,15 @@ class DigestMismatch(BundleError):  # noqa: N818 - the name is the evidence
 
 class VerificationError(AttestError):
     """A signature, envelope or statement does not verify."""
+
+
+class UntrustedSigner(VerificationError):  # noqa: N818 - the name is the evidence
+    """No signature on the attestation claims a signer the verifier trusts.
+
+    Unknown signer is not bad signature (TUF, sigstore): such an attestation vouches for
+    nothing and is *ignored* by the bundle verifier, never a reason to deny. A signature
+    that claims a trusted key and fails is plain ``VerificationError``: tampering.
+    """
 
 
 class UnknownSignatureFormat(VerificationError):  # noqa: N818

@@ -52,20 +52,18 @@ from modelward.attest._oms_envelope import (
     OMS_BUNDLE_MEDIA_TYPE,
     curve_hash,
     key_hint,
-    pae,
-    parse_envelope,
     verify_envelope,
 )
 from modelward.attest._oms_manifest import (
-    OMS_PREDICATES,
     PREDICATE_V1,
     compare,
     file_digest,
     signed_items,
 )
+from modelward.attest.dsse import pae
 from modelward.attest.errors import KeyError_, TreeRuleError, VerificationError
 from modelward.attest.sigstore_verify import IN_TOTO_PAYLOAD_TYPE
-from modelward.attest.statement import STATEMENT_TYPE, parse_statement, strict_json_loads
+from modelward.attest.statement import STATEMENT_TYPE, parse_statement
 from modelward.attest.tree import BundleFile, walk_bundle
 from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
 
@@ -73,7 +71,6 @@ __all__ = [
     "OMS_SIGNATURE_FILENAME",
     "OmsFileCheck",
     "OmsFileMismatch",
-    "is_oms_signature",
     "require_signs_bundle",
     "sign_oms",
     "verify_oms",
@@ -138,17 +135,6 @@ def _dedup(signers: Sequence[Signer]) -> tuple[Signer, ...]:
     for signer in signers:
         seen.setdefault(signer.name, signer)
     return tuple(seen.values())
-
-
-def is_oms_signature(data: bytes) -> bool:
-    """True if ``data`` looks like an OMS signature: a Sigstore bundle whose DSSE payload has
-    an OpenSSF model signing predicate type. Routing only: nothing is verified."""
-    try:
-        envelope = parse_envelope(data)
-        statement = strict_json_loads(envelope.payload, "statement")
-    except VerificationError:
-        return False
-    return isinstance(statement, dict) and statement.get("predicateType") in OMS_PREDICATES
 
 
 def verify_oms(

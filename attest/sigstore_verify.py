@@ -36,7 +36,7 @@ from sigstore.errors import Error as SigstoreError
 from sigstore.models import Bundle, TrustedRoot
 from sigstore.verify import Verifier, policy
 
-from modelward.attest.errors import VerificationError
+from modelward.attest.errors import UntrustedSigner, VerificationError
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Signer, TrustedIdentity, TrustSet, VerifiedStatement
 
@@ -124,10 +124,25 @@ def _verify_one(bundle: Bundle, identity: TrustedIdentity) -> tuple[str, bytes]:
         raise VerificationError(str(exc)) from None
 
 
+def _names(bundle: Bundle, identity: TrustedIdentity) -> bool:
+    """True if the bundle's signing certificate is for ``identity`` (SAN and issuer); this
+    says who the bundle claims to be, not that anything verified."""
+    if not identity.identity.strip() or not identity.issuer.strip():
+        return True  # let (3) refuse the empty identity with its reason
+    try:
+        policy.Identity(identity=identity.identity, issuer=identity.issuer).verify(
+            bundle.signing_certificate
+        )
+    except (SigstoreError, ValueError):
+        return False
+    return True
+
+
 def verify_sigstore_dsse(data: bytes, identities: Sequence[TrustedIdentity]) -> DsseResult:
     """Verify a Sigstore bundle's DSSE envelope against each identity; steps (1)-(4).
 
-    Raises VerificationError with one reason per identity tried when none verified.
+    Raises UntrustedSigner when the certificate names no trusted identity, and
+    VerificationError (one reason per identity tried) when one it names does not verify.
     """
     # (1): a known Sigstore bundle media type.
     check_bundle_media_type(data)
@@ -140,7 +155,17 @@ def verify_sigstore_dsse(data: bytes, identities: Sequence[TrustedIdentity]) -> 
     if envelope is None:
         raise VerificationError("Sigstore bundle holds no DSSE envelope (a bare signature)")
     if not identities:
-        raise VerificationError("no trusted Sigstore identity to verify a Sigstore bundle with")
+        raise UntrustedSigner("no trusted Sigstore identity to verify a Sigstore bundle with")
+    # (3): only identities the signing certificate names are tried: a certificate for an
+    #      identity nobody trusts is an unknown signer, not a bad signature.
+    claimed = [i for i in identities if _names(bundle, i)]
+    if not claimed:
+        raise UntrustedSigner(
+            "Sigstore bundle's certificate names no trusted identity (trusted: "
+            + "; ".join(f"{i.name} ({i.identity}, {i.issuer})" for i in identities)
+            + ")"
+        )
+    identities = claimed
     # (3): each trusted identity, each under its own trust root.
     reasons: list[str] = []
     signers: list[Signer] = []

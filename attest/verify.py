@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from modelward.attest.errors import UnknownSignatureFormat, VerificationError
+from modelward.attest.errors import UnknownSignatureFormat, UntrustedSigner, VerificationError
 from modelward.attest.policy._evaluate import OMS_TREE_NOTE
 from modelward.attest.trust import SignatureKind, TrustSet, VerifiedStatement
 
@@ -105,6 +105,7 @@ def verify_attestation(
     signs every bundle file, so an ignored path may only name files outside the bundle.
 
     Raises:
+        UntrustedSigner: no signature is by, or claims, a signer ``trust`` names.
         UnknownSignatureFormat: the kind cannot be told.
         SubjectMismatch: a DSSE or Sigstore statement is about another bundle.
         VerificationError: no trusted signer, a bad signature, a file mismatch (OMS), a
@@ -112,9 +113,9 @@ def verify_attestation(
     """
     # (1): the kind, from the content.
     kind = detect_kind(data)
-    # (2): fail closed: an empty trust set trusts nobody.
+    # (2): fail closed: an empty trust set trusts nobody, so nobody here is trusted.
     if trust.is_empty():
-        raise VerificationError("no trusted signers were given: nothing can verify")
+        raise UntrustedSigner("no trusted signers were given: nobody here is trusted")
     # (3): verify the signature(s) with the kind's verifier.
     if kind == "dsse":
         from modelward.attest.dsse import verify_envelope

@@ -4,7 +4,7 @@
 ``.venv/bin/python docs/generate.py --check``  exit 1 when a committed file is stale
 
 Sources: ``policies/schema.json`` (itself generated from attest.policy's pydantic models by
-``python -m policies.generate_schema``) and the OpenAPI document of the FastAPI app that
+``python -m modelward.policies.generate_schema``) and the OpenAPI document of the FastAPI app that
 ``registry.app.create_app`` builds. Output is deterministic: same code, same bytes.
 """
 

@@ -1,6 +1,6 @@
 """Regenerate policies/schema.json from the pydantic models in attest.policy.
 
-Run ``.venv/bin/python -m policies.generate_schema`` after changing the policy models;
+Run ``.venv/bin/python -m modelward.policies.generate_schema`` after changing the policy models;
 tests/attest/test_policy.py fails while the committed schema differs from the generated one.
 """
 

@@ -1,8 +1,9 @@
-"""``modelward bundle verify DIR --signature FILE ... (trust options)``.
+"""``modelward bundle verify DIR --signature FILE ... (trust flags)``.
 
-Builds the bundle (its digest), scans it, verifies every signature with attest.verify and
-decides with attest.policy.evaluate — the same evaluator the registry and the loader use.
-Exit 0 verified; 1 not verified (every reason printed); 2 usage.
+Builds the bundle (its digest) and hands the manifest, the signatures and the bundle's
+files to attest.verifier, the one verifier the registry and the loader use too, under the
+policy the trust flags mean (attest.policy.policy_from_flags). Exit 0 verified; 1 not
+verified (every reason printed); 2 usage.
 
 ``--ignore-path`` excuses files from an OMS signature's file check only. A bundle file is
 always scanned, and an OMS signature vouches for the bundle only if it signs every bundle
@@ -16,24 +17,28 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from cryptography import x509
 
 from modelward.attest.cli._apps import bundle_app
 from modelward.attest.cli._common import console, err_console, fail
-from modelward.attest.errors import AttestError
-from modelward.attest.policy import (
-    Decision,
-    Policy,
-    evaluate,
-    load_policy,
-    policy_scan_limits,
-    policy_trust_set,
-    trusted_public_key,
+from modelward.attest.cli._trust_flags import (
+    CertificateChainOpt,
+    IdentityOpt,
+    IssuerOpt,
+    PolicyOpt,
+    PublicKeyOpt,
+    SigstoreTrustRootOpt,
+    trust_flags,
 )
-from modelward.attest.trust import TrustedCA, TrustedIdentity, TrustSet, VerifiedStatement
-from modelward.attest.verify import MAX_SIGNATURE_BYTES, verify_attestation
+from modelward.attest.errors import AttestError, PolicyError
+from modelward.attest.policy import policy_from_flags
+from modelward.attest.trust import VerifiedStatement
+from modelward.attest.verifier import BundleVerdict, DirectoryReader, verify_bundle_result
+from modelward.attest.verify import MAX_SIGNATURE_BYTES
 
-_TRUST_HELP = "give --policy, or one or more of --public-key, --certificate-chain, --identity"
+_TRUST_HELP = (
+    "give --policy, or one or more of --public-key, --certificate-chain, "
+    "--identity/--issuer (docs/policy.md#trust-flags)"
+)
 
 
 def _read_file(path: Path, what: str, limit: int = MAX_SIGNATURE_BYTES) -> bytes:
@@ -45,41 +50,6 @@ def _read_file(path: Path, what: str, limit: int = MAX_SIGNATURE_BYTES) -> bytes
     if len(data) > limit:
         fail(f"{what} {path}: larger than {limit} bytes", code=2)
     return data
-
-
-def _flag_trust(
-    public_keys: list[Path],
-    chains: list[Path],
-    identity: str | None,
-    issuer: str | None,
-    trust_root: Path | None,
-) -> TrustSet:
-    """A TrustSet from command-line flags; each signer is named after its flag value."""
-    keys = [
-        trusted_public_key(path.name, _read_file(path, "public key"), str(path))
-        for path in public_keys
-    ]
-    cas: list[TrustedCA] = []
-    if chains:
-        certs: list[x509.Certificate] = []
-        for path in chains:
-            try:
-                certs.extend(x509.load_pem_x509_certificates(_read_file(path, "certificate")))
-            except ValueError as exc:
-                fail(f"certificate chain {path}: not PEM certificates: {exc}", code=2)
-        roots = tuple(c for c in certs if c.subject == c.issuer) or tuple(certs)
-        rest = tuple(c for c in certs if c not in roots)
-        cas.append(TrustedCA(chains[0].name, roots, rest))
-    identities: list[TrustedIdentity] = []
-    if identity is not None:
-        if issuer is None:
-            fail("--identity needs --issuer (the OIDC issuer URL)", code=2)
-        if trust_root is not None and not trust_root.is_file():
-            fail(f"--trust-root {trust_root}: file not found", code=2)
-        identities.append(TrustedIdentity(identity, identity, issuer, trust_root))
-    elif issuer is not None or trust_root is not None:
-        fail("--issuer and --trust-root need --identity", code=2)
-    return TrustSet(keys=tuple(keys), cas=tuple(cas), identities=tuple(identities))
 
 
 def _ignored(path: str, ignore_paths: list[str]) -> bool:
@@ -98,26 +68,27 @@ def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
     }
 
 
-def _print_human(
-    digest: str,
-    verified: list[tuple[str, VerifiedStatement]],
-    ignored: list[str],
-    decision: Decision,
-) -> None:
-    console.print(f"bundle {digest}", markup=False)
-    for name, stmt in verified:
+def _print_human(verdict: BundleVerdict, ignored_paths: list[str]) -> None:
+    console.print(f"bundle {verdict.digest}", markup=False)
+    for item in verdict.verified:
+        stmt = item.statement
         signers = ", ".join(f"{s.name} ({s.kind} {s.detail})" for s in stmt.signers)
         console.print(
-            f"signature {name}: {stmt.kind}, {stmt.predicate_type}, signed by {signers}",
+            f"signature {item.label}: {stmt.kind}, {stmt.predicate_type}, signed by {signers}",
             markup=False,
         )
         for note in stmt.notes:
             console.print(f"  note: {note}", markup=False)
-    for path in ignored:
+    for aside in verdict.ignored:
+        console.print(
+            f"signature {aside.label}: ignored, no trusted signer: {aside.reason}", markup=False
+        )
+    for path in ignored_paths:
         console.print(
             f"ignore path: {path} is a bundle file: scanned, and an OMS signature must sign it",
             markup=False,
         )
+    decision = verdict.decision
     for check in decision.checks:
         mark = "ok  " if check.passed else "FAIL"
         console.print(f"  {mark} {check.name}: {check.message}", markup=False)
@@ -137,18 +108,12 @@ def verify(
     signature: Annotated[
         list[Path], typer.Option("--signature", "-s", help="DSSE, Sigstore bundle or model.sig")
     ],
-    policy_file: Annotated[Path | None, typer.Option("--policy", help="policy YAML")] = None,
-    public_key: Annotated[
-        list[Path] | None, typer.Option("--public-key", help="trusted PEM public key")
-    ] = None,
-    certificate_chain: Annotated[
-        list[Path] | None, typer.Option("--certificate-chain", help="trusted CA certificates")
-    ] = None,
-    identity: Annotated[str | None, typer.Option(help="Sigstore certificate identity")] = None,
-    issuer: Annotated[str | None, typer.Option(help="Sigstore OIDC issuer URL")] = None,
-    trust_root: Annotated[
-        Path | None, typer.Option(help="Sigstore trusted_root.json (default: public good)")
-    ] = None,
+    policy_file: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
     ignore_path: Annotated[
         list[str] | None, typer.Option("--ignore-path", help="path not covered (OMS)")
     ] = None,
@@ -156,74 +121,55 @@ def verify(
 ) -> None:
     """Verify signatures over a bundle directory against a policy or trusted signers."""
     from modelward.attest.manifest import build_bundle
-    from modelward.attest.scanner import scan_tree
 
-    public_key, certificate_chain = public_key or [], certificate_chain or []
     ignore_paths = ignore_path or []
-    flags = bool(public_key or certificate_chain or identity or issuer or trust_root)
-    # (1): one source of trust: a policy file, or flags that make an ad-hoc policy.
-    if policy_file is not None and flags:
-        fail("--policy cannot be combined with other trust options", code=2, hint=_TRUST_HELP)
-    if policy_file is None and not flags:
-        fail("no trust option given", code=2, hint=_TRUST_HELP)
+    flags = trust_flags(
+        policy_file,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+    )
     if not directory.is_dir():
         fail(f"{directory}: not a directory", code=2)
+    # (1): one source of trust: a policy file, or flags that stand for one.
     try:
-        if policy_file is not None:
-            policy = load_policy(policy_file)
-            trust, extra = policy_trust_set(policy, policy_file.parent), TrustSet()
-        else:
-            extra = _flag_trust(public_key, certificate_chain, identity, issuer, trust_root)
-            policy = Policy(version=1, trust_registered_signers=True, required_predicate_types=[])
-            trust = TrustSet()
-        # (2): the bundle digest, and (3) the content scan of every bundle file.
+        policy, trust = policy_from_flags(flags)
+    except PolicyError as exc:
+        fail(str(exc), code=2, hint=_TRUST_HELP)
+    signatures = [_read_file(path, "signature") for path in signature]
+    try:
+        # (2): the bundle digest; (3): the one verifier over the manifest, the signatures
+        # and the bundle's files.
         built = build_bundle(directory)
-        report = scan_tree(directory, policy_scan_limits(policy))
+        verdict = verify_bundle_result(
+            built.manifest.raw,
+            signatures,
+            policy=policy,
+            trust=trust,
+            reader=DirectoryReader(directory),
+            labels=[path.name for path in signature],
+            oms_ignore_paths=ignore_paths,
+        )
     except AttestError as exc:
         fail(str(exc))
-    digest = built.manifest.digest
     bundle_paths = {layer.path for layer in built.manifest.layers}
-    # an ignore path excuses only what is outside the bundle; a bundle file's findings count
-    findings = [
-        f for f in report.findings if f.path in bundle_paths or not _ignored(f.path, ignore_paths)
-    ]
-    ignored = sorted(p for p in bundle_paths if _ignored(p, ignore_paths))
-    # (4): every signature verified and bound to this bundle, or rejected with its reason.
-    verified: list[tuple[str, VerifiedStatement]] = []
-    rejected: list[str] = []
-    for path in signature:
-        data = _read_file(path, "signature")
-        try:
-            stmt = verify_attestation(
-                data,
-                trust.merged(extra),
-                bundle_digest=digest,
-                root=directory,
-                ignore_paths=ignore_paths,
-            )
-        except AttestError as exc:
-            rejected.append(f"{path.name}: {exc}")
-        else:
-            verified.append((path.name, stmt))
-    # (5): the one evaluator decides.
-    decision = evaluate(
-        policy,
-        manifest=built.manifest,
-        statements=[stmt for _, stmt in verified],
-        rejected=rejected,
-        findings=findings,
-        extra_trust=extra,
-    )
+    ignored_paths = sorted(p for p in bundle_paths if _ignored(p, ignore_paths))
     if json_output:
         doc = {
-            "bundle": digest,
-            "verified": decision.allowed,
-            "statements": [_statement_json(name, stmt) for name, stmt in verified],
-            "rejected": rejected,
-            "ignored": ignored,
-            "decision": decision.as_dict(),
+            "bundle": verdict.digest,
+            "verified": verdict.allowed,
+            "statements": [_statement_json(v.label, v.statement) for v in verdict.verified],
+            "ignored_signatures": [
+                {"signature": a.label, "sha256": a.sha256, "reason": a.reason}
+                for a in verdict.ignored
+            ],
+            "rejected": [f"{a.label}: {a.reason}" for a in verdict.rejected],
+            "ignored": ignored_paths,
+            "decision": verdict.decision.as_dict(),
         }
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        _print_human(digest, verified, ignored, decision)
-    raise typer.Exit(0 if decision.allowed else 1)
+        _print_human(verdict, ignored_paths)
+    raise typer.Exit(0 if verdict.allowed else 1)

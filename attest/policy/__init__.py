@@ -16,7 +16,9 @@ from modelward.attest.policy._evaluate import (
     PolicyDenied,
     evaluate,
     require_allowed,
+    size_checks,
 )
+from modelward.attest.policy._flags import TrustFlags, policy_from_flags
 from modelward.attest.policy._load import (
     MAX_POLICY_BYTES,
     load_policy,
@@ -55,13 +57,16 @@ __all__ = [
     "PolicyDenied",
     "ReplayRequirement",
     "Signers",
+    "TrustFlags",
     "alias_rule_for",
     "evaluate",
     "load_policy",
+    "policy_from_flags",
     "policy_json_schema",
     "policy_json_schema_text",
     "policy_scan_limits",
     "policy_trust_set",
     "require_allowed",
+    "size_checks",
     "trusted_public_key",
 ]

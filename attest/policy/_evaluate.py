@@ -42,6 +42,7 @@ __all__ = [
     "PolicyDenied",
     "evaluate",
     "require_allowed",
+    "size_checks",
 ]
 
 # attest.verify adds this note (followed by the bundle digest) to an OMS statement after
@@ -253,7 +254,8 @@ def _step_provenance(policy: Policy, bound: Sequence[VerifiedStatement]) -> list
     return checks
 
 
-def _step_sizes(policy: Policy, manifest: Manifest) -> list[Check]:
+def size_checks(policy: Policy, manifest: Manifest) -> list[Check]:
+    """Step (7): the manifest's stated sizes against the policy's limits, one Check each."""
     limits = policy.limits
     total = sum(layer.size for layer in manifest.layers)
     checks = [
@@ -321,7 +323,7 @@ def evaluate(
     checks.extend(_step_provenance(policy, bound))
 
     # (7): size limits, from the manifest's layer sizes (the bytes were hashed against them).
-    checks.extend(_step_sizes(policy, manifest))
+    checks.extend(size_checks(policy, manifest))
 
     # (8): an attestation that did not verify denies unless the policy says "record"
     # (fail closed: a forged or tampered signature is evidence of an attack even when

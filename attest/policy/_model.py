@@ -108,6 +108,12 @@ class Limits(_Strict):
     max_file_bytes: int = Field(default=1 << 38, ge=1, description="largest single file")
     max_files: int = Field(default=100_000, ge=1)
     max_safetensors_header: int = Field(default=100 * 10**6, ge=8)
+    max_manifest_bytes: int = Field(
+        default=16 * 2**20,
+        ge=1024,
+        le=256 * 2**20,
+        description="largest manifest accepted; a worker stops its download past it",
+    )
 
 
 class ReplayRequirement(_Strict):

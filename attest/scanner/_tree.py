@@ -48,13 +48,13 @@ def _scan_file(path: str, abspath: Path, limits: ScanLimits) -> FileReport:
             return FileReport(path, "unreadable", (Finding(
                 path, "tree.unreadable", f"read failed: {exc.strerror or exc}"),))
     if report.kind == "safetensors" and not report.findings:
-        problem = _library_problem(abspath)
+        problem = library_problem(abspath)
         if problem is not None:
             return FileReport(path, report.kind, (Finding(path, "scan.safetensors", problem),))
     return report
 
 
-def _library_problem(abspath: Path) -> str | None:
+def library_problem(abspath: Path) -> str | None:
     """Defence in depth: the safetensors library must open what our checks admitted."""
     import safetensors
 

@@ -86,12 +86,25 @@ def test_one_byte_changed_in_the_signature_fails(signed):
     assert "attestation: rejected: provenance.dsse.json:" in result.stderr
 
 
-def test_untrusted_signer_fails(signed):
+def test_untrusted_signer_alone_does_not_verify(signed):
     result = _run(
         signed["bundle"], "--signature", signed["mallory_sig"], "--public-key", signed["alice"]
     )
     assert result.returncode == 1
-    assert "rejected: mallory.dsse.json" in result.stderr
+    assert "mallory.dsse.json: ignored, no trusted signer" in result.stdout
+    assert "0 of 1 required distinct signers" in result.stderr
+
+
+def test_untrusted_but_valid_statement_is_ignored_not_denied(signed):
+    result = _run(
+        signed["bundle"], "--signature", signed["sig"], "--signature", signed["mallory_sig"],
+        "--public-key", signed["alice"], "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verified"] is True
+    assert [i["signature"] for i in doc["ignored_signatures"]] == ["mallory.dsse.json"]
+    assert doc["rejected"] == []
 
 
 def test_policy_threshold_two_and_json(signed, tmp_path):
@@ -109,24 +122,27 @@ def test_policy_threshold_two_and_json(signed, tmp_path):
     assert sorted(s["name"] for s in doc["decision"]["signers"]) == ["alice", "bob"]
     assert doc["statements"][0]["predicate_type"] == PredicateType.PROVENANCE
     assert doc["statements"][0]["statement"]["predicate"]["runDetails"]["builder"]["id"]
-    # mallory's envelope is not trusted by the policy: rejected, and it denies.
+    # mallory's envelope is by nobody the policy trusts: ignored, reported, never a denial.
     result = _run(
         signed["bundle"], "--signature", signed["sig"], "--signature", signed["mallory_sig"],
         "--policy", policy, "--json",
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
-    assert doc["verified"] is False
-    assert any("mallory.dsse.json" in r for r in doc["rejected"])
+    assert doc["verified"] is True
+    assert [i["signature"] for i in doc["ignored_signatures"]] == ["mallory.dsse.json"]
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ([], "no trust option given"),
+        ([], "no trust given"),
         (["--policy", "p.yaml", "--public-key", "k.pem"], "--policy cannot be combined"),
-        (["--identity", "me@example.com"], "--identity needs --issuer"),
-        (["--issuer", "https://issuer.example"], "--issuer and --trust-root need --identity"),
+        (["--identity", "me@example.com"], "--identity and --issuer go together"),
+        (["--issuer", "https://issuer.example"], "--identity and --issuer go together"),
+        (["--public-key", "k.pem", "--sigstore-trust-root", "r.json"],
+         "--sigstore-trust-root needs --identity"),
+        (["--public-key", "missing.pem"], "--public-key missing.pem: cannot read"),
     ],
 )
 def test_usage_errors_exit_2(signed, extra, message):
@@ -204,7 +220,7 @@ def test_sigstore_identity_flags_verify_offline_then_bind(shared_fixtures, signe
         "--identity", "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-"
         "beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main",
         "--issuer", "https://token.actions.githubusercontent.com",
-        "--trust-root", shared_fixtures / "sigstore" / "trusted-roots" / "production.json",
+        "--sigstore-trust-root", shared_fixtures / "sigstore" / "trusted-roots" / "production.json",
     )  # fmt: skip
     assert result.returncode == 1
     assert "statement is not about bundle" in result.stderr

@@ -223,7 +223,7 @@ def test_policy_is_immutable():
 
 def test_committed_schema_is_generated():
     committed = json.loads((POLICIES / "schema.json").read_text())
-    assert committed == policy_json_schema(), "run: .venv/bin/python -m policies.generate_schema"
+    assert committed == policy_json_schema(), "run: .venv/bin/python -m modelward.policies.generate_schema"
 
 
 def test_schema_forbids_unknown_fields():
@@ -249,14 +249,17 @@ def test_public_surface_is_pinned():
         "PolicyDenied",
         "ReplayRequirement",
         "Signers",
+        "TrustFlags",
         "alias_rule_for",
         "evaluate",
         "load_policy",
+        "policy_from_flags",
         "policy_json_schema",
         "policy_json_schema_text",
         "policy_scan_limits",
         "policy_trust_set",
         "require_allowed",
+        "size_checks",
         "trusted_public_key",
     }
     assert all(hasattr(modelward.attest.policy, name) for name in modelward.attest.policy.__all__)

@@ -1,0 +1,77 @@
+"""The trust flags, declared once for every command that verifies (docs/policy.md#trust-flags).
+
+``bundle verify``, ``pull``, ``boot``, ``replay`` and ``baseline show`` take exactly these;
+``attest.policy.policy_from_flags`` turns them into the one policy they mean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from modelward.attest.policy import TrustFlags
+
+__all__ = [
+    "CertificateChainOpt",
+    "IdentityOpt",
+    "IssuerOpt",
+    "PolicyOpt",
+    "PublicKeyOpt",
+    "SigstoreTrustRootOpt",
+    "trust_flags",
+]
+
+_PANEL = "Trust (docs/policy.md#trust-flags)"
+
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option("--policy", help="trust policy YAML (alone: it names its own signers)",
+                 rich_help_panel=_PANEL),
+]
+PublicKeyOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--public-key", help="trusted PEM public key (repeatable)",
+                 rich_help_panel=_PANEL),
+]
+CertificateChainOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--certificate-chain", help="trusted CA certificates, PEM (repeatable)",
+                 rich_help_panel=_PANEL),
+]
+IdentityOpt = Annotated[
+    str | None,
+    typer.Option("--identity", help="trusted Sigstore certificate identity (with --issuer)",
+                 rich_help_panel=_PANEL),
+]
+IssuerOpt = Annotated[
+    str | None,
+    typer.Option("--issuer", help="OIDC issuer URL of --identity", rich_help_panel=_PANEL),
+]
+SigstoreTrustRootOpt = Annotated[
+    Path | None,
+    typer.Option("--sigstore-trust-root",
+                 help="Sigstore trusted_root.json for --identity (default: public good)",
+                 rich_help_panel=_PANEL),
+]
+
+
+def trust_flags(
+    policy: Path | None,
+    *,
+    public_key: list[Path] | None,
+    certificate_chain: list[Path] | None,
+    identity: str | None,
+    issuer: str | None,
+    sigstore_trust_root: Path | None,
+) -> TrustFlags:
+    """The flags as given; ``policy_from_flags`` checks and reads them."""
+    return TrustFlags(
+        policy=policy,
+        public_keys=tuple(public_key or ()),
+        certificate_chains=tuple(certificate_chain or ()),
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+    )
