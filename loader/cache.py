@@ -8,9 +8,10 @@ Layout under the cache root (``$XDG_CACHE_HOME/modelward``, else ``~/.cache/mode
     bundles/sha256/<hex>/       a materialized bundle (read-only; files hardlinked to blobs)
         .modelward/manifest.json  the exact manifest bytes that hash to the digest
 
-Blobs are fetched in parallel through ``registry.client.RegistryClient.download_blob``,
-which streams, hashes while streaming, resumes with HTTP Range and renames a blob into
-place only after its digest and size check.
+Blobs are fetched in parallel through ``RegistrySource.download_blob`` (``loader.source``;
+``registry.client.RegistryClient`` in production), which streams, hashes while streaming,
+resumes with HTTP Range, never writes more than the size the manifest states, and renames a
+blob into place only after its digest and size check.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from modelward.attest.digest import HashOptions, hash_files, parse_digest
 from modelward.attest.tree import BundleFile
+from modelward.loader.source import RegistrySource
 
 __all__ = ["BlobRequest", "Cache", "default_cache_dir"]
 
@@ -92,10 +93,12 @@ class Cache:
             self.blob_path(digest).unlink(missing_ok=True)
         return sorted(bad)
 
-    def fetch(self, client: Any, blobs: Sequence[BlobRequest], *, workers: int = 4,
+    def fetch(self, client: RegistrySource, blobs: Sequence[BlobRequest], *, workers: int = 4,
               progress: Progress | None = None) -> None:
         """Download every missing blob in parallel (verified, resumable), read-only.
 
+        Each download stops at the blob's stated ``size``: a server that sends more (or
+        fewer) bytes gets ``BlobIntegrityError`` and nothing of that blob is kept.
         Raises what the client raises (``BlobIntegrityError`` for a digest or size mismatch,
         ``TransportError``, ``APIError``); blobs already fetched stay in the cache.
         """

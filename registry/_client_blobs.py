@@ -6,9 +6,11 @@ Uploads (``upload_file``):
   (3) otherwise a resumable session: an id remembered in ``state_dir`` (keyed by digest) is
       resumed from GET /v1/uploads/{id}'s offset, else POST /v1/uploads opens one; chunks of
       ``chunk_size`` are streamed from the file with PATCH + Upload-Offset; then commit.
-Downloads (``download_file``): streamed into ``<dest>.partial``, resumed with Range after a cut,
+Downloads (``download``): streamed into ``.<dest>.partial``, resumed with Range after a cut,
 hashed while streaming, verified (size and digest) before the rename; a mismatch deletes it.
-Memory stays bounded by ``read_size`` whatever the blob size.
+The size the manifest states bounds the download: a body that goes past it is cut off there
+(nothing past it written or hashed) and one that ends short of it is refused, both with
+``BlobIntegrityError``. Memory stays bounded by ``read_size`` whatever the server sends.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ Progress = Callable[[int], None]
 
 @dataclass(frozen=True)
 class TransferOptions:
-    """Limits and knobs for blob transfer (passed in; nothing read from the environment)."""
+    """Limits and knobs for the client's transfers (passed in; nothing read from the environment).
+
+    ``max_response_bytes`` bounds every answer the client reads into memory (JSON answers such
+    as ``list_attestations``, ``get_blob``): 64 MiB, room for thousands of attestations.
+    """
 
     chunk_threshold: int = 64 * 2**20
     chunk_size: int = 64 * 2**20
@@ -52,6 +58,7 @@ class TransferOptions:
     max_retries: int = 3
     retry_backoff: float = 0.5
     state_dir: Path | None = None
+    max_response_bytes: int = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -229,33 +236,43 @@ class BlobTransfer:
         digest: str,
         dest: Path,
         *,
-        expected_size: int | None = None,
+        expected_size: int,
         progress: Progress | None = None,
     ) -> Path:
-        """Stream a blob to ``dest`` (Range-resumed, hashed, verified before the rename)."""
+        """Stream a blob of ``expected_size`` bytes to ``dest`` (Range-resumed, hashed,
+        verified before the rename); see ``RegistryClient.download_blob`` for what it raises.
+        """
         partial = dest.with_name(f".{dest.name}.partial")
+        try:
+            # (1) stream into the partial file, resumed after a cut, never past the size.
+            hasher, have = self._download_into(digest, partial, expected_size, progress)
+            # (2) verify size and digest before the blob becomes visible under its name.
+            _check_complete(digest, hasher, have, expected_size)
+        except BlobIntegrityError:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(dest)
+        return dest
+
+    def _download_into(
+        self, digest: str, partial: Path, expected_size: int, progress: Progress | None
+    ) -> tuple[Any, int]:
         attempts = 0
         while True:
-            # (1) resume: re-hash whatever an earlier attempt kept, then ask for the rest.
+            # resume: re-hash whatever an earlier attempt kept, then ask for the rest.
             hasher, have = self._rehash(partial, expected_size)
-            if expected_size is not None and have == expected_size:
-                break
+            if have == expected_size and partial.exists():
+                return hasher, have
             try:
-                hasher, have = self._fetch_into(digest, partial, hasher, have, progress)
-                break
+                return self._fetch_into(
+                    digest, partial, hasher, have, expected_size=expected_size, progress=progress
+                )
             except TransportError:
                 attempts += 1
                 if attempts > self._options.max_retries:
                     raise
-        # (2) verify size and digest before the blob becomes visible under its name.
-        actual = "sha256:" + hasher.hexdigest()
-        if actual != digest or (expected_size is not None and have != expected_size):
-            partial.unlink(missing_ok=True)
-            raise BlobIntegrityError(digest, actual, have, expected_size)
-        partial.replace(dest)
-        return dest
 
-    def _rehash(self, partial: Path, expected_size: int | None) -> tuple[Any, int]:
+    def _rehash(self, partial: Path, expected_size: int) -> tuple[Any, int]:
         hasher = hashlib.sha256()
         have = 0
         if partial.exists():
@@ -263,7 +280,7 @@ class BlobTransfer:
                 for block in iter(lambda: fh.read(self._options.read_size), b""):
                     hasher.update(block)
                     have += len(block)
-            if expected_size is not None and have > expected_size:
+            if have > expected_size:
                 partial.unlink()
                 return hashlib.sha256(), 0
         return hasher, have
@@ -274,8 +291,15 @@ class BlobTransfer:
         partial: Path,
         hasher: Any,
         have: int,
+        *,
+        expected_size: int,
         progress: Progress | None,
     ) -> tuple[Any, int]:
+        """Append the rest of the blob to ``partial``, never past ``expected_size`` bytes.
+
+        Raises ``BlobIntegrityError`` (``actual=None``) as soon as the server sends (or
+        declares) more than that, before a byte past it is written.
+        """
         headers = {"Range": f"bytes={have}-"} if have else {}
         with self._client._stream("GET", f"/v1/blobs/{digest}", headers=headers) as response:
             if have and response.status_code != 206:  # server ignored Range: start over
@@ -283,9 +307,17 @@ class BlobTransfer:
                 mode = "wb"
             else:
                 mode = "ab" if have else "wb"
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and have + int(declared) > expected_size:
+                raise BlobIntegrityError(digest, None, have + int(declared), expected_size)
             with partial.open(mode) as out:
                 try:
-                    for block in response.iter_bytes(self._options.read_size):
+                    # Raw bytes as sent (the client asks for identity): nothing is decompressed.
+                    for block in response.iter_raw(self._options.read_size):
+                        if have + len(block) > expected_size:
+                            raise BlobIntegrityError(
+                                digest, None, have + len(block), expected_size
+                            )
                         out.write(block)
                         hasher.update(block)
                         have += len(block)
@@ -295,3 +327,11 @@ class BlobTransfer:
                     out.flush()
                     raise TransportError(f"download of {digest} cut short: {exc}") from exc
         return hasher, have
+
+
+def _check_complete(digest: str, hasher: Any, have: int, expected_size: int) -> None:
+    """Raise ``BlobIntegrityError`` unless exactly ``expected_size`` bytes hashing to
+    ``digest`` arrived."""
+    actual = "sha256:" + hasher.hexdigest()
+    if actual != digest or have != expected_size:
+        raise BlobIntegrityError(digest, actual, have, expected_size)

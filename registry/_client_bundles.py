@@ -1,15 +1,18 @@
-"""``push`` and ``pull``: the registry client's composed operations.
+"""``push`` and ``unsafe_fetch``: the registry client's composed operations.
 
 push: (1) build the bundle (exact manifest bytes), (2) upload the config and every distinct
 layer blob not already present, in parallel, (3) PUT the manifest with its attestations,
 (4) move the alias by compare-and-swap on the version just read.
-pull: (1) resolve and fetch the manifest bytes, checked against the digest, (2) stream each
-layer into a staging directory, verified, (3) rename the staging directory into place.
+unsafe_fetch: (1) resolve and fetch the manifest bytes, checked against the digest, (2) stream
+each layer into a staging directory, checked against its digest and size, (3) rename the
+staging directory into place. It checks NO signature and NO policy, and says so with an
+``UnsafeFetchWarning``: a bundle to load comes from ``modelward pull`` (``loader.pull``).
 """
 
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from modelward.registry._client_blobs import BlobSource
 from modelward.registry._client_config import Reference, parse_repo
-from modelward.registry._client_errors import ClientConfigError
+from modelward.registry._client_errors import ClientConfigError, UnsafeFetchWarning
 
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
 
-__all__ = ["PullResult", "PushResult", "pull_bundle", "push_bundle"]
+__all__ = ["PushResult", "UnsafeFetchResult", "push_bundle", "unsafe_fetch_bundle"]
 
 Progress = Callable[[int], None]
 
@@ -37,11 +40,13 @@ class PushResult:
     uploaded: int
     skipped: int
     total_bytes: int
+    ignored: tuple[dict[str, str], ...] = ()  # attestations not recorded: {sha256, reason}
 
 
 @dataclass(frozen=True)
-class PullResult:
-    """A bundle materialized by ``pull``: its digest, the exact manifest bytes, and where."""
+class UnsafeFetchResult:
+    """A bundle fetched by ``unsafe_fetch`` (digests checked, NOT verified): its digest, the
+    exact manifest bytes, and where."""
 
     digest: str
     manifest: bytes
@@ -103,18 +108,28 @@ def push_bundle(
         uploaded=sum(sent),
         skipped=len(sent) - sum(sent),
         total_bytes=total,
+        ignored=tuple(answer.get("ignored_attestations") or ()),
     )
 
 
-def pull_bundle(
+def unsafe_fetch_bundle(
     client: RegistryClient, ref: Reference, dest: Path, *, progress: Progress | None = None
-) -> PullResult:
-    """Fetch a bundle's manifest and layers into a new directory ``dest`` (atomically).
+) -> UnsafeFetchResult:
+    """Fetch a bundle's manifest and layers into a new directory ``dest`` (atomically),
+    checking digests and sizes only: NO signature, NO policy, NO scan.
 
-    ``RegistryClient.pull`` (``client`` is the instance). Every blob is verified before it is
-    placed; layer paths are checked against the tree rules. Raises ``BlobIntegrityError``,
-    ``APIError``, ``TransportError``, ``BundleError``.
+    ``RegistryClient.unsafe_fetch`` (``client`` is the instance); warns with
+    ``UnsafeFetchWarning`` on every call. Every blob is checked against its digest before it
+    is placed; layer paths are checked against the tree rules. Raises ``BlobIntegrityError``,
+    ``ResponseTooLarge``, ``APIError``, ``TransportError``, ``ManifestError``,
+    ``ClientConfigError``.
     """
+    warnings.warn(
+        f"unsafe_fetch({ref.repo}): the bundle is NOT verified (digests only, no signature or "
+        "policy check); use `modelward pull` for a bundle you mean to load",
+        UnsafeFetchWarning,
+        stacklevel=2,
+    )
     from modelward.attest.manifest import parse_manifest
     from modelward.attest.tree import check_relpath
 
@@ -140,7 +155,7 @@ def pull_bundle(
     (meta / "manifest.json").write_bytes(raw)
     # (3) the whole tree appears at once.
     staging.replace(dest)
-    return PullResult(
+    return UnsafeFetchResult(
         digest=digest,
         manifest=raw,
         root=dest,

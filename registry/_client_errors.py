@@ -5,6 +5,8 @@
      ├── InvalidReference            ``org/name@alias`` / ``org/name@sha256:<hex>`` did not parse
      ├── TransportError              connection refused/reset, timeout, a stream cut short
      ├── BlobIntegrityError          downloaded bytes did not hash/size to the digest asked for
+     │                               (a body longer than the stated size is cut off at it)
+     ├── ResponseTooLarge            an answer read into memory went past its byte limit
      └── APIError                    the server answered with a JSON error (status >= 400)
           ├── BadRequest             400, 413, 415, 416, 422: the request was refused as invalid
           ├── Unauthorized           401: no token, a bad, revoked or expired token
@@ -14,6 +16,9 @@
 
 Each ``APIError`` carries the request it answers and the server's ``code``, ``message`` and
 ``detail`` from ``{"error": {"code", "message", "detail"}}``.
+
+``UnsafeFetchWarning`` (a ``UserWarning``, not an error) marks the one download path that checks
+digests only: ``RegistryClient.unsafe_fetch``.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ __all__ = [
     "InvalidReference",
     "NotFound",
     "RegistryClientError",
+    "ResponseTooLarge",
     "TransportError",
     "Unauthorized",
+    "UnsafeFetchWarning",
     "api_error_from_response",
 ]
 
@@ -65,17 +72,57 @@ class TransportError(RegistryClientError):
 
 
 class BlobIntegrityError(RegistryClientError):
-    """Bytes received for a blob do not match the digest (or size) they were asked for."""
+    """Bytes received for a blob do not match the digest or the size they were asked for.
 
-    def __init__(self, digest: str, actual: str, size: int, expected_size: int | None) -> None:
-        want = f" ({expected_size} bytes)" if expected_size is not None else ""
-        super().__init__(
-            f"blob {digest}{want}: received {size} bytes hashing to {actual}; nothing kept"
-        )
+    Nothing is kept. ``size`` is the byte count received; ``actual`` the digest of those bytes,
+    or None when the server sent more than ``expected_size`` and the download was cut off there
+    (no byte past the stated size is written or kept in memory).
+    """
+
+    def __init__(
+        self, digest: str, actual: str | None, size: int, expected_size: int | None
+    ) -> None:
+        if actual is None and expected_size is not None:
+            text = (
+                f"blob {digest}: the server sent more than the {expected_size} bytes stated for "
+                "it; the download stopped there (no byte past them written), nothing kept"
+            )
+        elif expected_size is not None and size < expected_size:
+            text = (
+                f"blob {digest} ({expected_size} bytes stated): the server sent only {size} "
+                f"bytes, hashing to {actual}; nothing kept"
+            )
+        else:
+            want = f" ({expected_size} bytes)" if expected_size is not None else ""
+            text = f"blob {digest}{want}: received {size} bytes hashing to {actual}; nothing kept"
+        super().__init__(text)
         self.digest = digest
         self.actual = actual
         self.size = size
         self.expected_size = expected_size
+
+
+class ResponseTooLarge(RegistryClientError):  # noqa: N818 - named after the outcome
+    """An answer read into memory went past ``limit`` bytes: reading stopped there.
+
+    ``what`` names the object asked for (``manifest of org/name@sha256:...``), ``url`` the
+    request. Raised as soon as the limit is passed (or up front when the declared
+    Content-Length is over it), so a hostile registry cannot fill the client's memory.
+    """
+
+    def __init__(self, what: str, url: str, limit: int) -> None:
+        super().__init__(
+            f"{what}: the answer from {url} is larger than the limit of {limit} bytes; "
+            "stopped reading"
+        )
+        self.what = what
+        self.url = url
+        self.limit = limit
+
+
+class UnsafeFetchWarning(UserWarning):
+    """``RegistryClient.unsafe_fetch`` ran: the bytes were checked against their digests only,
+    never against signatures or a policy. Use ``modelward pull`` for a verified bundle."""
 
 
 class APIError(RegistryClientError):
@@ -145,11 +192,16 @@ _BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
-def api_error_from_response(response: httpx.Response) -> APIError:
-    """Build the ``APIError`` subclass for an error response (body already read)."""
+def api_error_from_response(response: httpx.Response, content: bytes | None = None) -> APIError:
+    """Build the ``APIError`` subclass for an error response.
+
+    ``content`` is the body as read by the caller (bounded); None reads ``response.content``,
+    which must already be loaded.
+    """
     code, message, detail = f"http_{response.status_code}", response.reason_phrase, None
+    raw = response.content if content is None else content
     try:
-        body = json.loads(response.content) if response.content else None
+        body = json.loads(raw) if raw else None
     except ValueError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):

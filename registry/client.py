@@ -3,12 +3,23 @@
 Errors (see ``registry._client_errors`` for the drawn tree)::
 
     RegistryClientError > ClientConfigError | InvalidReference | TransportError
-                        | BlobIntegrityError | APIError > BadRequest | Unauthorized | Forbidden
-                                                       | NotFound | Conflict(.current)
+                        | BlobIntegrityError | ResponseTooLarge
+                        | APIError > BadRequest | Unauthorized | Forbidden
+                                   | NotFound | Conflict(.current)
 
 Every method maps to one endpoint of the registry API (docs: /v1, bearer token, JSON errors);
-``push`` and ``pull`` compose them. The client reads no environment: the CLI resolves settings
-(``registry._client_config.resolve_settings``) and passes URL and token in.
+``push`` and ``unsafe_fetch`` compose them. The client reads no environment: the CLI resolves
+settings (``registry._client_config.resolve_settings``) and passes URL and token in.
+
+Nothing the registry sends is read without a bound: an answer read into memory stops at
+``TransferOptions.max_response_bytes`` (``get_manifest`` at its ``max_bytes``) with
+``ResponseTooLarge``; a blob download stops at the size the manifest states with
+``BlobIntegrityError``. Bodies are read as sent (``Accept-Encoding: identity``; a compressed
+answer is refused), so no decompression can multiply them.
+
+``unsafe_fetch`` checks digests only, never signatures or policy, and warns
+(``UnsafeFetchWarning``); a verified bundle comes from ``modelward pull``
+(``loader.pull.pull_bundle``).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from urllib.parse import quote
 import httpx
 
 from modelward.registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
-from modelward.registry._client_bundles import PullResult, PushResult, pull_bundle, push_bundle
+from modelward.registry._client_bundles import PushResult, push_bundle, unsafe_fetch_bundle
 from modelward.registry._client_config import Reference, parse_reference, parse_repo
 from modelward.registry._client_errors import (
     APIError,
@@ -36,6 +47,7 @@ from modelward.registry._client_errors import (
     InvalidReference,
     NotFound,
     RegistryClientError,
+    ResponseTooLarge,
     TransportError,
     Unauthorized,
     api_error_from_response,
@@ -50,11 +62,11 @@ __all__ = [
     "Forbidden",
     "InvalidReference",
     "NotFound",
-    "PullResult",
     "PushResult",
     "Reference",
     "RegistryClient",
     "RegistryClientError",
+    "ResponseTooLarge",
     "TransferOptions",
     "TransportError",
     "Unauthorized",
@@ -64,6 +76,12 @@ __all__ = [
 
 Progress = Callable[[int], None]
 JSON = dict[str, Any]
+
+# The default bound on manifest bytes, the same as ``attest.manifest.ManifestLimits.max_bytes``
+# and the registry's own ``max_manifest_bytes``; the loader passes its policy's limit instead.
+MAX_MANIFEST_BYTES = 16 * 2**20
+# An error answer is read for its JSON error only; a longer one is reported by status alone.
+_MAX_ERROR_BYTES = 1 * 2**20
 
 
 def _b64(data: bytes) -> str:
@@ -92,7 +110,7 @@ class RegistryClient:
         options: TransferOptions = TransferOptions(),
     ) -> None:
         self.base_url = url.rstrip("/")
-        headers = {"User-Agent": "modelward-client/0.1"}
+        headers = {"User-Agent": "modelward-client/0.1", "Accept-Encoding": "identity"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         limits = httpx.Limits(max_connections=max(8, options.workers * 2))
@@ -127,29 +145,50 @@ class RegistryClient:
         content: bytes | Iterator[bytes] | None = None,
         headers: dict[str, str] | None = None,
         params: dict[str, Any] | None = None,
+        max_bytes: int | None = None,
+        what: str | None = None,
     ) -> httpx.Response:
-        try:
-            response = self._http.request(
-                method, path, json=json_body, content=content, headers=headers, params=params
-            )
-        except httpx.TimeoutException as exc:
-            raise TransportError(f"{method} {path}: timed out ({exc})", exc.request) from exc
-        except httpx.HTTPError as exc:
-            raise TransportError(f"{method} {path}: {exc}") from exc
-        if response.status_code >= 400:
-            raise api_error_from_response(response)
-        return response
+        """Send one request and read its answer into memory, at most ``max_bytes``.
+
+        ``max_bytes`` defaults to ``options.max_response_bytes``; ``what`` names the object
+        in a ``ResponseTooLarge``. Returns the response with its body loaded.
+        """
+        limit = self.options.max_response_bytes if max_bytes is None else max_bytes
+        what = what or f"{method} {path}"
+        with self._stream(
+            method, path, json_body=json_body, content=content, headers=headers, params=params
+        ) as response:
+            # A HEAD answer has no body; its Content-Length is the size of the thing asked about.
+            body = b"" if method == "HEAD" else _read_capped(response, limit, what)
+        # The body was read raw and bounded; rebuild the response around those bytes.
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=body,
+            request=response.request,
+        )
 
     @contextlib.contextmanager
     def _stream(
-        self, method: str, path: str, *, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | Iterator[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
     ) -> Iterator[httpx.Response]:
+        """Send one request; yield the response with its body unread (error answers raise)."""
         try:
-            with self._http.stream(method, path, headers=headers) as response:
+            with self._http.stream(
+                method, path, json=json_body, content=content, headers=headers, params=params
+            ) as response:
                 if response.status_code >= 400:
-                    response.read()
-                    raise api_error_from_response(response)
+                    raise api_error_from_response(response, _read_error_body(response))
                 yield response
+        except httpx.TimeoutException as exc:
+            raise TransportError(f"{method} {path}: timed out ({exc})", exc.request) from exc
         except httpx.HTTPError as exc:
             raise TransportError(f"{method} {path}: {exc}") from exc
 
@@ -264,17 +303,27 @@ class RegistryClient:
         return self.blobs.upload(source, progress)
 
     def get_blob(self, digest: str) -> bytes:
-        """GET /v1/blobs/{digest} into memory, verified (for small blobs such as configs)."""
-        data = self._request("GET", f"/v1/blobs/{digest}").content
+        """GET /v1/blobs/{digest} into memory, verified (for small blobs such as configs).
+
+        Reads at most ``options.max_response_bytes`` (``ResponseTooLarge`` past it); raises
+        ``BlobIntegrityError`` when the bytes do not hash to ``digest``.
+        """
+        data = self._request("GET", f"/v1/blobs/{digest}", what=f"blob {digest}").content
         actual = "sha256:" + hashlib.sha256(data).hexdigest()
         if actual != digest:
             raise BlobIntegrityError(digest, actual, len(data), None)
         return data
 
     def download_blob(
-        self, digest: str, dest: Path, *, size: int | None = None, progress: Progress | None = None
+        self, digest: str, dest: Path, *, size: int, progress: Progress | None = None
     ) -> Path:
-        """Stream a blob into ``dest`` (Range resume, verified before the rename)."""
+        """Stream blob ``digest`` of ``size`` bytes (as the manifest states) into ``dest``.
+
+        Resumes with Range from ``.<dest>.partial``; never writes more than ``size`` bytes;
+        renames into place only after the size and digest check. Returns ``dest``.
+        Raises ``BlobIntegrityError`` (the server sent more or fewer bytes, or other bytes;
+        nothing kept), ``TransportError`` (still cut after the retries), ``APIError``.
+        """
         return self.blobs.download(digest, dest, expected_size=size, progress=progress)
 
     # -- bundles ---------------------------------------------------------------------------
@@ -291,9 +340,22 @@ class RegistryClient:
         result: JSON = self._json("GET", f"{_repo_path(repo)}/bundles/{digest}")
         return result
 
-    def get_manifest(self, repo: str, digest: str) -> bytes:
-        """GET the exact manifest bytes, checked against ``digest``."""
-        data = self._request("GET", f"{_repo_path(repo)}/bundles/{digest}/manifest").content
+    def get_manifest(
+        self, repo: str, digest: str, *, max_bytes: int = MAX_MANIFEST_BYTES
+    ) -> bytes:
+        """GET the exact manifest bytes of ``repo@digest``, checked against ``digest``.
+
+        Streams the answer and stops as soon as more than ``max_bytes`` arrived. Raises
+        ``ResponseTooLarge`` (naming the repository, digest and limit), ``BlobIntegrityError``
+        (the bytes do not hash to ``digest``), ``NotFound`` and other ``APIError``s,
+        ``TransportError``.
+        """
+        data = self._request(
+            "GET",
+            f"{_repo_path(repo)}/bundles/{digest}/manifest",
+            max_bytes=max_bytes,
+            what=f"manifest of {repo}@{digest}",
+        ).content
         actual = "sha256:" + hashlib.sha256(data).hexdigest()
         if actual != digest:
             raise BlobIntegrityError(digest, actual, len(data), None)
@@ -306,8 +368,12 @@ class RegistryClient:
         return result
 
     def list_attestations(self, repo: str, digest: str) -> list[JSON]:
-        """GET the attestations of a bundle ([{id, kind, predicate_type, data}])."""
-        result: list[JSON] = self._json("GET", f"{_repo_path(repo)}/bundles/{digest}/attestations")
+        """GET the attestations of a bundle ([{id, kind, predicate_type, data}]).
+
+        Reads at most ``options.max_response_bytes`` (``ResponseTooLarge`` past it).
+        """
+        path = f"{_repo_path(repo)}/bundles/{digest}/attestations"
+        result: list[JSON] = self._json("GET", path, what=f"attestations of {repo}@{digest}")
         return result
 
     def quarantine(self, repo: str, digest: str, reason: str) -> Any:
@@ -429,4 +495,50 @@ class RegistryClient:
 
     # -- composed operations (registry._client_bundles) ----------------------------------
     push = push_bundle
-    pull = pull_bundle
+    unsafe_fetch = unsafe_fetch_bundle
+
+    # -- attestations: retraction and forensics (registry._cli_attestation) ---------------
+    def retract_attestation(self, repo: str, digest: str, attestation_id: int, reason: str) -> JSON:
+        """DELETE .../attestations/{id} {reason}: retract an attestation (its attacher or an
+        admin); it stays recorded and counts nowhere -> its summary with ``retracted_*``."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/attestations/{int(attestation_id)}"
+        result: JSON = self._json("DELETE", path, json_body={"reason": reason})
+        return result
+
+    def list_attestations_with_retracted(self, repo: str, digest: str) -> list[JSON]:
+        """GET .../attestations?include_retracted=true (admins and reviewers): every
+        attestation of a bundle, retracted ones too, each saying ``retracted`` (by, at, reason).
+        """
+        path = f"{_repo_path(repo)}/bundles/{digest}/attestations"
+        result: list[JSON] = self._json("GET", path, params={"include_retracted": "true"})
+        return result
+
+
+def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:
+    """The raw body of ``response``, at most ``limit`` bytes, or ``ResponseTooLarge``.
+
+    A declared Content-Length over the limit is refused before reading; otherwise reading
+    stops at the first chunk that goes past it. A compressed body is refused
+    (``TransportError``): the client asked for identity, and decompressing could multiply it.
+    """
+    url = str(response.request.url)
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise TransportError(f"{what}: {url} answered with Content-Encoding {encoding!r}")
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ResponseTooLarge(what, url, limit)
+    body = bytearray()
+    for chunk in response.iter_bytes():  # identity-encoded (checked above): the raw bytes
+        body += chunk
+        if len(body) > limit:
+            raise ResponseTooLarge(what, url, limit)
+    return bytes(body)
+
+
+def _read_error_body(response: httpx.Response) -> bytes:
+    """An error answer's body for its JSON error; empty when too long or compressed."""
+    try:
+        return _read_capped(response, _MAX_ERROR_BYTES, "error answer")
+    except (ResponseTooLarge, TransportError):
+        return b""

@@ -3,6 +3,11 @@ lying registry, so the tests show the worker checks everything itself.
 
 It speaks the read side of the registry API (docs: /v1) that ``modelward pull`` uses, over
 real HTTP on 127.0.0.1, and records boots, attestations and Range requests it receives.
+
+It can also send more or fewer bytes than it should: ``blob_tail``/``manifest_tail`` zero
+bytes after every blob/manifest (with ``declare_length=False`` without a Content-Length, the
+body then ends only when the connection closes), ``blob_short_by`` bytes fewer; ``sent``
+records how many bytes each over-long answer got out before the client hung up.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ class HostileRegistry:
     ranges: list[str] = field(default_factory=list)
     added: list[bytes] = field(default_factory=list)
     cut_blob_after: int | None = None  # cut the next blob download after N bytes
+    blob_tail: int = 0  # zero bytes sent after each blob's real bytes
+    manifest_tail: int = 0  # zero bytes sent after the manifest's real bytes
+    blob_short_by: int = 0  # each blob ends this many bytes early (Content-Length to match)
+    declare_length: bool = True  # False: over-long answers carry no Content-Length
+    sent: list[int] = field(default_factory=list)  # bytes out per over-long answer
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -69,6 +79,31 @@ class HostileRegistry:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _send_long(self, code: int, body: bytes, tail: int,
+                           headers: dict[str, str] | None = None) -> None:
+                """``body`` then ``tail`` zero bytes, until done or the client hangs up."""
+                self.send_response(code)
+                self.send_header("Content-Type", "application/octet-stream")
+                if registry.declare_length:
+                    self.send_header("Content-Length", str(len(body) + tail))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.close_connection = True  # HTTP/1.0: without a length, close ends it
+                sent = 0
+                zeros = bytes(2**16)
+                try:
+                    self.wfile.write(body)
+                    sent += len(body)
+                    while sent < len(body) + tail:
+                        block = zeros[:len(body) + tail - sent]
+                        self.wfile.write(block)
+                        sent += len(block)
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                registry.sent.append(sent)
 
             def _json(self, code: int, obj: Any) -> None:
                 self._send(code, json.dumps(obj).encode())
@@ -100,6 +135,8 @@ class HostileRegistry:
                         "quarantine_reason": "malware found" if served.quarantined else None,
                         "tombstoned": False, "created_by": "p", "created_at": "now"})
                 if rest == f"bundles/{served.digest}/manifest":
+                    if registry.manifest_tail:
+                        return self._send_long(200, served.manifest, registry.manifest_tail)
                     return self._send(200, served.manifest, "application/octet-stream")
                 if rest == f"bundles/{served.digest}/attestations":
                     items = [*served.attestations, *registry.added]
@@ -118,6 +155,8 @@ class HostileRegistry:
                 if rng:
                     registry.ranges.append(rng)
                     start = int(rng.removeprefix("bytes=").split("-")[0])
+                if registry.blob_short_by:
+                    data = data[:-registry.blob_short_by]
                 body = data[start:]
                 cut = registry.cut_blob_after
                 code = 206 if rng else 200
@@ -134,6 +173,8 @@ class HostileRegistry:
                     self.wfile.flush()
                     self.close_connection = True
                     return None
+                if registry.blob_tail:
+                    return self._send_long(code, body, registry.blob_tail, headers)
                 return self._send(code, body, "application/octet-stream", headers)
 
             def do_POST(self) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 import modelward.registry.client as client_mod
 from modelward.registry._client_config import parse_reference, resolve_settings, save_login
+from modelward.registry._client_errors import UnsafeFetchWarning
 from modelward.registry.client import (
     APIError,
     BadRequest,
@@ -23,6 +25,7 @@ from modelward.registry.client import (
     InvalidReference,
     NotFound,
     RegistryClient,
+    ResponseTooLarge,
     TransferOptions,
     TransportError,
     Unauthorized,
@@ -50,11 +53,11 @@ def test_public_surface_is_pinned() -> None:
             "Forbidden",
             "InvalidReference",
             "NotFound",
-            "PullResult",
             "PushResult",
             "Reference",
             "RegistryClient",
             "RegistryClientError",
+            "ResponseTooLarge",
             "TransferOptions",
             "TransportError",
             "Unauthorized",
@@ -289,9 +292,82 @@ def test_parallel_upload_reports_every_byte(registry: Registry, tmp_path: Path) 
     totals: list[int] = []
     result = client.push(root, repo, sign=pub.sign, progress=seen.append, on_total=totals.append)
     assert sum(seen) == totals[0] == result.total_bytes
-    pulled = client.pull(parse_reference(f"{repo}@{result.digest}"), tmp_path / "pulled")
+    with pytest.warns(UnsafeFetchWarning, match="NOT verified"):
+        pulled = client.unsafe_fetch(parse_reference(f"{repo}@{result.digest}"), tmp_path / "p")
     for name in ("config.json", "model.safetensors", "extra3.json"):
         assert (pulled.root / name).read_bytes() == (root / name).read_bytes()
+    assert not hasattr(client, "pull")  # no verified-looking name for the unverified path
+
+
+def _streaming(status: int, chunks: Iterator[bytes], **headers: str) -> RegistryClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, headers=headers, content=chunks)
+
+    options = TransferOptions(max_response_bytes=64 * 1024)
+    return RegistryClient("http://r.test", "t", transport=httpx.MockTransport(handler),
+                          options=options)
+
+
+def _endless(sent: list[int]) -> Iterator[bytes]:
+    while True:
+        sent.append(16 * 1024)
+        yield b"[" * (16 * 1024)
+
+
+def test_json_answer_over_limit_is_cut_off() -> None:
+    sent: list[int] = []
+    with pytest.raises(ResponseTooLarge) as info:
+        _streaming(200, _endless(sent)).list_attestations("org/m", DIGEST)
+    assert info.value.limit == 64 * 1024
+    assert f"attestations of org/m@{DIGEST}" in str(info.value)
+    assert "limit of 65536 bytes" in str(info.value)
+    assert sum(sent) <= 64 * 1024 + 16 * 1024  # stopped at the first chunk past the limit
+
+
+def test_json_answer_declaring_a_length_over_limit_is_refused_unread() -> None:
+    sent: list[int] = []
+    client = _streaming(200, _endless(sent), **{"Content-Length": str(2**40)})
+    with pytest.raises(ResponseTooLarge):
+        client.whoami()
+    assert sent == []
+
+
+def test_manifest_over_max_bytes_is_cut_off_in_memory() -> None:
+    sent: list[int] = []
+    with pytest.raises(ResponseTooLarge) as info:
+        _streaming(200, _endless(sent)).get_manifest("org/m", DIGEST, max_bytes=1000)
+    assert (info.value.limit, info.value.what) == (1000, f"manifest of org/m@{DIGEST}")
+    assert sum(sent) <= 16 * 1024
+
+
+def test_compressed_answer_is_refused() -> None:
+    chunks = iter([b"\x1f\x8b" + b"\0" * 100])
+    with pytest.raises(TransportError, match="Content-Encoding 'gzip'"):
+        _streaming(200, chunks, **{"Content-Encoding": "gzip"}).whoami()
+
+
+def test_oversized_error_answer_still_maps_to_its_status() -> None:
+    sent: list[int] = []
+    with pytest.raises(NotFound):
+        _streaming(404, _endless(sent)).whoami()
+    assert sum(sent) <= 2**20 + 16 * 1024
+
+
+def test_registry_client_has_every_registry_source_method() -> None:
+    """mypy checks the full signatures (loader/source.py); this checks names at runtime."""
+    import inspect
+
+    from modelward.loader.source import RegistrySource
+
+    members = [n for n, v in vars(RegistrySource).items()
+               if callable(v) and not n.startswith("_")]
+    assert sorted(members) == sorted(["resolve", "get_bundle", "get_manifest",
+                                      "list_attestations", "download_blob", "add_attestation",
+                                      "report_boot"])
+    for name in members:
+        wanted = inspect.signature(getattr(RegistrySource, name)).parameters
+        have = inspect.signature(getattr(RegistryClient, name)).parameters
+        assert list(wanted) == list(have)[: len(wanted)], name
 
 
 def test_transfer_options_are_frozen() -> None:

@@ -17,6 +17,7 @@ import pytest
 from modelward.registry._client_audit import events_from_api
 from modelward.registry._client_blobs import BlobSource
 from modelward.registry._client_config import parse_reference
+from modelward.registry._client_errors import UnsafeFetchWarning
 from modelward.registry.audit_chain import verify_chain
 from modelward.registry.client import NotFound, RegistryClientError, TransportError
 from tests.registry.conftest import (
@@ -93,7 +94,8 @@ def test_kill9_during_chunked_blob_upload(crashable: Registry, tmp_path: Path) -
     result = retry.push(root, repo, sign=pub.sign, progress=resumed.append, alias="dev")
     assert result.digest == built.manifest.digest
     assert reg.admin.blob_size(big.digest) == big.size
-    pulled = retry.pull(parse_reference(f"{repo}@dev"), tmp_path / "pulled")
+    with pytest.warns(UnsafeFetchWarning):
+        pulled = retry.unsafe_fetch(parse_reference(f"{repo}@dev"), tmp_path / "pulled")
     assert (pulled.root / "big.safetensors").read_bytes() == (root / "big.safetensors").read_bytes()
     _audit_verifies(reg, cli=True)
 

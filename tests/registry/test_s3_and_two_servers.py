@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelward.registry._client_config import parse_reference
+from modelward.registry._client_errors import UnsafeFetchWarning
 from modelward.registry.client import Conflict, RegistryClient
 from tests.registry.conftest import (
     PgCluster,
@@ -85,7 +86,8 @@ def test_push_via_one_pull_via_the_other(
     result = a.client(pub.actor.token, **opts).push(root, repo, sign=pub.sign, alias="dev")
     via_b = b.client(pub.actor.token)
     assert via_b.get_alias(repo, "dev")["digest"] == result.digest
-    pulled = via_b.pull(parse_reference(f"{repo}@dev"), tmp_path / "pulled")
+    with pytest.warns(UnsafeFetchWarning):
+        pulled = via_b.unsafe_fetch(parse_reference(f"{repo}@dev"), tmp_path / "pulled")
     for name in ("config.json", "model.safetensors", "big.safetensors"):
         assert (pulled.root / name).read_bytes() == (root / name).read_bytes()
     # the blobs live in the bucket, not on either server's disk

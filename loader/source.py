@@ -1,0 +1,111 @@
+"""What the loader needs from a registry: the ``RegistrySource`` seam (docs/loader.md#pull).
+
+The loader trusts none of these answers: it checks the manifest bytes against the digest,
+every blob against its digest and size, and every attestation against the WORKER's trust set
+(``loader.pull``). ``registry.client.RegistryClient`` satisfies this protocol structurally;
+a test double only has to provide these methods.
+
+Every method raises ``registry.client.RegistryClientError`` subclasses on failure:
+``TransportError`` (no answer), ``APIError`` (``NotFound``, ``Unauthorized``...: the registry
+refused), ``BlobIntegrityError`` / ``ResponseTooLarge`` (the registry sent bytes that are not
+what was asked for, or too many of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from modelward.registry._client_config import Reference
+    from modelward.registry.client import RegistryClient
+
+__all__ = ["RegistrySource"]
+
+
+class RegistrySource(Protocol):
+    """The registry calls the loader makes (pull, verify, boot, replay, baseline)."""
+
+    def resolve(self, ref: Reference) -> str:
+        """The ``sha256:<hex>`` digest ``ref`` names (an alias is resolved by the registry,
+        so the loader treats the answer as a claim: everything after checks that digest).
+
+        Raises ``NotFound`` (no such alias or repository), ``APIError``, ``TransportError``.
+        """
+        ...
+
+    def get_bundle(self, repo: str, digest: str) -> dict[str, Any]:
+        """The registry's record of ``repo@digest``: ``{"digest", "manifest" (base64),
+        "quarantined", "quarantine_reason", "tombstoned", ...}``.
+
+        Raises ``NotFound``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
+        """
+        ...
+
+    def get_manifest(self, repo: str, digest: str, *, max_bytes: int) -> bytes:
+        """The exact manifest bytes of ``repo@digest``, read at most ``max_bytes`` of them.
+
+        Raises ``ResponseTooLarge`` as soon as more than ``max_bytes`` arrive,
+        ``BlobIntegrityError`` when the bytes do not hash to ``digest``, ``NotFound``,
+        ``APIError``, ``TransportError``.
+        """
+        ...
+
+    def list_attestations(self, repo: str, digest: str) -> list[dict[str, Any]]:
+        """Every attestation stored for ``repo@digest``: ``[{"id", "kind", "predicate_type",
+        "data" (base64 of the raw envelope)}]``, unverified.
+
+        Raises ``NotFound``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
+        """
+        ...
+
+    def download_blob(
+        self,
+        digest: str,
+        dest: Path,
+        *,
+        size: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> Path:
+        """Stream blob ``digest`` of ``size`` bytes (as the manifest states) into ``dest``;
+        returns ``dest``, which appears only once its size and digest check passed.
+
+        Never writes more than ``size`` bytes. Raises ``BlobIntegrityError`` (more, fewer or
+        other bytes than stated; nothing kept), ``NotFound``, ``APIError``,
+        ``TransportError``.
+        """
+        ...
+
+    def add_attestation(self, repo: str, digest: str, data: bytes) -> dict[str, Any]:
+        """Store a signed envelope (raw bytes) for ``repo@digest``; returns the registry's
+        ``{"id", "kind", "predicate_type"}``.
+
+        Raises ``BadRequest`` (refused envelope), ``Forbidden``, ``APIError``,
+        ``TransportError``.
+        """
+        ...
+
+    def report_boot(
+        self,
+        repo: str,
+        digest: str,
+        *,
+        fingerprint_id: str,
+        fingerprint: Any,
+        outcome: str,
+        detail: Any = None,
+    ) -> Any:
+        """Record a serving worker's boot of ``repo@digest`` (``outcome``: ok, serving,
+        refused); returns the registry's answer.
+
+        Raises ``APIError``, ``TransportError``.
+        """
+        ...
+
+
+if TYPE_CHECKING:
+
+    def _registry_client_is_a_source(client: RegistryClient) -> RegistrySource:
+        """mypy checks here that ``RegistryClient`` satisfies ``RegistrySource``."""
+        return client
