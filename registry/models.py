@@ -156,6 +156,13 @@ class Attestation(Base):
     signers: Mapped[str] = mapped_column(Text)  # JSON
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # A retracted attestation keeps its row and bytes (forensics) and counts nowhere.
+    retracted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    retracted_by: Mapped[int | None] = mapped_column(
+        ForeignKey("principals.id", name="fk_attestations_retracted_by_principals"),
+        nullable=True,
+    )
+    retraction_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Alias(Base):

@@ -140,13 +140,28 @@ ENDPOINTS: list[Endpoint] = [
         "attestation.add",
         "POST",
         "/v1/repos/{repo}/bundles/{digest}/attestations",
-        # signature-gated: serving workers attach baselines/replays, reviewers evaluations;
-        # a publisher only in repositories it publishes to
+        # the verified statement's predicate type decides (attestations.rules: serving
+        # workers baselines/replays, reviewers approvals/evaluations, publishers the rest, in
+        # their own repositories); a publisher of another repository may attach nothing there
         ALL,
         frozenset({"admin", "reviewer", "reader"}),
         body=lambda c: {"content": b"{}"},
     ),
     Endpoint("attestation.list", "GET", "/v1/repos/{repo}/bundles/{digest}/attestations", ALL),
+    Endpoint(
+        "attestation.list_retracted",
+        "GET",
+        "/v1/repos/{repo}/bundles/{digest}/attestations?include_retracted=true",
+        REVIEW,
+    ),
+    Endpoint(
+        "attestation.retract",
+        "DELETE",
+        # the row decides (its attacher or an admin): a bogus id is 404 for every role
+        "/v1/repos/{repo}/bundles/{digest}/attestations/" + str(2**31 - 1),
+        ALL,
+        body=lambda c: {"json": {"reason": "matrix"}},
+    ),
     Endpoint(
         "bundle.quarantine",
         "POST",
@@ -299,4 +314,4 @@ def test_denials_are_audited(world: World) -> None:
 
 def test_matrix_covers_every_contract_endpoint() -> None:
     names = {e.name for e in ENDPOINTS}
-    assert len(names) == len(ENDPOINTS) == 37
+    assert len(names) == len(ENDPOINTS) == 39

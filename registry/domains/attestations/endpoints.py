@@ -1,10 +1,14 @@
-"""``/v1/repos/{org}/{name}/bundles/{digest}/attestations``."""
+"""``/v1/repos/{org}/{name}/bundles/{digest}/attestations``: attach, list, retract.
+
+Who may attach or retract what is decided in ``attestations.rules``, called by the service.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from modelward.registry.domains._state import State
@@ -15,6 +19,12 @@ from modelward.registry.errors import PayloadTooLarge
 router = APIRouter(
     prefix="/v1/repos/{org}/{name}/bundles/{digest}/attestations", tags=["attestations"]
 )
+MAX_REASON_CHARS = 2000
+MAX_ID = 2**31 - 1  # attestations.id is a 32-bit INTEGER on PostgreSQL
+
+
+class RetractIn(BaseModel):
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 @router.post("", status_code=201)
@@ -28,7 +38,9 @@ async def attach(
     state: State,
     response: Response,
 ) -> dict[str, Any]:
-    """Raw body: a DSSE envelope, Sigstore bundle or OMS signature (verified, then stored)."""
+    """Raw body: a DSSE envelope, Sigstore bundle or OMS signature (verified, then stored).
+
+    Who may attach it depends on the verified statement's predicate type (403 otherwise)."""
     limit = state.settings.max_attestation_bytes
     data = bytearray()
     async for chunk in request.stream():
@@ -50,6 +62,43 @@ async def attach(
 
 @router.get("")
 def list_attestations(
-    org: str, name: str, digest: str, caller: AnyCaller, state: State
+    *,
+    org: str,
+    name: str,
+    digest: str,
+    caller: AnyCaller,
+    state: State,
+    include_retracted: Annotated[
+        bool, Query(description="Also list retracted attestations (admins and reviewers)")
+    ] = False,
 ) -> list[dict[str, Any]]:
-    return service.list_for_bundle(state, repo_name=f"{org}/{name}", digest=digest)
+    """The bundle's attestations, oldest first; retracted ones only on request."""
+    return service.list_for_bundle(
+        state,
+        repo_name=f"{org}/{name}",
+        digest=digest,
+        caller=caller,
+        include_retracted=include_retracted,
+    )
+
+
+@router.delete("/{attestation_id}")
+def retract(
+    *,
+    org: str,
+    name: str,
+    digest: str,
+    attestation_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    body: RetractIn,
+    caller: AnyCaller,
+    state: State,
+) -> dict[str, Any]:
+    """Retract an attestation (its attacher or an admin): kept, audited, no longer counted."""
+    return service.retract(
+        state,
+        repo_name=f"{org}/{name}",
+        digest=digest,
+        attestation_id=attestation_id,
+        reason=body.reason,
+        caller=caller,
+    )

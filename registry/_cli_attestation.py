@@ -1,0 +1,113 @@
+"""``modelward attestation add|list|retract``: attestations of a stored bundle.
+
+REPO@REF is an alias (resolved through the registry once) or a digest. The registry decides
+who may attach what and who may retract (docs/registry.md#attestations); a refusal prints
+the server's message with exit 1. Human output is one line per attestation; ``list --json``
+prints the server's answer as one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from modelward.attest.cli._common import err_console, fail
+from modelward.registry._cli_client import _client, _reported
+from modelward.registry._client_config import parse_reference
+from modelward.registry.client import APIError, RegistryClient
+
+__all__ = ["attestation_app", "describe", "register_attestation"]
+
+attestation_app = typer.Typer(
+    name="attestation",
+    help="Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
+    no_args_is_help=True,
+)
+
+Ref = Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>")]
+
+
+def describe(item: dict[str, Any]) -> str:
+    """One line: id, kind, predicate type, signers, who attached it, retracted or live."""
+    signers = ",".join(str(s.get("name")) for s in item.get("signers") or []) or "-"
+    line = (
+        f"#{item.get('id')}  {item.get('kind')}  {item.get('predicate_type')}  "
+        f"signers={signers}  by={item.get('attached_by')}"
+    )
+    if item.get("retracted"):
+        return (
+            f"{line}  RETRACTED by {item.get('retracted_by')} at {item.get('retracted_at')}: "
+            f"{item.get('retraction_reason')}"
+        )
+    return f"{line}  live"
+
+
+def _digest(client: RegistryClient, ref: str) -> tuple[str, str]:
+    r = parse_reference(ref)
+    return r.repo, client.resolve(r)
+
+
+@attestation_app.command("add")
+def add(
+    ref: Ref,
+    files: Annotated[
+        list[Path],
+        typer.Argument(exists=True, dir_okay=False, help="DSSE envelope, Sigstore bundle or OMS"),
+    ],
+) -> None:
+    """Attach attestation files to a bundle (verified by the registry, in the order given)."""
+    datas = [(path, path.read_bytes()) for path in files]
+    with _reported(), _client() as client:
+        repo, digest = _digest(client, ref)
+        for done, (path, data) in enumerate(datas):
+            try:
+                summary = client.add_attestation(repo, digest, data)
+            except APIError as exc:
+                hint = f"the {done} file(s) before it were attached" if done else None
+                fail(f"{path}: {exc}", hint=hint)
+            typer.echo(f"{path}: {describe(summary)}")
+
+
+@attestation_app.command("list")
+def list_(
+    ref: Ref,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout")] = False,
+    include_retracted: Annotated[
+        bool, typer.Option("--include-retracted", help="Retracted ones too (admins, reviewers)")
+    ] = False,
+) -> None:
+    """List a bundle's attestations: id, kind, predicate type, signers, attacher, retracted."""
+    with _reported(), _client() as client:
+        repo, digest = _digest(client, ref)
+        if include_retracted:
+            items = client.list_attestations_with_retracted(repo, digest)
+        else:
+            items = client.list_attestations(repo, digest)
+    if as_json:
+        typer.echo(json.dumps(items, indent=2, sort_keys=True))
+        return
+    if not items:
+        err_console.print(f"no attestations on {repo}@{digest}", markup=False)
+    for item in items:
+        typer.echo(describe(item))
+
+
+@attestation_app.command("retract")
+def retract(
+    ref: Ref,
+    attestation_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="Attestation id")],
+    reason: Annotated[str, typer.Option(help="Why (recorded and audited)")],
+) -> None:
+    """Retract an attestation (its attacher or an admin): kept for forensics, counts nowhere."""
+    with _reported(), _client() as client:
+        repo, digest = _digest(client, ref)
+        summary = client.retract_attestation(repo, digest, attestation_id, reason)
+    typer.echo(f"{repo}@{digest}: {describe(summary)}")
+
+
+def register_attestation(app: typer.Typer) -> None:
+    """Add ``modelward attestation`` to the root app."""
+    app.add_typer(attestation_app)
