@@ -61,6 +61,7 @@ __all__ = [
     "check_manifest_limits",
     "verify_bundle",
     "verify_bundle_result",
+    "verify_one_attestation",
 ]
 
 
@@ -114,7 +115,7 @@ class VerifiedAttestation:
 
     @property
     def sha256(self) -> str:
-        return "sha256:" + hashlib.sha256(self.data).hexdigest()
+        return _sha256(self.data)
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,37 @@ def _scan(policy: Policy, manifest: Manifest, reader: BlobReader) -> list[Findin
     return sorted(findings, key=lambda f: (f.path.encode(), f.rule))
 
 
+def verify_one_attestation(
+    manifest: Manifest,
+    data: bytes,
+    *,
+    trust: TrustSet,
+    reader: BlobReader,
+    label: str = "attestation",
+    oms_ignore_paths: Sequence[str] = (),
+) -> VerifiedAttestation:
+    """Step (4) for one attestation: told by its content, verified against ``trust`` and
+    bound to the bundle ``manifest`` names (attaching one to a stored bundle uses this).
+
+    Raises:
+        UntrustedSigner: (4b) no signature claims a trusted signer.
+        VerificationError, UnknownSignatureFormat, SubjectMismatch: (4c) tampering or
+            malformed bytes.
+    """
+    if detect_kind(data) == "oms":
+        with reader.tree() as root:
+            stmt = verify_attestation(
+                data,
+                trust,
+                bundle_digest=manifest.digest,
+                root=root,
+                ignore_paths=oms_ignore_paths,
+            )
+    else:
+        stmt = verify_attestation(data, trust, bundle_digest=manifest.digest)
+    return VerifiedAttestation(label, data, stmt)
+
+
 def _judge_attestations(
     manifest: Manifest,
     attestations: Iterable[tuple[str, bytes]],
@@ -300,27 +332,26 @@ def _judge_attestations(
     ignored: list[SetAside] = []
     rejected: list[SetAside] = []
     for name, data in attestations:
-        sha = "sha256:" + hashlib.sha256(data).hexdigest()
         try:
-            if detect_kind(data) == "oms":
-                with reader.tree() as root:
-                    stmt = verify_attestation(
-                        data,
-                        trust,
-                        bundle_digest=manifest.digest,
-                        root=root,
-                        ignore_paths=oms_ignore_paths,
-                    )
-            else:
-                stmt = verify_attestation(data, trust, bundle_digest=manifest.digest)
+            # (4a)
+            verified.append(
+                verify_one_attestation(
+                    manifest,
+                    data,
+                    trust=trust,
+                    reader=reader,
+                    label=name,
+                    oms_ignore_paths=oms_ignore_paths,
+                )
+            )
         except UntrustedSigner as exc:
             # (4b): nobody this verifier trusts signed it: it vouches for nothing.
-            ignored.append(SetAside(name, sha, str(exc)))
-            continue
+            ignored.append(SetAside(name, _sha256(data), str(exc)))
         except AttestError as exc:
             # (4c): tampering or malformed bytes.
-            rejected.append(SetAside(name, sha, str(exc)))
-            continue
-        # (4a)
-        verified.append(VerifiedAttestation(name, data, stmt))
+            rejected.append(SetAside(name, _sha256(data), str(exc)))
     return verified, ignored, rejected
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

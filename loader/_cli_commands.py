@@ -6,43 +6,43 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from modelward.attest.cli._common import console, err_console, fail, show_progress
+from modelward.attest.cli._trust_flags import (
+    CertificateChainOpt,
+    IdentityOpt,
+    IssuerOpt,
+    PolicyOpt,
+    PublicKeyOpt,
+    SigstoreTrustRootOpt,
+    trust_flags,
+)
+from modelward.attest.policy import TrustFlags
 from modelward.loader.cache import Cache, default_cache_dir
-from modelward.loader.pull import TrustOptions
+from modelward.registry.client import RegistryClient
 
 __all__ = ["register_commands"]
 
 baseline_app = typer.Typer(name="baseline", help="Determinism baselines recorded at boot.",
                            no_args_is_help=True)
 
-PolicyOpt = Annotated[Path | None, typer.Option("--policy", help="Worker policy file")]
-KeyOpt = Annotated[list[Path] | None, typer.Option(
-    "--public-key", help="Trust this publisher public key (PEM); repeatable")]
-IdentityOpt = Annotated[str | None, typer.Option("--identity", help="Trusted Sigstore identity")]
-IssuerOpt = Annotated[str | None, typer.Option("--issuer", help="OIDC issuer of --identity")]
 CacheOpt = Annotated[Path | None, typer.Option(
     "--cache-dir", help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)")]
 WorkerKeyOpt = Annotated[Path | None, typer.Option(
     "--worker-key", help="The worker's private key: signs baselines and replay results")]
 
 
-def _trust(policy: Path | None, keys: list[Path] | None, identity: str | None,
-           issuer: str | None) -> TrustOptions:
-    return TrustOptions(policy=policy, public_keys=tuple(keys or ()), identity=identity,
-                        issuer=issuer)
 
 
 def _cache(cache_dir: Path | None) -> Cache:
     return Cache(cache_dir or default_cache_dir(os.environ))
 
 
-def _client() -> Any:
+def _client() -> RegistryClient:
     from modelward.registry._client_config import resolve_settings
-    from modelward.registry.client import RegistryClient
 
     settings = resolve_settings()
     return RegistryClient(settings.url, settings.token)
@@ -79,8 +79,10 @@ def _log(message: str) -> None:
 def pull(
     reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
     *,
-    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, cache_dir: CacheOpt = None,
+    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    cache_dir: CacheOpt = None,
     repair: Annotated[bool, typer.Option(
         "--repair", help="Re-hash the cached blobs first, download again any that do not "
         "match, and rebuild the materialized directory")] = False,
@@ -89,8 +91,10 @@ def pull(
     from modelward.loader.pull import pull_bundle
 
     with _client() as client, _progress("pull") as (advance, total):
-        pulled = pull_bundle(client, reference, _cache(cache_dir),
-                             _trust(policy, public_key, identity, issuer),
+        flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
+                            identity=identity, issuer=issuer,
+                            sigstore_trust_root=sigstore_trust_root)
+        pulled = pull_bundle(client, reference, _cache(cache_dir), flags,
                              progress=advance, on_total=total, repair=repair)
     for digest in pulled.repaired:
         _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
@@ -132,8 +136,10 @@ def boot(
     ctx: typer.Context,
     reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
     *,
-    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, cache_dir: CacheOpt = None, worker_key: WorkerKeyOpt = None,
+    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    cache_dir: CacheOpt = None, worker_key: WorkerKeyOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Run the OpenAI-compatible server")]
     = False,
     host: Annotated[str, typer.Option(help="--serve: listen address")] = "127.0.0.1",
@@ -166,8 +172,10 @@ def boot(
     )
     with _client() as client, _progress("pull") as (advance, _total):
         try:
-            result = boot_bundle(client, reference, _cache(cache_dir),
-                                 _trust(policy, public_key, identity, issuer), options,
+            flags = trust_flags(policy, public_key=public_key,
+                                certificate_chain=certificate_chain, identity=identity,
+                                issuer=issuer, sigstore_trust_root=sigstore_trust_root)
+            result = boot_bundle(client, reference, _cache(cache_dir), flags, options,
                                  log=_log, progress=advance)
         except (DigestMismatch, TreeRuleError) as exc:
             fail(str(exc), hint=_REPAIR_HINT)
@@ -192,24 +200,28 @@ def boot(
 def baseline_show(
     reference: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:...")],
     *,
-    policy: PolicyOpt = None, public_key: KeyOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, worker_key: WorkerKeyOpt = None,
+    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
+    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    worker_key: WorkerKeyOpt = None,
     worker_public_key: Annotated[list[Path] | None, typer.Option(
         "--worker-public-key", help="Trust baselines signed by this worker key (PEM)")] = None,
 ) -> None:
     """List the trusted baselines of a bundle, one per runtime fingerprint."""
+    from modelward.attest.policy import policy_from_flags
     from modelward.attest.trust import TrustSet
-    from modelward.loader.pull import worker_policy
     from modelward.loader.statements import find_baselines, load_worker_key
     from modelward.registry.client import parse_reference
 
     trust = TrustSet()
-    if policy or public_key or identity or issuer:
-        trust = worker_policy(_trust(policy, public_key, identity, issuer))[1]
+    flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
+                identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root)
+    if flags.given():
+        trust = policy_from_flags(flags)[1]
     if worker_key:
         trust = trust.merged(load_worker_key(worker_key).trust)
     if worker_public_key:
-        trust = trust.merged(worker_policy(TrustOptions(public_keys=tuple(worker_public_key)))[1])
+        trust = trust.merged(policy_from_flags(TrustFlags(public_keys=tuple(worker_public_key)))[1])
     if trust.is_empty():
         fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
     ref = parse_reference(reference)

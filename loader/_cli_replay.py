@@ -10,6 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest.cli._common import console, err_console
+from modelward.attest.cli._trust_flags import (
+    CertificateChainOpt,
+    IdentityOpt,
+    IssuerOpt,
+    PolicyOpt,
+    PublicKeyOpt,
+    SigstoreTrustRootOpt,
+    trust_flags,
+)
 from modelward.loader.errors import InputError
 
 __all__ = ["replay"]
@@ -44,11 +53,14 @@ def replay(
     concurrency: Annotated[int, typer.Option(min=1, help="Requests per engine batch")] = 1,
     capture: Annotated[Path | None, typer.Option(
         "--capture", help="Write the first run's outputs here (JSONL)")] = None,
-    policy: Annotated[Path | None, typer.Option("--policy")] = None,
-    public_key: Annotated[list[Path] | None, typer.Option("--public-key")] = None,
-    identity: Annotated[str | None, typer.Option("--identity")] = None,
-    issuer: Annotated[str | None, typer.Option("--issuer")] = None,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir")] = None,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    cache_dir: Annotated[Path | None, typer.Option(
+        "--cache-dir", help="Cache root (default $XDG_CACHE_HOME/modelward)")] = None,
     worker_key: Annotated[Path | None, typer.Option(
         "--worker-key", help="Sign the result and attach it to the bundle")] = None,
 ) -> None:
@@ -57,7 +69,7 @@ def replay(
     Exit 1 when any execution diverges from the reference.
     """
     from modelward.attest.statement import PredicateType
-    from modelward.loader._cli_commands import _cache, _client, _trust
+    from modelward.loader._cli_commands import _cache, _client
     from modelward.loader.engine import require_vllm
     from modelward.loader.replay import load_expected, load_requests, summarize, write_capture
     from modelward.loader.statements import load_worker_key, sign_predicate
@@ -69,7 +81,8 @@ def replay(
     requests = load_requests(requests_file)
     reference = load_expected(expected) if expected is not None else None
     key = load_worker_key(worker_key) if worker_key else None
-    trust = _trust(policy, public_key, identity, issuer)
+    trust = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
+                identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root)
     cache = _cache(cache_dir)
     with _client() as client:
         pulled, _spec, config = _pulled_config(client, bundle, cache, trust)

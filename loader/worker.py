@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from modelward.attest.errors import AttestError
+from modelward.attest.policy import TrustFlags
 from modelward.loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
 from modelward.loader.cache import Cache
 from modelward.loader.engine import boot_engine, check_engine_version
@@ -32,8 +33,9 @@ from modelward.loader.errors import BaselineDivergence, InputError, LoaderError
 from modelward.loader.fingerprint import Fingerprint, collect_fingerprint
 from modelward.loader.hardening import ServingConfig, check_extra_args
 from modelward.loader.probes import resolve_probes
-from modelward.loader.pull import PulledBundle, TrustOptions, pull_bundle
+from modelward.loader.pull import PulledBundle, pull_bundle
 from modelward.loader.server import ServedEngine
+from modelward.loader.source import RegistrySource
 from modelward.loader.statements import WorkerKey, find_baselines, sign_predicate
 
 __all__ = ["BootOptions", "BootResult", "boot_bundle", "load_bundle_spec"]
@@ -90,7 +92,7 @@ def _report(client: Any, pulled: PulledBundle, fingerprint: Fingerprint | None, 
         log(f"warning: could not record the boot in the registry: {exc}")
 
 
-def boot_bundle(client: Any, reference: str, cache: Cache, trust: TrustOptions,
+def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: TrustFlags,
                 options: BootOptions, *, log: Log,
                 progress: Callable[[int], None] | None = None) -> BootResult:
     """Pull, verify, boot and baseline ``reference`` (see the module doc for the steps).

@@ -9,6 +9,7 @@ message, detail) with exit 1.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -173,6 +174,12 @@ def push(
             )
     console.print(f"pushed {repo}@{result.digest}")
     console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present")
+    names = {f"sha256:{hashlib.sha256(data).hexdigest()}": str(path)
+             for path, data in zip(attestation or [], attestations, strict=True)}
+    for item in result.ignored:
+        shown = names.get(item.get("sha256", ""), item.get("sha256", "?"))
+        err_console.print(f"warning: attestation {shown} not recorded: {item.get('reason')}",
+                          markup=False)
     if result.alias is not None:
         console.print(
             f"{repo}@{result.alias['alias']} -> {result.digest} (v{result.alias['version']})"

@@ -232,7 +232,7 @@ def test_leaf_key_must_have_made_the_signature(model: Path) -> None:
     root, root_key = _ca("test-root")
     leaf, _ = _leaf(root, root_key)
     impostor = ec.generate_private_key(ec.SECP256R1())
-    with pytest.raises(VerificationError, match="by leaf certificate .* does not verify"):
+    with pytest.raises(VerificationError, match=r"by leaf certificate .* does not verify"):
         verify_oms(_chain_bundle(_v1(model), leaf, impostor), model,
                    TrustSet(cas=(TrustedCA("test-ca", (root,)),)), ["notes.txt"])
 

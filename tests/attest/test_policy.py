@@ -223,7 +223,8 @@ def test_policy_is_immutable():
 
 def test_committed_schema_is_generated():
     committed = json.loads((POLICIES / "schema.json").read_text())
-    assert committed == policy_json_schema(), "run: .venv/bin/python -m modelward.policies.generate_schema"
+    hint = "run: .venv/bin/python -m modelward.policies.generate_schema"
+    assert committed == policy_json_schema(), hint
 
 
 def test_schema_forbids_unknown_fields():

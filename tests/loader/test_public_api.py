@@ -20,11 +20,11 @@ EXPECTED = {
                         "record_baseline", "token_hash"],
     "loader.replay": ["ReplayDivergence", "ReplayReport", "ReplayRequest", "load_expected",
                       "load_requests", "run_replay", "summarize", "write_capture"],
-    "loader.pull": ["WORKER_PREDICATE_TYPES", "PulledBundle", "TrustOptions", "pull_bundle",
-                    "worker_policy"],
+    "loader.pull": ["PulledBundle", "pull_bundle"],
     "loader.fingerprint": ["DETERMINISM_ENV", "Fingerprint", "collect_fingerprint",
                            "fingerprint_id"],
     "loader.probes": ["BUILTIN_PROBES", "Probe", "resolve_probes"],
+    "loader.source": ["RegistrySource"],
 }
 
 

@@ -44,6 +44,7 @@ def test_wheel_installs_only_under_the_modelward_name(tmp_path):
     assert top == {"modelward"}
     for expected in (
         "modelward/cli.py",
+        "modelward/attest/verifier.py",
         "modelward/registry/client.py",
         "modelward/loader/pull.py",
         "modelward/policies/default.yaml",

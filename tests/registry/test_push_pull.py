@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelward.registry._client_config import parse_reference
+from modelward.registry._client_errors import UnsafeFetchWarning
 from modelward.registry.client import APIError, Conflict, NotFound
 from tests.registry.conftest import (
     Registry,
@@ -49,7 +50,8 @@ def test_cli_push_with_sign_and_alias_then_pull(registry: Registry, tmp_path: Pa
     assert (state["digest"], state["version"]) == (digest, 1)
     # pull through the alias with another (reader) principal: bytes identical
     reader = registry.actor("reader")
-    pulled = reader.client.pull(parse_reference(f"{repo}@staging"), tmp_path / "pulled")
+    with pytest.warns(UnsafeFetchWarning):
+        pulled = reader.client.unsafe_fetch(parse_reference(f"{repo}@staging"), tmp_path / "pulled")
     assert pulled.digest == digest
     for name in ("config.json", "model.safetensors"):
         assert (pulled.root / name).read_bytes() == (root / name).read_bytes()

@@ -307,3 +307,61 @@ def test_registering_an_identity_does_not_disable_key_signatures(reg: Reg) -> No
     )
     assert r.status_code == 201, r.text
     push(reg, "pub_id")
+
+
+# -- alias moves judge the bundle as it is now -----------------------------------------------
+def test_alias_move_rescans_the_bundle_under_the_current_policy(reg: Reg) -> None:
+    """Findings stored at push time are not reused: a scanner limit added since counts."""
+    policy = (
+        "version: 1\ntrust_registered_signers: true\n"
+        "aliases:\n  - {pattern: '*', roles: [publisher]}\n"
+    )
+    r = reg.actors["pub_a"].client.post("/v1/repos", json={"name": "acme/rescan",
+                                                           "policy_yaml": policy})
+    assert r.status_code == 201, r.text
+    bundle = push(reg, "pub_a", repo="acme/rescan")
+    stricter = policy + "limits:\n  max_safetensors_header: 8\n"
+    r = reg.admin.put("/v1/repos/acme/rescan/policy", json={"policy_yaml": stricter})
+    assert r.status_code == 200, r.text
+    since = reg.last_seq()
+    r = alias_put(reg.actors["pub_a"].client, "acme/rescan", "dev", bundle.digest)
+    err = error(r, 422, "policy_denied")
+    assert "scan: model.safetensors" in err["message"], err
+    assert alias_version(reg, "acme/rescan", "dev") == 0
+    assert_denied(reg, since, 422, "policy_denied", actor="pub_a")
+
+
+def test_replay_result_against_an_unrelated_digest_does_not_satisfy_the_gate(reg: Reg) -> None:
+    from modelward.attest.keys import generate_private_key
+    from modelward.attest.statement import PredicateType
+
+    policy = (
+        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "  - {pattern: prod, roles: [publisher], protected: true,"
+        " replay: {min_consecutive: 3}}\n"
+    )
+    pub = reg.actors["pub_b"].client
+    assert pub.post("/v1/repos", json={"name": "acme/gate", "policy_yaml": policy}).is_success
+    worker, worker_key = reg.actors["worker"], generate_private_key("ed25519")
+    r = reg.admin.post("/v1/keys", json={"public_key_pem": _pem(worker_key),
+                                         "principal": "worker"})
+    assert r.status_code == 201, r.text
+
+    def replay_result(digest: str, against: str | None) -> None:
+        predicate = {"consecutive_matches": 5, "divergence_count": 0, "against": against}
+        data = statement(worker_key, digest, PredicateType.REPLAY, predicate)
+        url = f"/v1/repos/acme/gate/bundles/{digest}/attestations"
+        assert worker.client.post(url, content=data).status_code == 201
+
+    first = push(reg, "pub_b", repo="acme/gate")
+    replay_result(first.digest, None)  # the alias is new: a replay against none counts
+    assert alias_put(pub, "acme/gate", "prod", first.digest).status_code == 200
+    second = push(reg, "pub_b", repo="acme/gate")
+    replay_result(second.digest, "sha256:" + "cd" * 32)  # against an unrelated bundle
+    replay_result(second.digest, None)  # against nothing at all
+    r = alias_put(pub, "acme/gate", "prod", second.digest, 1)
+    err = error(r, 422, "replay_required")
+    assert first.digest in err["message"]
+    replay_result(second.digest, first.digest)  # against the bundle on the alias now
+    r = alias_put(pub, "acme/gate", "prod", second.digest, 1)
+    assert r.status_code == 200, r.text

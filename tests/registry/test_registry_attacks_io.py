@@ -152,7 +152,9 @@ def test_repush_with_other_attestations_changes_nothing(reg: Reg) -> None:
     r = pub.put(url, json=bundle.body(stranger))
     assert r.status_code == 200, r.text
     assert r.json()["created"] is False
-    assert r.json()["ignored_attestations"] == [sha(stranger)]  # the client is told
+    # the client is told, with the reason
+    assert [i["sha256"] for i in r.json()["ignored_attestations"]] == [sha(stranger)]
+    assert "attestation add" in r.json()["ignored_attestations"][0]["reason"]
     assert reg.admin.get(f"{url}/attestations").json() == before
     # the same digest pushed to another repository is a separate record; a's is unchanged
     key_b = reg.actors["pub_b"].key

@@ -461,7 +461,7 @@ def test_oms_signature_verifies_against_stored_blobs(
     assert r.json()["kind"] == "oms"
     # a model.sig by a signer nobody trusts is refused, and nothing is stored
     other = (shared_fixtures / "oms" / "v1.1.0-elliptic-key" / "model.sig").read_bytes()
-    _error(pub.post(f"{url}/attestations", content=other), 422, "attestation_rejected")
+    _error(pub.post(f"{url}/attestations", content=other), 422, "attestation_untrusted")
     assert [a["kind"] for a in pub.get(f"{url}/attestations").json()] == ["dsse", "oms"]
 
 

@@ -4,12 +4,14 @@
   (1) an alias rule matches (none: nobody may move it) and names the caller's principal or
       role (a publisher also needs to publish to this repository);
   (2) the bundle exists, is not tombstoned and not quarantined;
-  (3) the repository's current policy still allows the bundle (stored attestations re-verified,
-      stored scan findings);
+  (3) the repository's current policy still allows the bundle: the one bundle verifier
+      (attest.verifier) judges it as it is now, scanning the stored layers again under the
+      current policy and re-verifying every attestation that is not retracted;
   (4) protected aliases: k approvals by reviewers other than the publisher and the mover,
       a trusted determinism baseline, and replay results, as the rule requires (baselines and
       replay results count only when a reader, an admin or a policy signer other than the
-      publisher and the mover signed them);
+      publisher and the mover signed them; a replay result counts only against the bundle
+      currently on the alias, or against none when the alias has no bundle yet);
   (5) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
       history row and audit event in the same transaction.
 """
@@ -25,6 +27,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
@@ -47,7 +50,6 @@ from modelward.registry.models import (
     Alias,
     AliasHistory,
     Approval,
-    Attestation,
     Identity,
     Principal,
     Repository,
@@ -154,6 +156,13 @@ def _evidence_signers(
     return counts
 
 
+def _against(stmt: Any) -> str | None:
+    """The digest a replay result compared against (``against``), or None."""
+    predicate = stmt.statement.get("predicate", {})
+    against = predicate.get("against") if isinstance(predicate, dict) else None
+    return against if isinstance(against, str) else None
+
+
 def _replay_ok(statements: list[Any], min_consecutive: int, max_divergences: int) -> bool:
     for stmt in statements:
         predicate = stmt.statement.get("predicate", {})
@@ -205,22 +214,15 @@ def set_alias(
         bundle = live_bundle(session, repo, digest)
         if bundle.quarantined:
             raise BundleQuarantined(f"bundle {digest} is quarantined: {bundle.quarantine_reason}")
-        # (3): the current policy still allows it.
+        # (3): the current policy still allows it (judged below, outside the transaction).
         manifest = parse_manifest(bundle.manifest)
-        stored = [
-            a.data
-            for a in session.execute(
-                select(Attestation)
-                .where(Attestation.bundle_id == bundle.id)
-                .order_by(Attestation.id)
-            ).scalars()
-        ]
+        stored = [a.data for a in session.execute(live_attestations(bundle.id)).scalars()]
         trust = verdict.trust_for(session, repo, policy, state)
-        findings = verdict.findings_from_json(bundle.findings)
         publisher_id = bundle.created_by
         approvers = _approvers(session, bundle.id, alias, {publisher_id, caller.id})
         vouches = _evidence_signers(session, policy, {publisher_id, caller.id})
         current = _alias_row(session, repo, alias)
+        current_digest = current.digest if current is not None else None
         earlier = set()
         if current is not None:
             earlier = set(
@@ -228,14 +230,9 @@ def set_alias(
                     select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
                 ).scalars()
             ) - {current.digest}
-    verified = verdict.verify_all(state, manifest, stored, trust.verify)
-    decision = verdict.evaluate(policy, manifest, verified, findings, trust)
-    if not decision.allowed:
-        raise Refused(
-            "the repository policy denies this bundle: " + "; ".join(decision.reasons),
-            detail=decision.as_dict(),
-            code="policy_denied",
-        )
+    trusted = verdict.judge(
+        state, manifest=manifest, attestations=stored, policy=policy, trust=trust
+    )
     # (4): protected-alias requirements.
     if rule.protected:
         if len(approvers) < rule.approvals:
@@ -250,23 +247,26 @@ def set_alias(
         by_type = {
             t: [
                 s
-                for s in verified.statements
+                for s in trusted.statements
                 if s.predicate_type == t and any(vouches(signer) for signer in s.signers)
             ]
             for t in (PredicateType.BASELINE, PredicateType.REPLAY)
         }
+        reference = current_digest  # the bundle on the alias now (None: the alias is new)
+        replays = [s for s in by_type[PredicateType.REPLAY] if _against(s) == reference]
         if rule.require_baseline and not by_type[PredicateType.BASELINE]:
             raise Refused(
                 f"{repo_name}@{alias} needs a trusted determinism baseline for {digest}",
                 code="baseline_required",
             )
         if rule.replay is not None and not _replay_ok(
-            by_type[PredicateType.REPLAY], rule.replay.min_consecutive, rule.replay.max_divergences
+            replays, rule.replay.min_consecutive, rule.replay.max_divergences
         ):
+            against = f"against {reference}" if reference else "against no bundle"
             raise Refused(
-                f"{repo_name}@{alias} needs a trusted replay result with at least "
-                f"{rule.replay.min_consecutive} consecutive matches and at most "
-                f"{rule.replay.max_divergences} divergences",
+                f"{repo_name}@{alias} needs a trusted replay result {against} (the bundle "
+                f"on the alias now) with at least {rule.replay.min_consecutive} consecutive "
+                f"matches and at most {rule.replay.max_divergences} divergences",
                 code="replay_required",
             )
     if rollback and digest not in earlier:

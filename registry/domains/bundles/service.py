@@ -4,11 +4,14 @@
   (1) the caller may publish to the repository (authorization in the query);
   (2) the manifest bytes hash to the digest in the URL;
   (3) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
-      attestations in the request that it does not hold are ignored and listed by sha256;
+      attestations in the request that it does not hold are listed as ignored, with the
+      reason (attach them with POST .../attestations);
   (4) the manifest parses strictly (attest.manifest.parse_manifest);
   (5) every layer and the config blob is stored, with the stated size;
-  (6) the content scanner reads every stored layer;
-  (7) the attestations verify (attest.verify) and the repository policy allows the bundle;
+  (6) the one bundle verifier (attest.verifier.verify_bundle) scans every stored layer,
+      verifies the attestations and evaluates the repository policy; attestations no
+      registered or policy signer signed are ignored and listed with their reason;
+  (7) the caller may attach each verified statement's type (attestations.rules);
   (8) only then the bundle, its verified attestations and an audit event are recorded in one
       transaction.
 """
@@ -25,6 +28,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.attestations.repository import is_live
+from modelward.registry.domains.attestations.rules import require_may_attach
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
@@ -37,7 +42,6 @@ from modelward.registry.errors import (
     InvalidManifest,
     NotFound,
     PayloadTooLarge,
-    Refused,
 )
 from modelward.registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
 
@@ -121,10 +125,10 @@ def push(
     manifest_bytes: bytes,
     attestations: list[bytes],
     caller: Caller,
-) -> tuple[dict[str, Any], bool, list[str]]:
-    """Judge and record a bundle; returns (decision, created, ignored): ``ignored`` lists the
-    sha256 of each attestation in the request that an existing bundle does not hold (attach
-    those with POST .../attestations). Raises on every refusal."""
+) -> tuple[dict[str, Any], bool, list[dict[str, str]]]:
+    """Judge and record a bundle; returns (decision, created, ignored): ``ignored`` names, by
+    sha256 and with the reason, each attestation in the request that was not recorded.
+    Raises on every refusal."""
     with state.db.read() as session:
         # (1): the caller may publish here.
         repo = writable_repo(session, repo_name, caller)
@@ -155,31 +159,33 @@ def push(
             )
         policy = repo_policy(repo, state.default_policy_yaml)
         trust = verdict.trust_for(session, repo, policy, state)
-    # (6): scan the stored bytes.
-    findings = verdict.scan_layers(state, manifest, policy)
-    # (7): verify attestations, evaluate the policy.
-    verified = verdict.verify_all(state, manifest, attestations, trust.verify)
-    decision = verdict.evaluate(policy, manifest, verified, findings, trust)
-    if not decision.allowed:
-        raise Refused(
-            "policy denied the bundle: " + "; ".join(decision.reasons),
-            detail=decision.as_dict(),
-            code="policy_denied",
-        )
+    # (6): the one verifier: scan, attestations, policy.
+    trusted = verdict.judge(
+        state, manifest=manifest, attestations=attestations, policy=policy, trust=trust
+    )
+    ignored = [
+        {"sha256": a.sha256, "reason": f"no registered or policy signer signed it: {a.reason}"}
+        for a in trusted.ignored
+    ]
     # (8): record everything in one transaction.
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
+        # (7): who may attach what, from each verified statement.
+        for item in trusted.verified:
+            stmt = item.statement
+            require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
         again = session.execute(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
         ).scalar_one_or_none()
         if again is not None:  # another process recorded it meanwhile
             return json.loads(again.decision), False, _not_held(session, again, attestations)
+        decision = trusted.decision
         row = Bundle(
             repo_id=repo.id,
             digest=digest,
             manifest=manifest_bytes,
             decision=json.dumps(decision.as_dict()),
-            findings=verdict.findings_to_json(findings),
+            findings=verdict.findings_to_json(trusted.findings),
             created_by=caller.id,
             created_at=datetime.now(UTC),
             quarantined=False,
@@ -189,8 +195,8 @@ def push(
         session.flush()
         held = {manifest.config.digest} | {layer.digest for layer in manifest.layers}
         session.add_all(BundleBlob(bundle_id=row.id, digest=d) for d in sorted(held))
-        for data, stmt in verified.accepted:
-            session.add(attestation_row(row, data, stmt, caller))
+        for item in trusted.verified:
+            session.add(attestation_row(row, item.data, item.statement, caller))
         append(
             session,
             actor=caller.name,
@@ -198,21 +204,25 @@ def push(
             subject=f"{repo.name}@{digest}",
             details={
                 "layers": len(manifest.layers),
-                "attestations": len(verified.accepted),
+                "attestations": len(trusted.verified),
+                "ignored_attestations": [i["sha256"] for i in ignored],
                 "signers": [s.name for s in decision.signers],
             },
         )
-    return decision.as_dict(), True, []
+    return decision.as_dict(), True, ignored
 
 
-def _not_held(session: Session, bundle: Bundle, attestations: list[bytes]) -> list[str]:
+def _not_held(
+    session: Session, bundle: Bundle, attestations: list[bytes]
+) -> list[dict[str, str]]:
     held = set(
         session.execute(
-            select(Attestation.sha256).where(Attestation.bundle_id == bundle.id)
+            select(Attestation.sha256).where(Attestation.bundle_id == bundle.id, is_live())
         ).scalars()
     )
-    shas = ["sha256:" + hashlib.sha256(a).hexdigest() for a in attestations]
-    return sorted({s for s in shas if s not in held})
+    shas = {"sha256:" + hashlib.sha256(a).hexdigest() for a in attestations}
+    reason = "the bundle exists already; attach it with `modelward attestation add`"
+    return [{"sha256": s, "reason": reason} for s in sorted(shas - held)]
 
 
 def attestation_row(bundle: Bundle, data: bytes, stmt: Any, caller: Caller) -> Attestation:

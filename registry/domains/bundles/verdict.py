@@ -1,10 +1,15 @@
-"""The registry's trust decisions about one bundle, in one place: scan the stored layers,
-verify attestations, evaluate the repository policy (attest.policy.evaluate decides).
+"""The registry's side of the bundle verdict: which trust, and reading stored blobs.
 
-Trust for *verifying* an attestation is the policy's signers plus every registered key and
-identity (so a serving worker's signed baseline verifies); signers that *count* toward the
-policy's threshold are the policy's own plus, when ``trust_registered_signers``, those of the
-principals allowed to publish to the repository (``extra_trust``).
+The verdict itself is attest.verifier's (``verify_bundle``), the same one the loader and
+``bundle verify`` use; this module only supplies what the registry knows:
+
+- trust: an attestation *verifies* when signed by the policy's signers or by any registered
+  key or identity (so a serving worker's signed baseline verifies); signers that *count*
+  towards the policy's threshold are the policy's own plus, when
+  ``trust_registered_signers``, those of the principals allowed to publish to the
+  repository;
+- a ``BlobReader`` over the blob store (hard links into a temporary tree on a file store
+  when an OMS signature needs the files as a tree).
 """
 
 from __future__ import annotations
@@ -17,30 +22,37 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, BinaryIO
 
 from sqlalchemy.orm import Session
 
+from modelward.attest.errors import AttestError, BundleError, UntrustedSigner
+from modelward.attest.policy import PolicyDenied, policy_trust_set
+from modelward.attest.verifier import (
+    TrustedBundle,
+    VerifiedAttestation,
+    verify_bundle,
+    verify_one_attestation,
+)
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.repos.service import all_registered_trust, registered_trust
-from modelward.registry.errors import BadRequest
+from modelward.registry.errors import BadRequest, InvalidManifest, Refused
 from modelward.registry.models import Repository
 from modelward.registry.storage.file import FileStore
 
 if TYPE_CHECKING:
-    from modelward.attest.manifest import Manifest
-    from modelward.attest.policy import Decision, Policy
+    from modelward.attest.manifest import Layer, Manifest
+    from modelward.attest.policy import Policy
     from modelward.attest.scanner import Finding
-    from modelward.attest.trust import TrustSet, VerifiedStatement
+    from modelward.attest.trust import TrustSet
 
 __all__ = [
+    "StoreReader",
     "Trust",
-    "Verified",
-    "evaluate",
-    "findings_from_json",
-    "scan_layers",
+    "findings_to_json",
+    "judge",
     "trust_for",
-    "verify_all",
+    "verify_attachment",
 ]
 
 
@@ -48,16 +60,6 @@ __all__ = [
 class Trust:
     verify: TrustSet  # what an attestation may be signed by to be accepted at all
     extra: TrustSet  # registered signers the policy may count (publishers and admins)
-
-
-@dataclass(frozen=True)
-class Verified:
-    accepted: tuple[tuple[bytes, VerifiedStatement], ...]
-    rejected: tuple[str, ...]
-
-    @property
-    def statements(self) -> list[VerifiedStatement]:
-        return [stmt for _, stmt in self.accepted]
 
 
 def trust_for(session: Session, repo: Repository, policy: Policy, state: AppState) -> Trust:
@@ -68,7 +70,6 @@ def trust_for(session: Session, repo: Repository, policy: Policy, state: AppStat
     Raises BadRequest (invalid_policy) when the policy's signers cannot be loaded.
     """
     from modelward.attest.errors import PolicyError
-    from modelward.attest.policy import policy_trust_set
 
     base_dir = None if repo.policy_yaml else state.default_policy_dir
     try:
@@ -79,92 +80,103 @@ def trust_for(session: Session, repo: Repository, policy: Policy, state: AppStat
     return Trust(verify=own.merged(all_registered_trust(session)), extra=extra)
 
 
-def scan_layers(state: AppState, manifest: Manifest, policy: Policy) -> list[Finding]:
-    """Run the content scanner over every stored layer blob (streamed from the store)."""
-    from modelward.attest.policy import policy_scan_limits
-    from modelward.attest.scanner import scan_blob
+@dataclass(frozen=True)
+class StoreReader:
+    """attest.verifier.BlobReader over the registry's blob store."""
 
-    limits = policy_scan_limits(policy)
-    findings: list[Finding] = []
-    for layer in manifest.layers:
-        with state.store.open(layer.digest) as stream:
-            report = scan_blob(layer.path, stream, layer.size, limits)
-        findings.extend(report.findings)
-    return findings
+    state: AppState
+    manifest: Manifest
 
+    def open(self, layer: Layer) -> contextlib.AbstractContextManager[BinaryIO]:
+        return self.state.store.open(layer.digest)
 
-@contextlib.contextmanager
-def _materialized(state: AppState, manifest: Manifest) -> Iterator[Path]:
-    """The bundle's files as a tree (hard links on a file store), for OMS verification."""
-    base = state.store.root / "_tmp" if isinstance(state.store, FileStore) else None
-    tmp = Path(tempfile.mkdtemp(prefix="tree-", dir=base))
-    try:
-        for layer in manifest.layers:
-            target = tmp / layer.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(state.store, FileStore):
-                try:
-                    os.link(state.store.blob_path(layer.digest), target)
-                    continue
-                except OSError:
-                    pass
-            with target.open("wb") as out:
-                for chunk in state.store.read(layer.digest):
-                    out.write(chunk)
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    def local_path(self, layer: Layer) -> Path | None:
+        store = self.state.store
+        return store.blob_path(layer.digest) if isinstance(store, FileStore) else None
 
-
-def verify_all(
-    state: AppState, manifest: Manifest, datas: Sequence[bytes], trust: TrustSet
-) -> Verified:
-    """Verify each attestation against ``trust`` and bind it to the bundle; never raises for a
-    bad attestation: its reason goes to ``rejected``."""
-    from modelward.attest.errors import AttestError
-    from modelward.attest.verify import detect_kind, verify_attestation
-
-    accepted: list[tuple[bytes, VerifiedStatement]] = []
-    rejected: list[str] = []
-    for index, data in enumerate(datas):
+    @contextlib.contextmanager
+    def tree(self) -> Iterator[Path]:
+        """The bundle's files as a tree (hard links on a file store), for OMS verification."""
+        store = self.state.store
+        base = store.root / "_tmp" if isinstance(store, FileStore) else None
+        tmp = Path(tempfile.mkdtemp(prefix="tree-", dir=base))
         try:
-            if detect_kind(data) == "oms":
-                with _materialized(state, manifest) as root:
-                    stmt = verify_attestation(data, trust, bundle_digest=manifest.digest, root=root)
-            else:
-                stmt = verify_attestation(data, trust, bundle_digest=manifest.digest)
-        except AttestError as exc:
-            rejected.append(f"attestation {index}: {exc}")
-            continue
-        accepted.append((data, stmt))
-    return Verified(tuple(accepted), tuple(rejected))
+            for layer in self.manifest.layers:
+                target = tmp / layer.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(store, FileStore):
+                    try:
+                        os.link(store.blob_path(layer.digest), target)
+                        continue
+                    except OSError:
+                        pass
+                with target.open("wb") as out:
+                    for chunk in store.read(layer.digest):
+                        out.write(chunk)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-def evaluate(
-    policy: Policy,
+def judge(
+    state: AppState,
+    *,
     manifest: Manifest,
-    verified: Verified,
-    findings: Sequence[Finding],
+    attestations: Sequence[bytes],
+    policy: Policy,
     trust: Trust,
-) -> Decision:
-    from modelward.attest.policy import evaluate as policy_evaluate
+) -> TrustedBundle:
+    """attest.verifier.verify_bundle over the stored blobs, with the registry's trust.
 
-    return policy_evaluate(
-        policy,
-        manifest=manifest,
-        statements=verified.statements,
-        rejected=verified.rejected,
-        findings=findings,
-        extra_trust=trust.extra,
-    )
+    Raises Refused (``policy_denied``, detail: every check) when the policy denies, and
+    InvalidManifest when the manifest is over the policy's limit.
+    """
+    try:
+        return verify_bundle(
+            manifest.raw,
+            attestations,
+            policy=policy,
+            trust=trust.verify,
+            registered=trust.extra,
+            reader=StoreReader(state, manifest),
+            expected_digest=manifest.digest,
+        )
+    except PolicyDenied as exc:
+        raise Refused(
+            "policy denied the bundle: " + "; ".join(exc.decision.reasons),
+            detail=exc.decision.as_dict(),
+            code="policy_denied",
+        ) from exc
+    except BundleError as exc:
+        raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
+
+
+def verify_attachment(
+    state: AppState, *, manifest: Manifest, data: bytes, trust: Trust
+) -> VerifiedAttestation:
+    """One attestation for a stored bundle, through the verifier's step (4).
+
+    Raises Refused: ``attestation_untrusted`` when no registered or policy signer signed it
+    (the registry keeps only statements somebody it knows vouched for), and
+    ``attestation_rejected`` for a bad signature, another bundle's statement or bad bytes.
+    """
+    try:
+        return verify_one_attestation(
+            manifest, data, trust=trust.verify, reader=StoreReader(state, manifest)
+        )
+    except UntrustedSigner as exc:
+        raise Refused(
+            f"attestation not attached: no registered or policy signer signed it: {exc}",
+            detail={"reasons": [str(exc)]},
+            code="attestation_untrusted",
+        ) from exc
+    except AttestError as exc:
+        raise Refused(
+            f"attestation rejected: {exc}",
+            detail={"reasons": [str(exc)]},
+            code="attestation_rejected",
+        ) from exc
 
 
 def findings_to_json(findings: Sequence[Finding]) -> str:
     return json.dumps([{"path": f.path, "rule": f.rule, "reason": f.reason} for f in findings])
-
-
-def findings_from_json(text: str) -> list[Finding]:
-    from modelward.attest.scanner import Finding
-
-    raw: list[dict[str, Any]] = json.loads(text)
-    return [Finding(path=f["path"], rule=f["rule"], reason=f["reason"]) for f in raw]
