@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from modelward.attest._fileio import open_regular
-from modelward.attest.errors import AttestError, ManifestError, UntrustedSigner
+from modelward.attest.errors import AttestError, BundleError, ManifestError, UntrustedSigner
 from modelward.attest.manifest import Layer, Manifest, ManifestLimits, parse_manifest
 from modelward.attest.policy import (
     Decision,
@@ -278,7 +278,7 @@ def _scan(policy: Policy, manifest: Manifest, reader: BlobReader) -> list[Findin
         try:
             with reader.open(layer) as stream:
                 report = scan_blob(layer.path, stream, layer.size, limits)
-        except OSError as exc:
+        except (OSError, BundleError) as exc:
             findings.append(Finding(layer.path, "tree.unreadable", f"read failed: {exc}"))
             continue
         findings.extend(report.findings)

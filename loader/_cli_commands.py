@@ -98,6 +98,8 @@ def pull(
                              progress=advance, on_total=total, repair=repair)
     for digest in pulled.repaired:
         _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
+    for aside in pulled.ignored:
+        _log(f"note: {aside.label} ignored: {aside.reason.splitlines()[0]}")
     console.print(pulled.digest)
     console.print(str(pulled.directory))
 

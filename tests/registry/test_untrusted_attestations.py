@@ -71,6 +71,7 @@ def test_statement_signed_by_a_key_the_worker_does_not_trust_leaves_pull_working
                    tmp_path / "cache")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == digest
+    assert "ignored: " in result.stderr  # reported, never a reason to refuse
 
 
 def test_publisher_second_key_oms_signature_leaves_pull_working(
@@ -99,6 +100,7 @@ def test_publisher_second_key_oms_signature_leaves_pull_working(
                    tmp_path / "cache")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == digest
+    assert "ignored: " in result.stderr  # reported, never a reason to refuse
 
 
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
