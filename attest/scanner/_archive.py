@@ -2,9 +2,10 @@
 
 A zip is found by its local-header magic at offset 0 or by an end-of-central-directory
 record in the last 64 KiB (so a zip appended to another file is found too). The central
-directory is bounded before ``zipfile`` reads it; each member contributes
-``ScanLimits.probe_bytes`` decompressed bytes to the member checks, and more (up to
-``ScanLimits.max_pickle_walk``) only when the pickle opcode walk over them ran out cleanly.
+directory is bounded before ``zipfile`` reads it. Each member is judged as the unpicklers
+would read it (``_pickle.judge_pickle``, up to ``ScanLimits.max_pickle_walk`` bytes: it
+stops at the first byte neither unpickler accepts), then its first ``ScanLimits.probe_bytes``
+decompressed bytes go through the magic checks.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from modelward.attest.scanner._magic import (
     npy_descr,
 )
 from modelward.attest.scanner._model import Finding, ScanLimits
-from modelward.attest.scanner._pickle import probe_pickle, probe_pickle_stream
+from modelward.attest.scanner._pickle import judge_pickle, judge_pickle_bytes
 
 EOCD = b"PK\x05\x06"
 ZIP64_RECORD = b"PK\x06\x06"
@@ -115,6 +116,10 @@ def _archive_kind(names: list[str]) -> str:
     return "zip archive"
 
 
+MEMBER_ERRORS = (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError,
+                 ValueError, zlib.error, lzma.LZMAError)
+
+
 def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
                     limits: ScanLimits) -> tuple[str, str] | None:
     """(rule, reason) for a dangerous or unreadable member, None for an inert one."""
@@ -123,23 +128,17 @@ def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
         return None
     try:
         with archive.open(info) as member:
-            data = member.read(limits.probe_bytes)
-    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError,
-            ValueError, zlib.error, lzma.LZMAError) as exc:
-        return "scan.unknown", f"cannot be read: {exc}"
-    truncated = info.file_size > len(data)
-    verdict = member_verdict(data, truncated=truncated, limits=limits)
-    if verdict is not None:
-        return verdict
-    if truncated:  # the probe ran out: walk on through the member, up to the limit
-        try:
-            with archive.open(info) as member:
-                probe = probe_pickle_stream(data, member, limits.max_pickle_walk)
-        except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError,
-                ValueError, zlib.error, lzma.LZMAError) as exc:
-            return "scan.unknown", f"cannot be read: {exc}"
+            probe = judge_pickle(member, info.file_size, max_bytes=limits.max_pickle_walk,
+                                 max_ops=limits.max_pickle_ops)
         if probe is not None:
             return "scan.zip-pickle", probe.describe()
+        with archive.open(info) as member:
+            data = member.read(limits.probe_bytes)
+    except MEMBER_ERRORS as exc:
+        return "scan.unknown", f"cannot be read: {exc}"
+    verdict = member_verdict(data, truncated=info.file_size > len(data), limits=limits)
+    if verdict is not None:
+        return verdict
     if name.endswith(PICKLE_NAMES):
         return "scan.zip-pickle", "named like a pickle"
     if name.endswith(PYTHON_NAMES):
@@ -149,7 +148,8 @@ def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
 
 def member_verdict(data: bytes, *, truncated: bool,
                    limits: ScanLimits) -> tuple[str, str] | None:
-    """Magic-only checks of an archive member's first bytes."""
+    """Magic-only checks of an archive member's first bytes (the member itself was judged
+    as a pickle already)."""
     native = native_kind(data)
     if native:
         return "scan.native", native
@@ -166,13 +166,12 @@ def member_verdict(data: bytes, *, truncated: bool,
         return None
     if data.startswith((LOCAL_HEADER, EOCD)):
         return "scan.unknown", "nested zip archive"
-    packed = compressed_kind(data, limits.probe_bytes)
+    packed = compressed_kind(data, limits.probe_bytes, whole=not truncated)
     if packed is not None:
-        inner = probe_pickle(packed[1], truncated=True)
+        inner = judge_pickle_bytes(packed.data, cut=packed.cut,
+                                   max_bytes=limits.max_pickle_walk,
+                                   max_ops=limits.max_pickle_ops) if packed.data else None
         if inner is not None:
-            return "scan.zip-pickle", f"{packed[0]}-compressed {inner.describe()}"
-        return "scan.unknown", f"{packed[0]}-compressed data"
-    probe = probe_pickle(data, truncated=truncated)
-    if probe is not None:
-        return "scan.zip-pickle", probe.describe()
+            return "scan.zip-pickle", f"{packed.method}-compressed {inner.describe()}"
+        return "scan.unknown", f"{packed.method}-compressed data"
     return None

@@ -4,11 +4,14 @@
 bounded prefix, then, in this order:
 
 1. rejects names that only code has (``.py``, ``.sh``, ``.so`` ...), whatever the content;
-2. recognizes the content: zip (torch checkpoints, .npz, Keras), native code, bytecode,
-   HDF5, numpy, safetensors, compressed streams, pickle (every protocol), sentencepiece,
-   and text (scripts and Python rejected; JSON, the bundle spec and plain text admitted);
+2. recognizes the content: first as CPython's unpicklers would read it from its first byte
+   (``_pickle.judge_pickle``: a pickle is a pickle whatever else it also is), then zip
+   (torch checkpoints, .npz, Keras), native code, bytecode, HDF5, numpy, safetensors,
+   compressed streams (their content judged as a pickle too), sentencepiece, and text
+   (scripts and Python rejected; JSON, the bundle spec and plain text admitted);
 3. flags a name that promises a format the content is not (``model.safetensors`` that
-   holds a zip, ``config.json`` that is not JSON);
+   holds a zip, ``config.json`` that is not JSON), and admits nothing from the allow-list
+   under a name pickle loaders read (``pytorch_model.bin`` holding text);
 4. lets ``ScanLimits.allow_globs`` admit files whose only findings are ``scan.unknown``.
 """
 
@@ -31,7 +34,12 @@ from modelward.attest.scanner._magic import (
     npy_descr,
 )
 from modelward.attest.scanner._model import FileReport, Finding, ScanLimits
-from modelward.attest.scanner._pickle import probe_pickle, probe_pickle_stream
+from modelward.attest.scanner._pickle import (
+    STOP,
+    PickleProbe,
+    judge_pickle,
+    judge_pickle_bytes,
+)
 from modelward.attest.scanner._safetensors import check_safetensors
 
 SPEC_NAME = "modelward.yaml"
@@ -48,6 +56,10 @@ PROMISES: tuple[tuple[str, str, str], ...] = (
     (".json", "json", "scan.json"),
     (".model", "sentencepiece", "scan.sentencepiece"),
 )
+# Names that torch.load, pickle.load, numpy.load(allow_pickle=True) or joblib.load read: a
+# text (or any allow-listed) file under one of them is unpickled by whoever loads it.
+PICKLE_LOADED = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".dill",
+                 ".sav", ".npy", ".npz", ".tar", ".pdparams", ".pdopt")
 
 Verdict = tuple[str, list[Finding]]
 
@@ -73,11 +85,16 @@ def scan_blob(path: str, stream: BinaryIO, size: int,
     prefix = read_at(stream, 0, min(size, limits.probe_bytes))
     kind, found = _content(path, stream, size, prefix, limits)
     findings.extend(f for f in found if f not in findings)
-    # (3): a name that promises another format
+    # (3): a name that promises another format; a name pickle loaders read
     for suffix, wanted, rule in PROMISES:
         if lower.endswith(suffix) and kind != wanted and not any(f.rule == rule
                                                                  for f in findings):
             findings.append(Finding(path, rule, f"named {suffix} but the content is {kind}"))
+    loaded = next((s for s in PICKLE_LOADED if lower.endswith(s)), None)
+    if loaded is not None and not findings and kind != "empty":
+        findings.append(Finding(path, "scan.pickle", f"named {loaded}, which torch.load, "
+                                "pickle.load, numpy.load and joblib.load unpickle; "
+                                f"{kind} is admitted only under its own names"))
     # (4): allow_globs admit unknown content only
     if findings and all(f.rule == "scan.unknown" for f in findings) and any(
             fnmatch.fnmatchcase(path, glob) for glob in limits.allow_globs):
@@ -90,9 +107,20 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
     truncated = size > len(prefix)
     if size == 0:
         return "empty", []
+    # what CPython's unpicklers make of the bytes comes first: a stream they would import,
+    # call or finish is a pickle, whatever else it also is (text, a zip appended to it)
+    stream.seek(0)
+    probe = judge_pickle(stream, size, max_bytes=limits.max_pickle_walk,
+                         max_ops=limits.max_pickle_ops)
     archive = scan_zip(path, stream, size, prefix, limits)
-    if archive is not None:
-        return archive.kind, list(archive.findings)
+    if archive is not None:  # its members first, then what pickle.load reads at offset 0
+        found = list(archive.findings)
+        if probe is not None:
+            found += _pickle_findings(path, prefix, probe, truncated=truncated)
+        return archive.kind, found
+    if probe is not None and not (probe.why == STOP
+                                  and _valid_safetensors(path, stream, size, prefix, limits)):
+        return "pickle", _pickle_findings(path, prefix, probe, truncated=truncated)
     native = native_kind(prefix)
     if native is not None:
         return "native code", [Finding(path, "scan.native", native)]
@@ -109,24 +137,12 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
         st = check_safetensors(path, stream, size, limits)
         if not st or _looks_like_safetensors(prefix, size, limits):
             return "safetensors", st
-    packed = _compressed(path, prefix, limits)
+    packed = _compressed(path, prefix, limits, truncated=truncated)
     if packed is not None:
         return packed
     if is_tar(prefix):
         return "tar archive", [Finding(path, "scan.unknown", "tar archive is not on the "
                                        "allow-list")]
-    probe = probe_pickle(prefix, truncated=truncated)
-    if probe is None and truncated:  # a first argument longer than the prefix hides the rest
-        stream.seek(0)
-        probe = probe_pickle_stream(prefix, stream, limits.max_pickle_walk)
-    if probe is not None:
-        rule = "scan.joblib" if probe.joblib else "scan.pickle"
-        found = [Finding(path, rule, probe.describe())]
-        if _is_text_prefix(prefix, truncated=truncated):  # also say what the text is
-            code = structured.code_problem(prefix, prefix.decode("utf-8", "replace"))
-            if code is not None:
-                found.append(Finding(path, code[0], code[1]))
-        return "pickle", found
     if prefix[:1] == b"\x0a" or path.lower().endswith(".model"):
         verdict = _sentencepiece(path, stream, size, limits)
         if verdict is not None:
@@ -138,6 +154,25 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
         return "safetensors", st
     return "unknown", [Finding(path, "scan.unknown", "unrecognized binary content "
                                f"(starts with {prefix[:16].hex(' ')})")]
+
+
+def _pickle_findings(path: str, prefix: bytes, probe: PickleProbe, *,
+                     truncated: bool) -> list[Finding]:
+    rule = "scan.joblib" if probe.joblib else "scan.pickle"
+    found = [Finding(path, rule, probe.describe())]
+    if _is_text_prefix(prefix, truncated=truncated):  # also say what the text is
+        code = structured.code_problem(prefix, prefix.decode("utf-8", "replace"))
+        if code is not None:
+            found.append(Finding(path, code[0], code[1]))
+    return found
+
+
+def _valid_safetensors(path: str, stream: BinaryIO, size: int, prefix: bytes,
+                       limits: ScanLimits) -> bool:
+    """A complete pickle that imports nothing is no danger in a file that is valid
+    safetensors too (a safetensors loader reads it; PICKLE_LOADED names still refuse it)."""
+    return (_looks_like_safetensors(prefix, size, limits)
+            and not check_safetensors(path, stream, size, limits))
 
 
 def _looks_like_safetensors(prefix: bytes, size: int, limits: ScanLimits) -> bool:
@@ -160,17 +195,19 @@ def _numpy(path: str, prefix: bytes) -> list[Finding]:
                     "allow-list; convert it to safetensors or admit it with allow_globs")]
 
 
-def _compressed(path: str, prefix: bytes, limits: ScanLimits) -> Verdict | None:
-    packed = compressed_kind(prefix, limits.probe_bytes)
+def _compressed(path: str, prefix: bytes, limits: ScanLimits, *,
+                truncated: bool) -> Verdict | None:
+    packed = compressed_kind(prefix, limits.probe_bytes, whole=not truncated)
     if packed is None:
         return None
-    method, data = packed
-    probe = probe_pickle(data, truncated=True) if data else None
+    probe = judge_pickle_bytes(packed.data, cut=packed.cut,
+                               max_bytes=limits.max_pickle_walk,
+                               max_ops=limits.max_pickle_ops) if packed.data else None
     if probe is None:
-        return f"{method} stream", [Finding(path, "scan.unknown", f"{method}-compressed "
-                                            "data is not on the allow-list")]
-    rule = "scan.joblib" if probe.joblib or method.startswith("joblib") else "scan.pickle"
-    return "pickle", [Finding(path, rule, f"{method}-compressed {probe.describe()}")]
+        return f"{packed.method} stream", [Finding(path, "scan.unknown", f"{packed.method}-"
+                                                   "compressed data is not on the allow-list")]
+    rule = "scan.joblib" if probe.joblib or packed.method.startswith("joblib") else "scan.pickle"
+    return "pickle", [Finding(path, rule, f"{packed.method}-compressed {probe.describe()}")]
 
 
 def _sentencepiece(path: str, stream: BinaryIO, size: int,

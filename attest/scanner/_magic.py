@@ -5,9 +5,11 @@ from __future__ import annotations
 import ast
 import bz2
 import lzma
+import re
 import zlib
 from collections.abc import Callable
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
 
 from modelward.attest.scanner._io import read_at
 
@@ -84,66 +86,111 @@ def npy_descr(prefix: bytes) -> object:
 
 
 def descr_has_object(descr: object) -> bool:
-    """True when a numpy ``descr`` (string or structured list) holds an object field."""
+    """True unless ``descr`` is a numeric numpy dtype description (string or structured list).
+
+    An allow-list: numpy's own parser (``numpy.dtype``) reads more spellings of an object
+    dtype than ``|O`` (``'object'``, ``'O8'``, ...), so anything but a plain number, bool,
+    string or datetime type counts as one that may hold objects (pickles).
+    """
+    return not _numeric_descr(descr, 0)
+
+
+NUMERIC_DESCR = re.compile(r"[<>|=]?(?:[?bBhHiIlLqQpPefdgFDG]|[biufc]\d+|[SUVa]\d+"
+                           r"|[Mm]8(?:\[\w+\])?)")
+
+
+def _numeric_descr(descr: object, depth: int) -> bool:
+    if depth > 32:
+        return False
     if isinstance(descr, str):
-        return descr.lstrip("<>|=").startswith("O")
-    if isinstance(descr, (list, tuple)):
-        return any(descr_has_object(item) for item in descr)
-    return True  # anything else is not a descr numpy writes: treat as the worst case
+        return NUMERIC_DESCR.fullmatch(descr) is not None
+    if isinstance(descr, tuple) and len(descr) == 2:  # a subarray: (base, shape)
+        return _numeric_descr(descr[0], depth + 1)
+    if isinstance(descr, list) and descr:  # structured: [(name, descr[, shape]), ...]
+        return all(isinstance(field, (tuple, list)) and len(field) in (2, 3)
+                   and _numeric_descr(field[1], depth + 1) for field in descr)
+    return False
 
 
-def _gzip(data: bytes, limit: int) -> bytes:
-    return zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data, limit)
+class _Decompressor(Protocol):
+    def decompress(self, data: bytes, max_length: int = ..., /) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
 
 
-def _zlib(data: bytes, limit: int) -> bytes:
-    return zlib.decompressobj().decompress(data, limit)
+def _gzip() -> _Decompressor:
+    return zlib.decompressobj(zlib.MAX_WBITS | 16)
 
 
-def _bz2(data: bytes, limit: int) -> bytes:
-    return bz2.BZ2Decompressor().decompress(data, max_length=limit)
+def _xz() -> _Decompressor:
+    return lzma.LZMADecompressor()
 
 
-def _xz(data: bytes, limit: int) -> bytes:
-    return lzma.LZMADecompressor().decompress(data, max_length=limit)
-
-
-def _joblib_zlib(data: bytes, limit: int) -> bytes:
-    return _zlib(data[data.index(b"\x78"):], limit) if b"\x78" in data[:32] else b""
-
-
-COMPRESSED: tuple[tuple[bytes, str, Callable[[bytes, int], bytes] | None], ...] = (
+COMPRESSED: tuple[tuple[bytes, str, Callable[[], _Decompressor] | None], ...] = (
     (b"\x1f\x8b", "gzip", _gzip),
-    (b"BZh", "bzip2", _bz2),
+    (b"BZh", "bzip2", bz2.BZ2Decompressor),
     (b"\xfd7zXZ\x00", "xz", _xz),
     (b"\x5d\x00\x00", "lzma", _xz),
-    (b"ZF0x", "joblib zlib", _joblib_zlib),
+    (b"ZF0x", "joblib zlib", zlib.decompressobj),
     (b"\x04\x22\x4d\x18", "lz4", None),
     (b"\x28\xb5\x2f\xfd", "zstandard", None),
     (b"7z\xbc\xaf\x27\x1c", "7-zip", None),
     (b"Rar!\x1a\x07", "rar", None),
 )
+INFLATE_STEP = 1024
 
 
-def compressed_kind(prefix: bytes, limit: int) -> tuple[str, bytes] | None:
-    """Name the compression ``prefix`` starts with and up to ``limit`` decompressed bytes."""
-    for magic, name, inflate in COMPRESSED:
+@dataclass(frozen=True)
+class Inflated:
+    """The first bytes a compressed stream decompresses to; ``cut`` says why they may be
+    only a prefix of it ("" when the stream ended inside the bytes read, nothing after it)."""
+
+    method: str
+    data: bytes
+    cut: str
+
+
+def compressed_kind(prefix: bytes, limit: int, *, whole: bool) -> Inflated | None:
+    """Name the compression ``prefix`` starts with and up to ``limit`` decompressed bytes;
+    ``whole``: ``prefix`` is all of the data (else more follows)."""
+    for magic, name, make in COMPRESSED:
         if prefix.startswith(magic):
-            return name, _inflate(inflate, prefix, limit)
+            body = prefix
+            if name == "joblib zlib":  # joblib's ZF header, then a zlib stream
+                at = prefix.find(b"\x78", 0, 32)
+                body = prefix[at:] if at >= 0 else b""
+            return _inflate(name, make, body, limit, whole=whole)
     if len(prefix) >= 2 and prefix[0] == 0x78 and (prefix[0] * 256 + prefix[1]) % 31 == 0:
-        data = _inflate(_zlib, prefix, limit)
-        if data:
-            return "zlib", data
+        inflated = _inflate("zlib", zlib.decompressobj, prefix, limit, whole=whole)
+        if inflated.data:
+            return inflated
     return None
 
 
-def _inflate(inflate: Callable[[bytes, int], bytes] | None, data: bytes, limit: int) -> bytes:
-    if inflate is None:
-        return b""
-    try:
-        return inflate(data, limit)
-    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
-        return b""
+def _inflate(method: str, make: Callable[[], _Decompressor] | None, data: bytes,
+             limit: int, *, whole: bool) -> Inflated:
+    """Decompress ``data`` in small steps, keeping what came out before any error: a
+    streaming reader (gzip.open, joblib) hands those bytes to the unpickler before it
+    reaches the corrupt part."""
+    if make is None or not data:
+        return Inflated(method, b"", cut="not decompressed")
+    decompressor = make()
+    out = bytearray()
+    for start in range(0, len(data), INFLATE_STEP):
+        pending = getattr(decompressor, "unconsumed_tail", b"") + data[start:start + INFLATE_STEP]
+        try:
+            out += decompressor.decompress(pending, limit - len(out))
+        except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
+            return Inflated(method, bytes(out), cut="")  # a reader fails here too: the end
+        if len(out) >= limit:
+            return Inflated(method, bytes(out), cut="probe_bytes decompressed")
+        if decompressor.eof:
+            # a second member (gzip, bz2, xz readers go on into it) is more data
+            more = (not whole or bool(getattr(decompressor, "unused_data", b""))
+                    or start + INFLATE_STEP < len(data))
+            return Inflated(method, bytes(out), cut="a further stream follows" if more else "")
+    return Inflated(method, bytes(out), cut="probe_bytes of compressed input")
 
 
 def is_tar(prefix: bytes) -> bool:

@@ -23,6 +23,8 @@ class ScanLimits:
 
     ``allow_globs`` admit files classified ``unknown`` only (``fnmatch`` patterns on the
     POSIX relative path); a positively dangerous format stays rejected whatever its name.
+    ``max_pickle_walk`` and ``max_pickle_ops`` bound the pickle check (bytes read, opcodes
+    run: each adds at most one stack or memo cell); still unpickling at either is a pickle.
     """
 
     max_safetensors_header: int = 100 * 10**6
@@ -35,11 +37,13 @@ class ScanLimits:
     max_zip_members: int = 100_000
     max_zip_directory: int = 64 * 2**20
     max_pickle_walk: int = 64 * 2**20
+    max_pickle_ops: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in ("max_safetensors_header", "max_json_bytes", "max_text_bytes",
                      "max_spec_bytes", "max_sentencepiece_bytes", "probe_bytes",
-                     "max_zip_members", "max_zip_directory", "max_pickle_walk"):
+                     "max_zip_members", "max_zip_directory", "max_pickle_walk",
+                     "max_pickle_ops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScanLimits.{name} must be positive")
         if isinstance(self.allow_globs, str):

@@ -15,6 +15,7 @@ import pickle
 import struct
 import unicodedata
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,47 @@ def canary_pickle(canary: Path, protocol: int) -> bytes:
 def canary_pickle_p0_by_hand(canary: Path) -> bytes:
     """A protocol-0 pickle written opcode by opcode: io.open(canary, 'w')."""
     return b"cio\nopen\n(V" + str(canary).encode() + b"\nVw\ntR."
+
+
+def canary_pickle_p0_hex(canary: Path) -> bytes:
+    """io.open(canary, 'w') with an ``I0x0`` in it: an int to both CPython unpicklers (base
+    0), an error to ``pickletools.genops`` (base 10), so the old opcode walk saw text."""
+    return b"cio\nopen\n(V" + str(canary).encode() + b"\nVw\nI0x0\n0tR."
+
+
+def canary_pickle_p0_octal(canary: Path) -> bytes:
+    """``I010``: 8 to _pickle (strtol, base 0), an error to pickle.py (int(..., 0))."""
+    return b"cio\nopen\n(V" + str(canary).encode() + b"\nVw\nI010\n0tR."
+
+
+def canary_pickle_frame_split(canary: Path) -> bytes:
+    """A FRAME that ends inside GLOBAL's line: _pickle over io.BytesIO drops the rest of the
+    frame and reads ``io``/``open`` after it; pickle.py and _pickle over bytes fail."""
+    frame = b"c\xff"
+    return (b"\x80\x04\x95" + struct.pack("<Q", len(frame)) + frame + b"io\nopen\n(V"
+            + str(canary).encode() + b"\nVw\ntR.")
+
+
+def canary_gzip_corrupt_tail(canary: Path) -> bytes:
+    """A gzip'd pickle whose deflate stream breaks 32 KB after the pickle's STOP:
+    ``pickle.load(gzip.open(...))`` never reads that far."""
+    body = canary_pickle(canary, 2) + os.urandom(32_000)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return packer.compress(body) + packer.flush(zlib.Z_FULL_FLUSH) + b"\xff" * 16
+
+
+def npy_with_descr(descr: object, body: bytes) -> bytes:
+    """A .npy (format 1.0) with this ``descr`` whatever it means, then ``body``."""
+    header = repr({"descr": descr, "fortran_order": False, "shape": (1,)}).encode()
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + body
+
+
+def canary_pickle_then_npz(canary: Path) -> bytes:
+    """A pickle with a numeric .npz appended: pickle.load reads the pickle at offset 0."""
+    buf = io.BytesIO()
+    np.save(buf, np.arange(3))
+    return canary_pickle(canary, 2) + zip_with({"a.npy": buf.getvalue()})
 
 
 def safetensors_bytes(header: dict[str, object], data_len: int, *,
@@ -106,6 +148,13 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
     put("pickles/big.bin", canary_pickle(canary, 4) + os.urandom(200_000), "scan.pickle")
     joblib_like = b"\x80\x04cjoblib.numpy_pickle\nNumpyArrayWrapper\n)\x81."
     put("pickles/model.joblib", joblib_like, "scan.joblib")
+    # pickles the opcode walk did not see as the unpicklers do (issue 15 item 1)
+    put("pickles/pytorch_model.bin", canary_pickle_p0_hex(canary), "scan.pickle")
+    put("pickles/training_args.bin", canary_pickle_p0_octal(canary), "scan.pickle")
+    put("pickles/state.dat", canary_pickle_frame_split(canary), "scan.pickle")
+    put("pickles/opt.gz", canary_gzip_corrupt_tail(canary), "scan.pickle")
+    put("pickles/with-zip.npz", canary_pickle_then_npz(canary), "scan.pickle")
+    put("pickles/optimizer.pt", b"plain text\n", "scan.pickle")  # text where a pickle goes
 
     # a torch zip checkpoint (holds data.pkl) renamed to model.safetensors
     buf = io.BytesIO()
@@ -151,6 +200,8 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
 
     # numpy with object dtype
     put("object.npy", _npy_object(), "scan.numpy-object")
+    put("object-word.npy", npy_with_descr("object", canary_pickle(canary, 2)),
+        "scan.numpy-object")
 
     # native code, bytecode, HDF5, code and scripts
     put("tokenizer.bin", elf_stub(), "scan.native")

@@ -263,14 +263,18 @@ def test_scan_blob_is_total(name: str, magic: bytes, tail: bytes) -> None:
 
 
 def test_pickle_walk_past_the_probe_is_bounded_by_max_pickle_walk(tmp_path: Path) -> None:
-    """A bare pickle behind a first string longer than the probe is found by walking on;
-    the walk stops at ScanLimits.max_pickle_walk, and what it could not reach stays text."""
+    """A bare pickle behind a first string longer than the probe is found by reading on; the
+    reading stops at ScanLimits.max_pickle_walk, and a stream the unpicklers are still
+    reading there is undecided: refused, never admitted as text."""
     data = b"S'" + b"a" * 100_000 + b"'\n0cos\nsystem\n(S'true'\ntR."
     found = scan_blob("notes.txt", io.BytesIO(data), len(data))
     assert [f.rule for f in found.findings] == ["scan.pickle"]
     assert "posix.system" in found.findings[0].reason or "os.system" in found.findings[0].reason
     bounded = scan_blob("notes.txt", io.BytesIO(data), len(data),
                         ScanLimits(max_pickle_walk=50_000))
-    assert bounded.kind == "text"
+    assert [f.rule for f in bounded.findings] == ["scan.pickle"]
+    assert "50000 bytes (max_pickle_walk)" in bounded.findings[0].reason
     with pytest.raises(ValueError, match="max_pickle_walk"):
         ScanLimits(max_pickle_walk=0)
+    with pytest.raises(ValueError, match="max_pickle_ops"):
+        ScanLimits(max_pickle_ops=0)
