@@ -123,6 +123,35 @@ class ReplayRequirement(_Strict):
     max_divergences: int = Field(default=0, ge=0)
 
 
+class Evidence(_Strict):
+    """Who vouches for a serving worker's evidence: determinism baselines and replay results,
+    the evidence a protected alias's ``require_baseline`` and ``replay`` ask for.
+
+    Nobody else's count, and the registry never counts the bundle's publisher, the principal
+    moving the alias, a publisher of the repository or an admin (who may publish anywhere),
+    nor a key or identity registered to one of them, whatever is listed here.
+    """
+
+    signers: list[Name] = Field(
+        default_factory=list,
+        description="names of this policy's signers (signers.keys/cas/identities) that "
+        "serving workers hold",
+    )
+    principals: list[Name] = Field(
+        default_factory=list,
+        description="registered principals whose registered keys and identities count "
+        "(registry only)",
+    )
+    roles: list[Literal["reader"]] = Field(
+        default_factory=list,
+        description="every registered principal with this role counts (registry only): "
+        "reader = serving workers",
+    )
+
+    def names_nobody(self) -> bool:
+        return not (self.signers or self.principals or self.roles)
+
+
 class AliasRule(_Strict):
     """Who may move aliases matching ``pattern`` (fnmatch), and what a protected one needs."""
 
@@ -185,7 +214,34 @@ class Policy(_Strict):
     )
     engine_version: Mode = "enforce"
     baseline: Mode = "enforce"
+    evidence: Evidence = Field(
+        default_factory=Evidence,
+        description="who vouches for determinism baselines and replay results; default: "
+        "nobody (then no alias rule may require them)",
+    )
     aliases: list[AliasRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _evidence_has_workers(self) -> Policy:
+        # Fail closed: evidence names only this policy's signers, and a gate that asks for
+        # evidence nobody may give is refused here rather than never opening.
+        known = set(self.signers.names())
+        for i, name in enumerate(self.evidence.signers):
+            if name not in known:
+                raise ValueError(
+                    f"evidence.signers[{i}]: {name!r} is not one of this policy's signers "
+                    "(signers.keys/cas/identities)"
+                )
+        if self.evidence.names_nobody():
+            for i, rule in enumerate(self.aliases):
+                if rule.require_baseline or rule.replay is not None:
+                    wanted = "require_baseline" if rule.require_baseline else "replay"
+                    raise ValueError(
+                        f"aliases[{i}]: {wanted} needs evidence signed by serving workers, "
+                        "and evidence names none: list them in evidence.roles, "
+                        "evidence.principals or evidence.signers"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _signers_can_meet_threshold(self) -> Policy:
