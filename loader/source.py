@@ -103,6 +103,15 @@ class RegistrySource(Protocol):
         """
         ...
 
+    def audit_checkpoint(self) -> dict[str, Any]:
+        """The registry's current signed checkpoint of its audit log: ``{"checkpoint" (the
+        C2SP signed note), ...}``, unverified (``registry._client_audit.witness_checkpoint``
+        checks it against the worker's pinned key).
+
+        Raises ``APIError``, ``TransportError``, ``ResponseTooLarge``.
+        """
+        ...
+
 
 if TYPE_CHECKING:
 

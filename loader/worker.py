@@ -3,7 +3,9 @@
 ``boot_bundle`` (docs/loader.md#boot), in order:
 
 1. check extra engine arguments (refused before anything is fetched);
-2. pull and verify (loader.pull: digest, attestations, scanner, worker policy);
+2. record the registry's signed audit checkpoint (verified when the worker pins the
+   registry's checkpoint key: a worker is a witness of the log), then pull and verify
+   (loader.pull: digest, attestations, scanner, worker policy);
 3. read the bundle's modelward.yaml: the serving configuration is pinned there;
 4. check the running vLLM against the pinned engine (policy ``engine_version``);
 5. re-hash the files on disk right before the engine opens them;
@@ -11,7 +13,8 @@
 7. record the baseline on that engine (over HTTP on the server), compare it with a trusted
    baseline for the same (bundle, fingerprint) and, when none exists, store the new one as
    a signed statement; an enforced divergence stops the engine (the server too);
-8. report the boot (digest, fingerprint, outcome) to the registry — refused boots too;
+8. report the boot (digest, fingerprint, outcome, the checkpoint seen) to the registry —
+   refused boots too;
    with ``--serve``, then wait for the server to exit.
 """
 
@@ -29,7 +32,7 @@ from modelward.attest.policy import TrustFlags
 from modelward.loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
 from modelward.loader.cache import Cache
 from modelward.loader.engine import boot_engine, check_engine_version
-from modelward.loader.errors import BaselineDivergence, InputError, LoaderError
+from modelward.loader.errors import BaselineDivergence, InputError, LoaderError, RefusedError
 from modelward.loader.fingerprint import Fingerprint, collect_fingerprint
 from modelward.loader.hardening import ServingConfig, check_extra_args
 from modelward.loader.probes import resolve_probes
@@ -54,6 +57,7 @@ class BootOptions:
     workers: int = 4
     ready_timeout: float = 900.0  # --serve: seconds for the server to come up
     ready_file: Path | None = None  # --serve: written once serving, removed at exit
+    audit_key: str | None = None  # the registry's checkpoint verifier key (NAME+ID+KEY)
 
 
 @dataclass
@@ -66,6 +70,7 @@ class BootResult:
     exit_code: int = 0
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    audit_checkpoint: dict[str, Any] | None = None  # the registry's checkpoint at boot
 
 
 def load_bundle_spec(directory: Path) -> Any:
@@ -104,11 +109,12 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
 
     # (1): extra engine arguments.
     extra = check_extra_args(options.extra_args, serve=options.serve)
-    # (2): pull and verify.
+    # (2): the audit checkpoint this boot saw, then pull and verify.
+    seen = _witness(client, options, log=log)
     clock = time.monotonic()
     pulled = pull_bundle(client, reference, cache, trust, workers=options.workers,
                          progress=progress)
-    result = BootResult(pulled=pulled)
+    result = BootResult(pulled=pulled, audit_checkpoint=seen)
     result.timings["pull"] = time.monotonic() - clock
     fingerprint: Fingerprint | None = None
     try:
@@ -145,7 +151,7 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
         result.timings["record"] = time.monotonic() - clock
     except (LoaderError, AttestError) as exc:
         _report(client, pulled, result.fingerprint or fingerprint, outcome="refused",
-                detail={"reason": str(exc)}, log=log)
+                detail={"reason": str(exc), "audit_checkpoint": seen}, log=log)
         raise
     # (8): the boot record.
     _report(client, pulled, fingerprint, outcome="ok", detail=_detail(result), log=log)
@@ -158,7 +164,28 @@ def _detail(result: BootResult) -> dict[str, Any]:
         "batch_invariant": result.baseline.batch_invariant if result.baseline else None,
         "baseline": baseline_state(result),
         "warnings": result.warnings,
+        "audit_checkpoint": result.audit_checkpoint,
     }
+
+
+def _witness(client: RegistrySource, options: BootOptions, *, log: Log) -> dict[str, Any] | None:
+    """The registry's current audit checkpoint for the boot record (docs/loader.md#boot).
+
+    With ``options.audit_key`` it must verify with that key (else RefusedError: a registry
+    that cannot show its signed checkpoint is not booted from); without one it is recorded
+    unverified, and a failure to fetch it is only a warning.
+    """
+    from modelward.registry._client_audit import witness_checkpoint
+    from modelward.registry.client import RegistryClientError
+    from modelward.registry.errors import RegistryError
+
+    try:
+        return witness_checkpoint(client, options.audit_key)
+    except (RegistryClientError, RegistryError, ValueError) as exc:
+        if options.audit_key:
+            raise RefusedError(f"the registry's audit checkpoint is refused: {exc}") from exc
+        log(f"warning: no audit checkpoint recorded for this boot: {exc}")
+        return None
 
 
 def baseline_state(result: BootResult) -> str:

@@ -7,6 +7,11 @@ previous event's hash (``GENESIS_HASH`` for seq 1). Sequence numbers start at 1 
 longer matches), deleted (a gap in seq / a prev_hash that matches nothing), inserted or reordered
 (seq out of order / prev_hash not the previous row's hash). Used by the server to append and by
 ``modelward audit verify`` (through the API or straight from the database).
+
+The same canonical bytes (``event_entry``) are the event's entry in the audit log's Merkle tree:
+event ``seq`` is leaf ``seq - 1`` and its leaf hash is ``SHA-256(0x00 || entry)``
+(registry.audit_tree). The chain finds a changed row; only a signed checkpoint held outside the
+database finds a row changed by someone who also recomputed the chain (registry.audit_checkpoint).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ __all__ = [
     "GENESIS_HASH",
     "AuditEvent",
     "BrokenChain",
+    "event_entry",
     "event_from_json",
     "event_hash",
     "event_to_json",
@@ -59,6 +65,28 @@ class AuditEvent:
     hash: str = ""
 
 
+def _canonical(
+    *,
+    seq: int,
+    at: str,
+    actor: str,
+    action: str,
+    subject: str,
+    details: Mapping[str, Any],
+    prev_hash: str,
+) -> bytes:
+    body: dict[str, Any] = {
+        "seq": seq,
+        "at": at,
+        "actor": actor,
+        "action": action,
+        "subject": subject,
+        "details": dict(details),
+        "prev_hash": prev_hash,
+    }
+    return rfc8785.dumps(body)
+
+
 def event_hash(
     *,
     seq: int,
@@ -70,16 +98,29 @@ def event_hash(
     prev_hash: str,
 ) -> str:
     """Hash the canonical encoding of the row fields and the previous hash."""
-    body: dict[str, Any] = {
-        "seq": seq,
-        "at": at,
-        "actor": actor,
-        "action": action,
-        "subject": subject,
-        "details": dict(details),
-        "prev_hash": prev_hash,
-    }
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    body = _canonical(
+        seq=seq,
+        at=at,
+        actor=actor,
+        action=action,
+        subject=subject,
+        details=details,
+        prev_hash=prev_hash,
+    )
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def event_entry(event: AuditEvent) -> bytes:
+    """The event's entry in the Merkle tree: the RFC 8785 JSON its chain hash is over."""
+    return _canonical(
+        seq=event.seq,
+        at=event.at,
+        actor=event.actor,
+        action=event.action,
+        subject=event.subject,
+        details=event.details,
+        prev_hash=event.prev_hash,
+    )
 
 
 def next_event(

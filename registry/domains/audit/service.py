@@ -1,5 +1,7 @@
 """Append to and page through the audit log. Appends run inside the caller's write transaction
-(which the Database serializes), so the chain stays gapless; see registry.audit_chain."""
+(which the Database serializes), so the chain stays gapless; see registry.audit_chain. Each
+append also adds the event's leaf to the Merkle tree in that transaction (registry.audit_tree,
+domains.audit.tree): event ``seq`` is leaf ``seq - 1``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import rfc8785
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelward.registry.audit_chain import AuditEvent, next_event
+from modelward.registry.audit_chain import AuditEvent, event_entry, next_event
+from modelward.registry.audit_tree import leaf_hash
+from modelward.registry.domains.audit.tree import add_leaf
 from modelward.registry.models import AuditRow
 
 __all__ = ["append", "page", "row_to_event"]
@@ -38,7 +42,8 @@ def row_to_event(row: AuditRow) -> AuditEvent:
 def append(
     session: Session, *, actor: str, action: str, subject: str, details: Mapping[str, Any]
 ) -> AuditEvent:
-    """Add the next event to the chain in ``session``'s (write) transaction."""
+    """Add the next event to the chain and its leaf to the tree in ``session``'s (write)
+    transaction. Raises TreeIncomplete when the stored tree lacks a node it needs."""
     last = session.execute(select(AuditRow).order_by(AuditRow.seq.desc()).limit(1)).scalar()
     event = next_event(
         None if last is None else row_to_event(last),
@@ -60,6 +65,7 @@ def append(
             hash=event.hash,
         )
     )
+    add_leaf(session, event.seq - 1, leaf_hash(event_entry(event)))
     session.flush()
     return event
 

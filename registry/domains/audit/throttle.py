@@ -12,22 +12,77 @@ accountable and revocable.
 State is per server process and bounded: at most ``max_clients`` addresses are tracked;
 when full, addresses whose window has ended are dropped, and if none has, new addresses
 share one overflow bucket.
+
+The address is the connection's peer (``client_address``). ``X-Forwarded-For`` is believed
+only when the peer is one of the configured ``trusted_proxies`` (none by default), read from
+the right: hops that are trusted proxies are skipped and the first one that is not is the
+client, so a client cannot choose its own key by sending the header itself, directly or
+through a proxy that appends to it. An IPv6 client is counted by its /64 (``throttle_key``),
+the block one host is usually given.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DenialThrottle", "Verdict"]
+__all__ = ["DenialThrottle", "Verdict", "client_address", "throttle_key"]
 
 WINDOW_SECONDS = 60.0
 OVERFLOW = "(overflow)"
 
 Verdict = Literal["audit", "announce", "skip"]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_FORWARDED_HOPS = 32  # X-Forwarded-For entries read, from the right
+IPV6_CLIENT_PREFIX = 64
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def client_address(peer: str | None, forwarded_for: Sequence[str],
+                   trusted_proxies: Sequence[Network]) -> str:
+    """The client's address: ``peer`` (the TCP peer), or — only when ``peer`` is in
+    ``trusted_proxies`` — the rightmost ``X-Forwarded-For`` hop (``forwarded_for``: every
+    header value, in order) that is not a trusted proxy. A hop that is not an address ends
+    the walk at the last address read (nothing left of garbage is believed)."""
+    if peer is None:
+        return "unknown"
+    current = _ip(peer)
+    if current is None:
+        return peer
+
+    def trusted(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return any(address in network for network in trusted_proxies)
+
+    if not trusted(current):
+        return str(current)
+    hops = [hop for value in forwarded_for for hop in value.split(",")][-MAX_FORWARDED_HOPS:]
+    for hop in reversed(hops):
+        address = _ip(hop)
+        if address is None:
+            break
+        current = address
+        if not trusted(current):
+            break
+    return str(current)
+
+
+def throttle_key(address: str) -> str:
+    """What the throttle counts ``address`` under: itself, or its /64 for IPv6."""
+    ip = _ip(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        network = ipaddress.IPv6Network((ip, IPV6_CLIENT_PREFIX), strict=False)
+        return str(network)
+    return address
 
 
 @dataclass

@@ -1,0 +1,117 @@
+"""The registry's checkpoint signing key: a file outside the database
+(docs/registry.md#checkpoints).
+
+The file holds one line, the signer key string ``PRIVATE+KEY+<name>+<id>+<base64>``
+(registry.signed_note), mode 0600. Its path is ``audit_checkpoint_key``; unset, it is
+``<data_dir>/audit-checkpoint.key`` and is created on first use (atomically: processes
+starting together end up with one key). A path that is set is never created: a missing mount
+must not quietly become a new key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from modelward.registry.errors import RegistryError
+from modelward.registry.settings import Settings
+from modelward.registry.signed_note import (
+    MalformedKey,
+    NoteSigner,
+    generate_signer_key,
+    parse_signer_key,
+)
+
+__all__ = [
+    "CheckpointKeyUnavailable",
+    "checkpoint_signer",
+    "create_signer_file",
+    "default_key_name",
+    "read_signer_file",
+]
+
+MAX_KEY_FILE_BYTES = 4096
+
+
+class CheckpointKeyUnavailable(RegistryError):  # noqa: N818 - named after the HTTP outcome
+    """The checkpoint key file is missing, unreadable, too open or not a key."""
+
+    status = 503
+    code = "checkpoint_key_unavailable"
+
+
+def default_key_name() -> str:
+    """A name unique to this registry (C2SP recommends a schema-less URL; this one is under
+    the reserved ``.invalid`` domain, so it is never mistaken for a reachable one)."""
+    return f"modelward.invalid/audit/{secrets.token_hex(4)}"
+
+
+def read_signer_file(path: Path) -> NoteSigner:
+    """The signer in ``path``; raises CheckpointKeyUnavailable naming the problem."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise CheckpointKeyUnavailable(
+            f"cannot open the checkpoint key {path}: {exc.strerror}"
+        ) from exc
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointKeyUnavailable(f"the checkpoint key {path} is not a regular file")
+        if info.st_mode & 0o077:
+            raise CheckpointKeyUnavailable(
+                f"the checkpoint key {path} is open to other users "
+                f"(mode {stat.S_IMODE(info.st_mode):04o}): chmod 600 it"
+            )
+        data = handle.read(MAX_KEY_FILE_BYTES + 1)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise CheckpointKeyUnavailable(f"{path} is too large to be a checkpoint key")
+    try:
+        return parse_signer_key(data.decode("ascii"))
+    except (MalformedKey, UnicodeDecodeError) as exc:
+        raise CheckpointKeyUnavailable(f"{path} is not a checkpoint key: {exc}") from exc
+
+
+def create_signer_file(path: Path, name: str) -> NoteSigner:
+    """Create a new key named ``name`` at ``path`` (mode 0600), atomically; raises
+    FileExistsError when ``path`` exists, MalformedKey for a bad name."""
+    signer = generate_signer_key(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(signer.key_string + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, path)  # fails if another process created it first
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+    return signer
+
+
+def checkpoint_signer(settings: Settings) -> NoteSigner:
+    """The registry's checkpoint signer, creating the default key file on first use.
+
+    Raises CheckpointKeyUnavailable.
+    """
+    path = settings.resolved_audit_checkpoint_key()
+    if not path.exists() and settings.audit_checkpoint_key is None:
+        try:
+            return create_signer_file(path, default_key_name())
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+        except OSError as exc:
+            raise CheckpointKeyUnavailable(
+                f"cannot create the checkpoint key {path}: {exc}"
+            ) from exc
+    if not path.exists():
+        raise CheckpointKeyUnavailable(
+            f"the checkpoint key {path} (audit_checkpoint_key) does not exist: create it with "
+            "`modelward audit key --create --key-file PATH` or mount it there"
+        )
+    return read_signer_file(path)
