@@ -45,19 +45,28 @@ def _where(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
 
 
+def _refuse_anchors(text: str | bytes) -> None:
+    for event in yaml.parse(text, Loader=SafeLoader):
+        anchor = getattr(event, "anchor", None)
+        if isinstance(event, yaml.AliasEvent) or anchor is not None:
+            raise StrictYAMLError(
+                f"{_where(event.start_mark)}YAML anchors and aliases are not allowed")
+
+
 def load_strict_yaml(text: str | bytes) -> Any:
     """The document in ``text``; raises ``StrictYAMLError`` (anchors and aliases, duplicate
-    keys, syntax errors, nesting too deep)."""
+    keys, syntax errors, nesting too deep, values the constructors refuse such as an integer
+    of more than 4300 digits)."""
     try:
-        for event in yaml.parse(text, Loader=SafeLoader):
-            anchor = getattr(event, "anchor", None)
-            if isinstance(event, yaml.AliasEvent) or anchor is not None:
-                raise StrictYAMLError(
-                    f"{_where(event.start_mark)}YAML anchors and aliases are not allowed")
+        _refuse_anchors(text)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
+    except StrictYAMLError:
+        raise
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise StrictYAMLError(f"{_where(mark)}{problem}".replace("\n", " ")) from exc
     except RecursionError as exc:  # the pure-Python parser recurses once per level
         raise StrictYAMLError("nested too deeply") from exc
+    except ValueError as exc:  # a value the constructors refuse: an int past 4300 digits ...
+        raise StrictYAMLError(f"a value cannot be read: {str(exc)[:200]}") from exc

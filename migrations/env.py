@@ -1,4 +1,12 @@
-"""Alembic environment: the URL comes from registry.db.alembic_config (attributes)."""
+"""Alembic environment: the URL comes from registry.db.alembic_config (attributes).
+
+On SQLite, foreign keys are not enforced while migrations run: batch mode rebuilds a table
+(copy, drop, rename), and dropping a table other tables reference fails, or leaves a
+violation counted until commit, when SQLite enforces them (alembic's batch documentation).
+The pragma only takes effect outside a transaction, so it is set before the migrations'
+transaction begins; ``PRAGMA foreign_key_check`` then runs before commit, and any row whose
+reference the migrations broke fails the migration.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +24,18 @@ def run_migrations_online() -> None:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
+            sqlite = connection.dialect.name == "sqlite"
+            if sqlite:  # before BEGIN: the pragma is a no-op inside a transaction
+                connection.connection.driver_connection.execute(  # type: ignore[union-attr]
+                    "PRAGMA foreign_keys=OFF"
+                )
             context.configure(connection=connection, target_metadata=target_metadata)
             with context.begin_transaction():
                 context.run_migrations()
+                if sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise RuntimeError(f"migration broke foreign keys: {broken[:5]}")
             connection.commit()
     finally:
         engine.dispose()

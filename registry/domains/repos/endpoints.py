@@ -32,6 +32,7 @@ class PublisherIn(BaseModel):
 def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:
     return {
         "name": repo.name,
+        "org": service.org_name(repo.name),
         "policy_yaml": repo.policy_yaml,
         "created_at": iso(repo.created_at),
         "publishers": publishers,
@@ -40,9 +41,14 @@ def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:
 
 @router.post("", status_code=201)
 def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]:
+    """Create ``org/name`` (the org's owners, admins); its policy must meet the org's floor."""
     with state.db.write() as session:
         repo = service.create_repo(
-            session, name=body.name, policy_yaml=body.policy_yaml, caller=caller
+            session,
+            name=body.name,
+            policy_yaml=body.policy_yaml,
+            caller=caller,
+            default_policy_yaml=state.default_policy_yaml,
         )
         return _out(repo, service.publishers(session, repo))
 

@@ -1,15 +1,16 @@
 """Repositories ``org/name``: who may publish, and the policy that judges their bundles.
 
 Authorization is in the queries: ``writable_repo`` only returns a repository the caller may
-publish to (admins everywhere, publishers where they are listed); everybody authenticated may
-read a repository.
+publish to (admins everywhere, publishers where they are listed); ``orgs.service.creatable_org``
+only returns an org the caller may create repositories in (its owners, admins); everybody
+authenticated may read a repository. A repository's policy is bounded by its org's floor
+(``repos.policy``): checked when it is created, when its policy is replaced, and at use.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Select, or_, select
@@ -17,11 +18,27 @@ from sqlalchemy.orm import Session
 
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.orgs.service import creatable_org
+from modelward.registry.domains.repos.policy import (
+    builtin_default_policy,
+    effective_policy,
+    load_floor,
+    parse_policy,
+    parse_stored_policy,
+    repo_policy,
+    require_floor,
+)
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
-from modelward.registry.models import Identity, Principal, RepoPublisher, Repository, SigningKey
+from modelward.registry.models import (
+    Identity,
+    Org,
+    Principal,
+    RepoPublisher,
+    Repository,
+    SigningKey,
+)
 
 if TYPE_CHECKING:
-    from modelward.attest.policy import Policy
     from modelward.attest.trust import TrustSet
 
 __all__ = [
@@ -31,6 +48,7 @@ __all__ = [
     "create_repo",
     "get_repo",
     "may_publish",
+    "org_name",
     "parse_policy",
     "parse_stored_policy",
     "publishers",
@@ -44,87 +62,38 @@ __all__ = [
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}$")
 
 
-def builtin_default_policy() -> str:
-    policies = resources.files("modelward.policies")
-    return policies.joinpath("default.yaml").read_text(encoding="utf-8")
-
-
-def parse_policy(text: str, source: str = "policy") -> Policy:
-    """Validate a policy document; raises BadRequest (invalid_policy) naming the field."""
-    from modelward.attest.errors import PolicyError
-    from modelward.attest.policy import load_policy
-
-    try:
-        return load_policy(text.encode(), source=source)
-    except PolicyError as exc:
-        raise BadRequest(str(exc), code="invalid_policy") from exc
-    except RecursionError as exc:
-        raise BadRequest(f"{source}: nested too deeply", code="invalid_policy") from exc
-
-
-def _file_references(policy: Policy) -> list[str]:
-    """The fields of ``policy`` that name a file (not inline PEM)."""
-    fields = [f"signers.keys[{i}].path" for i, k in enumerate(policy.signers.keys) if k.path]
-    for i, ca in enumerate(policy.signers.cas):
-        for part in ("roots", "intermediates"):
-            fields += [
-                f"signers.cas[{i}].{part}[{j}]"
-                for j, ref in enumerate(getattr(ca, part))
-                if not ref.lstrip().startswith("-----BEGIN")
-            ]
-    fields += [
-        f"signers.identities[{i}].trust_root"
-        for i, ident in enumerate(policy.signers.identities)
-        if ident.trust_root is not None
-    ]
-    return fields
-
-
-def parse_stored_policy(text: str, source: str = "policy") -> Policy:
-    """Validate a policy sent through the API: it must be self-contained.
-
-    A stored policy is read by the server, so a file path in it would make the server open
-    its own files on a publisher's say (an existence oracle, or worse). Keys and certificates
-    must be inline PEM; ``trust_root`` (a file) is refused: identities use the public-good
-    root. Raises BadRequest (invalid_policy) naming every field at fault.
-    """
-    policy = parse_policy(text, source)
-    refs = _file_references(policy)
-    if refs:
-        raise BadRequest(
-            f"{source}: {refs[0]}: a policy stored in the registry must be self-contained: "
-            "give keys and certificates as inline PEM, not file paths (trust_root is refused)",
-            detail={"fields": refs},
-            code="invalid_policy",
-        )
-    return policy
-
-
-def repo_policy(repo: Repository, default_policy_yaml: str | None) -> Policy:
-    """The repository's own (self-contained) policy, else the operator's, else the packaged
-    default. Raises BadRequest (invalid_policy)."""
-    if repo.policy_yaml:
-        return parse_stored_policy(repo.policy_yaml, f"{repo.name} policy")
-    text = default_policy_yaml or builtin_default_policy()
-    return parse_policy(text, f"{repo.name} policy")
-
-
 def _sha(text: str | None) -> str | None:
     return None if text is None else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def create_repo(
-    session: Session, *, name: str, policy_yaml: str | None, caller: Caller
+    session: Session,
+    *,
+    name: str,
+    policy_yaml: str | None,
+    caller: Caller,
+    default_policy_yaml: str | None,
 ) -> Repository:
+    """Create ``org/name``; the caller becomes its publisher. In order:
+
+    1. the caller is a publisher or an admin, and the name is ``org/name``;
+    2. the caller may create repositories in the org (``creatable_org``: its owners; admins,
+       who create a missing org implicitly);
+    3. the policy (the repository's own, else the operator's or the packaged default) is
+       valid and meets the org's floor (400 ``invalid_policy`` / ``policy_below_floor``);
+    4. the name is free (409).
+    """
     if caller.role not in ("admin", "publisher"):
         raise Forbidden(f"role {caller.role!r} may not create repositories")
     if not NAME_RE.fullmatch(name):
         raise BadRequest(f"invalid repository name {name!r}: use org/name (lowercase)")
-    if policy_yaml is not None:
-        parse_stored_policy(policy_yaml, f"{name} policy")
+    org = creatable_org(session, org_name(name), caller)
+    source = f"{name} policy"
+    policy = effective_policy(policy_yaml, default_policy_yaml, source)
+    require_floor(policy, load_floor(org.floor), source)
     if session.execute(select(Repository.id).where(Repository.name == name)).first():
         raise Conflict(f"repository {name} already exists")
-    repo = Repository(name=name, policy_yaml=policy_yaml, created_by=caller.id)
+    repo = Repository(name=name, org_id=org.id, policy_yaml=policy_yaml, created_by=caller.id)
     session.add(repo)
     session.flush()
     session.add(RepoPublisher(repo_id=repo.id, principal_id=caller.id))
@@ -133,9 +102,13 @@ def create_repo(
         actor=caller.name,
         action="repo.create",
         subject=name,
-        details={"policy_sha256": _sha(policy_yaml)},
+        details={"policy_sha256": _sha(policy_yaml), "org": org.name},
     )
     return repo
+
+
+def org_name(repo_name: str) -> str:
+    return repo_name.split("/", 1)[0]
 
 
 def get_repo(session: Session, name: str) -> Repository:
@@ -184,10 +157,17 @@ def publishers(session: Session, repo: Repository) -> list[str]:
 
 
 def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller) -> Repository:
+    """Replace a repository's policy (admins): it must be self-contained and meet the org's
+    floor (400 ``invalid_policy`` / ``policy_below_floor``)."""
     if not caller.is_admin:
         raise Forbidden("only an admin may replace a repository's policy")
     repo = get_repo(session, name)
-    parse_stored_policy(policy_yaml, f"{name} policy")
+    source = f"{name} policy"
+    policy = parse_stored_policy(policy_yaml, source)
+    org = session.get(Org, repo.org_id)
+    if org is None:  # the foreign key rules this out; never read it as "no floor"
+        raise RuntimeError(f"repository {name} has no org")
+    require_floor(policy, load_floor(org.floor), source)
     old = repo.policy_yaml
     repo.policy_yaml = policy_yaml
     append(

@@ -1,0 +1,90 @@
+"""``/v1/orgs``: orgs, their owners and their policy floor (docs/registry.md#orgs)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from modelward.attest.policy import PolicyFloor
+from modelward.registry.domains._state import State, iso
+from modelward.registry.domains.auth.deps import Admin, AnyCaller
+from modelward.registry.domains.orgs import service
+from modelward.registry.models import Org
+
+router = APIRouter(prefix="/v1/orgs", tags=["orgs"])
+
+OrgName = Annotated[str, Path(max_length=100)]
+PrincipalName = Annotated[str, Path(max_length=200)]
+
+
+class OrgIn(BaseModel):
+    """Fields left out keep their value; ``floor: null`` removes the floor."""
+
+    owners: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None, max_length=100, description="replaces the owners (publishers or admins)"
+    )
+    floor: PolicyFloor | None = Field(
+        default=None, description="the least every repository policy in the org requires"
+    )
+
+
+class OwnerIn(BaseModel):
+    principal: str = Field(max_length=200)
+
+
+def _out(session: Session, org: Org) -> dict[str, Any]:
+    return {**service.org_summary(session, org), "created_at": iso(org.created_at)}
+
+
+@router.put("/{org}", status_code=201, responses={
+    200: {"description": "the org existed and was updated"},
+    409: {"description": "policy_below_floor: repositories of the org would fall below it"},
+})
+def put_org(
+    org: OrgName, body: OrgIn, caller: Admin, state: State, response: Response
+) -> dict[str, Any]:
+    """Create an org or update its owners and floor (admins)."""
+    with state.db.write() as session:
+        row, created = service.put_org(
+            session,
+            name=org,
+            owner_names=body.owners,
+            floor=body.floor if "floor" in body.model_fields_set else service.UNSET,
+            caller=caller,
+            default_policy_yaml=state.default_policy_yaml,
+        )
+        out = _out(session, row)
+    if not created:
+        response.status_code = 200
+    return out
+
+
+@router.get("")
+def list_orgs(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
+    with state.db.read() as session:
+        return [_out(session, org) for org in service.list_orgs(session)]
+
+
+@router.get("/{org}")
+def get_org(org: OrgName, caller: AnyCaller, state: State) -> dict[str, Any]:
+    with state.db.read() as session:
+        return _out(session, service.get_org(session, org))
+
+
+@router.post("/{org}/owners", status_code=201)
+def add_owner(org: OrgName, body: OwnerIn, caller: Admin, state: State) -> dict[str, Any]:
+    with state.db.write() as session:
+        row = service.add_owner(session, name=org, principal=body.principal, caller=caller)
+        return _out(session, row)
+
+
+@router.delete("/{org}/owners/{principal}")
+def remove_owner(
+    org: OrgName, principal: PrincipalName, caller: Admin, state: State
+) -> dict[str, Any]:
+    with state.db.write() as session:
+        row = service.remove_owner(session, name=org, principal=principal, caller=caller)
+        return _out(session, row)
