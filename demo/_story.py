@@ -128,9 +128,10 @@ class Story:
              "with the registry; the worker gets a key for its baselines.", self.keys_step),
             ("Sign provenance", "alice signs SLSA provenance about this exact digest (DSSE) "
              "and checks it locally.", self.sign),
-            ("Push", "alice creates the repository (default policy: no file written), the "
-             "admin lets bob publish there too; alice uploads blobs, manifest and provenance "
-             "and points staging at it.", self.push),
+            ("Push", "the admin makes alice an owner of the org acme, whose floor protects "
+             "prod; alice creates the repository (default policy: no file written, it meets "
+             "the floor), the admin lets bob publish there too; alice uploads blobs, manifest "
+             "and provenance and points staging at it.", self.push),
             ("Refused alias moves", "prod is protected: a reader may not move it at all, and "
              "even a publisher needs a reviewer's approval first.", self.refused_moves),
             ("Approvals", "Two-person rule: the publisher cannot approve her own bundle; "
@@ -236,6 +237,9 @@ class Story:
 
     def push(self) -> str:
         self.need("push")
+        if self.has("org", "create"):  # publishers create repositories only in orgs they own
+            self.r.run(["org", "create", REPO.partition("/")[0], "--owner", "alice",
+                        "--protect", "prod:1"], env=self.as_("admin"))
         self.r.run(["repo", "create", REPO], env=self.as_("alice"))
         self.add_publisher("bob")
         pushed = self.r.run(["push", str(self.workdir / "model"), REPO, "--attestation",

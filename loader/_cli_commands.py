@@ -153,6 +153,10 @@ def boot(
     ] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")]
     = False,
+    audit_key: Annotated[str | None, typer.Option(
+        "--audit-key", metavar="VERIFIER",
+        help="The registry's audit checkpoint verifier key (`modelward audit key`): the "
+        "checkpoint recorded in the boot record must verify with it")] = None,
 ) -> None:
     """Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.
 
@@ -170,7 +174,7 @@ def boot(
     require_vllm()
     options = BootOptions(
         serve=serve, host=host, port=port, extra_args=tuple(ctx.args), ready_file=ready_file,
-        worker_key=load_worker_key(worker_key) if worker_key else None,
+        worker_key=load_worker_key(worker_key) if worker_key else None, audit_key=audit_key,
     )
     with _client() as client, _progress("pull") as (advance, _total):
         try:

@@ -1,9 +1,10 @@
 """Client-side registry commands on ``modelward``.
 
-login, push, alias get|set|history|rollback, bundle show, approve, quarantine, audit log|verify,
-repo create, key register|list|revoke. Each builds one ``RegistryClient`` from the config file
-(``MODELWARD_URL``/``MODELWARD_TOKEN`` override it) and prints the server's refusal (code,
-message, detail) with exit 1.
+login, push, alias get|set|history|rollback, bundle show, approve [--withdraw], quarantine,
+audit log|verify|checkpoint|key, repo create, key register|list|revoke. Each builds one
+``RegistryClient`` from the config file (``MODELWARD_URL``/``MODELWARD_TOKEN`` override it) and
+prints the server's refusal (code, message, detail) with exit 1; ``audit key`` instead reads
+the registry's checkpoint key file on its host.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def _reported() -> Iterator[None]:
     try:
         yield
     except Conflict as exc:
-        fail(str(exc), hint=f"the alias is now {json.dumps(exc.current)}; read it and retry")
+        current = exc.current
+        if current is None:  # not a stale alias version (quarantined, already withdrawn...)
+            fail(str(exc))
+        fail(str(exc), hint=f"the alias is now {json.dumps(current)}; read it and retry")
     except Unauthorized as exc:
         fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except APIError as exc:
@@ -266,6 +270,7 @@ def bundle_show(
         digest = client.resolve(r)
         record = dict(client.get_bundle(r.repo, digest))
         manifest_b64 = record.pop("manifest", None)
+        record["manifest"] = None  # withheld: a quarantined digest, for publishers and readers
         if isinstance(manifest_b64, str):
             import base64
 
@@ -280,8 +285,24 @@ def bundle_show(
 def approve(
     ref: Annotated[str, typer.Argument(help="REPO@sha256:<hex>")],
     alias: Annotated[str, typer.Option(help="The alias this approval is for")],
+    withdraw: Annotated[
+        bool, typer.Option("--withdraw", help="Withdraw your own approval instead (needs --reason)")
+    ] = False,
+    reason: Annotated[
+        str | None, typer.Option(help="Why the approval is withdrawn (recorded)")
+    ] = None,
 ) -> None:
-    """Approve a bundle for a protected alias (reviewers; not the publisher)."""
+    """Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw
+    your own approval with --withdraw --reason: it no longer counts."""
+    if reason is not None and not withdraw:
+        fail("--reason is recorded only with --withdraw", code=2)
+    if withdraw:
+        if reason is None or not reason.strip():
+            fail("--withdraw needs --reason TEXT", code=2)
+        with _reported(), _client() as client:
+            r = parse_reference(ref, require="digest")
+            _print_json(client.withdraw_approval(r.repo, str(r.digest), alias, reason))
+        return
     with _reported(), _client() as client:
         r = parse_reference(ref, require="digest")
         _print_json(client.approve(r.repo, str(r.digest), alias))
@@ -315,26 +336,177 @@ def audit_verify(
     database_url: Annotated[
         str | None, typer.Option(help="Read the events straight from this database")
     ] = None,
+    since: Annotated[
+        Path | None,
+        typer.Option(
+            "--since",
+            exists=True,
+            dir_okay=False,
+            help="A checkpoint saved earlier (audit checkpoint --out): prove the log only grew",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="The registry's checkpoint verifier key (NAME+ID+KEY) to pin"),
+    ] = None,
 ) -> None:
-    """Recompute the audit hash chain; name the first broken link (exit 1)."""
+    """Recompute the audit hash chain and Merkle tree; name the first broken link (exit 1).
+
+    With --since and --key, also prove the log only grew since that checkpoint: the new
+    checkpoint is signed by the pinned key, a consistency proof links it to the saved one, and
+    the events re-hash to both roots.
+    """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from modelward.registry._client_audit import events_from_api, events_from_database
-    from modelward.registry.audit_chain import BrokenChain, verify_chain
+    from modelward.registry._client_audit import verify_database, verify_through_api
+    from modelward.registry.audit_chain import BrokenChain
+    from modelward.registry.errors import RegistryError
+    from modelward.registry.signed_note import MalformedKey, parse_verifier_key
 
+    if since is not None and key is None:
+        fail(
+            "--since needs --key NAME+ID+KEY: a checkpoint proves nothing without the key "
+            "that signed it",
+            hint="`modelward audit key` on the registry host prints it",
+            code=2,
+        )
+    try:
+        verifier = parse_verifier_key(key) if key else None
+    except MalformedKey as exc:
+        fail(f"--key: {exc}", code=2)
+    saved = since.read_bytes() if since is not None else None
     try:
         if database_url:
-            count = verify_chain(events_from_database(database_url))
+            report = verify_database(database_url, verifier=verifier, since=saved)
         else:
             with _reported(), _client() as client:
-                count = verify_chain(events_from_api(client))
+                report = verify_through_api(client, verifier=verifier, since=saved)
     except BrokenChain as exc:
+        fail(str(exc))
+    except RegistryError as exc:  # a rewritten log, a failed proof, a bad checkpoint
         fail(str(exc))
     except (ValueError, TypeError) as exc:
         fail(f"unreadable audit event: {exc}")
     except SQLAlchemyError as exc:
         fail(f"cannot read the audit log from the database: {exc.__class__.__name__}: {exc}")
-    console.print(f"audit chain ok: {count} events verified")
+    console.print(f"audit chain ok: {report.events} events verified")
+    for checkpoint in report.checkpoints:
+        signed = f"signed by {checkpoint.verified_by}" if checkpoint.verified_by else "unsigned"
+        console.print(
+            f"merkle root ok at {checkpoint.size} events: {checkpoint.root_b64} "
+            f"({checkpoint.origin}, {signed})",
+            markup=False,
+        )
+    if report.since is not None:
+        console.print(
+            f"the log only grew since the checkpoint of {report.since.size} events", markup=False
+        )
+    elif verifier is None:
+        err_console.print(
+            "note: no --key, so no checkpoint signature was checked, and without --since a "
+            "rewrite by someone with database access is not detected",
+            markup=False,
+        )
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    out: Annotated[
+        Path | None, typer.Option("--out", dir_okay=False, help="Save it here (else: stdout)")
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Verify it with this pinned verifier key (NAME+ID+KEY)"),
+    ] = None,
+) -> None:
+    """Fetch the registry's current signed checkpoint (C2SP tlog-checkpoint) of the audit log.
+
+    Keep it somewhere the registry's operator cannot write; later, `audit verify --since FILE
+    --key KEY` proves the log only grew since.
+    """
+    from modelward.registry._client_audit import checkpoint_from_answer
+    from modelward.registry.audit_checkpoint import open_checkpoint, unsafe_read_checkpoint
+    from modelward.registry.errors import RegistryError
+    from modelward.registry.signed_note import MalformedKey, parse_verifier_key
+
+    try:
+        verifier = parse_verifier_key(key) if key else None
+    except MalformedKey as exc:
+        fail(f"--key: {exc}", code=2)
+    with _reported(), _client() as client:
+        answer = client.audit_checkpoint()
+    try:
+        note = checkpoint_from_answer(answer)
+        checkpoint = (
+            open_checkpoint(note, verifier) if verifier else unsafe_read_checkpoint(note)
+        )
+    except (RegistryError, ValueError) as exc:
+        fail(f"the registry's checkpoint is refused: {exc}")
+    if out is None:
+        typer.echo(note.decode(), nl=False)
+    else:
+        temporary = out.with_name(f".{out.name}.tmp")
+        temporary.write_bytes(note)
+        temporary.replace(out)
+        console.print(
+            f"saved the checkpoint of {checkpoint.size} events (root {checkpoint.root_b64}) "
+            f"to {out}",
+            markup=False,
+        )
+    if verifier is None:
+        err_console.print(
+            "not verified (no --key); the registry names its key "
+            f"{answer.get('verifier_key')!s}: compare it with a copy from a trusted channel "
+            "(`modelward audit key` on the registry host) before pinning it",
+            markup=False,
+        )
+
+
+@audit_app.command("key")
+def audit_key(
+    key_file: Annotated[
+        Path | None,
+        typer.Option("--key-file", help="The key file (default: audit_checkpoint_key setting)"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="The registry's data dir")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML settings file")] = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create a new key there (it must not exist)")
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="--create: the log's name (origin)")
+    ] = None,
+) -> None:
+    """Print the registry's checkpoint verifier key (NAME+ID+KEY) for workers and auditors
+    to pin; on the registry host (it reads the private key file)."""
+    from modelward.registry.domains.audit.keyfile import (
+        create_signer_file,
+        default_key_name,
+        read_signer_file,
+    )
+    from modelward.registry.settings import load_settings
+    from modelward.registry.signed_note import MalformedKey
+
+    settings = load_settings(config, data_dir=data_dir, audit_checkpoint_key=key_file)
+    path = settings.resolved_audit_checkpoint_key()
+    if create:
+        try:
+            signer = create_signer_file(path, name or default_key_name())
+        except FileExistsError:
+            fail(f"{path} exists already; it is the registry's key (omit --create)")
+        except MalformedKey as exc:
+            fail(f"--name: {exc}", code=2)
+        err_console.print(f"created the checkpoint key {path} (mode 0600)", markup=False)
+    elif not path.exists():
+        fail(
+            f"no checkpoint key at {path} yet",
+            hint="the registry creates it on first use, or run with --create [--name NAME]",
+        )
+    else:
+        signer = read_signer_file(path)
+    typer.echo(signer.verifier.key_string)
 
 
 # -- repositories and keys -----------------------------------------------------------------

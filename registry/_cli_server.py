@@ -103,6 +103,10 @@ def serve(
         "log_config": None,
         "access_log": False,
         "timeout_graceful_shutdown": 5,
+        # uvicorn would otherwise rewrite the client address from X-Forwarded-For for peers
+        # in FORWARDED_ALLOW_IPS (127.0.0.1 by default); the app reads forwarding headers
+        # itself, from the peers in ``trusted_proxies`` only (docs/registry.md#audit-log)
+        "proxy_headers": False,
     }
     if processes == 1:
         uvicorn.Server(uvicorn.Config(create_app(settings, state), **common)).run()

@@ -42,7 +42,11 @@ from modelward.registry.db import Database, make_engine
 from modelward.registry.domains._body_limit import BodyLimit
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.audit.throttle import DenialThrottle
+from modelward.registry.domains.audit.throttle import (
+    DenialThrottle,
+    client_address,
+    throttle_key,
+)
 from modelward.registry.domains.auth.deps import caller_from_request
 from modelward.registry.errors import ConfigurationError, RegistryError
 from modelward.registry.settings import Settings
@@ -257,7 +261,12 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
     }
     action, subject = "denied", f"{request.method} {request.url.path}"
     if caller is None and status == 401:
-        client = request.client.host if request.client else "unknown"
+        # the peer, or what a trusted proxy says it forwarded (never the client's own say)
+        client = throttle_key(client_address(
+            request.client.host if request.client else None,
+            request.headers.getlist("x-forwarded-for"),
+            state.settings.trusted_proxies,
+        ))
         verdict, earlier = state.denial_throttle.check(client)
         if verdict == "skip":
             return
@@ -322,6 +331,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from modelward.registry.domains.boots.endpoints import router as boots
     from modelward.registry.domains.bundles.endpoints import router as bundles
     from modelward.registry.domains.keys.endpoints import router as keys
+    from modelward.registry.domains.orgs.endpoints import router as orgs
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
     from modelward.registry.domains.uploads.endpoints import router as uploads
@@ -347,7 +357,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     latency = Histogram(
         "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
     )
-    for router in (principals, keys, repos, blobs, uploads, bundles, attestations, aliases):
+    for router in (principals, keys, orgs, repos, blobs, uploads, bundles, attestations, aliases):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (audit, boots):
         app.include_router(router, responses=ERROR_RESPONSES)

@@ -2,7 +2,8 @@
 
 Server-side commands (serve, db, admin) live in ``registry._cli_server``; client-side ones
 (login, push, alias, approve, quarantine, audit, repo, key register, bundle show) live in
-``registry._cli_client``, ``attestation add|list|retract`` in ``registry._cli_attestation``.
+``registry._cli_client``, ``attestation add|list|retract`` in ``registry._cli_attestation``,
+``org create|show|list`` and ``org owner add|remove`` in ``registry._cli_orgs``.
 Each registers itself on the root app here.
 """
 
@@ -12,6 +13,7 @@ import typer
 
 from modelward.registry._cli_attestation import register_attestation
 from modelward.registry._cli_client import register_client
+from modelward.registry._cli_orgs import register_orgs
 from modelward.registry._cli_server import register_server
 from modelward.registry.client import RegistryClientError
 from modelward.registry.errors import RegistryError
@@ -24,3 +26,4 @@ def register(app: typer.Typer) -> None:
     register_server(app)
     register_client(app)
     register_attestation(app)
+    register_orgs(app)

@@ -513,6 +513,84 @@ class RegistryClient:
         result: list[JSON] = self._json("GET", path, params={"include_retracted": "true"})
         return result
 
+    # -- approvals: withdrawal (registry._cli_client approve --withdraw) ------------------
+    def withdraw_approval(self, repo: str, digest: str, alias: str, reason: str) -> JSON:
+        """DELETE .../approvals {alias, reason}: the caller withdraws its own approval of
+        ``digest`` for ``alias``; it no longer counts -> {digest, alias, approvers, withdrawn}.
+        Raises ``Forbidden`` (only others approved it), ``Conflict`` (already withdrawn),
+        ``NotFound`` (no approval)."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/approvals"
+        result: JSON = self._json("DELETE", path, json_body={"alias": alias, "reason": reason})
+        return result
+
+    # -- audit: signed checkpoints and Merkle proofs (registry._client_audit) -------------
+    def audit_checkpoint(self) -> JSON:
+        """GET /v1/audit/checkpoint -> {checkpoint (the signed note), origin, tree_size,
+        root_hash, verifier_key}: unverified; ``registry.audit_checkpoint`` checks it."""
+        result: JSON = self._json(
+            "GET", "/v1/audit/checkpoint", what="audit checkpoint", max_bytes=256 * 1024
+        )
+        return result
+
+    def audit_inclusion_proof(self, index: int, size: int) -> JSON:
+        """GET /v1/audit/proof/inclusion -> {index, seq, tree_size, leaf_hash, proof}
+        (admins and reviewers); unverified."""
+        params = {"index": int(index), "size": int(size)}
+        result: JSON = self._json("GET", "/v1/audit/proof/inclusion", params=params)
+        return result
+
+    def audit_consistency_proof(self, first: int, second: int) -> JSON:
+        """GET /v1/audit/proof/consistency -> {from, to, proof}; unverified."""
+        params = {"from": int(first), "to": int(second)}
+        result: JSON = self._json("GET", "/v1/audit/proof/consistency", params=params)
+        return result
+
+
+    # -- orgs: owners and policy floors (registry._cli_orgs) ---------------------------
+    def put_org(
+        self,
+        org: str,
+        *,
+        owners: Sequence[str] | None = None,
+        floor: JSON | None = None,
+        remove_floor: bool = False,
+    ) -> JSON:
+        """PUT /v1/orgs/{org} (admins): create the org, or update it. ``owners`` replaces the
+        owners (None: keep); ``floor`` (``{"aliases": [{pattern, approvals,
+        require_baseline?}]}``) replaces the floor, ``remove_floor`` removes it (neither:
+        keep) -> {name, owners, floor, repositories, created_at}. Raises ``Conflict`` when
+        repositories of the org would fall below a raised floor (listed in ``detail``)."""
+        if floor is not None and remove_floor:
+            raise ClientConfigError("give a floor or remove_floor, not both")
+        body: JSON = {}
+        if owners is not None:
+            body["owners"] = list(owners)
+        if floor is not None or remove_floor:
+            body["floor"] = floor
+        result: JSON = self._json("PUT", f"/v1/orgs/{quote(org, safe='')}", json_body=body)
+        return result
+
+    def get_org(self, org: str) -> JSON:
+        """GET /v1/orgs/{org} -> {name, owners, floor, repositories, created_at}."""
+        result: JSON = self._json("GET", f"/v1/orgs/{quote(org, safe='')}")
+        return result
+
+    def list_orgs(self) -> list[JSON]:
+        """GET /v1/orgs -> every org, by name."""
+        result: list[JSON] = self._json("GET", "/v1/orgs")
+        return result
+
+    def add_org_owner(self, org: str, principal: str) -> JSON:
+        """POST /v1/orgs/{org}/owners {principal} (admins) -> the org."""
+        path = f"/v1/orgs/{quote(org, safe='')}/owners"
+        result: JSON = self._json("POST", path, json_body={"principal": principal})
+        return result
+
+    def remove_org_owner(self, org: str, principal: str) -> JSON:
+        """DELETE /v1/orgs/{org}/owners/{principal} (admins) -> the org."""
+        path = f"/v1/orgs/{quote(org, safe='')}/owners/{quote(principal, safe='')}"
+        result: JSON = self._json("DELETE", path)
+        return result
 
 def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:
     """The raw body of ``response``, at most ``limit`` bytes, or ``ResponseTooLarge``.

@@ -11,17 +11,21 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
+    select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
 __all__ = [
     "Alias",
     "AliasHistory",
     "Approval",
     "Attestation",
+    "AuditCheckpointRow",
+    "AuditNode",
     "AuditRow",
     "Base",
     "Blob",
@@ -29,7 +33,10 @@ __all__ = [
     "Bundle",
     "BundleBlob",
     "Identity",
+    "Org",
+    "OrgOwner",
     "Principal",
+    "QuarantinedDigest",
     "RepoPublisher",
     "Repository",
     "SigningKey",
@@ -86,10 +93,31 @@ class Identity(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
+class Org(Base):
+    """The ``org`` of ``org/name`` repositories: its owners create repositories in it, and its
+    floor (``attest.policy.PolicyFloor`` as JSON; null: none) bounds their policies."""
+
+    __tablename__ = "orgs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    floor: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OrgOwner(Base):
+    __tablename__ = "org_owners"
+    org_id: Mapped[int] = mapped_column(ForeignKey("orgs.id"), primary_key=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+
+
 class Repository(Base):
     __tablename__ = "repositories"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(300), unique=True)
+    org_id: Mapped[int] = mapped_column(
+        ForeignKey("orgs.id", name="fk_repositories_org_id_orgs"), index=True
+    )
     policy_yaml: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -120,6 +148,20 @@ class UploadSession(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class QuarantinedDigest(Base):
+    """A quarantined bundle digest: quarantine belongs to the digest, in every repository
+    (registry/domains/bundles/quarantine.py is the one place that reads and writes it)."""
+
+    __tablename__ = "quarantined_digests"
+    digest: Mapped[str] = mapped_column(String(DIGEST), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    # The repository it was quarantined through, who did it and when (by and at are null
+    # only for quarantines recorded before migration 0004 that the audit log did not name).
+    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id"), nullable=True)
+    quarantined_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
+    quarantined_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
 class Bundle(Base):
     __tablename__ = "bundles"
     __table_args__ = (UniqueConstraint("repo_id", "digest"),)
@@ -131,10 +173,22 @@ class Bundle(Base):
     findings: Mapped[str] = mapped_column(Text)  # JSON
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    quarantined: Mapped[bool] = mapped_column(Boolean, default=False)
-    quarantine_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     tombstoned: Mapped[bool] = mapped_column(Boolean, default=False)
     tombstone_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Read-only views of the digest's quarantine (table quarantined_digests), never columns:
+    # every bundle row of a quarantined digest, in every repository, reads as quarantined.
+    quarantined: Mapped[bool] = column_property(
+        select(QuarantinedDigest.digest)
+        .where(QuarantinedDigest.digest == digest)
+        .correlate_except(QuarantinedDigest)
+        .exists()
+    )
+    quarantine_reason: Mapped[str | None] = column_property(
+        select(QuarantinedDigest.reason)
+        .where(QuarantinedDigest.digest == digest)
+        .correlate_except(QuarantinedDigest)
+        .scalar_subquery()
+    )
 
 
 class BundleBlob(Base):
@@ -191,6 +245,10 @@ class AliasHistory(Base):
 
 
 class Approval(Base):
+    """One principal's approval of a bundle for an alias. It is the principal's, not the
+    token's: it counts while the principal is a reviewer or an admin and until the approver
+    withdraws it (the row stays, marked withdrawn; approving again clears the mark)."""
+
     __tablename__ = "approvals"
     __table_args__ = (UniqueConstraint("bundle_id", "alias", "principal_id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -198,6 +256,8 @@ class Approval(Base):
     alias: Mapped[str] = mapped_column(String(200))
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    withdrawal_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Boot(Base):
@@ -222,3 +282,26 @@ class AuditRow(Base):
     details: Mapped[str] = mapped_column(Text)  # canonical JSON (RFC 8785)
     prev_hash: Mapped[str] = mapped_column(String(DIGEST))
     hash: Mapped[str] = mapped_column(String(DIGEST))
+
+
+class AuditNode(Base):
+    """A complete perfect subtree of the audit log's Merkle tree (registry.audit_tree): level 0
+    holds the leaf hashes; written in the same transaction as the event that completes it."""
+
+    __tablename__ = "audit_tree_nodes"
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class AuditCheckpointRow(Base):
+    """Every checkpoint the registry signed, the note exactly as signed; ``key`` is the
+    signing key's ``name+id`` (a new one is signed when the tree grew or the key changed)."""
+
+    __tablename__ = "audit_checkpoints"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tree_size: Mapped[int] = mapped_column(BigInteger, index=True)
+    root_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    key: Mapped[str] = mapped_column(String(300))
+    note: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, IPvAnyNetwork, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -57,12 +58,25 @@ class Settings(BaseSettings):
     metrics_public: bool = False  # /metrics needs a token unless this is true
     log_level: str = "info"
     audit_unauthenticated_per_minute: int = Field(default=60, ge=1)  # per client address
+    # the audit checkpoint signing key (docs/registry.md#checkpoints); None: created on first
+    # use at <data_dir>/audit-checkpoint.key. When set, the file must exist (never created).
+    audit_checkpoint_key: Path | None = None
     upload_ttl_seconds: int = Field(default=86_400, ge=1)  # idle upload sessions expire
     max_open_uploads: int = Field(default=64, ge=1)  # per principal
+    # peers whose X-Forwarded-For is believed (IPs or CIDRs; comma-separated in the
+    # environment); none by default (docs/registry.md#audit-log)
+    trusted_proxies: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
     threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
     db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process
     db_max_overflow: int = Field(default=8, ge=0, le=1000)  # opened beyond that, then closed
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     def resolved_database_url(self) -> str:
         if self.database_url:
@@ -73,6 +87,11 @@ class Settings(BaseSettings):
         if self.blob_store:
             return self.blob_store
         return f"file://{(self.data_dir / 'blobs').resolve()}"
+
+    def resolved_audit_checkpoint_key(self) -> Path:
+        if self.audit_checkpoint_key is not None:
+            return self.audit_checkpoint_key
+        return (self.data_dir / "audit-checkpoint.key").resolve()
 
     def resolved_workers(self) -> int:
         """Server processes: ``workers`` if set; else 1 on SQLite (one writer at a time, so
@@ -138,6 +157,8 @@ def worker_settings_json(settings: Settings) -> str:
     data["database_url"] = settings.resolved_database_url()
     data["blob_store"] = settings.resolved_blob_store()
     data["policy"] = str(settings.policy.resolve()) if settings.policy else None
+    key = settings.audit_checkpoint_key
+    data["audit_checkpoint_key"] = str(key.resolve()) if key else None  # None: the default
     data["workers"] = settings.resolved_workers()
     return json.dumps(data)
 

@@ -3,8 +3,12 @@
 The registry (at push and alias moves) and the loader (at pull and boot) both decide with
 ``evaluate``; nothing else in modelward decides whether a bundle is trusted.
 
+An org's floor (``PolicyFloor``) is the least a repository policy must require of protected
+aliases; ``require_meets_floor`` is the one check (docs/registry.md#orgs).
+
 Errors: ``PolicyError`` (attest.errors) for an invalid document, naming the field;
-``PolicyDenied`` when ``require_allowed`` is given a denying Decision.
+``PolicyDenied`` when ``require_allowed`` is given a denying Decision; ``PolicyBelowFloor`` (a
+PolicyError) when a policy is weaker than a floor, with every shortfall.
 """
 
 from __future__ import annotations
@@ -19,6 +23,15 @@ from modelward.attest.policy._evaluate import (
     size_checks,
 )
 from modelward.attest.policy._flags import TrustFlags, policy_from_flags
+from modelward.attest.policy._floor import (
+    FloorAlias,
+    FloorLimits,
+    PolicyBelowFloor,
+    PolicyFloor,
+    Shortfall,
+    floor_shortfalls,
+    require_meets_floor,
+)
 from modelward.attest.policy._load import (
     MAX_POLICY_BYTES,
     load_policy,
@@ -50,16 +63,22 @@ __all__ = [
     "Check",
     "Decision",
     "Files",
+    "FloorAlias",
+    "FloorLimits",
     "IdentitySigner",
     "KeySigner",
     "Limits",
     "Policy",
+    "PolicyBelowFloor",
     "PolicyDenied",
+    "PolicyFloor",
     "ReplayRequirement",
+    "Shortfall",
     "Signers",
     "TrustFlags",
     "alias_rule_for",
     "evaluate",
+    "floor_shortfalls",
     "load_policy",
     "policy_from_flags",
     "policy_json_schema",
@@ -67,6 +86,7 @@ __all__ = [
     "policy_scan_limits",
     "policy_trust_set",
     "require_allowed",
+    "require_meets_floor",
     "size_checks",
     "trusted_public_key",
 ]

@@ -8,7 +8,9 @@ from ``receive``; FastAPI re-raises those from body parsing, so the app's one er
 answers it with the JSON error shape and audits it as a denial.
 
 Blob PUTs, upload PATCHes and attestation POSTs stream with their own limits
-(``max_blob_bytes``, ``max_attestation_bytes``) and are left alone.
+(``max_blob_bytes``, ``max_attestation_bytes``) and are left alone. A declared length is
+read with ``_numbers.decimal``, so a ``Content-Length`` of thousands of digits is a 413, not a
+500.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
+
+from modelward.registry.domains._numbers import decimal
 
 __all__ = ["BodyLimit", "BodyTooLarge"]
 
@@ -59,7 +63,10 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
-        over = declared.isdigit() and int(declared) > self.limit
+        # a number of any length is compared, never converted whole (_numbers.decimal);
+        # anything else is left to the server and the byte count below
+        length = decimal(declared.decode("latin-1").strip(" \t"))
+        over = length is not None and length > self.limit
         received = 0
 
         async def limited() -> Message:

@@ -84,9 +84,29 @@ ENDPOINTS: list[Endpoint] = [
         "repo.create",
         "POST",
         "/v1/repos",
+        # in an org the caller owns (the own repository's org); elsewhere admins only
         WRITERS,
-        body=lambda c: {"json": {"name": f"{unique('o')}/{unique('m')}"}},
+        ADMIN,
+        body=lambda c: {"json": {"name": f"{c['org']}/{unique('m')}"}},
     ),
+    Endpoint(
+        "org.put",
+        "PUT",
+        "/v1/orgs/{neworg}",
+        ADMIN,
+        body=lambda c: {"json": {"owners": []}},
+    ),
+    Endpoint("org.list", "GET", "/v1/orgs", ALL),
+    Endpoint("org.get", "GET", "/v1/orgs/{org}", ALL),
+    Endpoint(
+        "org.owner.add",
+        "POST",
+        "/v1/orgs/{org}/owners",
+        # harmless when allowed: the victim is a reader, refused as an owner (400)
+        ADMIN,
+        body=lambda c: {"json": {"principal": c["victim"]}},
+    ),
+    Endpoint("org.owner.remove", "DELETE", "/v1/orgs/{org}/owners/{victim}", ADMIN),
     Endpoint("repo.get", "GET", "/v1/repos/{repo}", ALL),
     Endpoint(
         "repo.policy",
@@ -184,6 +204,14 @@ ENDPOINTS: list[Endpoint] = [
         body=lambda c: {"json": {"alias": "prod"}},
     ),
     Endpoint(
+        "bundle.approval.withdraw",
+        "DELETE",
+        # the caller's own approval; nobody approved this alias, so allowed roles get 404
+        "/v1/repos/{repo}/bundles/{digest}/approvals",
+        REVIEW,
+        body=lambda c: {"json": {"alias": "matrix-never-approved", "reason": "matrix"}},
+    ),
+    Endpoint(
         "bundle.boot",
         "POST",
         "/v1/repos/{repo}/bundles/{digest}/boots",
@@ -203,6 +231,11 @@ ENDPOINTS: list[Endpoint] = [
         body=lambda c: {"json": {"digest": c["digest"], "expected_version": 0, "rollback": False}},
     ),
     Endpoint("audit.page", "GET", "/v1/audit", REVIEW),
+    # sizes and hashes only: any principal (serving workers record the checkpoint at boot)
+    Endpoint("audit.checkpoint", "GET", "/v1/audit/checkpoint", ALL),
+    Endpoint("audit.proof.consistency", "GET", "/v1/audit/proof/consistency?from=1&to=2", ALL),
+    # the path of one event, whose contents only reviewers read
+    Endpoint("audit.proof.inclusion", "GET", "/v1/audit/proof/inclusion?index=0&size=1", REVIEW),
 ]
 
 
@@ -238,8 +271,11 @@ def world(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> World
         manifest = owner.actor.client.get_manifest(repo, digest)
         assert owner.actor.client.list_attestations(repo, digest)
         config_digest = json.loads(manifest)["config"]["digest"]
+        org = repo.split("/")[0]
+        registry.admin.add_org_owner(org, owner.name)  # created by the admin: owned by nobody
         ctx[which] = {
             "repo": repo,
+            "org": org,
             "digest": digest,
             "digest_blob": config_digest,
             "manifest_b64": base64.b64encode(manifest).decode(),
@@ -258,6 +294,7 @@ def _cell(
         **base,
         "victim": world.victim,
         "alias": unique("a"),
+        "neworg": unique("o"),
         "newblob_data": data,
         "newblob": "sha256:" + hashlib.sha256(data.encode()).hexdigest(),
     }
@@ -314,4 +351,4 @@ def test_denials_are_audited(world: World) -> None:
 
 def test_matrix_covers_every_contract_endpoint() -> None:
     names = {e.name for e in ENDPOINTS}
-    assert len(names) == len(ENDPOINTS) == 39
+    assert len(names) == len(ENDPOINTS) == 48

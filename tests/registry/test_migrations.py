@@ -118,3 +118,67 @@ def test_0002_backfills_the_blobs_each_bundle_holds(tmp_path: Path) -> None:
         assert "bundle_blobs" not in inspect(engine).get_table_names()
     finally:
         engine.dispose()
+
+
+def _quarantine_moves_to_the_digest(url: str) -> None:
+    """A digest quarantined in one repository (0003: a flag on one bundle row) is quarantined
+    in every repository after 0004, with who and when from the audit log; bundles referenced
+    by other tables survive the column drop; downgrade puts the flag on every row again."""
+    from sqlalchemy import text
+
+    upgrade(url, "0003")
+    digest, other = "sha256:" + "d" * 64, "sha256:" + "e" * 64
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO principals (id, name, role, created_at) VALUES "
+                              "(1, 'p', 'publisher', '2026-01-01'), "
+                              "(2, 'rev', 'reviewer', '2026-01-01')"))
+            conn.execute(text("INSERT INTO repositories (id, name, policy_yaml, created_by, "
+                              "created_at) VALUES (1, 'o/x', NULL, 1, '2026-01-01'), "
+                              "(2, 'o/y', NULL, 1, '2026-01-01')"))
+            for bundle_id, repo_id, d, flag in ((7, 1, digest, 1), (8, 2, digest, 0),
+                                                (9, 2, other, 0)):
+                conn.execute(text(
+                    "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
+                    "created_by, created_at, quarantined, quarantine_reason, tombstoned) "
+                    "VALUES (:i, :r, :d, :m, '{}', '[]', 1, '2026-01-01', :q, :why, :t)"),
+                    {"i": bundle_id, "r": repo_id, "d": d, "m": b"{}", "q": bool(flag),
+                     "why": "CVE-1" if flag else None, "t": False})
+                conn.execute(text("INSERT INTO bundle_blobs (bundle_id, digest) VALUES (:i, :d)"),
+                             {"i": bundle_id, "d": "sha256:" + "a" * 64})
+            conn.execute(text(
+                "INSERT INTO approvals (id, bundle_id, alias, principal_id, created_at) "
+                "VALUES (1, 8, 'prod', 2, '2026-01-01')"))
+            conn.execute(text(
+                "INSERT INTO audit_events (seq, at, actor, action, subject, details, prev_hash, "
+                "hash) VALUES (1, '2026-02-03T04:05:06Z', 'rev', 'bundle.quarantine', :s, "
+                "'{}', 'x', 'y')"), {"s": f"o/x@{digest}"})
+        upgrade(url, "0004")
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT digest, reason, repo_id, quarantined_by, "
+                                     "quarantined_at FROM quarantined_digests")).all()
+            assert [tuple(r)[:4] for r in rows] == [(digest, "CVE-1", 1, 2)]
+            assert str(rows[0][4]).startswith("2026-02-03")
+            assert conn.execute(text("SELECT count(*) FROM bundle_blobs")).scalar() == 3
+            assert conn.execute(text("SELECT withdrawn_at FROM approvals")).all() == [(None,)]
+        have = {c["name"] for c in inspect(engine).get_columns("bundles")}
+        assert not {"quarantined", "quarantine_reason"} & have
+        downgrade(url, "0003")
+        with engine.connect() as conn:
+            flags = conn.execute(text("SELECT id, quarantined, quarantine_reason FROM bundles "
+                                      "ORDER BY id")).all()
+        assert [(i, bool(q), why) for i, q, why in flags] == [
+            (7, True, "CVE-1"), (8, True, "CVE-1"), (9, False, None)
+        ]
+    finally:
+        engine.dispose()
+
+
+def test_0004_moves_quarantine_to_the_digest_in_every_repository(tmp_path: Path) -> None:
+    _quarantine_moves_to_the_digest(f"sqlite:///{tmp_path / 'r.db'}")
+
+
+@pytest.mark.postgres
+def test_0004_moves_quarantine_to_the_digest_on_postgres(pg_cluster) -> None:  # type: ignore[no-untyped-def]
+    _quarantine_moves_to_the_digest(pg_cluster.create_database())

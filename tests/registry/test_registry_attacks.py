@@ -179,8 +179,9 @@ def start_registry(base: Path, settings: dict[str, str] | None = None,
 
 @contextlib.contextmanager
 def open_registry(base: Path, settings: dict[str, str] | None = None) -> Iterator[Reg]:
-    """A running registry with keys for pub_a, pub_b and admin2, repos acme/a (pub_a, admin2)
-    and acme/b (pub_b); stopped on exit. ``settings``: extra MODELWARD_* variables."""
+    """A running registry with keys for pub_a, pub_b and admin2, the org acme (owners pub_a
+    and pub_b), repos acme/a (pub_a, admin2) and acme/b (pub_b); stopped on exit.
+    ``settings``: extra MODELWARD_* variables."""
     from modelward.attest.keys import generate_private_key
 
     registry, proc = start_registry(base, settings)
@@ -191,6 +192,8 @@ def open_registry(base: Path, settings: dict[str, str] | None = None) -> Iterato
             r = actor.client.post("/v1/keys", json={"public_key_pem": _pem(actor.key)})
             assert r.status_code == 201, r.text
         a, b = registry.actors["pub_a"].client, registry.actors["pub_b"].client
+        r = registry.admin.put("/v1/orgs/acme", json={"owners": ["pub_a", "pub_b"]})
+        assert r.status_code == 201, r.text
         assert a.post("/v1/repos", json={"name": "acme/a"}).status_code == 201
         assert b.post("/v1/repos", json={"name": "acme/b"}).status_code == 201
         r = registry.admin.post("/v1/repos/acme/a/publishers", json={"principal": "admin2"})

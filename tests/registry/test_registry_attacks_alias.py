@@ -203,7 +203,7 @@ def test_self_signed_baseline_by_publisher_does_not_satisfy_require_baseline(reg
     from modelward.attest.statement import PredicateType
 
     policy = (
-        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "version: 1\ntrust_registered_signers: true\nevidence: {roles: [reader]}\naliases:\n"
         "  - {pattern: prod, roles: [publisher], protected: true, approvals: 1,"
         " require_baseline: true}\n"
     )
@@ -232,7 +232,7 @@ def test_baseline_signed_by_a_serving_worker_satisfies_require_baseline(reg: Reg
     from modelward.attest.statement import PredicateType
 
     policy = (
-        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "version: 1\ntrust_registered_signers: true\nevidence: {roles: [reader]}\naliases:\n"
         "  - {pattern: prod, roles: [publisher], protected: true, approvals: 1,"
         " require_baseline: true}\n"
     )
@@ -336,7 +336,7 @@ def test_replay_result_against_an_unrelated_digest_does_not_satisfy_the_gate(reg
     from modelward.attest.statement import PredicateType
 
     policy = (
-        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "version: 1\ntrust_registered_signers: true\nevidence: {roles: [reader]}\naliases:\n"
         "  - {pattern: prod, roles: [publisher], protected: true,"
         " replay: {min_consecutive: 3}}\n"
     )

@@ -148,6 +148,9 @@ def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
         .decode()
     )
     assert pub.post("/v1/keys", json={"public_key_pem": pem}).status_code == 201
+    # a publisher creates repositories only in orgs it owns (docs/registry.md#orgs)
+    _error(pub.post("/v1/repos", json={"name": "acme/tiny"}), 403, "forbidden")
+    assert admin.put("/v1/orgs/acme", json={"owners": ["pub"]}).status_code in (200, 201)
     assert pub.post("/v1/repos", json={"name": "acme/tiny"}).status_code == 201
     _error(worker.post("/v1/repos", json={"name": "acme/other"}), 403, "forbidden")
 
@@ -432,6 +435,7 @@ def test_oms_signature_verifies_against_stored_blobs(
         .decode()
     )
     assert pub.post("/v1/keys", json={"public_key_pem": pem}).status_code == 201
+    assert admin.put("/v1/orgs/acme", json={"owners": ["pub"]}).status_code in (200, 201)
 
     def pem(name: str) -> str:  # the fixture files start with certtool's text dump
         text = (shared_fixtures / "oms" / "keys" / name).read_text()

@@ -28,6 +28,11 @@ class ApprovalIn(BaseModel):
     alias: str = Field(min_length=1, max_length=100)
 
 
+class WithdrawalIn(BaseModel):
+    alias: str = Field(min_length=1, max_length=100)
+    reason: str = Field(max_length=2000)
+
+
 class AliasOut(BaseModel):
     alias: str
     digest: str | None
@@ -78,3 +83,21 @@ def approve(
             session, repo_name=f"{org}/{name}", digest=digest, alias=body.alias, caller=caller
         )
     return {"digest": digest, "alias": body.alias, "approvers": approvers}
+
+
+@router.delete("/bundles/{digest}/approvals")
+def withdraw_approval(
+    *, org: str, name: str, digest: str, body: WithdrawalIn, caller: Reviewer, state: State
+) -> dict[str, Any]:
+    """Withdraw the caller's own approval of ``digest`` for ``alias`` (with a reason): it no
+    longer counts; the record stays. 403 when only others approved it, 409 when already
+    withdrawn."""
+    with state.db.write() as session:
+        return service.withdraw_approval(
+            session,
+            repo_name=f"{org}/{name}",
+            digest=check_digest(digest),
+            alias=body.alias,
+            reason=body.reason,
+            caller=caller,
+        )

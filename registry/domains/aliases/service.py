@@ -3,23 +3,31 @@
 ``set_alias`` checks, in order (docs/registry.md#aliases):
   (1) an alias rule matches (none: nobody may move it) and names the caller's principal or
       role (a publisher also needs to publish to this repository);
-  (2) the bundle exists, is not tombstoned and not quarantined;
+  (2) the bundle exists, is not tombstoned, and its digest is not quarantined in any
+      repository (bundles.quarantine);
   (3) the repository's current policy still allows the bundle: the one bundle verifier
       (attest.verifier) judges it as it is now, scanning the stored layers again under the
       current policy and re-verifying every attestation that is not retracted;
-  (4) protected aliases: k approvals by reviewers other than the publisher and the mover,
-      a trusted determinism baseline, and replay results, as the rule requires (baselines and
-      replay results count only when a reader, an admin or a policy signer other than the
-      publisher and the mover signed them; a replay result counts only against the bundle
+  (4) protected aliases: k approvals (not withdrawn) by reviewers or admins other than the
+      publisher and the mover, a trusted determinism baseline, and replay results, as the
+      rule requires (baselines and replay results count only when signed by an evidence
+      signer the policy names, never the publisher, the mover, a publisher of the repository
+      or an admin: aliases.evidence; a replay result counts only against the bundle
       currently on the alias, or against none when the alias has no bundle yet);
   (5) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
-      history row and audit event in the same transaction.
+      history row and audit event in the same transaction, which checks (2) and the
+      approvals of (4) again (a quarantine or a withdrawal that landed meanwhile counts).
+
+Approvals (``approve``, ``withdraw_approval``) are the principal's, not the token's: an
+approval survives the revocation of the token that made it, counts only while its approver is
+a reviewer or an admin, and stops counting once the approver withdraws it (the row stays,
+marked withdrawn, with the reason).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,42 +35,31 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.aliases.evidence import EvidenceSigners, evidence_signers
 from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.service import live_bundle
-from modelward.registry.domains.repos.service import (
-    get_repo,
-    may_publish,
-    registered_signer_name,
-    repo_policy,
-)
+from modelward.registry.domains.bundles.quarantine import require_not_quarantined
+from modelward.registry.domains.bundles.service import find_bundle, live_bundle
+from modelward.registry.domains.repos.service import get_repo, may_publish, repo_policy
 from modelward.registry.errors import (
     BadRequest,
-    BundleQuarantined,
+    Conflict,
     Forbidden,
     NotFound,
     Refused,
     StaleVersion,
 )
-from modelward.registry.models import (
-    Alias,
-    AliasHistory,
-    Approval,
-    Identity,
-    Principal,
-    Repository,
-    SigningKey,
-)
+from modelward.registry.models import Alias, AliasHistory, Approval, Principal, Repository
 
 if TYPE_CHECKING:
-    from modelward.attest.policy import Policy
-    from modelward.attest.trust import Signer
+    from modelward.attest.trust import VerifiedStatement
 
-__all__ = ["approve", "get_alias", "history", "set_alias"]
+__all__ = ["approve", "get_alias", "history", "set_alias", "withdraw_approval"]
 
 ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+APPROVER_ROLES = ("reviewer", "admin")
 
 
 def _state_json(row: Alias | None, alias: str) -> dict[str, Any]:
@@ -108,52 +105,37 @@ def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]
 
 
 def _approvers(session: Session, bundle_id: int, alias: str, exclude: set[int]) -> list[str]:
+    """Who approved the bundle for ``alias`` and still counts: not withdrawn, the approver
+    still a reviewer or an admin (a principal's current role, whatever token it used)."""
     rows = session.execute(
         select(Principal.id, Principal.name)
         .join(Approval, Approval.principal_id == Principal.id)
         .where(
             Approval.bundle_id == bundle_id,
             Approval.alias == alias,
-            Principal.role.in_(("reviewer", "admin")),
+            Approval.withdrawn_at.is_(None),
+            Principal.role.in_(APPROVER_ROLES),
         )
     ).all()
     return sorted({name for pid, name in rows if pid not in exclude})
 
 
-def _evidence_signers(
-    session: Session, policy: Policy, interested: set[int]
-) -> Callable[[Signer], bool]:
-    """Who may vouch for a determinism baseline or a replay result: a serving worker (reader)
-    or an admin by a registered key or identity, or a signer the policy names — never the
-    bundle's publisher or the principal moving the alias (``interested``), whose own keys
-    and identities are excluded even when a policy also names them."""
-    eligible = {
-        registered_signer_name(name)
-        for pid, name in session.execute(
-            select(Principal.id, Principal.name).where(Principal.role.in_(("reader", "admin")))
-        ).all()
-        if pid not in interested
-    }
-    own_keys = set(
-        session.execute(
-            select(SigningKey.keyid).where(SigningKey.principal_id.in_(interested))
-        ).scalars()
-    )
-    own_identities = {
-        f"{i.identity} ({i.issuer})"
-        for i in session.execute(
-            select(Identity).where(Identity.principal_id.in_(interested))
-        ).scalars()
-    }
-    policy_names = set(policy.signers.names())
-    excluded = own_keys | own_identities
-
-    def counts(signer: Signer) -> bool:
-        if signer.name in eligible:
-            return True
-        return signer.name in policy_names and signer.detail not in excluded
-
-    return counts
+def _vouched(
+    statements: Sequence[VerifiedStatement], predicate_type: str, vouches: EvidenceSigners
+) -> tuple[list[VerifiedStatement], list[dict[str, str]]]:
+    """The statements of ``predicate_type`` an evidence signer vouched for, and each signer
+    of the others with the reason it does not count."""
+    counted: list[VerifiedStatement] = []
+    refused: list[dict[str, str]] = []
+    for stmt in statements:
+        if stmt.predicate_type != predicate_type:
+            continue
+        reasons = [(s.name, vouches.reason_against(s)) for s in stmt.signers]
+        if any(reason is None for _, reason in reasons):
+            counted.append(stmt)
+        else:
+            refused += [{"signer": n, "reason": r} for n, r in reasons if r is not None]
+    return counted, refused
 
 
 def _against(stmt: Any) -> str | None:
@@ -210,17 +192,18 @@ def set_alias(
                 f"{caller.name} ({caller.role}) may not move {repo_name}@{alias}",
                 detail={"pattern": rule.pattern},
             )
-        # (2): a live, unquarantined bundle of this repository.
+        # (2): a live bundle of this repository, its digest quarantined nowhere.
         bundle = live_bundle(session, repo, digest)
-        if bundle.quarantined:
-            raise BundleQuarantined(f"bundle {digest} is quarantined: {bundle.quarantine_reason}")
+        require_not_quarantined(session, digest)
         # (3): the current policy still allows it (judged below, outside the transaction).
         manifest = parse_manifest(bundle.manifest)
         stored = [a.data for a in session.execute(live_attestations(bundle.id)).scalars()]
         trust = verdict.trust_for(session, repo, policy, state)
         publisher_id = bundle.created_by
         approvers = _approvers(session, bundle.id, alias, {publisher_id, caller.id})
-        vouches = _evidence_signers(session, policy, {publisher_id, caller.id})
+        vouches = evidence_signers(
+            session, repo, policy, publisher_id=publisher_id, mover_id=caller.id
+        )
         current = _alias_row(session, repo, alias)
         current_digest = current.digest if current is not None else None
         earlier = set()
@@ -235,38 +218,33 @@ def set_alias(
     )
     # (4): protected-alias requirements.
     if rule.protected:
-        if len(approvers) < rule.approvals:
-            raise Forbidden(
-                f"{repo_name}@{alias} needs {rule.approvals} approval(s) by reviewers other "
-                f"than the publisher; {digest} has {len(approvers)}",
-                detail={"have": approvers, "need": rule.approvals},
-                code="approvals_required",
-            )
-        # Baselines and replay results are a serving worker's evidence: only statements a
-        # signer other than the publisher and the mover vouched for count.
-        by_type = {
-            t: [
-                s
-                for s in trusted.statements
-                if s.predicate_type == t and any(vouches(signer) for signer in s.signers)
-            ]
-            for t in (PredicateType.BASELINE, PredicateType.REPLAY)
-        }
-        reference = current_digest  # the bundle on the alias now (None: the alias is new)
-        replays = [s for s in by_type[PredicateType.REPLAY] if _against(s) == reference]
-        if rule.require_baseline and not by_type[PredicateType.BASELINE]:
+        _require_approvals(approvers, rule.approvals, f"{repo_name}@{alias}", digest)
+        # Baselines and replay results are a serving worker's evidence: only statements an
+        # evidence signer of the policy vouched for count (aliases.evidence).
+        evidence = policy.evidence.model_dump()
+        baselines, not_counted = _vouched(trusted.statements, PredicateType.BASELINE, vouches)
+        if rule.require_baseline and not baselines:
             raise Refused(
-                f"{repo_name}@{alias} needs a trusted determinism baseline for {digest}",
+                f"{repo_name}@{alias} needs a determinism baseline for {digest} signed by an "
+                "evidence signer of the policy (never the publisher, the mover, a publisher "
+                "of the repository or an admin)",
+                detail={"evidence": evidence, "not_counted": not_counted},
                 code="baseline_required",
             )
+        reference = current_digest  # the bundle on the alias now (None: the alias is new)
+        vouched, not_counted = _vouched(trusted.statements, PredicateType.REPLAY, vouches)
+        replays = [s for s in vouched if _against(s) == reference]
         if rule.replay is not None and not _replay_ok(
             replays, rule.replay.min_consecutive, rule.replay.max_divergences
         ):
             against = f"against {reference}" if reference else "against no bundle"
             raise Refused(
-                f"{repo_name}@{alias} needs a trusted replay result {against} (the bundle "
-                f"on the alias now) with at least {rule.replay.min_consecutive} consecutive "
-                f"matches and at most {rule.replay.max_divergences} divergences",
+                f"{repo_name}@{alias} needs a replay result {against} (the bundle on the "
+                f"alias now) with at least {rule.replay.min_consecutive} consecutive "
+                f"matches and at most {rule.replay.max_divergences} divergences, signed by "
+                "an evidence signer of the policy (never the publisher, the mover, a "
+                "publisher of the repository or an admin)",
+                detail={"evidence": evidence, "not_counted": not_counted},
                 code="replay_required",
             )
     if rollback and digest not in earlier:
@@ -283,8 +261,19 @@ def set_alias(
         expected=expected_version,
         reason=reason,
         rollback=is_rollback,
+        approvals=rule.approvals if rule.protected else 0,
         caller=caller,
     )
+
+
+def _require_approvals(approvers: list[str], need: int, ref: str, digest: str) -> None:
+    if len(approvers) < need:
+        raise Forbidden(
+            f"{ref} needs {need} approval(s) by reviewers other than the publisher and the "
+            f"mover; {digest} has {len(approvers)}",
+            detail={"have": approvers, "need": need},
+            code="approvals_required",
+        )
 
 
 def _swap(
@@ -296,14 +285,18 @@ def _swap(
     expected: int,
     reason: str | None,
     rollback: bool,
+    approvals: int,
     caller: Caller,
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         bundle = live_bundle(session, repo, digest)
-        if bundle.quarantined:
-            raise BundleQuarantined(f"bundle {digest} is quarantined: {bundle.quarantine_reason}")
+        # (2) and the approvals of (4) again: quarantined or withdrawn meanwhile.
+        require_not_quarantined(session, digest)
+        if approvals:
+            counted = _approvers(session, bundle.id, alias, {bundle.created_by, caller.id})
+            _require_approvals(counted, approvals, f"{repo_name}@{alias}", digest)
         current = _alias_row(session, repo, alias)
         if expected == 0:
             if current is not None:
@@ -358,8 +351,12 @@ def _stale(current: Alias | None, alias: str, expected: int) -> StaleVersion:
 def approve(
     session: Session, *, repo_name: str, digest: str, alias: str, caller: Caller
 ) -> list[str]:
-    """Record the caller's approval of ``digest`` for ``alias``; returns every approver."""
-    if caller.role not in ("reviewer", "admin"):
+    """Record the caller's approval of ``digest`` for ``alias`` (approving again after a
+    withdrawal makes it count again); returns every approver that counts.
+
+    Raises Forbidden (not a reviewer or admin; the bundle's publisher), BadRequest (alias
+    name), NotFound, Gone, BundleQuarantined."""
+    if caller.role not in APPROVER_ROLES:
         raise Forbidden("only reviewers and admins may approve")
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")
@@ -367,18 +364,18 @@ def approve(
     bundle = live_bundle(session, repo, digest)
     if bundle.created_by == caller.id:
         raise Forbidden("the publisher of a bundle may not approve it (two-person rule)")
-    if bundle.quarantined:
-        raise BundleQuarantined(f"bundle {digest} is quarantined: {bundle.quarantine_reason}")
-    exists = session.execute(
-        select(Approval.id).where(
-            Approval.bundle_id == bundle.id,
-            Approval.alias == alias,
-            Approval.principal_id == caller.id,
+    require_not_quarantined(session, digest)
+    row = _approval(session, bundle.id, alias, caller.id)
+    if row is None:
+        now = datetime.now(UTC)
+        session.add(
+            Approval(bundle_id=bundle.id, alias=alias, principal_id=caller.id, created_at=now)
         )
-    ).first()
-    if exists is None:
-        session.add(Approval(bundle_id=bundle.id, alias=alias, principal_id=caller.id))
-        session.flush()
+    elif row.withdrawn_at is not None:
+        row.created_at = datetime.now(UTC)
+        row.withdrawn_at = None
+        row.withdrawal_reason = None
+    session.flush()
     append(
         session,
         actor=caller.name,
@@ -387,3 +384,65 @@ def approve(
         details={"alias": alias},
     )
     return _approvers(session, bundle.id, alias, {bundle.created_by})
+
+
+def withdraw_approval(
+    session: Session, *, repo_name: str, digest: str, alias: str, reason: str, caller: Caller
+) -> dict[str, Any]:
+    """Withdraw the caller's own approval of ``digest`` for ``alias``: it stops counting at
+    once; the row stays, marked withdrawn with the reason; audited as
+    ``bundle.approval.withdraw``. Allowed on deleted and quarantined bundles too.
+
+    Returns ``{digest, alias, approvers (those that still count), withdrawn: {approver, at,
+    reason}}``. Raises BadRequest (alias name, blank reason), NotFound (no such bundle, or
+    no approval at all), Forbidden (only others approved it: only an approver may withdraw
+    an approval, and only their own), Conflict (already withdrawn).
+    """
+    if not ALIAS_RE.fullmatch(alias):
+        raise BadRequest(f"invalid alias name {alias!r}")
+    if not reason.strip():
+        raise BadRequest("a withdrawal needs a reason")
+    repo = get_repo(session, repo_name)
+    bundle = find_bundle(session, repo, digest)
+    row = _approval(session, bundle.id, alias, caller.id)
+    if row is None:
+        others = _approvers(session, bundle.id, alias, {caller.id})
+        if not others:
+            raise NotFound(f"no approval of {repo_name}@{digest} for {alias}")
+        raise Forbidden(
+            f"{caller.name} ({caller.role}) may not withdraw the approval of {', '.join(others)}"
+            f" for {alias}: only the principal who approved may withdraw it",
+            detail={"principal": caller.name, "approvers": others, "alias": alias},
+        )
+    if row.withdrawn_at is not None:
+        raise Conflict(
+            f"{caller.name} already withdrew the approval of {repo_name}@{digest} for {alias} "
+            f"at {iso(row.withdrawn_at)}",
+            detail={"withdrawn_at": iso(row.withdrawn_at), "reason": row.withdrawal_reason},
+        )
+    row.withdrawn_at = datetime.now(UTC)
+    row.withdrawal_reason = reason
+    session.flush()
+    append(
+        session,
+        actor=caller.name,
+        action="bundle.approval.withdraw",
+        subject=f"{repo_name}@{digest}",
+        details={"alias": alias, "reason": reason},
+    )
+    return {
+        "digest": digest,
+        "alias": alias,
+        "approvers": _approvers(session, bundle.id, alias, {bundle.created_by}),
+        "withdrawn": {"approver": caller.name, "at": iso(row.withdrawn_at), "reason": reason},
+    }
+
+
+def _approval(session: Session, bundle_id: int, alias: str, principal_id: int) -> Approval | None:
+    return session.execute(
+        select(Approval).where(
+            Approval.bundle_id == bundle_id,
+            Approval.alias == alias,
+            Approval.principal_id == principal_id,
+        )
+    ).scalar_one_or_none()

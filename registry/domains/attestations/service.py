@@ -5,7 +5,7 @@ retracted (docs/registry.md#attestations).
   (1) the attestation is within ``max_attestation_bytes``;
   (2) the caller may attach something in this repository (rules.require_may_attach_some): a
       publisher of another repository is refused before anything is verified;
-  (3) the bundle is live and not quarantined;
+  (3) the bundle is live and its digest is not quarantined, in any repository;
   (4) the same bytes, already attached and not retracted, are answered as they are (200) if
       the caller may attach the stored statement's type;
   (5) the attestation verifies against the repository's trust and is about this bundle;
@@ -41,11 +41,11 @@ from modelward.registry.domains.attestations.repository import (
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.bundles.quarantine import require_not_quarantined
 from modelward.registry.domains.bundles.service import attestation_row, find_bundle, live_bundle
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import (
     BadRequest,
-    BundleQuarantined,
     Conflict,
     NotFound,
     PayloadTooLarge,
@@ -74,13 +74,9 @@ def attach(
         repo = get_repo(session, repo_name)
         # (2): the caller may attach something here at all.
         rules.require_may_attach_some(session, repo, caller)
-        # (3): a live, unquarantined bundle.
+        # (3): a live bundle, its digest quarantined in no repository.
         bundle = live_bundle(session, repo, digest)
-        if bundle.quarantined:
-            raise BundleQuarantined(
-                f"bundle {digest} is quarantined: {bundle.quarantine_reason}",
-                detail={"reason": bundle.quarantine_reason},
-            )
+        require_not_quarantined(session, digest)
         # (4): already attached.
         same = _live_with_sha(session, bundle, sha)
         if same is not None:
@@ -96,6 +92,7 @@ def attach(
         # (6): who may attach what, from the verified statement.
         rules.require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
         bundle = live_bundle(session, repo, digest)
+        require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
         same = _live_with_sha(session, bundle, sha)  # attached meanwhile by another request
         if same is not None:
             return _summary(same, _names(session, [same])), False

@@ -15,8 +15,10 @@ from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher, Reviewer
 from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.bundles import service
+from modelward.registry.domains.bundles.quarantine import quarantine as quarantine_digest
+from modelward.registry.domains.bundles.quarantine import require_readable
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.errors import BadRequest, BundleQuarantined, PayloadTooLarge
+from modelward.registry.errors import BadRequest, PayloadTooLarge
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 MAX_REASON_CHARS = 2000
@@ -89,21 +91,20 @@ async def put_bundle(
 
 @router.get("/{digest}")
 def get_bundle(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """The bundle record; ``manifest`` is null for publishers and readers when the digest is
+    quarantined (in any repository), ``quarantined`` and the reason are always shown."""
     with state.db.read() as session:
         row = service.find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
-        return service.bundle_json(session, row)
+        return service.bundle_json(session, row, caller)
 
 
 @router.get("/{digest}/manifest")
 def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> Response:
-    """The exact manifest bytes. Quarantined bundles: only admins and reviewers may fetch."""
+    """The exact manifest bytes. A quarantined digest (in any repository): only admins and
+    reviewers may fetch it (409 ``bundle_quarantined`` otherwise)."""
     with state.db.read() as session:
         row = service.live_bundle(session, get_repo(session, f"{org}/{name}"), digest)
-        if row.quarantined and caller.role not in ("admin", "reviewer"):
-            raise BundleQuarantined(
-                f"bundle {digest} is quarantined: {row.quarantine_reason}",
-                detail={"reason": row.quarantine_reason},
-            )
+        require_readable(session, digest, caller)
         data = row.manifest
     return Response(
         content=data,
@@ -116,11 +117,15 @@ def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: Sta
 def quarantine(
     *, org: str, name: str, digest: str, body: ReasonIn, caller: Reviewer, state: State
 ) -> dict[str, Any]:
+    """Quarantine the digest in every repository (409 ``conflict`` when it already is);
+    returns this repository's bundle record."""
+    repo_name = f"{org}/{name}"
     with state.db.write() as session:
-        row = service.quarantine(
-            session, repo_name=f"{org}/{name}", digest=digest, reason=body.reason, caller=caller
+        quarantine_digest(
+            session, repo_name=repo_name, digest=digest, reason=body.reason, caller=caller
         )
-        return service.bundle_json(session, row)
+        row = service.find_bundle(session, get_repo(session, repo_name), digest)
+        return service.bundle_json(session, row, caller)
 
 
 @router.delete("/{digest}", status_code=204)

@@ -3,17 +3,18 @@
 ``push`` runs, in order (docs/registry.md#push):
   (1) the caller may publish to the repository (authorization in the query);
   (2) the manifest bytes hash to the digest in the URL;
-  (3) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
+  (3) the digest is not quarantined, in any repository (bundles.quarantine);
+  (4) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
       attestations in the request that it does not hold are listed as ignored, with the
       reason (attach them with POST .../attestations);
-  (4) the manifest parses strictly (attest.manifest.parse_manifest);
-  (5) every layer and the config blob is stored, with the stated size;
-  (6) the one bundle verifier (attest.verifier.verify_bundle) scans every stored layer,
+  (5) the manifest parses strictly (attest.manifest.parse_manifest);
+  (6) every layer and the config blob is stored, with the stated size;
+  (7) the one bundle verifier (attest.verifier.verify_bundle) scans every stored layer,
       verifies the attestations and evaluates the repository policy; attestations no
       registered or policy signer signed are ignored and listed with their reason;
-  (7) the caller may attach each verified statement's type (attestations.rules);
-  (8) only then the bundle, its verified attestations and an audit event are recorded in one
-      transaction.
+  (8) the caller may attach each verified statement's type (attestations.rules);
+  (9) only then, in one transaction that checks (3) again, the bundle, its verified
+      attestations and an audit event are recorded.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from modelward.registry.domains.attestations.rules import require_may_attach
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.bundles.quarantine import (
+    manifest_readable,
+    quarantine_of,
+    require_not_quarantined,
+)
 from modelward.registry.domains.repos.service import get_repo, repo_policy, writable_repo
 from modelward.registry.errors import (
     BadRequest,
@@ -45,7 +51,7 @@ from modelward.registry.errors import (
 )
 from modelward.registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
 
-__all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "quarantine", "tombstone"]
+__all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "tombstone"]
 
 
 def find_bundle(session: Session, repo: Repository, digest: str) -> Bundle:
@@ -67,13 +73,19 @@ def live_bundle(session: Session, repo: Repository, digest: str) -> Bundle:
     return row
 
 
-def bundle_json(session: Session, row: Bundle) -> dict[str, Any]:
+def bundle_json(session: Session, row: Bundle, caller: Caller) -> dict[str, Any]:
+    """The bundle record. The manifest (base64) is withheld (null) from callers who may not
+    read it (a quarantined digest, except for admins and reviewers); the quarantine itself,
+    which every worker refuses, is always shown."""
     creator = session.get(Principal, row.created_by)
+    held = quarantine_of(session, row.digest)
+    readable = manifest_readable(session, row.digest, caller)
     return {
         "digest": row.digest,
-        "manifest": base64.b64encode(row.manifest).decode(),
-        "quarantined": row.quarantined,
-        "quarantine_reason": row.quarantine_reason,
+        "manifest": base64.b64encode(row.manifest).decode() if readable else None,
+        "quarantined": held is not None,
+        "quarantine_reason": held.reason if held is not None else None,
+        "quarantined_at": iso(held.quarantined_at) if held is not None else None,
         "tombstoned": row.tombstoned,
         "created_by": creator.name if creator else None,
         "created_at": iso(row.created_at),
@@ -139,16 +151,18 @@ def push(
                 f"manifest digest mismatch: URL names {digest}, bytes hash to {actual}",
                 detail={"expected": digest, "actual": actual},
             )
-        # (3): immutable and idempotent.
+        # (3): a quarantined digest is refused in every repository.
+        require_not_quarantined(session, digest)
+        # (4): immutable and idempotent.
         existing = session.execute(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
         ).scalar_one_or_none()
         if existing is not None:
             live_bundle(session, repo, digest)
             return json.loads(existing.decision), False, _not_held(session, existing, attestations)
-        # (4): strict parse.
+        # (5): strict parse.
         manifest = _parse(manifest_bytes, state)
-        # (5): every blob present with its stated size.
+        # (6): every blob present with its stated size.
         missing = _missing_blobs(session, manifest)
         if missing:
             raise BadRequest(
@@ -159,7 +173,7 @@ def push(
             )
         policy = repo_policy(repo, state.default_policy_yaml)
         trust = verdict.trust_for(session, repo, policy, state)
-    # (6): the one verifier: scan, attestations, policy.
+    # (7): the one verifier: scan, attestations, policy.
     trusted = verdict.judge(
         state, manifest=manifest, attestations=attestations, policy=policy, trust=trust
     )
@@ -167,10 +181,11 @@ def push(
         {"sha256": a.sha256, "reason": f"no registered or policy signer signed it: {a.reason}"}
         for a in trusted.ignored
     ]
-    # (8): record everything in one transaction.
+    # (9): record everything in one transaction.
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
-        # (7): who may attach what, from each verified statement.
+        require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
+        # (8): who may attach what, from each verified statement.
         for item in trusted.verified:
             stmt = item.statement
             require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
@@ -188,7 +203,6 @@ def push(
             findings=verdict.findings_to_json(trusted.findings),
             created_by=caller.id,
             created_at=datetime.now(UTC),
-            quarantined=False,
             tombstoned=False,
         )
         session.add(row)
@@ -238,27 +252,6 @@ def attestation_row(bundle: Bundle, data: bytes, stmt: Any, caller: Caller) -> A
         created_by=caller.id,
         created_at=datetime.now(UTC),
     )
-
-
-def quarantine(
-    session: Session, *, repo_name: str, digest: str, reason: str, caller: Caller
-) -> Bundle:
-    if caller.role not in ("admin", "reviewer"):
-        raise Forbidden("only admins and reviewers may quarantine bundles")
-    if not reason.strip():
-        raise BadRequest("a quarantine needs a reason")
-    repo = get_repo(session, repo_name)
-    row = live_bundle(session, repo, digest)
-    row.quarantined = True
-    row.quarantine_reason = reason
-    append(
-        session,
-        actor=caller.name,
-        action="bundle.quarantine",
-        subject=f"{repo.name}@{digest}",
-        details={"reason": reason},
-    )
-    return row
 
 
 def tombstone(

@@ -16,9 +16,12 @@ from modelward.registry.domains.uploads import service
 router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
 
 
+MAX_SIZE = 2**62  # bytes of an upload and its offsets; the store's sizes are 64-bit
+
+
 class UploadIn(BaseModel):
     digest: str = Field(max_length=100)
-    size: int = Field(ge=0, le=2**62)
+    size: int = Field(ge=0, le=MAX_SIZE)
 
 
 @router.post(
@@ -43,7 +46,7 @@ async def patch_upload(
     request: Request,
     caller: Publisher,
     state: State,
-    upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0)],
+    upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0, le=MAX_SIZE)],
 ) -> dict[str, Any]:
     length = declared_length(request, state.settings.max_blob_bytes)
     offset = await run_in_threadpool(
