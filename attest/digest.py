@@ -144,10 +144,8 @@ class _Job:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-def _hash_one(file: BundleFile, job: _Job) -> str:
-    if job.buffers.view is None:
-        job.buffers.view = memoryview(bytearray(job.buffer_size))
-    view = job.buffers.view
+def _open_regular(file: BundleFile) -> int:
+    """An fd on ``file``, still a regular file; TreeRuleError (the path at fault) if not."""
     # O_NONBLOCK: opening a fifo swapped in after the walk must not hang (no effect on files)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -155,12 +153,18 @@ def _hash_one(file: BundleFile, job: _Job) -> str:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise TreeRuleError([TreeViolation(file.path, "tree.unreadable", reason)]) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TreeRuleError([TreeViolation(file.path, "tree.special", "no longer a regular file")])
+    return fd
+
+
+def _hash_one(file: BundleFile, job: _Job) -> str:
+    if job.buffers.view is None:
+        job.buffers.view = memoryview(bytearray(job.buffer_size))
+    view = job.buffers.view
+    fd = _open_regular(file)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TreeRuleError(
-                [TreeViolation(file.path, "tree.special", "no longer a regular file")]
-            )
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         hasher = hashlib.sha256()
@@ -215,8 +219,21 @@ def hash_files(
             job.stop.set()
             for future in pending:
                 future.cancel()
-        for future in sorted(done, key=lambda f: futures[f].encode()):
-            exc = future.exception()
-            if exc is not None:
-                raise exc
+            wait(futures)  # the running ones stop at their next chunk
+        failures = {
+            futures[f]: exc
+            for f in futures
+            if not f.cancelled()
+            and (exc := f.exception()) is not None
+            and not isinstance(exc, _Cancelled)
+        }
+        if failures:
+            first = min(failures, key=str.encode)
+            # A file stopped, or never started, before it could fail: whichever worker
+            # failed first, an earlier path that cannot be opened is the one reported.
+            for file in sorted(order, key=lambda f: f.path.encode()):
+                if file.path.encode() >= first.encode():
+                    break
+                os.close(_open_regular(file))
+            raise failures[first]
         return {futures[f]: f.result() for f in done}
