@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509 import verification as x509v
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from modelward.attest._malformed import MALFORMED, describe
 from modelward.attest.dsse import pae
 from modelward.attest.errors import UntrustedSigner, VerificationError
 from modelward.attest.keys import keyid
@@ -232,8 +233,8 @@ def _chain(envelope: Envelope) -> list[x509.Certificate]:
         der = b64decode(item.get("rawBytes") if isinstance(item, dict) else None, where)
         try:
             certs.append(x509.load_der_x509_certificate(der))
-        except ValueError as exc:
-            raise VerificationError(f"{where} is not a DER certificate: {exc}") from None
+        except MALFORMED as exc:
+            raise VerificationError(f"{where} is not a DER certificate: {describe(exc)}") from None
     return certs
 
 
@@ -330,7 +331,12 @@ def verify_envelope(data: bytes, trust: TrustSet, now: datetime | None = None) -
             raise UntrustedSigner(
                 "OMS signature is made with a certificate chain, and no CA is trusted"
             )
-        signers, reasons, notes = _verify_x509(envelope, trust.cas, now or datetime.now(UTC))
+        try:
+            signers, reasons, notes = _verify_x509(envelope, trust.cas, now or datetime.now(UTC))
+        except MALFORMED as exc:
+            raise VerificationError(
+                f"OMS certificate chain is malformed: {describe(exc)}"
+            ) from None
     if not signers:
         # no trusted key is named by the hint, or the leaf chains to no trusted CA
         raise UntrustedSigner(

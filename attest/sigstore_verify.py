@@ -36,6 +36,7 @@ from sigstore.errors import Error as SigstoreError
 from sigstore.models import Bundle, TrustedRoot
 from sigstore.verify import Verifier, policy
 
+from modelward.attest._malformed import MALFORMED, describe
 from modelward.attest.errors import UntrustedSigner, VerificationError
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Signer, TrustedIdentity, TrustSet, VerifiedStatement
@@ -100,12 +101,16 @@ def check_bundle_media_type(data: bytes) -> str:
     if not isinstance(document, dict):
         raise VerificationError("Sigstore bundle is not a JSON object")
     media_type = document.get("mediaType")
-    if media_type not in BUNDLE_MEDIA_TYPES:
+    if not isinstance(media_type, str) or media_type not in BUNDLE_MEDIA_TYPES:
         raise VerificationError(
             f"unknown Sigstore bundle media type {media_type!r}; expected one of "
             f"{', '.join(sorted(BUNDLE_MEDIA_TYPES))}"
         )
     return str(media_type)
+
+
+# sigstore-python's own errors, and what its dependencies let through on malformed bytes
+_REFUSED: Final[tuple[type[Exception], ...]] = (SigstoreError, *MALFORMED)
 
 
 def _verify_one(bundle: Bundle, identity: TrustedIdentity) -> tuple[str, bytes]:
@@ -120,8 +125,10 @@ def _verify_one(bundle: Bundle, identity: TrustedIdentity) -> tuple[str, bytes]:
         return verifier.verify_dsse(
             bundle, policy.Identity(identity=identity.identity, issuer=identity.issuer)
         )
-    except (SigstoreError, ValueError) as exc:
+    except SigstoreError as exc:
         raise VerificationError(str(exc)) from None
+    except MALFORMED as exc:
+        raise VerificationError(f"malformed Sigstore bundle: {describe(exc)}") from None
 
 
 def _names(bundle: Bundle, identity: TrustedIdentity) -> bool:
@@ -133,8 +140,8 @@ def _names(bundle: Bundle, identity: TrustedIdentity) -> bool:
         policy.Identity(identity=identity.identity, issuer=identity.issuer).verify(
             bundle.signing_certificate
         )
-    except (SigstoreError, ValueError):
-        return False
+    except _REFUSED:
+        return False  # a certificate without the identity extensions names nobody
     return True
 
 
@@ -150,8 +157,8 @@ def verify_sigstore_dsse(data: bytes, identities: Sequence[TrustedIdentity]) -> 
     try:
         bundle = Bundle.from_json(data)
         envelope = bundle._dsse_envelope  # sigstore-python has no public accessor for it
-    except (SigstoreError, ValueError) as exc:
-        raise VerificationError(f"invalid Sigstore bundle: {exc}") from None
+    except _REFUSED as exc:
+        raise VerificationError(f"invalid Sigstore bundle: {describe(exc)}") from None
     if envelope is None:
         raise VerificationError("Sigstore bundle holds no DSSE envelope (a bare signature)")
     if not identities:

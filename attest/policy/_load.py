@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import ValidationError
 
+from modelward.attest._malformed import MALFORMED
 from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
 from modelward.attest.errors import KeyError_, PolicyError
 from modelward.attest.keys import keyid, load_public_key, trusted_key
@@ -165,8 +166,8 @@ def trusted_public_key(name: str, pem: bytes, source: str) -> TrustedKey:
     """
     try:
         key = serialization.load_pem_public_key(pem)
-    except (ValueError, TypeError):
-        key = None
+    except MALFORMED:
+        key = None  # load_public_key below names what is wrong with it
     if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, _OMS_ONLY_CURVES):
         return TrustedKey(name=name, keyid=keyid(key), public_key=key)
     return trusted_key(name, load_public_key(pem, source))
