@@ -15,7 +15,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -319,7 +321,28 @@ def create_app_from_environment() -> FastAPI:
         raise ConfigurationError(f"{WORKER_SETTINGS_ENV} is not set: start with `modelward serve`")
     settings = settings_from_json(text)
     configure_logging(settings.log_level)
+    _end_with_supervisor(os.getppid())
     return create_app(settings)
+
+
+def _end_with_supervisor(supervisor: int, interval: float = 0.5) -> None:
+    """End this worker when its ``serve`` supervisor is gone.
+
+    A ``kill -9`` of the supervisor must not leave its workers answering on the port and
+    writing to the database (a restarted ``serve`` could not bind, and a crash test would
+    talk to the orphans): a daemon thread watches the parent and, once the worker has been
+    handed to another parent, asks uvicorn to shut down (SIGTERM), then exits hard.
+    """
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(interval)
+        log.warning("supervisor %d is gone: this worker shuts down", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:

@@ -214,7 +214,10 @@ class Server:
         env.pop("MODELWARD_URL", None)
         env.pop("MODELWARD_TOKEN", None)
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # its own process group: kill9() ends the supervisor and its workers together
+        self.proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -222,6 +225,12 @@ class Server:
                 raise RuntimeError(f"modelward serve exited {self.proc.returncode}:\n{self.log()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    time.sleep(0.2)  # an answer from another process's leftovers: ours exits
+                    if self.proc.poll() is not None:
+                        raise RuntimeError(
+                            f"modelward serve exited {self.proc.returncode} while something "
+                            f"else answered on its port:\n{self.log()}"
+                        )
                     return
             time.sleep(0.1)
         self.stop()
@@ -231,8 +240,10 @@ class Server:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
 
     def kill9(self) -> None:
+        """SIGKILL the whole server: the supervisor and its ``--workers`` processes."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:

@@ -194,3 +194,38 @@ def test_kill9_with_half_sent_bundle_body(crashable: Registry, tmp_path: Path) -
     assert pub.actor.client.put_bundle(
         repo, built.manifest.digest, built.manifest.raw, pub.sign(built)
     )["digest"]
+
+
+@pytest.mark.postgres
+def test_kill9_of_the_supervisor_alone_leaves_no_worker_serving(
+    pg_cluster: Any, tmp_path: Path
+) -> None:
+    """``serve --workers 2``: SIGKILL to the supervisor only (what a crashed or OOM-killed
+    supervisor looks like) must not leave its workers answering on the port."""
+    import os
+    import signal
+
+    import httpx
+
+    reg = start_registry("postgres", tmp_path, pg_cluster, extra_env={"MODELWARD_WORKERS": "2"})
+    try:
+        assert reg.server.proc is not None
+        supervisor = reg.server.proc.pid
+        assert httpx.get(f"{reg.url}/healthz", timeout=5).status_code == 200
+        os.kill(supervisor, signal.SIGKILL)
+        reg.server.proc.wait(10)
+        deadline = time.monotonic() + 20
+        answering = True
+        while answering and time.monotonic() < deadline:
+            try:
+                httpx.get(f"{reg.url}/healthz", timeout=1)
+            except httpx.TransportError:
+                answering = False
+            else:
+                time.sleep(0.2)
+        assert not answering, "the killed supervisor's workers still answer on its port"
+        reg.server.start()  # the port is free again: a restart binds it
+        assert httpx.get(f"{reg.url}/healthz", timeout=5).status_code == 200
+    finally:
+        reg.close()
+        reg.server.stop()
