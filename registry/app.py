@@ -421,7 +421,13 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
             )
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"])
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}},
+                         "description": "Prometheus text exposition format"}},
+    )
     def prometheus(request: Request) -> PlainTextResponse:
         st: AppState = app.state.registry
         if not st.settings.metrics_public:

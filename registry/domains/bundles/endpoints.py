@@ -98,7 +98,12 @@ def get_bundle(org: str, name: str, digest: str, caller: AnyCaller, state: State
         return service.bundle_json(session, row, caller)
 
 
-@router.get("/{digest}/manifest")
+@router.get(
+    "/{digest}/manifest",
+    response_class=Response,
+    responses={200: {"content": {"application/vnd.oci.image.manifest.v1+json": {}},
+                     "description": "the exact manifest bytes the digest names"}},
+)
 def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> Response:
     """The exact manifest bytes. A quarantined digest (in any repository): only admins and
     reviewers may fetch it (409 ``bundle_quarantined`` otherwise)."""
