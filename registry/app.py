@@ -37,6 +37,7 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel
+from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -261,7 +262,9 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
         "message": msg[:1000],
         "request_id": getattr(request.state, "request_id", None),
     }
-    action, subject = "denied", f"{request.method} {request.url.path}"
+    # the path as the client sent it, less what no database text column can hold
+    path = request.url.path.replace("\x00", "%00")
+    action, subject = "denied", f"{request.method} {path}"
     if caller is None and status == 401:
         # the peer, or what a trusted proxy says it forwarded (never the client's own say)
         client = throttle_key(client_address(
@@ -398,6 +401,16 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         first = problems[0] if problems else {"loc": [], "msg": "invalid"}
         message = f"invalid request: {'.'.join(first['loc'])}: {first['msg']}"
         return await _error_response(request, 422, "invalid_request", message, problems)
+
+    @app.exception_handler(DataError)
+    async def _unstorable(request: Request, exc: DataError) -> JSONResponse:
+        # A value the database cannot hold (PostgreSQL: a NUL character in text, a number out
+        # of its column's range) is bad input, never a 500. The message never quotes it.
+        message = (
+            "invalid request: a value in it cannot be stored "
+            f"({type(exc.orig).__name__}); text may not contain NUL characters"
+        )
+        return await _error_response(request, 400, "invalid_value", message, None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
