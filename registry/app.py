@@ -295,7 +295,13 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
 
 
 async def _error_response(
-    request: Request, status: int, code: str, message: str, detail: Any
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    detail: Any,
+    *,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     state: AppState = request.app.state.registry
     if status in AUDITED_STATUSES:
@@ -303,7 +309,7 @@ async def _error_response(
             await run_in_threadpool(_record_denial, state, request, status, code, message)
         except Exception:
             log.exception("could not audit a denied request")
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
     return JSONResponse(
         {"error": {"code": code, "message": message, "detail": detail}},
         status_code=status,
@@ -416,7 +422,11 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         code = codes.get(exc.status_code, "http_error")
-        return await _error_response(request, exc.status_code, code, str(exc.detail), None)
+        # keep what the framework says with it (405: Allow)
+        return await _error_response(
+            request, exc.status_code, code, str(exc.detail), None,
+            headers=dict(exc.headers or {}),
+        )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

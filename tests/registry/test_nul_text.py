@@ -60,3 +60,12 @@ def test_nul_in_a_boot_record_is_a_400(registry: Registry, tmp_path) -> None:
     if registry.kind == "postgres":
         assert r.status_code == 400
         assert r.json()["error"]["code"] == "invalid_value"
+
+
+def test_method_not_allowed_says_which_are(registry: Registry) -> None:
+    """A 405 carries ``Allow`` (RFC 9110 15.5.6), in the one JSON error shape."""
+    with _client(registry, registry.server.admin_token) as http:
+        r = http.request("TRACE", "/healthz")
+    assert r.status_code == 405
+    assert "GET" in r.headers["allow"]
+    assert r.json()["error"]["code"] == "method_not_allowed"
