@@ -15,8 +15,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.registry.conftest import (
     PgCluster,
@@ -105,6 +106,21 @@ def postgres_for(kinds: tuple[str, ...]) -> Iterator[PgCluster | str | None]:
         yield pg
     finally:
         cluster.__exit__(None, None, None)
+
+
+def each_database(databases: tuple[str, ...], work: Path,
+                  run_one: Callable[[str, Registry], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``run_one(kind, registry)`` on a fresh registry of each kind, in order; a database
+    that cannot start is reported as ``{"database": kind, "skipped": reason}``."""
+    results: list[dict[str, Any]] = []
+    with postgres_for(databases) as pg:
+        for kind in databases:
+            if kind == "postgres" and isinstance(pg, str):
+                results.append({"database": kind, "skipped": pg})
+                continue
+            with registry(kind, work, pg) as reg:
+                results.append(run_one(kind, reg))
+    return results
 
 
 def descendants(pid: int) -> list[int]:

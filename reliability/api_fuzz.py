@@ -369,27 +369,24 @@ def run(out: Path, *, examples: int = 1000, databases: tuple[str, ...] = ("sqlit
     are the same on PostgreSQL, so there (to bound the time) only ``postgres_roles`` run,
     with ``postgres_examples`` (default: ``examples``): what differs is the database layer.
     """
-    from reliability._infra import postgres_for, registry
+    from reliability._infra import each_database
 
     work = out / "api"
     started = time.monotonic()
     deadline = started + budget if budget else None
-    results: list[dict[str, Any]] = []
-    with postgres_for(databases) as pg:
-        for kind in databases:
-            if kind == "postgres" and isinstance(pg, str):
-                results.append({"database": kind, "skipped": pg})
-                continue
-            with registry(kind, work, pg) as reg:
-                postgres = kind == "postgres"
-                later = sum(len(postgres_roles if k == "postgres" else ROLES)
-                            for k in databases[databases.index(kind) + 1:])
-                results.append(run_one_database(
-                    kind, reg, work, max_time=max_time,
-                    examples=(postgres_examples or examples) if postgres else examples,
-                    roles=postgres_roles if postgres else ROLES,
-                    deadline=deadline, roles_after=later,
-                ))
+
+    def run_kind(kind: str, reg: Any) -> dict[str, Any]:
+        postgres = kind == "postgres"
+        later = sum(len(postgres_roles if k == "postgres" else ROLES)
+                    for k in databases[databases.index(kind) + 1:])
+        return run_one_database(
+            kind, reg, work, max_time=max_time,
+            examples=(postgres_examples or examples) if postgres else examples,
+            roles=postgres_roles if postgres else ROLES,
+            deadline=deadline, roles_after=later,
+        )
+
+    results = each_database(databases, work, run_kind)
     new = 0
     for result in results:
         for role in (result.get("roles") or {}).values():

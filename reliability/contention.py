@@ -189,19 +189,12 @@ def _all(n: int, target: Any) -> None:
 def run(out: Path, *, writers: int = 64, rounds: int = 20, landed: int = 3,
         databases: tuple[str, ...] = ("sqlite", "postgres")) -> dict[str, Any]:
     """Both phases on every database; writes and returns ``out/contention.json``."""
-    from reliability._infra import postgres_for, registry
+    from reliability._infra import each_database
 
     work = out / "contention"
     started = time.monotonic()
-    results: list[dict[str, Any]] = []
-    with postgres_for(databases) as pg:
-        for kind in databases:
-            if kind == "postgres" and isinstance(pg, str):
-                results.append({"database": kind, "skipped": pg})
-                continue
-            with registry(kind, work, pg) as reg:
-                results.append(run_one_database(kind, reg, work, writers=writers, rounds=rounds,
-                                                landed=landed))
+    results = each_database(databases, work, lambda kind, reg: run_one_database(
+        kind, reg, work, writers=writers, rounds=rounds, landed=landed))
     summary = {
         "campaign": "contention",
         "seconds": round(time.monotonic() - started, 1),

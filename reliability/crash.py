@@ -619,20 +619,13 @@ def run(out: Path, *, kills: int = 200, databases: tuple[str, ...] = ("sqlite", 
         seed: int = 15, cli_every: int = 10, max_time_per_database: float | None = None,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The campaign over ``databases``; writes and returns ``out/crash.json``."""
-    from reliability._infra import postgres_for, registry
+    from reliability._infra import each_database
 
     work = out / "crash"
     started = time.monotonic()
-    results: list[dict[str, Any]] = []
-    with postgres_for(databases) as pg:
-        for kind in databases:
-            if kind == "postgres" and isinstance(pg, str):
-                results.append({"database": kind, "skipped": pg})
-                continue
-            with registry(kind, work, pg) as reg:
-                results.append(run_one_database(kind, reg, work, kills=kills, seed=seed,
-                                                cli_every=cli_every, progress=progress,
-                                                max_time=max_time_per_database))
+    results = each_database(databases, work, lambda kind, reg: run_one_database(
+        kind, reg, work, kills=kills, seed=seed, cli_every=cli_every, progress=progress,
+        max_time=max_time_per_database))
     summary = {
         "campaign": "crash",
         "kills_per_database": kills,
