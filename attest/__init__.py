@@ -15,24 +15,35 @@ Errors (every one carries its evidence)::
 
 from __future__ import annotations
 
-from modelward.attest.errors import (
-    AttestError,
-    BundleError,
-    PolicyError,
-    UntrustedSigner,
-    VerificationError,
-)
-from modelward.attest.manifest import Manifest, build_bundle, bundle_digest, parse_manifest
-from modelward.attest.policy import Decision, Policy, PolicyDenied, TrustFlags, policy_from_flags
-from modelward.attest.trust import TrustSet, VerifiedStatement
-from modelward.attest.verifier import (
-    BlobReader,
-    BundleVerdict,
-    DirectoryReader,
-    TrustedBundle,
-    verify_bundle,
-    verify_bundle_result,
-)
+from typing import TYPE_CHECKING
+
+from modelward._exports import lazy_exports
+
+if TYPE_CHECKING:
+    from modelward.attest.errors import (
+        AttestError,
+        BundleError,
+        PolicyError,
+        UntrustedSigner,
+        VerificationError,
+    )
+    from modelward.attest.manifest import Manifest, build_bundle, bundle_digest, parse_manifest
+    from modelward.attest.policy import (
+        Decision,
+        Policy,
+        PolicyDenied,
+        TrustFlags,
+        policy_from_flags,
+    )
+    from modelward.attest.trust import TrustSet, VerifiedStatement
+    from modelward.attest.verifier import (
+        BlobReader,
+        BundleVerdict,
+        DirectoryReader,
+        TrustedBundle,
+        verify_bundle,
+        verify_bundle_result,
+    )
 
 __all__ = [
     "AttestError",
@@ -58,3 +69,31 @@ __all__ = [
     "verify_bundle",
     "verify_bundle_result",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AttestError": "modelward.attest.errors",
+        "BundleError": "modelward.attest.errors",
+        "PolicyError": "modelward.attest.errors",
+        "UntrustedSigner": "modelward.attest.errors",
+        "VerificationError": "modelward.attest.errors",
+        "Manifest": "modelward.attest.manifest",
+        "build_bundle": "modelward.attest.manifest",
+        "bundle_digest": "modelward.attest.manifest",
+        "parse_manifest": "modelward.attest.manifest",
+        "Decision": "modelward.attest.policy",
+        "Policy": "modelward.attest.policy",
+        "PolicyDenied": "modelward.attest.policy",
+        "TrustFlags": "modelward.attest.policy",
+        "policy_from_flags": "modelward.attest.policy",
+        "TrustSet": "modelward.attest.trust",
+        "VerifiedStatement": "modelward.attest.trust",
+        "BlobReader": "modelward.attest.verifier",
+        "BundleVerdict": "modelward.attest.verifier",
+        "DirectoryReader": "modelward.attest.verifier",
+        "TrustedBundle": "modelward.attest.verifier",
+        "verify_bundle": "modelward.attest.verifier",
+        "verify_bundle_result": "modelward.attest.verifier",
+    },
+)

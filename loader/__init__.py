@@ -6,8 +6,24 @@ and decides trust only through ``modelward.attest.verify_bundle``. Importing it 
 
 from __future__ import annotations
 
-from modelward.loader.errors import LoaderError, RefusedError
-from modelward.loader.pull import PulledBundle, pull_bundle
-from modelward.loader.source import RegistrySource
+from typing import TYPE_CHECKING
+
+from modelward._exports import lazy_exports
+
+if TYPE_CHECKING:
+    from modelward.loader.errors import LoaderError, RefusedError
+    from modelward.loader.pull import PulledBundle, pull_bundle
+    from modelward.loader.source import RegistrySource
 
 __all__ = ["LoaderError", "PulledBundle", "RefusedError", "RegistrySource", "pull_bundle"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "LoaderError": "modelward.loader.errors",
+        "RefusedError": "modelward.loader.errors",
+        "PulledBundle": "modelward.loader.pull",
+        "pull_bundle": "modelward.loader.pull",
+        "RegistrySource": "modelward.loader.source",
+    },
+)

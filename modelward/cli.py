@@ -1,9 +1,10 @@
-"""The ``modelward`` command, wired in one place.
+"""The ``modelward`` command, wired in one place: the table below.
 
 attest/ contributes ``bundle`` and ``key``; registry/ the server and client commands; loader/
-``pull``, ``verify``, ``boot``, ``replay`` and ``baseline``. Every group is imported at the top
-of this module: a broken import is an error at start-up, never a command group that silently
-vanishes.
+``pull``, ``verify``, ``boot``, ``replay`` and ``baseline``. The table names where each
+command lives; a command's module is imported only when that command runs (``modelward._lazy``),
+so ``--help`` and the light commands start fast. ``tests/packaging/test_cli_table.py``
+imports every entry: a broken import fails CI, never a command group that silently vanishes.
 """
 
 from __future__ import annotations
@@ -12,36 +13,185 @@ import logging
 import os
 import sys
 
-import typer
+# Plain (click) help: it honours metavars and starts without importing rich's renderer.
+os.environ.setdefault("TYPER_USE_RICH", "0")
 
-from modelward.attest.cli import bundle_app, key_app
-from modelward.attest.cli._common import err_console
-from modelward.attest.errors import AttestError
-from modelward.loader import cli as loader_cli
-from modelward.registry import cli as registry_cli
+from modelward._lazy import Entry, LazyGroup
 
-__all__ = ["ERROR_ROOTS", "app", "main"]
+__all__ = ["COMMANDS", "app", "is_modelward_error", "main"]
 
-app = typer.Typer(
+_CLIENT = "modelward.registry._cli_client"
+_SERVER = "modelward.registry._cli_server"
+_LOADER = "modelward.loader._cli_commands"
+_ATTEST = "modelward.attest.cli"
+
+COMMANDS: dict[str, Entry] = {
+    "serve": Entry("Run the registry server.", f"{_SERVER}:serve"),
+    "login": Entry(
+        "Save URL and token to the per-user config file (mode 0600).", f"{_CLIENT}:login"
+    ),
+    "push": Entry(
+        "Upload missing blobs, then the manifest and attestations, then move the alias.",
+        f"{_CLIENT}:push",
+    ),
+    "approve": Entry(
+        "Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw "
+        "your own approval with --withdraw --reason: it no longer counts.",
+        f"{_CLIENT}:approve",
+    ),
+    "quarantine": Entry(
+        "Quarantine a bundle: unloadable everywhere, unassignable to aliases.",
+        f"{_CLIENT}:quarantine",
+    ),
+    "pull": Entry(
+        "Pull, verify locally and materialize a bundle read-only; print digest and directory.",
+        f"{_LOADER}:pull",
+    ),
+    "verify": Entry(
+        "Re-hash a materialized bundle against its manifest (catches a flipped byte).",
+        f"{_LOADER}:verify",
+    ),
+    "boot": Entry(
+        "Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.",
+        f"{_LOADER}:boot",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    ),
+    "replay": Entry(
+        "Replay requests N times: consecutive matches, divergences, unique completions.",
+        "modelward.loader._cli_replay:replay",
+    ),
+    "bundle": Entry(
+        "Build, inspect, scan, sign and verify model bundles.",
+        children={
+            "digest": Entry(
+                "Print the bundle digest (sha256 of the canonical manifest) and nothing else.",
+                f"{_ATTEST}.bundle_build:digest_command",
+            ),
+            "manifest": Entry(
+                "Print the exact manifest bytes (canonical JSON) of the bundle.",
+                f"{_ATTEST}.bundle_build:manifest_command",
+            ),
+            "init": Entry(
+                "Write a commented modelward.yaml for the model in DIR.",
+                f"{_ATTEST}.bundle_build:init_command",
+            ),
+            "import-hf": Entry(
+                "Import a Hugging Face model at a pinned commit, safe formats only.",
+                f"{_ATTEST}.bundle_import:import_hf",
+            ),
+            "scan": Entry(
+                "Classify every file by content; refuse anything not known to be safe.",
+                f"{_ATTEST}.bundle_scan:scan",
+            ),
+            "sign": Entry(
+                "Sign DIR: SLSA provenance for its bundle digest (DSSE), or an OMS model.sig.",
+                f"{_ATTEST}.bundle_sign:sign",
+            ),
+            "verify": Entry(
+                "Verify signatures over a bundle directory against a policy or trusted signers.",
+                f"{_ATTEST}.bundle_verify:verify",
+            ),
+            "show": Entry(
+                "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
+                f"{_CLIENT}:bundle_show",
+            ),
+        },
+    ),
+    "key": Entry(
+        "Generate and manage signing keys.",
+        children={
+            "generate": Entry(
+                "Generate a signing key pair: PKCS#8 private key and SubjectPublicKeyInfo "
+                "public key.",
+                f"{_ATTEST}.keys:generate",
+            ),
+            "register": Entry(
+                "Register a signing public key for yourself (or, as admin, for a principal).",
+                f"{_CLIENT}:key_register",
+            ),
+            "list": Entry("List registered signing keys.", f"{_CLIENT}:key_list"),
+            "revoke": Entry("Revoke a registered signing key.", f"{_CLIENT}:key_revoke"),
+        },
+    ),
+    "db": Entry("Database schema migrations.", f"{_SERVER}:db_app"),
+    "admin": Entry(
+        "Local administration (straight on the database).",
+        children={
+            "principal": Entry("Principals.", f"{_SERVER}:principal_app"),
+            "token": Entry("API tokens.", f"{_SERVER}:token_app"),
+        },
+    ),
+    "alias": Entry(
+        "Read and move aliases (REPO@ALIAS).",
+        children={
+            "get": Entry("Show the digest and version an alias points at.", f"{_CLIENT}:alias_get"),
+            "set": Entry(
+                "Move an alias to a digest (compare-and-swap on its version).",
+                f"{_CLIENT}:alias_set",
+            ),
+            "history": Entry(
+                "Every move of an alias: version, from -> to, who, when, why, rollback.",
+                f"{_CLIENT}:alias_history",
+            ),
+            "rollback": Entry(
+                "Set an alias back to an earlier digest, recorded as a rollback.",
+                f"{_CLIENT}:alias_rollback",
+            ),
+        },
+    ),
+    "audit": Entry("Read and verify the audit log.", f"{_CLIENT}:audit_app"),
+    "repo": Entry(
+        "Manage repositories.",
+        children={
+            "create": Entry(
+                "Create a repository (optionally with its own policy file).",
+                f"{_CLIENT}:repo_create",
+            ),
+            "add-publisher": Entry(
+                "Let a principal publish to a repository (admins only).",
+                f"{_CLIENT}:repo_add_publisher",
+            ),
+        },
+    ),
+    "attestation": Entry(
+        "Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
+        "modelward.registry._cli_attestation:attestation_app",
+    ),
+    "org": Entry(
+        "Orgs: who may create repositories ORG/*, and the policy floor they must meet.",
+        "modelward.registry._cli_orgs:org_app",
+    ),
+    "baseline": Entry("Determinism baselines recorded at boot.", f"{_LOADER}:baseline_app"),
+}
+
+# Our packages' error roots, by module: they are caught only if their module was imported,
+# which it was if one of them was raised. Importing them up front would cost start-up time.
+_ERROR_ROOTS: tuple[tuple[str, str], ...] = (
+    ("modelward.attest.errors", "AttestError"),
+    ("modelward.registry.errors", "RegistryError"),
+    ("modelward.registry._client_errors", "RegistryClientError"),
+    ("modelward.loader.errors", "LoaderError"),
+)
+
+
+app = LazyGroup(
     name="modelward",
     help=(
         "Supply-chain registry and hardened loader for ML model bundles.\n\n"
         "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error."
     ),
+    table=COMMANDS,
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
 )
-app.add_typer(bundle_app)
-app.add_typer(key_app)
-registry_cli.register(app)
-loader_cli.register(app)
 
-ERROR_ROOTS: tuple[type[Exception], ...] = (
-    AttestError,
-    *registry_cli.ERROR_ROOTS,
-    *loader_cli.ERROR_ROOTS,
-)
+
+def is_modelward_error(exc: BaseException) -> bool:
+    """True when ``exc`` is one of our packages' own errors (reported without a traceback)."""
+    for module_name, class_name in _ERROR_ROOTS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(exc, getattr(module, class_name)):
+            return True
+    return False
 
 
 def main() -> None:
@@ -49,10 +199,12 @@ def main() -> None:
     verbose = os.environ.get("MODELWARD_VERBOSE") == "1"
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
     try:
-        app()
-    except ERROR_ROOTS as exc:
-        if verbose:
+        app.main(prog_name="modelward")
+    except Exception as exc:
+        if verbose or not is_modelward_error(exc):
             raise
+        from modelward.attest.cli._common import err_console
+
         err_console.print("error:", style="bold red", end=" ")
         err_console.print(str(exc), markup=False)
         err_console.print("hint: set MODELWARD_VERBOSE=1 for a traceback", style="dim")

@@ -25,7 +25,7 @@ EXPECTED = {
     "modelward.loader": [
         "LoaderError", "PulledBundle", "RefusedError", "RegistrySource", "pull_bundle",
     ],
-    "modelward.cli": ["ERROR_ROOTS", "app", "main"],
+    "modelward.cli": ["COMMANDS", "app", "is_modelward_error", "main"],
 }
 
 
