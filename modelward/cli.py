@@ -178,7 +178,9 @@ app = LazyGroup(
     name="modelward",
     help=(
         "Supply-chain registry and hardened loader for ML model bundles.\n\n"
-        "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error."
+        "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error, "
+        "3 the server cannot start (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds "
+        "debug logs and a traceback to every error."
     ),
     table=COMMANDS,
     no_args_is_help=True,
@@ -195,7 +197,11 @@ def is_modelward_error(exc: BaseException) -> bool:
 
 
 def main() -> None:
-    """Entry point: run the app, report our own errors without a traceback."""
+    """Entry point: run the app, report our own errors without a traceback.
+
+    Our errors are answers (a refusal with its reasons, a server's error, a bad file named),
+    not crashes: they print as one message, with no traceback hint to wade through.
+    """
     verbose = os.environ.get("MODELWARD_VERBOSE") == "1"
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
     try:
@@ -207,7 +213,6 @@ def main() -> None:
 
         err_console.print("error:", style="bold red", end=" ")
         err_console.print(str(exc), markup=False)
-        err_console.print("hint: set MODELWARD_VERBOSE=1 for a traceback", style="dim")
         sys.exit(1)
 
 
