@@ -1,0 +1,107 @@
+"""The registry's TUF layout as both sides see it: target paths, role names, keys.
+
+The registry publishes its alias decisions as TUF metadata (docs/tuf.md) and workers read
+them with ``tuf.ngclient``; this module is what the two agree on. Target paths:
+
+- ``ORG/NAME/aliases/ALIAS``: the manifest bytes of the bundle the alias names (length and
+  sha256; the sha256 *is* the bundle digest);
+- ``quarantine/<hex>``: present when the bundle ``sha256:<hex>`` is quarantined.
+
+Role names: ``ORG:NAME@PATTERN`` (a protected alias rule), ``ORG:NAME@online`` (aliases the
+registry's online key may move), ``ORG:NAME@*`` (every other alias), ``quarantine``. A role
+name is part of a metadata file's name (``VERSION.ROLE.json``), so it holds no ``/``: static
+file servers, S3 and CDNs would read one as a directory.
+
+Keys are the keys modelward already uses: Ed25519 or ECDSA P-256, PKCS#8 private keys and
+SubjectPublicKeyInfo public keys (``attest.keys``). A key's TUF keyid is its modelward
+keyid (hex SHA-256 of the DER SubjectPublicKeyInfo), so one key has one id everywhere: in
+the key registry, in DSSE envelopes and in TUF delegations.
+
+Pure: no I/O beyond what the caller hands in.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from securesystemslib.signer import CryptoSigner, SSlibKey
+
+from modelward.attest.keys import keyid, require_signing_key, require_verifying_key
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import (
+        PrivateKeyTypes,
+        PublicKeyTypes,
+    )
+
+__all__ = [
+    "QUARANTINE_ROLE",
+    "alias_path",
+    "online_role",
+    "open_role",
+    "protected_role",
+    "quarantine_path",
+    "tuf_key",
+    "tuf_signer",
+]
+
+QUARANTINE_ROLE = "quarantine"
+
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def alias_path(repo: str, alias: str) -> str:
+    """The target path naming what ``repo@alias`` points at."""
+    return f"{repo}/aliases/{alias}"
+
+
+def quarantine_path(digest: str) -> str:
+    """The target path that, when present, quarantines ``digest`` (``sha256:<hex>``)."""
+    match = _DIGEST.fullmatch(digest)
+    if match is None:
+        raise ValueError(f"not a bundle digest: {digest!r} (expected sha256:<64 hex>)")
+    return f"quarantine/{match.group(1)}"
+
+
+def _role_prefix(repo: str) -> str:
+    org, sep, name = repo.partition("/")
+    if not sep or not org or not name or "/" in name:
+        raise ValueError(f"not a repository name: {repo!r} (expected ORG/NAME)")
+    return f"{org}:{name}"
+
+
+def protected_role(repo: str, pattern: str) -> str:
+    """The role that signs ``repo``'s aliases matching the protected ``pattern``."""
+    return f"{_role_prefix(repo)}@{pattern}"
+
+
+def online_role(repo: str) -> str:
+    """The role the registry's online key signs for ``repo``'s ``online:`` aliases."""
+    return f"{_role_prefix(repo)}@online"
+
+
+def open_role(repo: str) -> str:
+    """The role the publishers of ``repo`` sign for its unprotected aliases."""
+    return f"{_role_prefix(repo)}@*"
+
+# securesystemslib's scheme names for the key types attest.keys accepts.
+_SCHEMES = {"ed25519": "ed25519", "ecdsa-p256": "ecdsa-sha2-nistp256"}
+
+
+def tuf_key(public_key: PublicKeyTypes, source: str = "<key>") -> SSlibKey:
+    """``public_key`` as a TUF key whose keyid is its modelward keyid.
+
+    Raises ``attest.errors.KeyError_`` (naming ``source``) for a key type modelward refuses.
+    """
+    from modelward.attest.keys import key_kind
+
+    key = require_verifying_key(public_key, source=source)
+    return SSlibKey.from_crypto(key, keyid=keyid(key), scheme=_SCHEMES[key_kind(key)])
+
+
+def tuf_signer(private_key: PrivateKeyTypes, source: str = "<key>") -> CryptoSigner:
+    """A securesystemslib signer for ``private_key``, announcing its modelward keyid."""
+    key = require_signing_key(private_key, source=source)
+    return CryptoSigner(key, tuf_key(key.public_key(), source=source))
+

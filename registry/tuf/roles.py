@@ -1,0 +1,101 @@
+"""The top-level targets role's delegations: who may sign which alias (docs/tuf.md#roles).
+
+Pure; no I/O, no database. Names come from ``attest.tuf``. The top-level ``targets`` role
+delegates, in this order (TUF visits delegations in order, and every one is terminating, so
+a path is decided by the first role whose patterns match it):
+
+1. ``quarantine``: paths ``quarantine/*``, the reviewers' keys, threshold 1. A target
+   ``quarantine/<hex>`` means "the bundle sha256:<hex> is quarantined". It is delegated
+   only once its first version exists: a TUF client refuses a lookup through a delegated
+   role that has no metadata, and "nothing is quarantined" must not be a refusal. (An alias
+   role without metadata refuses its aliases, which is right: nothing signed names them.)
+2. per repository ``ORG/NAME``, per protected alias rule ``PATTERN`` (from the repository's
+   policy): role ``ORG/NAME@PATTERN``, paths ``ORG/NAME/aliases/PATTERN``, the reviewers'
+   keys, threshold = the rule's ``approvals``. The reviewers' signatures are the approvals.
+3. per repository, the aliases the policy lets the registry move on its own (``online:``
+   patterns, e.g. ``dev``): role ``ORG/NAME@online``, the registry's online key, threshold 1.
+4. per repository, every other alias: role ``ORG/NAME@*``, paths ``ORG/NAME/aliases/*``,
+   the repository's publishers' keys, threshold 1.
+
+An alias target ``ORG/NAME/aliases/ALIAS`` describes the bundle's manifest bytes: their
+length and sha256, which *is* the bundle digest (docs/bundle-format.md#digest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from securesystemslib.signer import Key
+from tuf.api.metadata import DelegatedRole, Delegations
+
+from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, open_role, protected_role
+
+__all__ = ["ProtectedRule", "RepositoryTrust", "delegations"]
+
+@dataclass(frozen=True)
+class ProtectedRule:
+    """A protected alias pattern of a repository and the approvals it needs."""
+
+    pattern: str
+    approvals: int
+
+
+@dataclass(frozen=True)
+class RepositoryTrust:
+    """What the delegations of one repository are made of."""
+
+    repo: str
+    protected: Sequence[ProtectedRule]
+    online_patterns: Sequence[str]
+    publisher_keys: Sequence[Key]
+
+
+def _role(name: str, keys: Iterable[Key], threshold: int, paths: list[str]) -> DelegatedRole:
+    if threshold < 1:
+        raise ValueError(f"role {name}: threshold must be at least 1, not {threshold}")
+    return DelegatedRole(
+        name=name,
+        keyids=sorted({key.keyid for key in keys}),
+        threshold=threshold,
+        terminating=True,
+        paths=paths,
+    )
+
+
+def delegations(
+    repositories: Sequence[RepositoryTrust],
+    *,
+    reviewer_keys: Sequence[Key],
+    online_key: Key,
+    quarantine: bool,
+) -> Delegations:
+    """The top-level targets role's delegations for ``repositories`` (order as documented);
+    ``quarantine``: whether the quarantine role has a first version to delegate to."""
+    keys: dict[str, Key] = {key.keyid: key for key in reviewer_keys}
+    roles = [_role(QUARANTINE_ROLE, reviewer_keys, 1, ["quarantine/*"])] if quarantine else []
+    for trust in sorted(repositories, key=lambda r: r.repo):
+        for rule in trust.protected:
+            roles.append(
+                _role(
+                    protected_role(trust.repo, rule.pattern),
+                    reviewer_keys,
+                    rule.approvals,
+                    [alias_path(trust.repo, rule.pattern)],
+                )
+            )
+        if trust.online_patterns:
+            keys[online_key.keyid] = online_key
+            roles.append(
+                _role(
+                    online_role(trust.repo),
+                    [online_key],
+                    1,
+                    [alias_path(trust.repo, p) for p in trust.online_patterns],
+                )
+            )
+        keys.update({key.keyid: key for key in trust.publisher_keys})
+        roles.append(
+            _role(open_role(trust.repo), trust.publisher_keys, 1, [alias_path(trust.repo, "*")])
+        )
+    return Delegations(keys=keys, roles={role.name: role for role in roles})

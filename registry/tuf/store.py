@@ -1,0 +1,90 @@
+"""Where the TUF metadata files are kept: the ``MetadataStore`` interface and a directory.
+
+Files are named as a TUF client fetches them with consistent snapshots: ``timestamp.json``
+and ``VERSION.ROLE.json`` for every other role (``tuf.ngclient`` URL-quotes the role name; a
+server decodes it back, so the file is named with the role name itself, which holds no
+``/``: ``attest.tuf``). A directory laid out this way can be served by any static file
+server, S3 bucket or CDN with the registry out of the path (docs/tuf.md#serving).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["DirectoryStore", "MetadataStore", "file_name"]
+
+TIMESTAMP = "timestamp"
+_VERSIONED = re.compile(r"([1-9][0-9]{0,17})\.(.+)\.json")
+
+
+def file_name(role: str, version: int) -> str:
+    """The file a TUF client fetches for ``role`` at ``version`` (consistent snapshots)."""
+    if "/" in role or role in ("", ".", ".."):
+        raise ValueError(f"not a TUF role name: {role!r}")
+    if role == TIMESTAMP:
+        return "timestamp.json"
+    return f"{version}.{role}.json"
+
+
+class MetadataStore(Protocol):
+    """Keeps every version of every role's metadata, byte for byte."""
+
+    def read(self, role: str, version: int | None = None) -> bytes | None:
+        """``role``'s metadata at ``version`` (the latest if None), or None if absent."""
+        ...
+
+    def write(self, role: str, version: int, data: bytes) -> None:
+        """Keep ``data`` as ``role`` at ``version``; it becomes the latest."""
+        ...
+
+    def latest_versions(self) -> dict[str, int]:
+        """The latest version of every role kept (timestamp included)."""
+        ...
+
+
+class DirectoryStore:
+    """A ``MetadataStore`` in a directory, written atomically (temp file + rename)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def read(self, role: str, version: int | None = None) -> bytes | None:
+        if version is None:
+            version = self.latest_versions().get(role)
+            if version is None:
+                return None
+        path = self.root / file_name(role, version)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, role: str, version: int, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            Path(tmp).replace(self.root / file_name(role, version))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        if role == TIMESTAMP:
+            (self.root / ".timestamp-version").write_text(str(version))
+
+    def latest_versions(self) -> dict[str, int]:
+        latest: dict[str, int] = {}
+        for path in self.root.iterdir():
+            match = _VERSIONED.fullmatch(path.name)
+            if match is None:
+                continue
+            role, version = match.group(2), int(match.group(1))
+            latest[role] = max(version, latest.get(role, 0))
+        marker = self.root / ".timestamp-version"
+        if marker.exists():
+            latest[TIMESTAMP] = int(marker.read_text())
+        return latest
