@@ -10,13 +10,11 @@ must not quietly become a new key.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import stat
 from pathlib import Path
 
 from modelward.registry.errors import RegistryError
+from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
 from modelward.registry.settings import Settings
 from modelward.registry.signed_note import (
     MalformedKey,
@@ -52,23 +50,9 @@ def default_key_name() -> str:
 def read_signer_file(path: Path) -> NoteSigner:
     """The signer in ``path``; raises CheckpointKeyUnavailable naming the problem."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise CheckpointKeyUnavailable(
-            f"cannot open the checkpoint key {path}: {exc.strerror}"
-        ) from exc
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointKeyUnavailable(f"the checkpoint key {path} is not a regular file")
-        if info.st_mode & 0o077:
-            raise CheckpointKeyUnavailable(
-                f"the checkpoint key {path} is open to other users "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}): chmod 600 it"
-            )
-        data = handle.read(MAX_KEY_FILE_BYTES + 1)
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise CheckpointKeyUnavailable(f"{path} is too large to be a checkpoint key")
+        data = read_secret_file(path, max_bytes=MAX_KEY_FILE_BYTES, what="checkpoint key")
+    except SecretFileError as exc:
+        raise CheckpointKeyUnavailable(str(exc)) from exc
     try:
         return parse_signer_key(data.decode("ascii"))
     except (MalformedKey, UnicodeDecodeError) as exc:
@@ -79,18 +63,7 @@ def create_signer_file(path: Path, name: str) -> NoteSigner:
     """Create a new key named ``name`` at ``path`` (mode 0600), atomically; raises
     FileExistsError when ``path`` exists, MalformedKey for a bad name."""
     signer = generate_signer_key(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(signer.key_string + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(temporary, path)  # fails if another process created it first
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
+    create_secret_file(path, (signer.key_string + "\n").encode("ascii"))
     return signer
 
 
