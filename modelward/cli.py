@@ -95,6 +95,15 @@ COMMANDS: dict[str, Entry] = {
                 "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
                 f"{_CLIENT}:bundle_show",
             ),
+            "export": Entry(
+                "Write a bundle and its attestations (as referrers) into an OCI image layout.",
+                "modelward.registry._cli_oci:bundle_export",
+            ),
+            "import": Entry(
+                "Push a bundle and its attestations from an OCI image layout into a "
+                "repository.",
+                "modelward.registry._cli_oci:bundle_import",
+            ),
         },
     ),
     "key": Entry(
