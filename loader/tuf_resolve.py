@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuf.api.exceptions import RepositoryError
-from tuf.ngclient import Updater, UpdaterConfig
+from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
 from modelward.attest.tuf import alias_path, quarantine_path
 from modelward.loader.errors import BundleQuarantined, RefusedError
@@ -50,12 +50,15 @@ def resolve_alias(
     metadata_url: str,
     cache_dir: Path,
     trust_root: bytes | None,
+    fetcher: FetcherInterface | None = None,
     config: UpdaterConfig | None = None,
 ) -> AliasResolution:
     """Resolve ``repo@alias`` through TUF from ``metadata_url``; refuse a quarantined digest.
 
     ``trust_root`` is the pinned root (bytes of root.json); once ``cache_dir`` holds a
     trusted root (possibly newer, reached through signed rotations), that one is used.
+    ``fetcher``: how to reach the registry (``RegistryClient.tuf_fetcher()`` sends the
+    worker's token); python-tuf's default fetcher otherwise.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     cached_root = cache_dir / "root.json"
@@ -67,6 +70,7 @@ def resolve_alias(
     updater = Updater(
         metadata_dir=str(cache_dir),
         metadata_base_url=metadata_url.rstrip("/") + "/",
+        fetcher=fetcher,
         config=config,
         bootstrap=None if cached_root.exists() else trust_root,
     )
