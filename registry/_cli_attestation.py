@@ -2,8 +2,8 @@
 
 REPO@REF is an alias (resolved through the registry once) or a digest. The registry decides
 who may attach what and who may retract (docs/registry.md#attestations); a refusal prints
-the server's message with exit 1. Human output is one line per attestation; ``list --json``
-prints the server's answer as one JSON document on stdout.
+the server's message with exit 1; a malformed REPO@REF is a usage error (exit 2). Human output
+is one line per attestation; ``--json`` prints one JSON document on stdout (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest.cli._common import err_console, fail
-from modelward.registry._cli_client import _client, _reported
+from modelward.registry._cli_client import AsJson, _client, _reported, valid_ref
 from modelward.registry._client_config import parse_reference
 from modelward.registry.client import APIError, RegistryClient
 
@@ -27,7 +27,10 @@ attestation_app = typer.Typer(
     no_args_is_help=True,
 )
 
-Ref = Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>")]
+Ref = Annotated[
+    str,
+    typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref),
+]
 
 
 def describe(item: dict[str, Any]) -> str:
@@ -55,11 +58,18 @@ def add(
     ref: Ref,
     files: Annotated[
         list[Path],
-        typer.Argument(exists=True, dir_okay=False, help="DSSE envelope, Sigstore bundle or OMS"),
+        typer.Argument(
+            metavar="FILE...",
+            exists=True,
+            dir_okay=False,
+            help="DSSE envelope, Sigstore bundle or OMS",
+        ),
     ],
+    as_json: AsJson = False,
 ) -> None:
     """Attach attestation files to a bundle (verified by the registry, in the order given)."""
     datas = [(path, path.read_bytes()) for path in files]
+    attached: list[dict[str, Any]] = []
     with _reported(), _client() as client:
         repo, digest = _digest(client, ref)
         for done, (path, data) in enumerate(datas):
@@ -68,13 +78,17 @@ def add(
             except APIError as exc:
                 hint = f"the {done} file(s) before it were attached" if done else None
                 fail(f"{path}: {exc}", hint=hint)
-            typer.echo(f"{path}: {describe(summary)}")
+            attached.append({"file": str(path), **summary})
+            if not as_json:
+                typer.echo(f"{path}: {describe(summary)}")
+    if as_json:
+        typer.echo(json.dumps(attached, indent=2, sort_keys=True))
 
 
 @attestation_app.command("list")
 def list_(
     ref: Ref,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout")] = False,
+    as_json: AsJson = False,
     include_retracted: Annotated[
         bool, typer.Option("--include-retracted", help="Retracted ones too (admins, reviewers)")
     ] = False,
@@ -99,12 +113,16 @@ def list_(
 def retract(
     ref: Ref,
     attestation_id: Annotated[int, typer.Argument(metavar="ID", min=1, help="Attestation id")],
-    reason: Annotated[str, typer.Option(help="Why (recorded and audited)")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why (recorded and audited)")],
+    as_json: AsJson = False,
 ) -> None:
     """Retract an attestation (its attacher or an admin): kept for forensics, counts nowhere."""
     with _reported(), _client() as client:
         repo, digest = _digest(client, ref)
         summary = client.retract_attestation(repo, digest, attestation_id, reason)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
     typer.echo(f"{repo}@{digest}: {describe(summary)}")
 
 

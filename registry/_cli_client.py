@@ -5,6 +5,11 @@ audit log|verify|checkpoint|key, repo create, key register|list|revoke. Each bui
 ``RegistryClient`` from the config file (``MODELWARD_URL``/``MODELWARD_TOKEN`` override it) and
 prints the server's refusal (code, message, detail) with exit 1; ``audit key`` instead reads
 the registry's checkpoint key file on its host.
+
+Output (docs/cli.md): human lines by default; with ``--json`` one JSON document on stdout, in
+the shape docs/cli.md pins, and every message, warning and progress bar on stderr. Exit codes:
+0 done, 1 refused or failed, 2 usage error (a malformed REPO@REF among them: the click
+parameter callbacks below turn it into one, naming the argument and the form expected).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from modelward.attest.cli._apps import bundle_app, key_app
 from modelward.attest.cli._common import console, err_console, fail, show_progress
 from modelward.registry._client_config import (
     cache_dir,
+    normalize_url,
     parse_reference,
+    parse_repo,
     resolve_settings,
     save_login,
 )
+from modelward.registry._client_errors import InvalidReference, PreflightRefused
 from modelward.registry.client import (
     APIError,
     Conflict,
@@ -36,13 +44,99 @@ from modelward.registry.client import (
     Unauthorized,
 )
 
-__all__ = ["register_client"]
+__all__ = [
+    "AliasRef",
+    "AnyRef",
+    "AsJson",
+    "DigestRef",
+    "RepoArg",
+    "emit",
+    "register_client",
+    "repo_argument",
+    "valid_digest",
+    "valid_ref",
+]
 
 alias_app = typer.Typer(
     name="alias", help="Read and move aliases (REPO@ALIAS).", no_args_is_help=True
 )
 audit_app = typer.Typer(name="audit", help="Read and verify the audit log.", no_args_is_help=True)
 repo_app = typer.Typer(name="repo", help="Manage repositories.", no_args_is_help=True)
+
+
+# -- arguments: a malformed reference is a usage error (exit 2) ------------------------------
+def _reference_check(require: str | None) -> Callable[[str | None], str | None]:
+    def check(value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_reference(value, require=require)
+            except InvalidReference as exc:
+                raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
+def valid_ref(value: str | None) -> str | None:
+    """Click callback: REPO@ALIAS or REPO@sha256:<hex>, else a usage error naming both."""
+    return _reference_check(None)(value)
+
+
+def _valid_alias_ref(value: str | None) -> str | None:
+    return _reference_check("alias")(value)
+
+
+def _valid_digest_ref(value: str | None) -> str | None:
+    return _reference_check("digest")(value)
+
+
+def repo_argument(value: str | None) -> str | None:
+    """Click callback: ORG/NAME, else a usage error."""
+    if value is not None:
+        try:
+            parse_repo(value)
+        except InvalidReference as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def valid_digest(value: str | None) -> str | None:
+    """Click callback: sha256:<64 lowercase hex>, else a usage error."""
+    if value is not None:
+        try:
+            parse_reference(f"a/b@{value}", require="digest")
+        except InvalidReference:
+            raise typer.BadParameter(
+                f"{value!r} is not a digest: expected sha256: followed by 64 lowercase hex "
+                "digits"
+            ) from None
+    return value
+
+
+AliasRef = Annotated[
+    str, typer.Argument(metavar="REPO@ALIAS", help="REPO@ALIAS", callback=_valid_alias_ref)
+]
+DigestRef = Annotated[
+    str,
+    typer.Argument(
+        metavar="REPO@DIGEST", help="REPO@sha256:<hex>", callback=_valid_digest_ref
+    ),
+]
+AnyRef = Annotated[
+    str,
+    typer.Argument(
+        metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref
+    ),
+]
+RepoArg = Annotated[
+    str, typer.Argument(metavar="ORG/NAME", help="ORG/NAME", callback=repo_argument)
+]
+AsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="One JSON document on stdout (shape: docs/cli.md); messages on stderr"
+    ),
+]
 
 
 def _client(workers: int = 4) -> RegistryClient:
@@ -65,36 +159,63 @@ def _reported() -> Iterator[None]:
         fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except APIError as exc:
         fail(str(exc))
+    except PreflightRefused:
+        raise  # push words it itself
     except RegistryClientError as exc:
         fail(str(exc))
 
 
+def emit(value: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    """``value`` as one JSON document on stdout (``--json``), else ``human(value)``."""
+    if as_json:
+        typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+    else:
+        text = human(value)
+        if text:
+            typer.echo(text)
+
+
 def _print_json(value: Any) -> None:
-    console.print_json(json.dumps(value, default=str))
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
 # -- login / push --------------------------------------------------------------------------
 def login(
-    url: Annotated[str, typer.Argument(help="Registry URL, e.g. http://127.0.0.1:8700")],
+    url: Annotated[
+        str, typer.Argument(metavar="URL", help="Registry URL, e.g. http://127.0.0.1:8700")
+    ],
     token: Annotated[str, typer.Option("--token", help="API token", prompt=True, hide_input=True)],
     check: Annotated[bool, typer.Option(help="Ask the registry who the token is first")] = True,
 ) -> None:
     """Save URL and token to the per-user config file (mode 0600)."""
+    try:
+        url, note = normalize_url(url)
+    except RegistryClientError as exc:
+        fail(str(exc), code=2)
+    if note:
+        err_console.print(f"note: {note}", markup=False)
     if check:
         with _reported(), RegistryClient(url, token) as client:
             who = client.whoami()
-        console.print(f"logged in as {who.get('principal')} ({who.get('role')})")
+        console.print(f"logged in to {url} as {who.get('principal')} ({who.get('role')})",
+                      markup=False)
     path = save_login(url, token)
-    console.print(f"saved {path}")
+    console.print(f"saved {path}", markup=False)
 
 
 def _key_signer(
-    key: Path, directory: Path, passphrase_env: str | None
-) -> Callable[[Any], Sequence[bytes]]:
-    """Sign SLSA provenance about the built bundle, as ``modelward bundle sign --key`` does."""
+    key: Path,
+    directory: Path,
+    passphrase_env: str | None,
+    source: str | None = None,
+    source_revision: str | None = None,
+) -> tuple[Callable[[Any], Sequence[bytes]], Any]:
+    """Sign SLSA provenance about the built bundle, as ``modelward bundle sign --key`` does;
+    returns the signer and a TrustSet holding its public key (for the preflight)."""
     from modelward.attest.cli.keys import passphrase_from_env
     from modelward.attest.dsse import sign_envelope
-    from modelward.attest.keys import load_private_key
+    from modelward.attest.keys import load_private_key, trusted_key
+    from modelward.attest.trust import TrustSet
 
     # the key first: a wrong passphrase fails before hashing gigabytes
     private = load_private_key(key, passphrase_from_env(passphrase_env))
@@ -107,6 +228,8 @@ def _key_signer(
         predicate = make_provenance(
             started_on=started,
             finished_on=datetime.now(UTC),
+            source_uri=source,
+            source_revision=source_revision,
             serving=_serving_inputs(directory, built),
         )
         subject = directory.resolve().name or "bundle"
@@ -115,13 +238,27 @@ def _key_signer(
         )
         return [sign_envelope(payload, [private])]
 
-    return sign
+    own = TrustSet(keys=(trusted_key("your --key", private.public_key()),))
+    return sign, own
+
+
+def _check_source(source: str | None, source_revision: str | None) -> None:
+    """--source/--source-revision as ``bundle sign`` takes them: together, pinned (exit 2)."""
+    from modelward.attest.provenance import make_provenance
+
+    if (source is None) != (source_revision is None):
+        fail("--source and --source-revision go together", code=2)
+    now = datetime.now(UTC)
+    try:
+        make_provenance(
+            started_on=now, finished_on=now, source_uri=source, source_revision=source_revision
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
 
 
 def _serving_inputs(directory: Path, built: Any) -> dict[str, Any] | None:
     """The bundle spec (modelward.yaml) exactly as hashed into the manifest, or None."""
-    import hashlib
-
     from modelward.attest.errors import DigestMismatch
     from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
 
@@ -139,54 +276,152 @@ def _serving_inputs(directory: Path, built: Any) -> dict[str, Any] | None:
     return dumped
 
 
+_UNSIGNED_HINT = (
+    "nothing vouches for this bundle: sign provenance as you push with --sign --key KEY "
+    "(its public key registered: `modelward key register KEY.pub`), add --source URI "
+    "--source-revision REV when the policy lists sources, or pass --attestation FILE"
+)
+
+
 def push(
-    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="Bundle dir")],
-    repo: Annotated[str, typer.Argument(help="ORG/NAME")],
+    directory: Annotated[
+        Path,
+        typer.Argument(metavar="DIR", exists=True, file_okay=False, help="The bundle directory"),
+    ],
+    repo: RepoArg,
     *,
-    alias: Annotated[str | None, typer.Option(help="Move this alias to the pushed bundle")] = None,
-    attestation: Annotated[
-        list[Path] | None, typer.Option(help="Attestation file to attach (repeatable)")
+    alias: Annotated[
+        str | None, typer.Option(metavar="ALIAS", help="Move this alias to the pushed bundle")
     ] = None,
-    sign: Annotated[bool, typer.Option(help="Sign a provenance statement with --key")] = False,
-    key: Annotated[Path | None, typer.Option(help="Private key for --sign")] = None,
+    attestation: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="FILE", exists=True, dir_okay=False,
+            help="Attestation file to attach (repeatable)",
+        ),
+    ] = None,
+    sign: Annotated[
+        bool, typer.Option("--sign", help="Sign SLSA provenance for the bundle with --key")
+    ] = False,
+    key: Annotated[
+        Path | None, typer.Option(metavar="KEY", help="Private key (PEM) for --sign")
+    ] = None,
     passphrase_env: Annotated[
         str | None,
         typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
     ] = None,
-    reason: Annotated[str | None, typer.Option(help="Reason recorded with the alias move")] = None,
-    workers: Annotated[int, typer.Option(min=1, max=64, help="Parallel uploads")] = 4,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source", metavar="URI", help="--sign: the source the bundle came from (hf://, git)"
+        ),
+    ] = None,
+    source_revision: Annotated[
+        str | None,
+        typer.Option(
+            "--source-revision", metavar="REV", help="--sign: the source's 40-hex commit"
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Reason recorded with the alias move")
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(metavar="N", min=1, max=64, help="Parallel uploads")
+    ] = 4,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="Scan and judge the bundle under the repository's policy before uploading",
+        ),
+    ] = True,
+    as_json: AsJson = False,
 ) -> None:
-    """Upload missing blobs, then the manifest and attestations, then move the alias."""
+    """Upload missing blobs, then the manifest and attestations, then move the alias.
+
+    Before a byte is sent, the bundle is scanned and judged locally under the repository's
+    policy with the registry's own verifier; what the registry would refuse is refused here.
+    """
     if sign and key is None:
         fail("--sign needs --key PRIVATE_KEY", code=2)
+    if key is not None and not sign:
+        fail("--key signs with --sign; add --sign", code=2)
+    if (source is not None or source_revision is not None) and not sign:
+        fail("--source and --source-revision describe the provenance --sign signs", code=2)
+    _check_source(source, source_revision)
     attestations = [p.read_bytes() for p in attestation or []]
-    signer = _key_signer(key, directory, passphrase_env) if sign and key is not None else None
-    with _reported(), _client(workers) as client:
-        if show_progress():
-            result = _push_with_bar(
-                client,
-                directory,
-                repo,
-                alias=alias,
-                attestations=attestations,
-                sign=signer,
-                reason=reason,
-            )
-        else:
-            result = client.push(
-                directory, repo, alias=alias, attestations=attestations, sign=signer, reason=reason
-            )
-    console.print(f"pushed {repo}@{result.digest}")
-    console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present")
+    signer, own = (
+        _key_signer(key, directory, passphrase_env, source, source_revision)
+        if sign and key is not None
+        else (None, None)
+    )
     names = {f"sha256:{hashlib.sha256(data).hexdigest()}": str(path)
              for path, data in zip(attestation or [], attestations, strict=True)}
+    try:
+        with _reported(), _client(workers) as client:
+            kwargs: dict[str, Any] = {
+                "alias": alias, "attestations": attestations, "sign": signer, "reason": reason,
+                "preflight": preflight, "own_trust": own,
+            }
+            try:
+                if show_progress():
+                    result = _push_with_bar(client, directory, repo, **kwargs)
+                else:
+                    result = client.push(directory, repo, **kwargs)
+            except APIError as exc:
+                if exc.code == "policy_denied" and not attestations and signer is None:
+                    fail(str(exc), hint=_UNSIGNED_HINT)
+                raise
+    except PreflightRefused as exc:
+        err_console.print("error:", style="bold red", end=" ")
+        err_console.print(str(exc), markup=False)
+        err_console.print(
+            f"note: judged here under the policy of {exc.repo} before uploading; nothing was "
+            "sent (--no-preflight lets the registry judge it)",
+            markup=False,
+        )
+        if exc.unsigned:
+            err_console.print("hint:", style="dim", end=" ")
+            err_console.print(_UNSIGNED_HINT, markup=False)
+        raise typer.Exit(1) from None
+    except typer.Exit:
+        raise
+    _report_push(repo, result, names, as_json)
+
+
+def _report_push(repo: str, result: Any, names: dict[str, str], as_json: bool) -> None:
+    checked = result.preflight
+    if checked is not None and checked.skipped:
+        err_console.print(f"note: not checked before uploading: {checked.skipped}", markup=False)
+    ignored = []
     for item in result.ignored:
         shown = names.get(item.get("sha256", ""), item.get("sha256", "?"))
         err_console.print(f"warning: attestation {shown} not recorded: {item.get('reason')}",
                           markup=False)
+        ignored.append({"sha256": item.get("sha256"), "file": names.get(item.get("sha256", "")),
+                        "reason": item.get("reason")})
+    if as_json:
+        _print_json({
+            "repository": repo,
+            "digest": result.digest,
+            "uploaded": result.uploaded,
+            "skipped": result.skipped,
+            "bytes": result.total_bytes,
+            "decision": result.decision,
+            "alias": result.alias,
+            "ignored_attestations": ignored,
+            "preflight": (
+                "off" if checked is None else "skipped" if checked.skipped else "passed"
+            ),
+        })
+        return
+    console.print(f"pushed {repo}@{result.digest}", markup=False)
+    console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present",
+                  markup=False)
     if result.alias is not None:
         console.print(
-            f"{repo}@{result.alias['alias']} -> {result.digest} (v{result.alias['version']})"
+            f"{repo}@{result.alias['alias']} -> {result.digest} (v{result.alias['version']})",
+            markup=False,
         )
 
 
@@ -211,62 +446,140 @@ def _push_with_bar(client: RegistryClient, directory: Path, repo: str, **kwargs:
 
 
 # -- aliases -------------------------------------------------------------------------------
+def _alias_line(repo: str) -> Callable[[Any], str]:
+    def line(state: Any) -> str:
+        if not state.get("digest"):
+            return f"{repo}@{state.get('alias')} is not set (v{state.get('version', 0)})"
+        return f"{repo}@{state.get('alias')} -> {state.get('digest')} (v{state.get('version')})"
+
+    return line
+
+
 @alias_app.command("get")
-def alias_get(ref: Annotated[str, typer.Argument(help="REPO@ALIAS")]) -> None:
+def alias_get(ref: AliasRef, as_json: AsJson = False) -> None:
     """Show the digest and version an alias points at."""
+    r = parse_reference(ref, require="alias")
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="alias")
-        _print_json(client.get_alias(r.repo, str(r.alias)))
+        state = client.get_alias(r.repo, str(r.alias))
+    emit(state, as_json, _alias_line(r.repo))
 
 
 @alias_app.command("set")
 def alias_set(
-    ref: Annotated[str, typer.Argument(help="REPO@ALIAS")],
-    digest: Annotated[str, typer.Argument(help="sha256:<hex>")],
-    reason: Annotated[str | None, typer.Option(help="Recorded in the history")] = None,
-    expected_version: Annotated[
-        int | None, typer.Option(help="Compare-and-swap on this version (default: read it now)")
+    ref: AliasRef,
+    digest: Annotated[
+        str, typer.Argument(metavar="DIGEST", help="sha256:<hex>", callback=valid_digest)
+    ],
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Recorded in the history")
     ] = None,
+    expected_version: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="Compare-and-swap on this version (default: read it now)"
+        ),
+    ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Move an alias to a digest (compare-and-swap on its version)."""
+    r = parse_reference(ref, require="alias")
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="alias")
-        d = parse_reference(f"{r.repo}@{digest}", require="digest").digest
-        _print_json(
-            client.set_alias(
-                r.repo, str(r.alias), str(d), expected_version=expected_version, reason=reason
-            )
+        state = client.set_alias(
+            r.repo, str(r.alias), digest, expected_version=expected_version, reason=reason
         )
+    emit(state, as_json, _alias_line(r.repo))
+
+
+def _history_lines(repo: str, alias: str) -> Callable[[Any], str]:
+    def lines(moves: Any) -> str:
+        out = []
+        for m in moves:
+            kind = "rollback" if m.get("rollback") else "move"
+            why = f"  ({m['reason']})" if m.get("reason") else ""
+            out.append(
+                f"v{m.get('version')}  {m.get('at')}  {m.get('actor')}  {kind}  "
+                f"{m.get('from_digest') or '(unset)'} -> {m.get('to_digest')}{why}"
+            )
+        return "\n".join(out) or f"{repo}@{alias} never moved"
+
+    return lines
 
 
 @alias_app.command("history")
-def alias_history(ref: Annotated[str, typer.Argument(help="REPO@ALIAS")]) -> None:
+def alias_history(ref: AliasRef, as_json: AsJson = False) -> None:
     """Every move of an alias: version, from -> to, who, when, why, rollback."""
+    r = parse_reference(ref, require="alias")
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="alias")
-        _print_json(client.alias_history(r.repo, str(r.alias)))
+        moves = client.alias_history(r.repo, str(r.alias))
+    emit(moves, as_json, _history_lines(r.repo, str(r.alias)))
 
 
 @alias_app.command("rollback")
 def alias_rollback(
-    ref: Annotated[str, typer.Argument(help="REPO@ALIAS")],
-    digest: Annotated[str | None, typer.Argument(help="Earlier digest (default: previous)")] = None,
-    reason: Annotated[str | None, typer.Option(help="Recorded in the history")] = None,
+    ref: AliasRef,
+    digest: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="DIGEST", help="Earlier digest (default: previous)", callback=valid_digest
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Recorded in the history")
+    ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Set an alias back to an earlier digest, recorded as a rollback."""
+    r = parse_reference(ref, require="alias")
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="alias")
-        d = parse_reference(f"{r.repo}@{digest}", require="digest").digest if digest else None
-        _print_json(client.rollback(r.repo, str(r.alias), d, reason=reason))
+        state = client.rollback(r.repo, str(r.alias), digest, reason=reason)
+    emit(state, as_json, _alias_line(r.repo))
 
 
 # -- bundles, approvals, quarantine --------------------------------------------------------
-def bundle_show(
-    ref: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>")],
-) -> None:
+def _bundle_state(record: Any) -> str:
+    if record.get("tombstoned"):
+        return "tombstoned"
+    if record.get("quarantined"):
+        return f"quarantined ({record.get('quarantine_reason')}, {record.get('quarantined_at')})"
+    return "live"
+
+
+def _bundle_lines(repo: str) -> Callable[[Any], str]:
+    def lines(record: Any) -> str:
+        from modelward.attest.manifest import FILEPATH_ANNOTATION
+
+        out = [
+            f"{repo}@{record.get('digest')}",
+            f"  state:        {_bundle_state(record)}",
+            f"  pushed by:    {record.get('created_by')} at {record.get('created_at')}",
+        ]
+        decision = record.get("decision") or {}
+        signers = ", ".join(str(s.get("name")) for s in decision.get("signers") or []) or "-"
+        out.append(f"  signers:      {signers}")
+        manifest = record.get("manifest")
+        if manifest is None:
+            out.append("  files:        (manifest withheld: quarantined)")
+        else:
+            layers = manifest.get("layers") or []
+            size = sum(int(layer.get("size", 0)) for layer in layers)
+            out.append(f"  files:        {len(layers)} ({size} bytes)")
+            for layer in layers:
+                path = (layer.get("annotations") or {}).get(FILEPATH_ANNOTATION, "?")
+                out.append(f"    {layer.get('digest')}  {layer.get('size'):>12}  {path}")
+        atts = record.get("attestations") or []
+        out.append(f"  attestations: {len(atts)}")
+        from modelward.registry._cli_attestation import describe
+
+        out += [f"    {describe(a)}" for a in atts]
+        return "\n".join(out)
+
+    return lines
+
+
+def bundle_show(ref: AnyRef, as_json: AsJson = False) -> None:
     """Show a bundle: digest, quarantine/tombstone state, manifest, attestations."""
+    r = parse_reference(ref)
     with _reported(), _client() as client:
-        r = parse_reference(ref)
         digest = client.resolve(r)
         record = dict(client.get_bundle(r.repo, digest))
         manifest_b64 = record.pop("manifest", None)
@@ -279,56 +592,107 @@ def bundle_show(
             {k: v for k, v in a.items() if k != "data"}
             for a in client.list_attestations(r.repo, digest)
         ]
-        _print_json(record)
+    record["repository"] = r.repo
+    emit(record, as_json, _bundle_lines(r.repo))
+
+
+def _approval_line(repo: str) -> Callable[[Any], str]:
+    def line(answer: Any) -> str:
+        approvers = ", ".join(answer.get("approvers") or []) or "none"
+        verb = "your approval withdrawn" if answer.get("withdrawn") else "approved"
+        return (
+            f"{repo}@{answer.get('digest')} for {answer.get('alias')}: {verb}; "
+            f"approvers: {approvers}"
+        )
+
+    return line
 
 
 def approve(
-    ref: Annotated[str, typer.Argument(help="REPO@sha256:<hex>")],
-    alias: Annotated[str, typer.Option(help="The alias this approval is for")],
+    ref: DigestRef,
+    alias: Annotated[str, typer.Option(metavar="ALIAS", help="The alias this approval is for")],
     withdraw: Annotated[
         bool, typer.Option("--withdraw", help="Withdraw your own approval instead (needs --reason)")
     ] = False,
     reason: Annotated[
-        str | None, typer.Option(help="Why the approval is withdrawn (recorded)")
+        str | None,
+        typer.Option(metavar="TEXT", help="Why the approval is withdrawn (recorded)"),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw
     your own approval with --withdraw --reason: it no longer counts."""
     if reason is not None and not withdraw:
         fail("--reason is recorded only with --withdraw", code=2)
+    r = parse_reference(ref, require="digest")
     if withdraw:
         if reason is None or not reason.strip():
             fail("--withdraw needs --reason TEXT", code=2)
         with _reported(), _client() as client:
-            r = parse_reference(ref, require="digest")
-            _print_json(client.withdraw_approval(r.repo, str(r.digest), alias, reason))
+            answer = client.withdraw_approval(r.repo, str(r.digest), alias, reason)
+        emit(answer, as_json, _approval_line(r.repo))
         return
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="digest")
-        _print_json(client.approve(r.repo, str(r.digest), alias))
+        answer = client.approve(r.repo, str(r.digest), alias)
+    emit(answer, as_json, _approval_line(r.repo))
 
 
 def quarantine(
-    ref: Annotated[str, typer.Argument(help="REPO@sha256:<hex>")],
-    reason: Annotated[str, typer.Option(help="Why (recorded and shown to loaders)")],
+    ref: DigestRef,
+    reason: Annotated[
+        str, typer.Option(metavar="TEXT", help="Why (recorded and shown to loaders)")
+    ],
+    as_json: AsJson = False,
 ) -> None:
     """Quarantine a bundle: unloadable everywhere, unassignable to aliases."""
+    r = parse_reference(ref, require="digest")
     with _reported(), _client() as client:
-        r = parse_reference(ref, require="digest")
-        _print_json(client.quarantine(r.repo, str(r.digest), reason))
+        record = client.quarantine(r.repo, str(r.digest), reason)
+    shown = {
+        "repository": r.repo,
+        "digest": record.get("digest"),
+        "quarantined": record.get("quarantined"),
+        "quarantine_reason": record.get("quarantine_reason"),
+        "quarantined_at": record.get("quarantined_at"),
+        "tombstoned": record.get("tombstoned"),
+    }
+    emit(
+        shown,
+        as_json,
+        lambda q: (
+            f"quarantined {q['repository']}@{q['digest']} at {q['quarantined_at']}: "
+            f"{q['quarantine_reason']}\nno worker will load it and no alias can point at it"
+        ),
+    )
 
 
 # -- audit ---------------------------------------------------------------------------------
 @audit_app.command("log")
 def audit_log(
-    after: Annotated[int, typer.Option(min=0, help="Events after this sequence number")] = 0,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many events")] = 100,
+    after: Annotated[
+        int, typer.Option(metavar="SEQ", min=0, help="Events after this sequence number")
+    ] = 0,
+    limit: Annotated[int, typer.Option(metavar="N", min=1, help="At most this many events")] = 100,
+    as_json: AsJson = False,
 ) -> None:
-    """Print audit events as JSON lines."""
+    """Print audit events, one line each (--json: one document with next_after)."""
     with _reported(), _client() as client:
         answer = client.audit(after=after, limit=limit)
-    for event in answer.get("events", []):
-        console.print(json.dumps(event, sort_keys=True), markup=False)
+    page = {"events": list(answer.get("events") or []), "next_after": answer.get("next_after")}
+    emit(page, as_json, _audit_lines)
+
+
+def _audit_lines(page: Any) -> str:
+    lines = []
+    for e in page["events"]:
+        details = json.dumps(e.get("details") or {}, sort_keys=True)
+        lines.append(
+            f"{e.get('seq')}  {e.get('at')}  {e.get('actor')}  {e.get('action')}  "
+            f"{e.get('subject')}  {details}"
+        )
+    if page.get("next_after") is not None:
+        lines.append(f"(more: --after {page['next_after']})")
+    return "\n".join(lines)
 
 
 @audit_app.command("verify")
@@ -349,6 +713,7 @@ def audit_verify(
         str | None,
         typer.Option("--key", help="The registry's checkpoint verifier key (NAME+ID+KEY) to pin"),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Recompute the audit hash chain and Merkle tree; name the first broken link (exit 1).
 
@@ -389,6 +754,20 @@ def audit_verify(
         fail(f"unreadable audit event: {exc}")
     except SQLAlchemyError as exc:
         fail(f"cannot read the audit log from the database: {exc.__class__.__name__}: {exc}")
+    if as_json:
+        def shown(c: Any) -> dict[str, Any]:
+            return {"origin": c.origin, "size": c.size, "root": c.root_b64,
+                    "verified_by": c.verified_by}
+
+        _print_json({
+            "ok": True,
+            "events": report.events,
+            "checkpoints": [shown(c) for c in report.checkpoints],
+            "grew_since": None if report.since is None else shown(report.since),
+        })
+        if verifier is None:
+            err_console.print("note: no --key: no checkpoint signature was checked", markup=False)
+        return
     console.print(f"audit chain ok: {report.events} events verified")
     for checkpoint in report.checkpoints:
         signed = f"signed by {checkpoint.verified_by}" if checkpoint.verified_by else "unsigned"
@@ -510,47 +889,83 @@ def audit_key(
 
 
 # -- repositories and keys -----------------------------------------------------------------
+def _repo_lines(repo: Any) -> str:
+    publishers = ", ".join(repo.get("publishers") or []) or "(none)"
+    own = "its own" if repo.get("policy_yaml") else "the registry's default"
+    return (
+        f"{repo.get('name')}\n  publishers: {publishers}\n  policy: {own}\n"
+        f"  created: {repo.get('created_at')}"
+    )
+
+
+def _repo_json(repo: Any) -> dict[str, Any]:
+    keep = ("name", "org", "publishers", "policy_yaml", "created_at")
+    return {k: repo.get(k) for k in keep}
+
+
 @repo_app.command("create")
 def repo_create(
-    name: Annotated[str, typer.Argument(help="ORG/NAME")],
-    policy: Annotated[Path | None, typer.Option(exists=True, dir_okay=False)] = None,
+    name: RepoArg,
+    policy: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", exists=True, dir_okay=False, help="Its own policy (YAML)"),
+    ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Create a repository (optionally with its own policy file)."""
     text = policy.read_text(encoding="utf-8") if policy else None
     with _reported(), _client() as client:
-        _print_json(client.create_repo(name, text))
+        created = client.create_repo(name, text)
+    emit(_repo_json(created), as_json, _repo_lines)
 
 
 @repo_app.command("add-publisher")
 def repo_add_publisher(
-    name: Annotated[str, typer.Argument(help="ORG/NAME")],
-    principal: Annotated[str, typer.Argument(help="The principal who may publish to it")],
+    name: RepoArg,
+    principal: Annotated[
+        str, typer.Argument(metavar="PRINCIPAL", help="The principal who may publish to it")
+    ],
+    as_json: AsJson = False,
 ) -> None:
     """Let a principal publish to a repository (admins only)."""
     with _reported(), _client() as client:
-        _print_json(client.add_publisher(name, principal))
+        repo = client.add_publisher(name, principal)
+    emit(_repo_json(repo), as_json, _repo_lines)
+
+
+def _key_line(item: Any) -> str:
+    state = "revoked" if item.get("revoked") else "active"
+    return f"{item.get('keyid')}  {item.get('principal')}  {state}"
 
 
 def key_register(
-    pubkey: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Public key PEM")],
-    principal: Annotated[str | None, typer.Option(help="Owner (admins only)")] = None,
+    pubkey: Annotated[
+        Path,
+        typer.Argument(metavar="PUBLIC_KEY", exists=True, dir_okay=False, help="Public key PEM"),
+    ],
+    principal: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Owner (admins only)")
+    ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Register a signing public key for yourself (or, as admin, for a principal)."""
     with _reported(), _client() as client:
-        _print_json(client.register_key(pubkey.read_text(encoding="utf-8"), principal))
+        answer = client.register_key(pubkey.read_text(encoding="utf-8"), principal)
+    emit(answer, as_json, lambda a: f"registered key {a.get('keyid')}")
 
 
-def key_list() -> None:
+def key_list(as_json: AsJson = False) -> None:
     """List registered signing keys."""
     with _reported(), _client() as client:
-        _print_json(client.list_keys())
+        keys = client.list_keys()
+    emit(keys, as_json, lambda ks: "\n".join(_key_line(k) for k in ks) or "(no keys)")
 
 
-def key_revoke(keyid: Annotated[str, typer.Argument(help="Key id (hex)")]) -> None:
+def key_revoke(keyid: Annotated[str, typer.Argument(metavar="KEYID", help="Key id (hex)")]) -> None:
     """Revoke a registered signing key."""
     with _reported(), _client() as client:
         client.revoke_key(keyid)
-    console.print(f"revoked {keyid}")
+    console.print(f"revoked {keyid}", markup=False)
 
 
 def register_client(app: typer.Typer) -> None:

@@ -1,8 +1,10 @@
 """``push`` and ``unsafe_fetch``: the registry client's composed operations.
 
-push: (1) build the bundle (exact manifest bytes), (2) upload the config and every distinct
-layer blob not already present, in parallel, (3) PUT the manifest with its attestations,
-(4) move the alias by compare-and-swap on the version just read.
+push: (1) build the bundle (exact manifest bytes), (2) sign, (3) optionally judge it locally
+under the repository's policy and stop before uploading when the registry would refuse it
+(registry._client_preflight), (4) upload the config and every distinct layer blob not already
+present, in parallel, (5) PUT the manifest with its attestations, (6) move the alias by
+compare-and-swap on the version just read.
 unsafe_fetch: (1) resolve and fetch the manifest bytes, checked against the digest, (2) stream
 each layer into a staging directory, checked against its digest and size, (3) rename the
 staging directory into place. It checks NO signature and NO policy, and says so with an
@@ -20,9 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from modelward.registry._client_blobs import BlobSource
 from modelward.registry._client_config import Reference, parse_repo
-from modelward.registry._client_errors import ClientConfigError, UnsafeFetchWarning
+from modelward.registry._client_errors import (
+    ClientConfigError,
+    PreflightRefused,
+    UnsafeFetchWarning,
+)
 
 if TYPE_CHECKING:
+    from modelward.attest.trust import TrustSet
+    from modelward.registry._client_preflight import Preflight
     from modelward.registry.client import RegistryClient
 
 __all__ = ["PushResult", "UnsafeFetchResult", "push_bundle", "unsafe_fetch_bundle"]
@@ -41,6 +49,7 @@ class PushResult:
     skipped: int
     total_bytes: int
     ignored: tuple[dict[str, str], ...] = ()  # attestations not recorded: {sha256, reason}
+    preflight: Preflight | None = None  # the local check before uploading, when asked for
 
 
 @dataclass(frozen=True)
@@ -65,21 +74,38 @@ def push_bundle(
     reason: str | None = None,
     progress: Progress | None = None,
     on_total: Callable[[int], None] | None = None,
+    preflight: bool = False,
+    own_trust: TrustSet | None = None,
 ) -> PushResult:
     """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
 
     ``RegistryClient.push`` (``client`` is the instance). ``sign`` receives the ``BuiltBundle``
-    and returns extra attestations to send.
-    Raises ``TreeRuleError`` (bad tree), ``TransportError``/``APIError`` (refused).
+    and returns extra attestations to send. With ``preflight``, the bundle and every
+    attestation are first judged locally under the repository's policy
+    (registry._client_preflight; ``own_trust``: the key ``sign`` signs with) and nothing is
+    uploaded when the registry would certainly refuse.
+    Raises ``TreeRuleError`` (bad tree), ``PreflightRefused`` (refused before uploading),
+    ``TransportError``/``APIError`` (refused).
     """
     from modelward.attest.manifest import build_bundle
 
     parse_repo(repo)
-    client.get_repo(repo)  # fail fast (NotFound, Unauthorized) before hashing gigabytes
+    # fail fast (NotFound, Unauthorized) before hashing gigabytes; names the repo's policy
+    info = client.get_repo(repo)
     # (1) hash the tree into a manifest (exact bytes kept).
     built = build_bundle(root)
     manifest = built.manifest
-    # (2) blobs: the config plus each distinct layer, HEAD first, in parallel.
+    # (2) the attestations to send, signed now: the preflight judges them too.
+    sent = [*attestations, *(sign(built) if sign is not None else ())]
+    # (3) the preflight: what the registry would certainly refuse is refused here, unsent.
+    checked = None
+    if preflight:
+        from modelward.registry._client_preflight import check_before_upload
+
+        checked = check_before_upload(repo, info, built, root, sent, own_trust=own_trust)
+        if checked.refused:
+            raise PreflightRefused(repo, checked.refused, unsigned=checked.unsigned)
+    # (4) blobs: the config plus each distinct layer, HEAD first, in parallel.
     sources: dict[str, BlobSource] = {
         manifest.config.digest: BlobSource(
             digest=manifest.config.digest, size=len(built.config_bytes), data=built.config_bytes
@@ -95,20 +121,20 @@ def push_bundle(
     total = sum(b.size for b in blobs)
     if on_total is not None:
         on_total(total)
-    sent = client.blobs.upload_many(blobs, progress)
-    # (3) the manifest and attestations, checked by the server before it records anything.
-    extra = list(sign(built)) if sign is not None else []
-    answer = client.put_bundle(repo, manifest.digest, manifest.raw, [*attestations, *extra])
-    # (4) the alias, by compare-and-swap on the version just read.
+    uploaded = client.blobs.upload_many(blobs, progress)
+    # (5) the manifest and attestations, checked by the server before it records anything.
+    answer = client.put_bundle(repo, manifest.digest, manifest.raw, sent)
+    # (6) the alias, by compare-and-swap on the version just read.
     moved = client.set_alias(repo, alias, manifest.digest, reason=reason) if alias else None
     return PushResult(
         digest=manifest.digest,
         decision=answer.get("decision"),
         alias=moved,
-        uploaded=sum(sent),
-        skipped=len(sent) - sum(sent),
+        uploaded=sum(uploaded),
+        skipped=len(uploaded) - sum(uploaded),
         total_bytes=total,
         ignored=tuple(answer.get("ignored_attestations") or ()),
+        preflight=checked,
     )
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "Reference",
     "cache_dir",
     "config_path",
+    "normalize_url",
     "parse_reference",
     "parse_repo",
     "resolve_settings",
@@ -63,19 +64,27 @@ def parse_repo(text: str) -> str:
     return text
 
 
+REFERENCE_FORMS = "REPO@ALIAS or REPO@sha256:<64 hex>"
+
+
 def parse_reference(text: str, *, require: str | None = None) -> Reference:
     """Parse ``org/name@alias`` or ``org/name@sha256:<hex>``.
 
     ``require`` is ``"alias"`` or ``"digest"`` when only one form is acceptable.
-    Raises ``InvalidReference`` naming what is wrong.
+    Raises ``InvalidReference`` naming what is wrong and the form expected.
     """
+    forms = {"alias": "REPO@ALIAS", "digest": "REPO@sha256:<64 hex>"}.get(
+        require or "", REFERENCE_FORMS
+    )
     repo, sep, ref = text.partition("@")
-    if not sep or not ref:
-        raise InvalidReference(text, "expected REPO@ALIAS or REPO@sha256:<64 hex>")
+    if not sep:
+        raise InvalidReference(text, f"no '@': expected {forms}, e.g. acme/tiny-llama@prod")
+    if not ref:
+        raise InvalidReference(text, f"nothing after '@': expected {forms}")
     try:
         parse_repo(repo)
     except InvalidReference as exc:
-        raise InvalidReference(text, exc.reason) from None
+        raise InvalidReference(text, f"{exc.reason}; expected {forms}") from None
     if ref.startswith("sha256:") or ":" in ref:
         if not _DIGEST_RE.match(ref):
             raise InvalidReference(text, "a digest is sha256: followed by 64 lowercase hex digits")
@@ -87,6 +96,38 @@ def parse_reference(text: str, *, require: str | None = None) -> Reference:
     if require == "digest":
         raise InvalidReference(text, "expected a digest here (REPO@sha256:<64 hex>)")
     return Reference(repo=repo, alias=ref)
+
+
+def normalize_url(url: str) -> tuple[str, str | None]:
+    """The registry's base URL, and a note when it was changed.
+
+    A trailing ``/`` is dropped; a path ending in ``/v1`` (the API prefix, which every request
+    adds itself) is dropped with a note. Raises ``ClientConfigError`` for anything but
+    ``http://HOST[:PORT][/PATH]`` or ``https://...``.
+    """
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise ClientConfigError(f"registry URL {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClientConfigError(
+            f"registry URL {url!r}: expected http://HOST:PORT or https://HOST, "
+            "e.g. http://127.0.0.1:8700"
+        )
+    if parts.query or parts.fragment:
+        raise ClientConfigError(f"registry URL {url!r}: no query or fragment, please")
+    base = text.rstrip("/")
+    path = parts.path.rstrip("/")
+    if path == "/v1" or path.endswith("/v1"):
+        stripped = base[: -len("/v1")]
+        return stripped, (
+            f"using {stripped}: the registry URL is the server's root; "
+            "every request adds /v1 itself"
+        )
+    return base, None
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -114,7 +155,7 @@ def save_login(url: str, token: str, env: Mapping[str, str] | None = None) -> Pa
     """Write URL and token to the config file, created with mode 0600; return its path."""
     path = config_path(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = f"url = {_toml_string(url.rstrip('/'))}\ntoken = {_toml_string(token)}\n"
+    text = f"url = {_toml_string(normalize_url(url)[0])}\ntoken = {_toml_string(token)}\n"
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -147,4 +188,4 @@ def resolve_settings(env: Mapping[str, str] | None = None) -> ClientSettings:
         raise ClientConfigError(
             "no registry token: run `modelward login URL --token T` or set MODELWARD_TOKEN"
         )
-    return ClientSettings(url=url.rstrip("/"), token=token)
+    return ClientSettings(url=normalize_url(url)[0], token=token)

@@ -7,6 +7,8 @@
      ├── BlobIntegrityError          downloaded bytes did not hash/size to the digest asked for
      │                               (a body longer than the stated size is cut off at it)
      ├── ResponseTooLarge            an answer read into memory went past its byte limit
+     ├── PreflightRefused            ``push`` judged the bundle locally with the repository's
+     │                               policy: the registry would refuse it; nothing was sent
      └── APIError                    the server answered with a JSON error (status >= 400)
           ├── BadRequest             400, 413, 415, 416, 422: the request was refused as invalid
           ├── Unauthorized           401: no token, a bad, revoked or expired token
@@ -37,12 +39,14 @@ __all__ = [
     "Forbidden",
     "InvalidReference",
     "NotFound",
+    "PreflightRefused",
     "RegistryClientError",
     "ResponseTooLarge",
     "TransportError",
     "Unauthorized",
     "UnsafeFetchWarning",
     "api_error_from_response",
+    "transport_error",
 ]
 
 
@@ -69,6 +73,55 @@ class TransportError(RegistryClientError):
     def __init__(self, message: str, request: httpx.Request | None = None) -> None:
         super().__init__(message)
         self.request = request
+
+
+# What OpenSSL says when the peer answers a TLS handshake with plain HTTP.
+_PLAIN_HTTP_SIGNS = (
+    "wrong_version_number",
+    "wrong version number",
+    "record layer failure",
+    "packet length too long",
+    "http_request",
+    "http request",
+)
+
+
+def transport_error(exc: httpx.HTTPError, method: str, url: str) -> TransportError:
+    """A ``TransportError`` naming the registry URL and what went wrong, in words.
+
+    ``https://`` against a server that speaks plain HTTP says so (use ``http://``); a refused
+    connection names the URL it tried; anything else keeps httpx's reason.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    reason = str(exc) or type(exc).__name__
+    request = _request_of(exc)
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportError(f"{method} {url}: timed out ({reason})", request)
+    if isinstance(exc, httpx.ConnectError):
+        lowered = reason.lower()
+        if parts.scheme == "https" and any(sign in lowered for sign in _PLAIN_HTTP_SIGNS):
+            plain = "http://" + parts.netloc
+            return TransportError(
+                f"the server at {origin} speaks plain HTTP, not HTTPS: use {plain}", request
+            )
+        return TransportError(f"cannot connect to the registry at {origin}: {reason}", request)
+    if isinstance(exc, httpx.RemoteProtocolError) and parts.scheme == "http":
+        return TransportError(
+            f"{method} {url}: {reason} (does the server at {origin} speak HTTPS? "
+            f"then use https://{parts.netloc})",
+            request,
+        )
+    return TransportError(f"{method} {url}: {reason}", request)
+
+
+def _request_of(exc: httpx.HTTPError) -> httpx.Request | None:
+    try:
+        return exc.request
+    except RuntimeError:
+        return None
 
 
 class BlobIntegrityError(RegistryClientError):
@@ -118,6 +171,19 @@ class ResponseTooLarge(RegistryClientError):  # noqa: N818 - named after the out
         self.what = what
         self.url = url
         self.limit = limit
+
+
+class PreflightRefused(RegistryClientError):  # noqa: N818 - named after the outcome
+    """``push`` checked the bundle against ``repo``'s policy before uploading, with the
+    registry's own verifier, and the registry would refuse it for ``reasons`` (the failed
+    checks, ``name: message``, word for word as the registry words them). Nothing was sent.
+    ``unsigned``: the push carried no attestation at all."""
+
+    def __init__(self, repo: str, reasons: tuple[str, ...], *, unsigned: bool) -> None:
+        super().__init__("policy denied the bundle: " + "; ".join(reasons))
+        self.repo = repo
+        self.reasons = reasons
+        self.unsigned = unsigned
 
 
 class UnsafeFetchWarning(UserWarning):

@@ -67,9 +67,9 @@ def populated(registry: Registry, tmp_path: Path) -> Iterator[tuple[Registry, Db
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
 def test_audit_log_pages(populated: tuple[Registry, Db]) -> None:
     reg, _ = populated
-    out = reg.cli("audit", "log", "--after", "2", "--limit", "3")
+    out = reg.cli("audit", "log", "--after", "2", "--limit", "3", "--json")
     assert out.returncode == 0, out.stderr
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    events = json.loads(out.stdout)["events"]
     assert [e["seq"] for e in events] == [3, 4, 5]
     assert set(COLUMNS) <= set(events[0])
     every = list(reg.admin.iter_audit(page=7))
