@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -34,15 +34,17 @@ from modelward.registry._client_config import (
     resolve_settings,
     save_login,
 )
-from modelward.registry._client_errors import InvalidReference, PreflightRefused
-from modelward.registry.client import (
+from modelward.registry._client_errors import (
     APIError,
     Conflict,
-    RegistryClient,
+    InvalidReference,
+    PreflightRefused,
     RegistryClientError,
-    TransferOptions,
     Unauthorized,
 )
+
+if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
+    from modelward.registry.client import RegistryClient
 
 __all__ = [
     "AliasRef",
@@ -140,6 +142,8 @@ AsJson = Annotated[
 
 
 def _client(workers: int = 4) -> RegistryClient:
+    from modelward.registry.client import RegistryClient, TransferOptions
+
     settings = resolve_settings()
     options = TransferOptions(workers=workers, state_dir=cache_dir())
     return RegistryClient(settings.url, settings.token, options=options)
@@ -195,6 +199,8 @@ def login(
     if note:
         err_console.print(f"note: {note}", markup=False)
     if check:
+        from modelward.registry.client import RegistryClient
+
         with _reported(), RegistryClient(url, token) as client:
             who = client.whoami()
         console.print(f"logged in to {url} as {who.get('principal')} ({who.get('role')})",

@@ -26,9 +26,10 @@ digests only: ``RegistryClient.unsafe_fetch``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "APIError",
@@ -91,8 +92,11 @@ def transport_error(exc: httpx.HTTPError, method: str, url: str) -> TransportErr
 
     ``https://`` against a server that speaks plain HTTP says so (use ``http://``); a refused
     connection names the URL it tried; anything else keeps httpx's reason.
+    (httpx is imported here, not at the top: the CLI's light commands load this module.)
     """
     from urllib.parse import urlsplit
+
+    import httpx
 
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
