@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import time
@@ -120,7 +121,8 @@ class Story:
             ("Start a registry", "modelward serve: SQLite and local blobs under $DEMO/data, "
              "admin token from MODELWARD_BOOTSTRAP_TOKEN.", self.start_registry),
             ("Principals and tokens", "Four people and machines, each with their own role "
-             "and API token (tokens are shown once, stored hashed).", self.principals),
+             "and API token, created over the API by the admin (tokens are shown once, "
+             "stored hashed).", self.principals),
             ("Build a bundle", "A tiny random Llama; modelward.yaml pins its serving inputs; "
              "the content scan admits only safe formats; one digest names it all.",
              self.build_bundle),
@@ -192,15 +194,15 @@ class Story:
 
     def principals(self) -> str:
         self.need("admin", "principal", "create")
-        data = ["--data-dir", str(self.data)]
+        admin = self.as_("admin")  # over the API, as the logged-in admin
         for name, role, var, who in PRINCIPALS:
             self.note(f"# {name}: {who}")
-            self.r.run(["admin", "principal", "create", name, "--role", role, *data])
-            self.r.run(["admin", "token", "create", name, *data], secret_last_line=var)
+            self.r.run(["admin", "principal", "create", name, "--role", role], env=admin)
+            self.r.run(["admin", "token", "create", name], env=admin, secret_last_line=var)
             if var not in self.r.secrets.values():
                 raise StepFailedError(f"no token printed for {name}")
             self.note(f"{var[1:]}=<the last line above>")
-        listed = self.r.run(["admin", "principal", "list", *data]).stdout
+        listed = self.r.run(["admin", "principal", "list"], env=admin).stdout
         _expect(listed, *(p[0] for p in PRINCIPALS))
         return "alice (publisher), bob (release manager), carol (reviewer), worker-1 (reader)"
 
@@ -391,18 +393,21 @@ class Story:
         rolled = self.r.run(["alias", "rollback", ref, self.v1, "--reason", "v2 quarantined"],
                             env=self.as_("bob"))
         _expect(rolled.stdout, self.v1)
-        history = self.r.run(["alias", "history", ref], env=self.as_("carol"))
-        if not re.search(r'"rollback":\s*true', history.stdout):
+        history = self.r.run(["alias", "history", ref, "--json"], env=self.as_("carol"))
+        if not any(move.get("rollback") for move in json.loads(history.stdout)):
             raise StepFailedError("the alias history does not record a rollback")
         pulled = self.r.run(["pull", ref, *self.trust("cache-2")], env=self.as_("worker-1"))
         _expect(pulled.stdout, self.v1)
+        if self.has("bundle", "list"):  # every bundle, newest first: its state and aliases
+            listed = self.r.run(["bundle", "list", REPO], env=self.as_("carol"))
+            _expect(listed.stdout, "quarantined", "prod")
         return "prod -> v1 again (recorded as a rollback); the worker pulls v1"
 
     def audit(self) -> str:
         self.need("audit", "verify")
-        log = self.r.run(["audit", "log", "--limit", "1000"], env=self.as_("carol"))
-        events = [line for line in log.stdout.splitlines() if line.startswith("{")]
-        denied = sum('"action": "denied"' in line for line in events)
+        log = self.r.run(["audit", "log", "--limit", "1000", "--json"], env=self.as_("carol"))
+        events = json.loads(log.stdout)["events"]
+        denied = sum(event["action"] == "denied" for event in events)
         verified = self.r.run(["audit", "verify"], env=self.as_("carol"))
         _expect(verified.stdout, "audit chain ok")
         db = f"sqlite:///{self.data / 'registry.db'}"

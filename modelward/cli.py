@@ -24,6 +24,7 @@ _CLIENT = "modelward.registry._cli_client"
 _SERVER = "modelward.registry._cli_server"
 _LOADER = "modelward.loader._cli_commands"
 _ATTEST = "modelward.attest.cli"
+_LISTING = "modelward.registry._cli_listing"
 
 COMMANDS: dict[str, Entry] = {
     "serve": Entry("Run the registry server.", f"{_SERVER}:serve"),
@@ -95,6 +96,11 @@ COMMANDS: dict[str, Entry] = {
                 "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
                 f"{_CLIENT}:bundle_show",
             ),
+            "list": Entry(
+                "List a repository's bundles, newest first: digest, state (live, quarantined, "
+                "tombstoned) and the aliases pointing at each.",
+                f"{_LISTING}:bundle_list",
+            ),
             "export": Entry(
                 "Write a bundle and its attestations (as referrers) into an OCI image layout.",
                 "modelward.registry._cli_oci:bundle_export",
@@ -124,7 +130,8 @@ COMMANDS: dict[str, Entry] = {
     ),
     "db": Entry("Database schema migrations.", f"{_SERVER}:db_app"),
     "admin": Entry(
-        "Local administration (straight on the database).",
+        "Principals and API tokens: over the API with the logged-in admin token, or straight "
+        "on the database with --data-dir / --database-url / --config (bootstrap, recovery).",
         children={
             "principal": Entry("Principals.", f"{_SERVER}:principal_app"),
             "token": Entry("API tokens.", f"{_SERVER}:token_app"),
@@ -146,6 +153,11 @@ COMMANDS: dict[str, Entry] = {
                 "Set an alias back to an earlier digest, recorded as a rollback.",
                 f"{_CLIENT}:alias_rollback",
             ),
+            "list": Entry(
+                "List a repository's aliases, by name: the digest and version each points at, "
+                "and the state of that bundle.",
+                f"{_LISTING}:alias_list",
+            ),
         },
     ),
     "audit": Entry("Read and verify the audit log.", f"{_CLIENT}:audit_app"),
@@ -159,6 +171,11 @@ COMMANDS: dict[str, Entry] = {
             "add-publisher": Entry(
                 "Let a principal publish to a repository (admins only).",
                 f"{_CLIENT}:repo_add_publisher",
+            ),
+            "list": Entry(
+                "List the repositories you may read, by name (with --publishable: those you "
+                "may push to and move aliases in).",
+                f"{_LISTING}:repo_list",
             ),
         },
     ),

@@ -1,15 +1,22 @@
 """Server-side commands: ``modelward serve``, ``modelward db ...``, ``modelward admin ...``.
 
-The admin commands work straight on the database named by ``--database-url`` / ``--data-dir``
-(or MODELWARD_* settings), for bootstrapping and recovery; they are audited as ``local-admin``.
+The admin commands (principals, tokens) work over the API with the logged-in token, which
+must be an admin's, and are audited under that admin's name. Only with an explicit
+``--database-url`` / ``--data-dir`` / ``--config`` do they work straight on that database
+instead (bootstrap, recovery), audited as ``local-admin``; that database must exist with the
+current schema, and nothing is created when it does not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -30,6 +37,38 @@ def _settings(config: Path | None, **overrides: Any) -> Any:
     from modelward.registry.settings import load_settings
 
     return load_settings(config, **overrides)
+
+
+EXIT_CANNOT_LISTEN = 3
+
+
+def _require_free_port(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as uvicorn will (SO_REUSEADDR), and let it go; a port in use
+    or an address that cannot be bound is ``error:`` naming it, exit 3."""
+    import errno
+    import socket
+
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        _fail(f"cannot listen on {where}: {exc}", code=EXIT_CANNOT_LISTEN)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                _fail(
+                    f"cannot listen on {where}: the address is already in use (another process "
+                    "listens there); nothing was started",
+                    hint="stop that process, or pick another port with --port",
+                    code=EXIT_CANNOT_LISTEN,
+                )
+            _fail(f"cannot listen on {where}: {exc.strerror or exc}", code=EXIT_CANNOT_LISTEN)
 
 
 def serve(
@@ -77,6 +116,8 @@ def serve(
         s3_presign=s3_presign,
         workers=workers,
     )
+    # Before anything is printed or created: a busy port fails here, not after the banner.
+    _require_free_port(settings.host, settings.port)
     configure_logging(settings.log_level)
     state = build_state(settings)
     if ensure_schema(state.db.engine, settings.resolved_database_url()):
@@ -125,6 +166,9 @@ def serve(
     )
 
 
+_NEW_DATABASE_HINT = (
+    "pass the registry's --data-dir or --database-url; `modelward db upgrade` creates a new one"
+)
 db_app = typer.Typer(name="db", help="Database schema migrations.", no_args_is_help=True)
 
 
@@ -159,7 +203,11 @@ def db_downgrade(
     """Migrate the database schema down (one step by default)."""
     from modelward.registry.db import downgrade
 
-    downgrade(_db_url(config, data_dir, database_url), revision)
+    url = _db_url(config, data_dir, database_url)
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
+    downgrade(url, revision)
     typer.echo(f"database downgraded to {revision}")
 
 
@@ -170,7 +218,11 @@ def db_current(
     """Print the database's schema revision and the one this modelward needs."""
     from modelward.registry.db import current_revision, head_revision, make_engine
 
-    engine = make_engine(_db_url(config, data_dir, database_url))
+    url = _db_url(config, data_dir, database_url)
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
+    engine = make_engine(url)
     try:
         typer.echo(f"current: {current_revision(engine) or '(empty)'}")
         typer.echo(f"head: {head_revision()}")
@@ -179,79 +231,313 @@ def db_current(
 
 
 admin_app = typer.Typer(
-    name="admin", help="Local administration (straight on the database).", no_args_is_help=True
+    name="admin",
+    help=(
+        "Principals and API tokens: over the API with the logged-in admin token, or straight "
+        "on the database with --data-dir / --database-url / --config (bootstrap, recovery)."
+    ),
+    no_args_is_help=True,
 )
 principal_app = typer.Typer(name="principal", help="Principals.", no_args_is_help=True)
 token_app = typer.Typer(name="token", help="API tokens.", no_args_is_help=True)
 admin_app.add_typer(principal_app)
 admin_app.add_typer(token_app)
 
+# Only these flags reach the database directly; without them the admin commands use the API.
+AdminDataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Work straight on this registry data dir's database (bootstrap, recovery)",
+    ),
+]
+AdminDbUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url", help="Work straight on this database (bootstrap, recovery)"
+    ),
+]
+AdminConfig = Annotated[
+    Path | None,
+    typer.Option("--config", help="Work straight on the database this TOML settings file names"),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 
-def _database(config: Path | None, data_dir: Path | None, database_url: str | None) -> Any:
-    from modelward.registry.db import Database, make_engine, schema_state
 
-    url = _db_url(config, data_dir, database_url)
-    engine = make_engine(url)
-    state = schema_state(engine)
-    if state != "current":
+def _fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    if hint:
+        typer.echo(f"hint: {hint}", err=True)
+    raise typer.Exit(code)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where an admin command works: the database (only with an explicit flag) or the API."""
+
+    config: Path | None
+    data_dir: Path | None
+    database_url: str | None
+
+    @property
+    def direct(self) -> bool:
+        return any(v is not None for v in (self.config, self.data_dir, self.database_url))
+
+    def origin(self) -> str:
+        if self.database_url is not None:
+            return "--database-url"
+        if self.data_dir is not None:
+            return f"--data-dir {self.data_dir}"
+        return f"--config {self.config}"
+
+
+def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names when it does not exist (opening it would create it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:  # reported by whoever opens it
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(str(parsed.database))
+    return None if path.is_file() else path
+
+
+def _read_only_engine(url: str) -> Any:
+    """A read-only engine on the SQLite file ``url`` names (None for other databases)."""
+    from urllib.parse import quote
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = quote(str(Path(str(parsed.database)).resolve()))
+    return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
+
+
+def _existing_database(target: _Target) -> Any:
+    """The database ``target`` names, opened only if it exists (a SQLite file is never
+    created, nor its directory), with the schema at head; else ``error:`` naming the URL and
+    the step to take, exit 1, nothing created."""
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from modelward.registry.db import (
+        Database,
+        current_revision,
+        head_revision,
+        make_engine,
+        schema_state,
+    )
+
+    url = _db_url(target.config, target.data_dir, target.database_url)
+    try:
+        shown = _shown(url)
+    except ArgumentError:  # the text is not echoed: it may hold a password
+        _fail(
+            f"invalid database URL (from {target.origin()}): expected sqlite:///PATH or "
+            "postgresql://USER@HOST:PORT/DB",
+            code=2,
+        )
+    create_hint = (
+        f"to start a new registry there, run `modelward db upgrade {target.origin()}` (or "
+        f"`modelward serve {target.origin()}`) first; otherwise pass the registry's own "
+        "--data-dir or --database-url, or drop the flag to work over the API as the "
+        "logged-in admin"
+    )
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        _fail(
+            f"no registry database at {missing} (from {target.origin()}); nothing was created",
+            hint=create_hint,
+        )
+    # The schema is read first without writing (a SQLite file opened read-only: connecting
+    # normally would switch it to WAL), so a refusal leaves the file as it was.
+    probe = _read_only_engine(url)
+    engine = probe if probe is not None else make_engine(url)
+    try:
+        state = schema_state(engine)
+        have = current_revision(engine)
+    except SQLAlchemyError as exc:
         engine.dispose()
-        from modelward.registry.errors import DatabaseOutOfDate
-
-        raise DatabaseOutOfDate(
-            f"database schema is {state}: run `modelward db upgrade` (or `modelward serve`) first"
+        _fail(f"cannot open the database {shown} (from {target.origin()}): {exc}")
+    if probe is not None:
+        probe.dispose()
+        engine = make_engine(url)
+    if state == "empty":
+        engine.dispose()
+        _fail(
+            f"the database {shown} (from {target.origin()}) has no modelward schema: it is not "
+            "a registry's database yet; nothing was changed",
+            hint=create_hint,
+        )
+    if state == "outdated":
+        engine.dispose()
+        _fail(
+            f"the database {shown} (from {target.origin()}) is at schema revision {have}, this "
+            f"modelward needs {head_revision()}",
+            hint=f"run `modelward db upgrade {target.origin()}` first",
         )
     return Database(engine)
+
+
+@contextlib.contextmanager
+def _admin_api() -> Iterator[Any]:
+    """The registry client with the logged-in URL and token; refusals become ``error:``."""
+    from modelward.registry._client_config import resolve_settings
+    from modelward.registry.client import (
+        APIError,
+        ClientConfigError,
+        Forbidden,
+        RegistryClient,
+        RegistryClientError,
+        Unauthorized,
+    )
+
+    try:
+        settings = resolve_settings()
+    except ClientConfigError as exc:
+        _fail(
+            f"no registry to administer: {exc}",
+            hint=(
+                "log in with an admin's token (`modelward login URL --token ADMIN_TOKEN`, or "
+                "MODELWARD_URL and MODELWARD_TOKEN); on the registry host, for bootstrap or "
+                "recovery, pass --data-dir DIR or --database-url URL to work straight on its "
+                "database"
+            ),
+        )
+    try:
+        with RegistryClient(settings.url, settings.token) as client:
+            yield client
+    except Forbidden as exc:
+        _fail(
+            f"{settings.url}: {exc}",
+            hint="admin commands need an admin's token: `modelward login URL --token ADMIN_TOKEN`",
+        )
+    except Unauthorized as exc:
+        _fail(f"{settings.url}: {exc}", hint="check the token: `modelward login URL --token T`")
+    except (APIError, RegistryClientError) as exc:
+        _fail(str(exc))
+
+
+@contextlib.contextmanager
+def _local_write(target: _Target) -> Iterator[Any]:
+    """A write transaction straight on the database, audited as ``local-admin``."""
+    db = _existing_database(target)
+    try:
+        with db.write() as session:
+            yield session
+    finally:
+        db.dispose()
+    typer.echo(
+        f"(straight on the database {_shown(str(db.engine.url))}, audited as {LOCAL_ACTOR})",
+        err=True,
+    )
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
 @principal_app.command("create")
 def principal_create(
     name: Annotated[str, typer.Argument(help="principal name")],
+    *,
     role: Annotated[str, typer.Option("--role", help="admin, publisher, reviewer or reader")],
-    database_url: DbUrl = None,
-    data_dir: DataDir = None,
-    config: ConfigFile = None,
+    database_url: AdminDbUrl = None,
+    data_dir: AdminDataDir = None,
+    config: AdminConfig = None,
+    as_json: AsJson = False,
 ) -> None:
-    """Create a principal."""
-    from modelward.registry.domains.principals.service import create_principal
+    """Create a principal (over the API as the logged-in admin, or with --data-dir /
+    --database-url straight on the database)."""
+    target = _Target(config, data_dir, database_url)
+    if target.direct:
+        from modelward.registry.domains._state import iso
+        from modelward.registry.domains.principals.service import create_principal
 
-    db = _database(config, data_dir, database_url)
-    with db.write() as session:
-        create_principal(session, name=name, role=role, actor=LOCAL_ACTOR)
-    db.dispose()
-    typer.echo(f"created principal {name} ({role})")
+        with _local_write(target) as session:
+            p = create_principal(session, name=name, role=role, actor=LOCAL_ACTOR)
+            created = {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
+    else:
+        with _admin_api() as client:
+            created = client.create_principal(name, role)
+    if as_json:
+        _print_json(created)
+    else:
+        typer.echo(f"created principal {created['name']} ({created['role']})")
 
 
 @principal_app.command("list")
 def principal_list(
-    database_url: DbUrl = None, data_dir: DataDir = None, config: ConfigFile = None
+    database_url: AdminDbUrl = None,
+    data_dir: AdminDataDir = None,
+    config: AdminConfig = None,
+    as_json: AsJson = False,
 ) -> None:
-    """List principals."""
-    from modelward.registry.domains.principals.service import list_principals
+    """List principals: name and role, one a line (tab-separated)."""
+    target = _Target(config, data_dir, database_url)
+    if target.direct:
+        from modelward.registry.domains._state import iso
+        from modelward.registry.domains.principals.service import list_principals
 
-    db = _database(config, data_dir, database_url)
-    with db.read() as session:
-        for p in list_principals(session):
-            typer.echo(f"{p.name}\t{p.role}")
-    db.dispose()
+        db = _existing_database(target)
+        try:
+            with db.read() as session:
+                rows = [
+                    {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
+                    for p in list_principals(session)
+                ]
+        finally:
+            db.dispose()
+    else:
+        with _admin_api() as client:
+            rows = list(client.list_principals())
+    if as_json:
+        _print_json({"principals": rows})
+        return
+    for p in rows:
+        typer.echo(f"{p['name']}\t{p['role']}")
 
 
 @token_app.command("create")
 def token_create(
     name: Annotated[str, typer.Argument(help="principal name")],
+    *,
     expires_in: Annotated[
         int | None, typer.Option("--expires-in", help="lifetime in seconds", min=1)
     ] = None,
-    database_url: DbUrl = None,
-    data_dir: DataDir = None,
-    config: ConfigFile = None,
+    database_url: AdminDbUrl = None,
+    data_dir: AdminDataDir = None,
+    config: AdminConfig = None,
+    as_json: AsJson = False,
 ) -> None:
     """Create an API token; the token is printed once, as the last line."""
-    from modelward.registry.domains.principals.service import create_token
+    target = _Target(config, data_dir, database_url)
+    if target.direct:
+        from modelward.registry.domains.principals.service import create_token
 
-    db = _database(config, data_dir, database_url)
-    with db.write() as session:
-        token_id, token = create_token(session, name=name, expires_in=expires_in, actor=LOCAL_ACTOR)
-    db.dispose()
+        with _local_write(target) as session:
+            token_id, token = create_token(
+                session, name=name, expires_in=expires_in, actor=LOCAL_ACTOR
+            )
+    else:
+        with _admin_api() as client:
+            answer = client.create_token(name, expires_in)
+        token_id, token = str(answer["id"]), str(answer["token"])
+    if as_json:
+        _print_json({"principal": name, "id": token_id, "token": token})
+        return
     typer.echo(f"token id: {token_id}")
     typer.echo(token)
 
@@ -259,17 +545,20 @@ def token_create(
 @token_app.command("revoke")
 def token_revoke(
     token_id: Annotated[str, typer.Argument(help="token id")],
-    database_url: DbUrl = None,
-    data_dir: DataDir = None,
-    config: ConfigFile = None,
+    database_url: AdminDbUrl = None,
+    data_dir: AdminDataDir = None,
+    config: AdminConfig = None,
 ) -> None:
     """Revoke an API token by id."""
-    from modelward.registry.domains.principals.service import revoke_token
+    target = _Target(config, data_dir, database_url)
+    if target.direct:
+        from modelward.registry.domains.principals.service import revoke_token
 
-    db = _database(config, data_dir, database_url)
-    with db.write() as session:
-        revoke_token(session, token_id=token_id, actor=LOCAL_ACTOR)
-    db.dispose()
+        with _local_write(target) as session:
+            revoke_token(session, token_id=token_id, actor=LOCAL_ACTOR)
+    else:
+        with _admin_api() as client:
+            client.revoke_token(token_id)
     typer.echo(f"revoked token {token_id}")
 
 

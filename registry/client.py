@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import httpx
 
+from modelward.registry._client_admin import ListingMixin
 from modelward.registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
 from modelward.registry._client_bundles import PushResult, push_bundle, unsafe_fetch_bundle
 from modelward.registry._client_config import Reference, parse_reference, parse_repo
@@ -51,6 +52,7 @@ from modelward.registry._client_errors import (
     TransportError,
     Unauthorized,
     api_error_from_response,
+    transport_error,
 )
 
 __all__ = [
@@ -93,7 +95,7 @@ def _repo_path(repo: str) -> str:
     return f"/v1/repos/{quote(org, safe='')}/{quote(name, safe='')}"
 
 
-class RegistryClient:
+class RegistryClient(ListingMixin):
     """A synchronous registry client. Thread-safe (one pooled ``httpx.Client``).
 
     Raises ``TransportError`` when a request gets no answer and an ``APIError`` subclass when
@@ -187,10 +189,8 @@ class RegistryClient:
                 if response.status_code >= 400:
                     raise api_error_from_response(response, _read_error_body(response))
                 yield response
-        except httpx.TimeoutException as exc:
-            raise TransportError(f"{method} {path}: timed out ({exc})", exc.request) from exc
-        except httpx.HTTPError as exc:
-            raise TransportError(f"{method} {path}: {exc}") from exc
+        except httpx.HTTPError as exc:  # names the URL; https:// against plain HTTP says so
+            raise transport_error(exc, method, self.base_url + path) from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._request(method, path, **kwargs)

@@ -108,6 +108,9 @@ ENDPOINTS: list[Endpoint] = [
     ),
     Endpoint("org.owner.remove", "DELETE", "/v1/orgs/{org}/owners/{victim}", ADMIN),
     Endpoint("repo.get", "GET", "/v1/repos/{repo}", ALL),
+    Endpoint("repo.list", "GET", "/v1/repos", ALL),
+    Endpoint("bundle.list", "GET", "/v1/repos/{repo}/bundles", ALL),
+    Endpoint("alias.list", "GET", "/v1/repos/{repo}/aliases", ALL),
     Endpoint(
         "repo.policy",
         "PUT",
@@ -236,6 +239,11 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("audit.proof.consistency", "GET", "/v1/audit/proof/consistency?from=1&to=2", ALL),
     # the path of one event, whose contents only reviewers read
     Endpoint("audit.proof.inclusion", "GET", "/v1/audit/proof/inclusion?index=0&size=1", REVIEW),
+    # storage hygiene: GC with the default 24 h window collects nothing of this world's
+    Endpoint("storage.gc", "POST", "/v1/admin/gc", ADMIN, body=lambda c: {"json": {}}),
+    Endpoint("repo.quota.get", "GET", "/v1/repos/{repo}/quota", WRITERS, ADMIN),
+    Endpoint("repo.quota.put", "PUT", "/v1/repos/{repo}/quota", ADMIN,
+             body=lambda c: {"json": {"quota_bytes": None}}),
 ]
 
 
@@ -351,4 +359,4 @@ def test_denials_are_audited(world: World) -> None:
 
 def test_matrix_covers_every_contract_endpoint() -> None:
     names = {e.name for e in ENDPOINTS}
-    assert len(names) == len(ENDPOINTS) == 48
+    assert len(names) == len(ENDPOINTS) == 54

@@ -95,11 +95,13 @@ def test_cli_alias_set_get_history_rollback(registry: Registry, tmp_path: Path) 
         registry.cli("alias", "set", f"{repo}@beta", d2, "--reason", "r2", token=tok).returncode
         == 0
     )
-    got = registry.cli("alias", "get", f"{repo}@beta", token=tok)
+    got = registry.cli("alias", "get", f"{repo}@beta", "--json", token=tok)
     assert _json_out(got.stdout) == {"alias": "beta", "digest": d2, "version": 2}
     rb = registry.cli("alias", "rollback", f"{repo}@beta", "--reason", "bad release", token=tok)
     assert rb.returncode == 0, rb.stderr
-    hist = _json_out(registry.cli("alias", "history", f"{repo}@beta", token=tok).stdout)
+    hist = _json_out(
+        registry.cli("alias", "history", f"{repo}@beta", "--json", token=tok).stdout
+    )
     assert isinstance(hist, list)
     moves = [(h["from_digest"], h["to_digest"], h["rollback"], h["reason"]) for h in hist]
     assert moves == [(None, d1, False, "r1"), (d1, d2, False, "r2"), (d2, d1, True, "bad release")]
@@ -114,10 +116,10 @@ def test_cli_alias_set_get_history_rollback(registry: Registry, tmp_path: Path) 
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)  # CLI behaviour: one backend
 def test_cli_bad_reference_is_a_clear_error(registry: Registry) -> None:
     out = registry.cli("alias", "get", "not-a-repo@prod")
-    assert out.returncode == 1
+    assert out.returncode == 2  # a usage error (docs/cli.md#exit-codes)
     assert "invalid reference" in out.stderr
     out = registry.cli("approve", "org/name@prod", "--alias", "prod")
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert "digest" in out.stderr
 
 
@@ -127,7 +129,7 @@ def test_cli_bundle_show_by_alias_and_digest(registry: Registry, tmp_path: Path)
     repo = registry.repo(pub)
     digest = push_new(pub, repo, tmp_path, alias="dev")
     for ref in (f"{repo}@dev", f"{repo}@{digest}"):
-        out = registry.cli("bundle", "show", ref, token=pub.actor.token)
+        out = registry.cli("bundle", "show", ref, "--json", token=pub.actor.token)
         assert out.returncode == 0, out.stderr
         shown = json.loads(out.stdout)
         assert shown["digest"] == digest
@@ -222,7 +224,7 @@ def test_cli_repo_create_and_key_commands(registry: Registry, tmp_path: Path) ->
     pub = registry.actor("publisher")
     pem = tmp_path / "k.pub"
     pem.write_bytes(public_key_pem(generate_private_key().public_key()))
-    reg = registry.cli("key", "register", str(pem), token=pub.token)
+    reg = registry.cli("key", "register", str(pem), "--json", token=pub.token)
     assert reg.returncode == 0, reg.stderr
     keyid = json.loads(reg.stdout)["keyid"]
     listed = registry.cli("key", "list", token=pub.token)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -12,6 +12,7 @@ from modelward.registry.domains._state import State
 from modelward.registry.domains.aliases import service
 from modelward.registry.domains.auth.deps import AnyCaller, Reviewer, authenticated_read
 from modelward.registry.domains.blobs.streaming import check_digest
+from modelward.registry.domains.repos.listing import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
 MAX_VERSION = 2**62  # far beyond any real version; keeps database integers in range
@@ -37,6 +38,24 @@ class AliasOut(BaseModel):
     alias: str
     digest: str | None
     version: int
+
+
+@router.get("/aliases")
+def list_aliases(
+    *,
+    org: str,
+    name: str,
+    caller: AnyCaller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> dict[str, Any]:
+    """The repository's aliases by name, each with the state of the bundle it points at;
+    ``next``: the ``cursor`` of the next page."""
+    repo_name = f"{org}/{name}"
+    with state.db.read() as session:
+        page = service.list_aliases(session, caller, repo_name, limit=limit, cursor=cursor)
+    return {"repository": repo_name, "aliases": page.items, "next": page.next}
 
 
 @router.get("/aliases/{alias}", response_model=AliasOut)

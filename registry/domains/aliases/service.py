@@ -26,6 +26,7 @@ marked withdrawn, with the reason).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -42,6 +43,13 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.quarantine import require_not_quarantined
 from modelward.registry.domains.bundles.service import find_bundle, live_bundle
+from modelward.registry.domains.repos.listing import (
+    Page,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    readable_repo,
+)
 from modelward.registry.domains.repos.service import get_repo, may_publish, repo_policy
 from modelward.registry.errors import (
     BadRequest,
@@ -51,15 +59,35 @@ from modelward.registry.errors import (
     Refused,
     StaleVersion,
 )
-from modelward.registry.models import Alias, AliasHistory, Approval, Principal, Repository
+from modelward.registry.models import (
+    Alias,
+    AliasHistory,
+    Approval,
+    Bundle,
+    Principal,
+    QuarantinedDigest,
+    Repository,
+)
 
 if TYPE_CHECKING:
+    from modelward.attest.policy import AliasRule
     from modelward.attest.trust import VerifiedStatement
 
-__all__ = ["approve", "get_alias", "history", "set_alias", "withdraw_approval"]
+__all__ = [
+    "approve",
+    "get_alias",
+    "history",
+    "list_aliases",
+    "set_alias",
+    "withdraw_approval",
+]
 
 ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 APPROVER_ROLES = ("reviewer", "admin")
+# A mistyped alias's 404 suggests up to this many existing names (difflib), read from at most
+# SUGGESTION_SCAN of the repository's aliases.
+MAX_SUGGESTIONS = 3
+SUGGESTION_SCAN = 10_000
 
 
 def _state_json(row: Alias | None, alias: str) -> dict[str, Any]:
@@ -74,19 +102,77 @@ def _alias_row(session: Session, repo: Repository, alias: str) -> Alias | None:
     ).scalar_one_or_none()
 
 
+def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
+    """The 404 for a missing alias, suggesting the repository's aliases closest to it."""
+    names = list(
+        session.execute(
+            select(Alias.name).where(Alias.repo_id == repo.id).limit(SUGGESTION_SCAN)
+        ).scalars()
+    )
+    close = difflib.get_close_matches(alias, names, n=MAX_SUGGESTIONS, cutoff=0.6)
+    close += [n for n in names if n.lower() == alias.lower() and n not in close]
+    message = f"no alias {repo.name}@{alias}"
+    if close:
+        message += "; did you mean " + " or ".join(f"{repo.name}@{n}" for n in close) + "?"
+    elif names:
+        message += f" (`modelward alias list {repo.name}` lists its {len(names)} aliases)"
+    else:
+        message += f" ({repo.name} has no aliases yet)"
+    return NotFound(
+        message, detail={"repository": repo.name, "alias": alias, "suggestions": close}
+    )
+
+
 def get_alias(session: Session, repo_name: str, alias: str) -> dict[str, Any]:
+    """The alias's state; NotFound (suggesting close names) when it does not exist."""
     repo = get_repo(session, repo_name)
     row = _alias_row(session, repo, alias)
     if row is None:
-        raise NotFound(f"no alias {repo_name}@{alias}")
+        raise _no_alias(session, repo, alias)
     return _state_json(row, alias)
+
+
+def list_aliases(
+    session: Session, caller: Caller, repo_name: str, *, limit: int, cursor: str | None = None
+) -> Page:
+    """A repository's aliases by name, a page at a time (authorization in the query:
+    ``repos.listing.readable_repo``). Each: ``{alias, digest, version, updated_at,
+    bundle_state}`` where ``bundle_state`` is the target bundle's (live, quarantined or
+    tombstoned). Raises NotFound, InvalidCursor."""
+    check_limit(limit)
+    repo = readable_repo(session, repo_name, caller)
+    quarantined = (
+        select(QuarantinedDigest.digest).where(QuarantinedDigest.digest == Alias.digest).exists()
+    )
+    query = (
+        select(Alias, Bundle.tombstoned, quarantined)
+        .outerjoin(Bundle, (Bundle.repo_id == Alias.repo_id) & (Bundle.digest == Alias.digest))
+        .where(Alias.repo_id == repo.id)
+        .order_by(Alias.name)
+        .limit(limit + 1)
+    )
+    if cursor is not None:
+        query = query.where(Alias.name > decode_cursor("aliases", cursor))
+    rows = session.execute(query).all()
+    items = [
+        {
+            "alias": row.name,
+            "digest": row.digest,
+            "version": row.version,
+            "updated_at": iso(row.updated_at),
+            "bundle_state": "tombstoned" if tombstoned else "quarantined" if held else "live",
+        }
+        for row, tombstoned, held in rows[:limit]
+    ]
+    more = len(rows) > limit
+    return Page(items, encode_cursor("aliases", str(items[-1]["alias"])) if more else None)
 
 
 def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]]:
     repo = get_repo(session, repo_name)
     row = _alias_row(session, repo, alias)
     if row is None:
-        raise NotFound(f"no alias {repo_name}@{alias}")
+        raise _no_alias(session, repo, alias)
     rows = session.execute(
         select(AliasHistory).where(AliasHistory.alias_id == row.id).order_by(AliasHistory.version)
     ).scalars()
@@ -183,15 +269,22 @@ def set_alias(
         # (1): who may move this alias.
         rule = alias_rule_for(policy, alias)
         if rule is None:
-            raise Forbidden(f"no alias rule in {repo_name}'s policy matches {alias!r}")
-        by_role = caller.role in rule.roles and (
-            caller.role != "publisher" or may_publish(session, repo, caller)
-        )
-        if caller.name not in rule.principals and not by_role:
             raise Forbidden(
-                f"{caller.name} ({caller.role}) may not move {repo_name}@{alias}",
-                detail={"pattern": rule.pattern},
+                f"{caller.name} ({caller.role}) may not move {repo_name}@{alias}: no alias "
+                f"rule in the repository's policy matches {alias!r}, so nobody may move it",
+                detail={
+                    "principal": caller.name,
+                    "role": caller.role,
+                    "repository": repo_name,
+                    "alias": alias,
+                    "rule": None,
+                    "cause": "no_rule",
+                },
             )
+        publishes_here = may_publish(session, repo, caller)
+        by_role = caller.role in rule.roles and (caller.role != "publisher" or publishes_here)
+        if caller.name not in rule.principals and not by_role:
+            raise _may_not_move(caller, repo_name, alias, rule, publishes_here=publishes_here)
         # (2): a live bundle of this repository, its digest quarantined nowhere.
         bundle = live_bundle(session, repo, digest)
         require_not_quarantined(session, digest)
@@ -264,6 +357,54 @@ def set_alias(
         approvals=rule.approvals if rule.protected else 0,
         caller=caller,
     )
+
+
+def _may_not_move(
+    caller: Caller, repo_name: str, alias: str, rule: AliasRule, *, publishes_here: bool
+) -> Forbidden:
+    """Why ``caller`` may not move ``repo_name@alias`` under ``rule``, in plain words: the
+    rule lets its role move the alias only as a publisher of the repository, or it names
+    neither the caller nor its role."""
+    who = f"{caller.name} ({caller.role})"
+    ref = f"{repo_name}@{alias}"
+    plural = {"publisher": f"publishers of {repo_name}", "admin": "admins"}
+    allowed = [plural.get(r, f"{r}s") for r in rule.roles]
+    allowed += [f"principal {p}" for p in rule.principals]
+    rule_text = f"the alias rule {rule.pattern!r} of {repo_name}'s policy"
+    if caller.role in rule.roles and caller.role == "publisher" and not publishes_here:
+        cause = "not_a_publisher_of_repository"
+        message = (
+            f"{who} may not move {ref}: {caller.name} is not a publisher of {repo_name} "
+            f"({rule_text} lets publishers move it only in repositories they may publish to; "
+            f"an admin adds one with `modelward repo add-publisher {repo_name} {caller.name}`)"
+        )
+    else:
+        cause = "not_allowed_by_rule"
+        message = (
+            f"{who} may not move {ref}: {rule_text} allows only {_and(allowed)}, and "
+            f"names neither {caller.name} nor role {caller.role}"
+        )
+    return Forbidden(
+        message,
+        detail={
+            "principal": caller.name,
+            "role": caller.role,
+            "repository": repo_name,
+            "alias": alias,
+            "rule": {
+                "pattern": rule.pattern,
+                "roles": list(rule.roles),
+                "principals": list(rule.principals),
+            },
+            "cause": cause,
+            # kept from the earlier answer's detail, for scripts that read it
+            "pattern": rule.pattern,
+        },
+    )
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _require_approvals(approvers: list[str], need: int, ref: str, digest: str) -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from modelward.attest.policy import MAX_POLICY_BYTES
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
-from modelward.registry.domains.repos import service
+from modelward.registry.domains.repos import listing, service
 from modelward.registry.models import Repository
 
 router = APIRouter(prefix="/v1/repos", tags=["repositories"])
@@ -53,11 +53,37 @@ def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]
         return _out(repo, service.publishers(session, repo))
 
 
+@router.get("")
+def list_repos(
+    *,
+    caller: AnyCaller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=listing.MAX_PAGE)] = listing.DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(max_length=listing.MAX_CURSOR_CHARS)] = None,
+    org: Annotated[str | None, Query(max_length=100)] = None,
+    publishable: bool = False,
+) -> dict[str, Any]:
+    """The repositories the caller may read, by name, a page at a time (``next``: the
+    ``cursor`` of the next page, null on the last); ``org`` keeps one org's, ``publishable``
+    those the caller may publish to (``may_publish``)."""
+    with state.db.read() as session:
+        page = listing.list_repos(
+            session, caller, limit=limit, cursor=cursor, org=org, publishable=publishable
+        )
+    return {"repositories": page.items, "next": page.next}
+
+
 @router.get("/{org}/{name}")
 def get_repo(org: str, name: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """The repository; ``effective_policy_yaml`` is the policy that judges its bundles now
+    (its own, else the operator's, else the packaged default): ``push`` checks against it
+    before uploading."""
     with state.db.read() as session:
         repo = service.get_repo(session, f"{org}/{name}")
-        return _out(repo, service.publishers(session, repo))
+        out = _out(repo, service.publishers(session, repo))
+    default = state.default_policy_yaml or service.builtin_default_policy()
+    out["effective_policy_yaml"] = out["policy_yaml"] or default
+    return out
 
 
 @router.put("/{org}/{name}/policy")
