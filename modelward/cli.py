@@ -205,7 +205,7 @@ app = LazyGroup(
     help=(
         "Supply-chain registry and hardened loader for ML model bundles.\n\n"
         "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error, "
-        "3 the server cannot start (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds "
+        "3 serve cannot listen on its address (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds "
         "debug logs and a traceback to every error."
     ),
     table=COMMANDS,
