@@ -274,14 +274,15 @@ def _shards_match(file: BundleFile, items: Sequence[Item], shard_size: int) -> b
 
 
 def compare(
-    signed: Signed, files: Sequence[BundleFile], ignored: Callable[[str], bool]
+    signed: Signed, files: Sequence[BundleFile]
 ) -> tuple[list[str], list[str], list[str]]:
     """(6): (missing, extra, mismatched) paths of the tree ``files`` against ``signed``.
 
-    Every signed item is checked even under an ignored path; ignoring only excuses files
-    that the signature does not cover. Zero-byte files have no shards, so in a sharded
-    signature they are never extra here (model_signing's rule); they are still unsigned,
-    so ``attest.oms.require_signs_bundle`` refuses to bind such a signature to a bundle.
+    ``files`` is the model as walked, ignored paths already left out (never walked): a
+    signed item there is missing, as in model_signing. Zero-byte files have no shards, so
+    in a sharded signature they are never extra here (model_signing's rule); they are still
+    unsigned, so ``attest.oms.require_signs_bundle`` refuses to bind such a signature to a
+    bundle.
     """
     by_path: dict[str, list[Item]] = {}
     for item in signed.items:
@@ -303,7 +304,6 @@ def compare(
         f.path
         for f in files
         if f.path not in by_path
-        and not ignored(f.path)
         and not (signed.shard_size is not None and f.size == 0)
     )
     return missing, extra, mismatched

@@ -140,15 +140,19 @@ def build_bundle(
     root: Path,
     options: HashOptions = HashOptions(),
     progress: ProgressCallback | None = None,
+    exclude: Sequence[str] = (),
 ) -> BuiltBundle:
     """Build the canonical manifest and config blob for the bundle at ``root``.
 
+    Paths in ``exclude`` (a file, or a directory and all under it; relative to ``root``)
+    are left out of the bundle entirely: not walked, hashed or listed (attest.tree).
+
     Raises ``TreeRuleError`` on any tree-rule violation (or an empty bundle),
     ``NotADirectoryError`` if ``root`` is not a directory, ``BundleError`` if a file
-    changes while it is hashed.
+    changes while it is hashed, ``ValueError`` for an exclude path outside ``root``.
     """
     # (1) walk the tree; every rule checked before any byte is hashed
-    files = sorted(list_bundle_files(root), key=lambda f: f.path.encode())
+    files = sorted(list_bundle_files(root, exclude), key=lambda f: f.path.encode())
     if not files:
         raise TreeRuleError([TreeViolation(".", "bundle.empty", "bundle has no files")])
     # (2) hash every file

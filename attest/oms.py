@@ -17,15 +17,20 @@ Steps of ``verify_oms``:
    and consistent with the subject's digest of digests.
 6. The model tree (tree rules as attest.tree; ``model.sig``, ``.git/``, ``.modelward/`` and
    the caller's ``ignore_paths`` left out) is re-hashed: every signed file present and
-   equal, every present file signed or ignored.
+   equal, every present file signed.
 
-The signature's own ``ignore_paths`` never excuse a file; only the verifier's list does.
+The caller's ``ignore_paths`` EXCLUDE paths, as ``model_signing verify --ignore-paths`` does
+and as ``attest.manifest.build_bundle(exclude=...)`` leaves them out of the bundle: the
+walk never sees them, so a signed file under an ignored path is *missing* (model_signing
+refuses it too), and an unsigned one is simply not part of the model. The signature's own
+``ignore_paths`` never excuse a file (model_signing honours them; we name them in the
+refusal, so the caller can pass them as ``--ignore-path`` and leave those files out).
 
 Binding to a bundle (``require_signs_bundle``, called by attest.verify): the bundle digest
 covers every file, so an OMS signature vouches for it only if it signs every file of the
-bundle tree. A file the verifier's ``ignore_paths`` excused, or an empty file left out of
-a sharded signature (model_signing makes no shard for it), is in the bundle but unsigned:
-the binding is refused.
+bundle tree (the same walk, the same exclusions). An empty file left out of a sharded
+signature (model_signing makes no shard for it) is in the bundle but unsigned: the
+binding is refused.
 
 Raises:
     VerificationError: any step fails; ``OmsFileMismatch`` (a VerificationError) when only
@@ -40,13 +45,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from modelward.attest._oms_envelope import (
     OMS_BUNDLE_MEDIA_TYPE,
@@ -64,13 +69,14 @@ from modelward.attest.dsse import pae
 from modelward.attest.errors import KeyError_, TreeRuleError, VerificationError
 from modelward.attest.sigstore_verify import IN_TOTO_PAYLOAD_TYPE
 from modelward.attest.statement import STATEMENT_TYPE, parse_statement
-from modelward.attest.tree import BundleFile, walk_bundle
+from modelward.attest.tree import BundleFile, is_excluded, normalize_excludes, walk_bundle
 from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
 
 __all__ = [
     "OMS_SIGNATURE_FILENAME",
     "OmsFileCheck",
     "OmsFileMismatch",
+    "load_oms_signing_key",
     "require_signs_bundle",
     "sign_oms",
     "verify_oms",
@@ -97,37 +103,51 @@ class OmsFileCheck:
 class OmsFileMismatch(VerificationError):  # noqa: N818 - the name is the evidence
     """The signature verified but the model's files do not match it; ``check`` lists how."""
 
-    def __init__(self, check: OmsFileCheck, message: str | None = None) -> None:
+    def __init__(
+        self, check: OmsFileCheck, message: str | None = None, *, hint: str | None = None
+    ) -> None:
         self.check = check
         if message is None:
-            lines = [f"  missing (signed, absent): {p}" for p in check.missing]
+            lines = [f"  missing (signed, absent or ignored): {p}" for p in check.missing]
             lines += [f"  extra (present, not signed, not ignored): {p}" for p in check.extra]
             lines += [f"  mismatched (digest differs): {p}" for p in check.mismatched]
             message = "model files do not match the OMS signature:\n" + "\n".join(lines)
+        if hint:
+            message += f"\n  {hint}"
         super().__init__(message)
 
 
 def _normalize_ignores(ignore_paths: Sequence[str]) -> tuple[str, ...]:
-    result: list[str] = []
-    for raw in ignore_paths:
-        path = PurePosixPath(raw)
-        if path.is_absolute() or ".." in path.parts or str(path) in {"", "."}:
-            raise ValueError(f"ignore path {raw!r} must be relative, inside the model, non-empty")
-        result.append(str(path))
-    return tuple(result)
-
-
-def _is_ignored(path: str, ignores: Sequence[str]) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in ignores)
+    return normalize_excludes(ignore_paths)
 
 
 def _tree(root: Path, ignores: Sequence[str]) -> list[BundleFile]:
-    """The model's files; tree violations outside ignored paths are raised."""
-    files, violations = walk_bundle(root)
-    violations = [v for v in violations if not _is_ignored(v.path, ignores)]
+    """The model's files, ``ignores`` excluded (never walked); violations are raised."""
+    files, violations = walk_bundle(root, ignores)
     if violations:
         raise TreeRuleError(violations)
     return files
+
+
+def _signature_ignores(statement: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``ignore_paths`` an OMS v1.0 signature records (informational only)."""
+    predicate = statement.get("predicate")
+    serialization = predicate.get("serialization") if isinstance(predicate, dict) else None
+    listed = serialization.get("ignore_paths") if isinstance(serialization, dict) else None
+    if not isinstance(listed, list):
+        return ()
+    return tuple(p for p in listed if isinstance(p, str))
+
+
+def _extra_hint(extra: Sequence[str], statement: Mapping[str, Any]) -> str | None:
+    """When the signature's own ignore_paths name extra files: say how to leave them out."""
+    own = _signature_ignores(statement)
+    named = sorted({p for path in extra for p in own if is_excluded(path, [p])})
+    if not named:
+        return None
+    flags = " ".join(f"--ignore-path {p}" for p in named)
+    return (f"hint: the signature's own ignore_paths name {', '.join(named)}; only the "
+            f"verifier's list counts: pass {flags} to leave them out of the bundle")
 
 
 def _dedup(signers: Sequence[Signer]) -> tuple[Signer, ...]:
@@ -157,18 +177,21 @@ def verify_oms(
         files = _tree(root, ignores)
     except TreeRuleError as exc:
         raise VerificationError(f"model tree at {root} cannot be verified: {exc}") from None
-    missing, extra, mismatched = compare(signed, files, lambda p: _is_ignored(p, ignores))
+    # Ignored paths were never walked: a signed file there is missing, as in model_signing.
+    missing, extra, mismatched = compare(signed, files)
     check = OmsFileCheck(tuple(missing), tuple(extra), tuple(mismatched))
     if not check.ok:
-        raise OmsFileMismatch(check)
+        raise OmsFileMismatch(check, hint=_extra_hint(extra, statement))
     checked = sorted({item.path for item in signed.items})
     notes = [
         f"OMS {verified.kind} signature; {len(checked)} file(s) match: {', '.join(checked)}",
     ]
     skipped = sorted(f.path for f in files if f.path not in set(checked))
     if skipped:
-        notes.append(f"present, not signed (ignored, or empty in a sharded signature): "
+        notes.append(f"present, not signed (empty in a sharded signature): "
                      f"{', '.join(skipped)}")
+    if ignores:
+        notes.append(f"excluded (--ignore-path), not part of the model: {', '.join(ignores)}")
     return VerifiedStatement(
         kind="oms",
         payload=verified.payload,
@@ -180,18 +203,22 @@ def verify_oms(
     )
 
 
-def require_signs_bundle(stmt: VerifiedStatement, root: Path, bundle_digest: str) -> None:
+def require_signs_bundle(
+    stmt: VerifiedStatement, root: Path, bundle_digest: str, ignore_paths: Sequence[str] = ()
+) -> None:
     """Refuse unless the OMS statement ``stmt`` (verified by ``verify_oms`` against ``root``)
-    signs every file of the bundle tree at ``root``, whose digest is ``bundle_digest``.
+    signs every file of the bundle tree at ``root`` (less the excluded ``ignore_paths``, as
+    ``build_bundle(exclude=...)`` left them out), whose digest is ``bundle_digest``.
 
     Raises:
-        OmsFileMismatch: bundle files the signature does not sign (``check.extra``): files
-            the verifier's ignore_paths excused, or empty files a sharded signature skips.
+        OmsFileMismatch: bundle files the signature does not sign (``check.extra``): empty
+            files a sharded signature skips.
         VerificationError: the tree at ``root`` breaks the bundle tree rules.
+        ValueError: a bad ignore path.
     """
     signed = signed_items(stmt.predicate_type, stmt.statement, stmt.subjects)
     paths = {item.path for item in signed.items}
-    files, violations = walk_bundle(root)
+    files, violations = walk_bundle(root, ignore_paths)
     if violations:
         problem = TreeRuleError(violations)
         raise VerificationError(f"model tree at {root} is not a bundle: {problem}")
@@ -212,7 +239,9 @@ def require_signs_bundle(stmt: VerifiedStatement, root: Path, bundle_digest: str
     )
 
 
-def _load_ec_key(path: Path, passphrase: bytes | None) -> ec.EllipticCurvePrivateKey:
+def load_oms_signing_key(path: Path, passphrase: bytes | None) -> ec.EllipticCurvePrivateKey:
+    """The EC private key at ``path`` (PEM, PKCS#8); KeyError_ naming the file otherwise,
+    and for an Ed25519 key naming ``modelward key generate --type ecdsa-p256``."""
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), passphrase)
     except OSError as exc:
@@ -220,7 +249,12 @@ def _load_ec_key(path: Path, passphrase: bytes | None) -> ec.EllipticCurvePrivat
     except (ValueError, TypeError) as exc:
         raise KeyError_(f"{path}: cannot load private key: {exc}") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise KeyError_(f"{path}: OMS signing needs an elliptic-curve (P-256) private key")
+        kind = "an Ed25519" if isinstance(key, ed25519.Ed25519PrivateKey) else "not an EC"
+        raise KeyError_(
+            f"{path}: {kind} key: OMS signing needs an elliptic-curve (P-256) private key, "
+            "the only kind model_signing verifies; make one with "
+            "`modelward key generate --type ecdsa-p256 --out FILE`"
+        )
     try:
         curve_hash(key.public_key())
     except VerificationError as exc:
@@ -269,8 +303,8 @@ def sign_oms(
     serialization so model_signing ignores them too. Raises KeyError_, TreeRuleError.
     """
     ignores = _normalize_ignores(ignore_paths)
-    key = _load_ec_key(private_key_pem, passphrase)
-    files = [f for f in _tree(root, ignores) if not _is_ignored(f.path, ignores)]
+    key = load_oms_signing_key(private_key_pem, passphrase)
+    files = _tree(root, ignores)
     payload = _oms_payload(root, files, ignores)
     signature = key.sign(pae(IN_TOTO_PAYLOAD_TYPE, payload), ec.ECDSA(curve_hash(key.public_key())))
     bundle = {

@@ -15,6 +15,11 @@ portable and unambiguous. Rule ids, each reported with the path at fault:
 Ignored entirely: ``.git/`` and ``.modelward/`` at any level, and the bundle's own
 signature file ``model.sig`` at the root. Directories are not part of a bundle: an empty
 directory does not exist in the manifest.
+
+Excluded paths (``exclude``, what ``--ignore-path`` names): a file, or a directory and
+everything under it, left out of the bundle. The walk never opens, stats or descends into
+them, so they are in no manifest, never scanned, never materialized; ``normalize_excludes``
+checks them (relative, inside the tree).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from __future__ import annotations
 import os
 import stat
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from modelward.attest.errors import TreeRuleError, TreeViolation
 
@@ -83,27 +89,52 @@ def collision_key(path: str) -> str:
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", path).casefold())
 
 
-def walk_bundle(root: Path) -> tuple[list[BundleFile], list[TreeViolation]]:
+def normalize_excludes(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` as normalized relative POSIX paths (``a/./b/`` -> ``a/b``), deduplicated.
+
+    Raises ``ValueError`` naming a path that is absolute, climbs out with ``..``, is empty
+    or ``.`` (which would exclude the whole tree).
+    """
+    result: dict[str, None] = {}
+    for raw in paths:
+        path = PurePosixPath(raw)
+        if path.is_absolute() or ".." in path.parts or str(path) in {"", "."}:
+            raise ValueError(f"ignore path {raw!r} must be relative, inside the model, non-empty")
+        result[str(path)] = None
+    return tuple(result)
+
+
+def is_excluded(path: str, excludes: Iterable[str]) -> bool:
+    """Whether the relative ``path`` is one of ``excludes`` or lies under one."""
+    return any(path == p or path.startswith(p + "/") for p in excludes)
+
+
+def walk_bundle(
+    root: Path, exclude: Iterable[str] = ()
+) -> tuple[list[BundleFile], list[TreeViolation]]:
     """List the files of the bundle at ``root`` and every tree-rule violation.
 
     Files are returned sorted by the UTF-8 bytes of their path. Offending entries are
-    reported, never followed or opened. Raises ``NotADirectoryError`` if ``root`` is not
-    a directory.
+    reported, never followed or opened. Entries at an ``exclude`` path (normalized, see
+    ``normalize_excludes``) are skipped whole. Raises ``NotADirectoryError`` if ``root`` is
+    not a directory, ``ValueError`` for a bad exclude path.
     """
     if not root.is_dir():
         raise NotADirectoryError(f"{root}: not a directory")
+    excludes = frozenset(normalize_excludes(exclude))
     files: list[BundleFile] = []
     violations: list[TreeViolation] = []
     seen: dict[str, str] = {}
-    _walk(os.fsencode(root), "", files, violations, seen)
+    _walk(os.fsencode(root), "", files, violations, seen, excludes=excludes)
     files.sort(key=lambda f: f.path.encode())
     violations.sort(key=lambda v: (v.path.encode(), v.rule))
     return files, violations
 
 
-def list_bundle_files(root: Path) -> list[BundleFile]:
-    """The files of the bundle at ``root``; raises ``TreeRuleError`` on any violation."""
-    files, violations = walk_bundle(root)
+def list_bundle_files(root: Path, exclude: Iterable[str] = ()) -> list[BundleFile]:
+    """The files of the bundle at ``root`` (less ``exclude``); raises ``TreeRuleError`` on
+    any violation, ``ValueError`` for a bad exclude path."""
+    files, violations = walk_bundle(root, exclude)
     if violations:
         raise TreeRuleError(violations)
     return files
@@ -119,6 +150,8 @@ def _walk(
     files: list[BundleFile],
     violations: list[TreeViolation],
     seen: dict[str, str],
+    *,
+    excludes: frozenset[str],
 ) -> None:
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
@@ -135,6 +168,8 @@ def _walk(
             )
             continue
         path = parent + name
+        if path in excludes:  # never descended into, so an exact match covers subpaths
+            continue
         if entry.is_dir(follow_symlinks=False) and name in IGNORED_DIRS:
             continue
         if not parent and name in IGNORED_ROOT_FILES and entry.is_file(follow_symlinks=False):
@@ -164,7 +199,7 @@ def _walk(
                 target = "?"
             violations.append(TreeViolation(path, "tree.symlink", f"symbolic link to {target!r}"))
         elif stat.S_ISDIR(mode):
-            _walk(entry.path, path + "/", files, violations, seen)
+            _walk(entry.path, path + "/", files, violations, seen, excludes=excludes)
         elif stat.S_ISREG(mode):
             if mode & 0o111:
                 reason = f"executable bit set (mode {mode & 0o777:o})"

@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from modelward.attest._fileio import open_regular
-from modelward.attest.errors import AttestError, BundleError, ManifestError, UntrustedSigner
+from modelward.attest.errors import (
+    AttestError,
+    BundleError,
+    ManifestError,
+    UntrustedSigner,
+    VerificationError,
+)
 from modelward.attest.manifest import Layer, Manifest, ManifestLimits, parse_manifest
 from modelward.attest.policy import (
     Decision,
@@ -48,6 +54,7 @@ from modelward.attest.policy import (
 )
 from modelward.attest.scanner import Finding, scan_blob
 from modelward.attest.scanner._tree import library_problem
+from modelward.attest.tree import is_excluded, normalize_excludes
 from modelward.attest.trust import TrustSet, VerifiedStatement
 from modelward.attest.verify import detect_kind, verify_attestation
 
@@ -302,12 +309,19 @@ def verify_one_attestation(
     """Step (4) for one attestation: told by its content, verified against ``trust`` and
     bound to the bundle ``manifest`` names (attaching one to a stored bundle uses this).
 
+    ``oms_ignore_paths`` are paths the bundle was built without (excluded, never part of
+    it); an OMS signature is checked against the tree less those paths.
+
     Raises:
         UntrustedSigner: (4b) no signature claims a trusted signer.
         VerificationError, UnknownSignatureFormat, SubjectMismatch: (4c) tampering or
-            malformed bytes.
+            malformed bytes, or an ignore path naming a bundle file.
+        ValueError: an ignore path that is absolute or climbs out of the bundle.
     """
     if detect_kind(data) == "oms":
+        # Ignored paths are EXCLUDED from the bundle (build_bundle(exclude=...)): none may
+        # name a file the manifest lists, or that file would be in the bundle, unsigned.
+        _require_excluded(manifest, oms_ignore_paths)
         with reader.tree() as root:
             stmt = verify_attestation(
                 data,
@@ -319,6 +333,18 @@ def verify_one_attestation(
     else:
         stmt = verify_attestation(data, trust, bundle_digest=manifest.digest)
     return VerifiedAttestation(label, data, stmt)
+
+
+def _require_excluded(manifest: Manifest, ignore_paths: Sequence[str]) -> None:
+    """Refuse ignore paths that name bundle files (VerificationError, or ValueError for a
+    path outside the bundle)."""
+    ignores = normalize_excludes(ignore_paths)
+    inside = [layer.path for layer in manifest.layers if is_excluded(layer.path, ignores)]
+    if inside:
+        raise VerificationError(
+            f"ignore path(s) {', '.join(ignores)} name bundle file(s) {', '.join(inside)}: an "
+            "ignored path must be left out of the bundle (build it with the same --ignore-path)"
+        )
 
 
 def _judge_attestations(

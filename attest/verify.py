@@ -99,10 +99,10 @@ def verify_attestation(
 ) -> VerifiedStatement:
     """Verify one attestation of any kind against ``trust`` and bind it to a bundle.
 
-    For ``oms`` the bundle's materialized tree ``root`` is required. ``ignore_paths``
-    excuse files from the OMS file check only; the signature binds to ``bundle_digest``
-    (the returned statement carries the note ``OMS_TREE_NOTE + bundle_digest``) only if it
-    signs every bundle file, so an ignored path may only name files outside the bundle.
+    For ``oms`` the bundle's materialized tree ``root`` is required. ``ignore_paths`` are
+    excluded from the tree (as ``build_bundle(exclude=...)`` left them out of the bundle);
+    the signature binds to ``bundle_digest`` (the returned statement carries the note
+    ``OMS_TREE_NOTE + bundle_digest``) only if it signs every other file.
 
     Raises:
         UntrustedSigner: no signature is by, or claims, a signer ``trust`` names.
@@ -135,7 +135,7 @@ def verify_attestation(
         stmt = verify_oms(data, root, trust, ignore_paths)
         # (4, oms): verify_oms mapped every signed file onto the tree at ``root``, and the
         # digest covers every bundle file: each must be signed, none merely ignored.
-        require_signs_bundle(stmt, root, bundle_digest)
+        require_signs_bundle(stmt, root, bundle_digest, ignore_paths)
         return replace(stmt, notes=(*stmt.notes, f"{OMS_TREE_NOTE}{bundle_digest}"))
     # (4): the statement must be about this bundle.
     from modelward.attest.statement import require_subject

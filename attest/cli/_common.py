@@ -6,16 +6,49 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from modelward.attest.digest import ProgressCallback
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _LazyConsole:
+    """A rich ``Console`` made on first use: importing rich costs start-up time that
+    commands printing plain text (``bundle digest``) never need to pay."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        object.__setattr__(self, "_stderr", stderr)
+        object.__setattr__(self, "_console", None)
+
+    def _get(self) -> Console:
+        made: Console | None = object.__getattribute__(self, "_console")
+        if made is None:
+            from rich.console import Console
+
+            made = Console(stderr=object.__getattribute__(self, "_stderr"), highlight=False,
+                           soft_wrap=True)
+            object.__setattr__(self, "_console", made)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._get(), name, value)
+
+    def __enter__(self) -> Console:  # rich's Live enters its console
+        return self._get().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._get().__exit__(*exc)
+
+
+console = cast("Console", _LazyConsole(stderr=False))
+err_console = cast("Console", _LazyConsole(stderr=True))
 
 
 def fail(message: str, *, code: int = 1, hint: str | None = None) -> NoReturn:

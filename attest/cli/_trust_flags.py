@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from modelward.attest.policy import TrustFlags
+if TYPE_CHECKING:
+    from modelward.attest.policy import TrustFlags
 
 __all__ = [
     "CertificateChainOpt",
@@ -27,32 +28,38 @@ _PANEL = "Trust (docs/policy.md#trust-flags)"
 
 PolicyOpt = Annotated[
     Path | None,
-    typer.Option("--policy", help="trust policy YAML (alone: it names its own signers)",
+    typer.Option("--policy", metavar="FILE",
+                 help="Trust policy YAML (alone: it names its own signers; "
+                      "docs/policy.md#trust-flags).",
                  rich_help_panel=_PANEL),
 ]
 PublicKeyOpt = Annotated[
     list[Path] | None,
-    typer.Option("--public-key", help="trusted PEM public key (repeatable)",
+    typer.Option("--public-key", metavar="PEM",
+                 help="Trusted public key file, PEM (repeatable; never the private key).",
                  rich_help_panel=_PANEL),
 ]
 CertificateChainOpt = Annotated[
     list[Path] | None,
-    typer.Option("--certificate-chain", help="trusted CA certificates, PEM (repeatable)",
+    typer.Option("--certificate-chain", metavar="PEM",
+                 help="Trusted CA certificates file, PEM (repeatable).",
                  rich_help_panel=_PANEL),
 ]
 IdentityOpt = Annotated[
     str | None,
-    typer.Option("--identity", help="trusted Sigstore certificate identity (with --issuer)",
+    typer.Option("--identity", metavar="ID",
+                 help="Trusted Sigstore certificate identity (with --issuer).",
                  rich_help_panel=_PANEL),
 ]
 IssuerOpt = Annotated[
     str | None,
-    typer.Option("--issuer", help="OIDC issuer URL of --identity", rich_help_panel=_PANEL),
+    typer.Option("--issuer", metavar="URL", help="OIDC issuer URL of --identity.",
+                 rich_help_panel=_PANEL),
 ]
 SigstoreTrustRootOpt = Annotated[
     Path | None,
-    typer.Option("--sigstore-trust-root",
-                 help="Sigstore trusted_root.json for --identity (default: public good)",
+    typer.Option("--sigstore-trust-root", metavar="FILE",
+                 help="Sigstore trusted_root.json for --identity (default: public good).",
                  rich_help_panel=_PANEL),
 ]
 
@@ -67,6 +74,8 @@ def trust_flags(
     sigstore_trust_root: Path | None,
 ) -> TrustFlags:
     """The flags as given; ``policy_from_flags`` checks and reads them."""
+    from modelward.attest.policy import TrustFlags
+
     return TrustFlags(
         policy=policy,
         public_keys=tuple(public_key or ()),

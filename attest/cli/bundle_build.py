@@ -2,9 +2,13 @@
 
 - ``init DIR [--force]`` writes a commented ``modelward.yaml`` (dtype, max_model_len and
   architecture read from ``config.json`` when present); never overwrites without ``--force``.
-- ``digest DIR`` prints only the bundle digest.
-- ``manifest DIR [--config]`` writes the exact manifest bytes (or the config blob) to
-  stdout, so ``modelward bundle manifest DIR | sha256sum`` is the digest.
+- ``digest DIR [--ignore-path P] [--json]`` prints only the bundle digest (``--json``: one
+  document ``{"digest", "files", "bytes", "excluded"}``, docs/attestations.md#json-output).
+- ``manifest DIR [--config] [--ignore-path P]`` writes the exact manifest bytes (or the
+  config blob) to stdout, so ``modelward bundle manifest DIR | sha256sum`` is the digest.
+
+``--ignore-path P`` leaves P (a file, or a directory and all under it) out of the bundle,
+as ``bundle verify --ignore-path`` and ``bundle sign --format oms --ignore-path`` do.
 
 A progress bar is drawn on stderr only when stderr is a terminal. Exit 0 ok; 1 the tree
 breaks a rule (every violation printed) or cannot be read; 2 usage (DIR is no directory).
@@ -17,15 +21,15 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from modelward.attest.cli._apps import bundle_app
 from modelward.attest.cli._common import console, err_console, fail, hashing_progress
-from modelward.attest.errors import BundleError
-from modelward.attest.manifest import BuiltBundle, build_bundle
-from modelward.attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
+
+if TYPE_CHECKING:
+    from modelward.attest.manifest import BuiltBundle
 
 _MAX_CONFIG_JSON = 16 * 2**20
 
@@ -39,11 +43,26 @@ def _require_dir(directory: Path) -> None:
         fail(f"{directory}: not a directory", code=2)
 
 
-def _build(directory: Path) -> BuiltBundle:
+IgnorePathOpt = Annotated[
+    list[str] | None,
+    typer.Option("--ignore-path", metavar="PATH",
+                 help="Leave PATH (relative to DIR) out of the bundle; repeatable."),
+]
+
+
+def _build(directory: Path, ignore_paths: list[str] | None = None) -> BuiltBundle:
+    from modelward.attest.errors import BundleError
+    from modelward.attest.manifest import build_bundle
+    from modelward.attest.tree import normalize_excludes
+
     _require_dir(directory)
     try:
+        exclude = normalize_excludes(ignore_paths or ())
+    except ValueError as exc:
+        fail(f"--ignore-path: {exc}", code=2)
+    try:
         with hashing_progress(directory, rate=True) as progress:
-            return build_bundle(directory, progress=progress)
+            return build_bundle(directory, progress=progress, exclude=exclude)
     except BundleError as exc:
         fail(f"{directory}: {exc}")
     except OSError as exc:
@@ -51,20 +70,44 @@ def _build(directory: Path) -> BuiltBundle:
 
 
 @bundle_app.command("digest")
-def digest_command(directory: DirArg) -> None:
+def digest_command(
+    directory: DirArg,
+    ignore_path: IgnorePathOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="",
+                           help="Print one JSON document: digest, files, bytes, excluded.")
+    ] = False,
+) -> None:
     """Print the bundle digest (sha256 of the canonical manifest) and nothing else."""
-    console.print(_build(directory).manifest.digest, markup=False)
+    built = _build(directory, ignore_path)
+    digest = built.manifest.digest
+    if not as_json:
+        sys.stdout.write(digest + "\n")
+        return
+    from modelward.attest.tree import normalize_excludes
+
+    excluded = [p for p in normalize_excludes(ignore_path or ())
+                if (directory / p).exists() or (directory / p).is_symlink()]
+    document = {
+        "digest": digest,
+        "files": len(built.manifest.layers),
+        "bytes": sum(layer.size for layer in built.manifest.layers),
+        "excluded": excluded,
+    }
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 @bundle_app.command("manifest")
 def manifest_command(
     directory: DirArg,
     config: Annotated[
-        bool, typer.Option("--config", help="Print the config blob instead of the manifest.")
+        bool, typer.Option("--config", metavar="",
+                           help="Print the config blob instead of the manifest.")
     ] = False,
+    ignore_path: IgnorePathOpt = None,
 ) -> None:
     """Print the exact manifest bytes (canonical JSON) of the bundle."""
-    built = _build(directory)
+    built = _build(directory, ignore_path)
     data = built.config_bytes if config else built.manifest.raw
     sys.stdout.buffer.write(data + (b"\n" if sys.stdout.isatty() else b""))
     sys.stdout.buffer.flush()
@@ -113,13 +156,16 @@ def _write_new(target: Path, text: str, *, force: bool) -> None:
 def init_command(
     directory: DirArg,
     force: Annotated[
-        bool, typer.Option("--force", help=f"Overwrite an existing {SPEC_FILENAME}.")
+        bool, typer.Option("--force", metavar="", help="Overwrite an existing modelward.yaml.")
     ] = False,
     engine_version: Annotated[
-        str, typer.Option("--engine-version", help="The exact vLLM version to pin.")
+        str, typer.Option("--engine-version", metavar="VERSION",
+                          help="The exact vLLM version to pin.")
     ] = "0.32.0",
 ) -> None:
     """Write a commented modelward.yaml for the model in DIR."""
+    from modelward.attest.spec import SERVING_DTYPES, SPEC_FILENAME, render_spec_template
+
     _require_dir(directory)
     target = directory / SPEC_FILENAME
     if not force and (target.exists() or target.is_symlink()):

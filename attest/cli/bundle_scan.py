@@ -34,7 +34,7 @@ def report_json(root: Path, report: ScanReport) -> str:
         ],
         "findings": [_finding(x) for x in report.findings],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False)
+    return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 @bundle_app.command("scan")

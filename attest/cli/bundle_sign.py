@@ -8,7 +8,12 @@ Formats:
   with ``--key``. With ``--sigstore`` the same statement is signed keyless instead
   (Fulcio certificate + Rekor entry) into a Sigstore bundle; that needs the network and
   an OIDC identity token (``SIGSTORE_ID_TOKEN`` or an ambient CI credential).
-- ``oms``: an OpenSSF Model Signing ``model.sig`` over DIR's files with an EC ``--key``.
+- ``oms``: an OpenSSF Model Signing ``model.sig`` over DIR's files with an EC (P-256)
+  ``--key``; ``--ignore-path P`` leaves P out of the signature and of the bundle.
+
+Nothing is signed that the scanner refuses: DIR is scanned (docs/scanner.md, with
+``--allow GLOB`` as ``bundle scan`` takes it) before any signature is made, and every
+finding is printed, as ``modelward bundle scan DIR`` prints it.
 
 The output never lands inside the bundle, except under ``DIR/.modelward/`` (and, for
 ``oms``, ``DIR/model.sig``), both of which the bundle's tree walk ignores. It is written
@@ -23,20 +28,17 @@ import os
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from modelward.attest.cli._apps import bundle_app
-from modelward.attest.cli._common import console, fail, hashing_progress
+from modelward.attest.cli._common import console, err_console, fail, hashing_progress
 from modelward.attest.cli.keys import passphrase_from_env
-from modelward.attest.dsse import sign_envelope
-from modelward.attest.errors import BundleError, DigestMismatch
-from modelward.attest.keys import keyid, load_private_key
-from modelward.attest.manifest import BuiltBundle, build_bundle
 from modelward.attest.provenance import DEFAULT_BUILDER_ID, make_provenance
-from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
-from modelward.attest.statement import PredicateType, make_statement
+
+if TYPE_CHECKING:
+    from modelward.attest.manifest import BuiltBundle
 
 __all__ = ["sign"]
 
@@ -97,6 +99,8 @@ def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | Non
     The bytes read must be the bytes just hashed into the manifest (DigestMismatch if the
     file changed in between), so the provenance never describes another spec.
     """
+    from modelward.attest.errors import DigestMismatch
+    from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
     try:
         layer = built.manifest.layer(SPEC_FILENAME)
     except KeyError:
@@ -112,6 +116,8 @@ def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | Non
 
 
 def _build(directory: Path) -> BuiltBundle:
+    from modelward.attest.manifest import build_bundle
+
     with hashing_progress(directory) as progress:
         return build_bundle(directory, progress=progress)
 
@@ -167,10 +173,50 @@ def _provenance(
         fail(str(exc), code=2)
 
 
+def _refuse_unsafe_tree(directory: Path, allow: list[str] | None,
+                        excludes: tuple[str, ...]) -> None:
+    """The scanner's verdict on DIR (less the excluded paths) before anything is signed:
+    every finding printed as ``bundle scan`` prints it, then exit 1."""
+    from modelward.attest.scanner import ScanLimits, scan_tree
+    from modelward.attest.tree import is_excluded
+
+    report = scan_tree(directory, ScanLimits(allow_globs=tuple(allow or ())))
+    findings = [f for f in report.findings if not is_excluded(f.path, excludes)]
+    if not findings:
+        return
+    for finding in findings:
+        err_console.print(str(finding), markup=False)
+    fail(
+        f"refusing to sign {directory}: the scanner refuses it ({len(findings)} finding(s) "
+        "above); a registry would refuse this bundle too",
+        hint=f"remove or convert the files named, then check with `modelward bundle scan "
+        f"{directory}`",
+    )
+
+
 def _check_provenance_inputs(builder_id: str, source: str | None, revision: str | None) -> None:
     """Refuse an unpinned source or a malformed builder id before hashing anything."""
     now = datetime.now(UTC)
     _provenance(builder_id, now, now, source, revision)
+
+
+def _sign_oms(directory: Path, key: Path, passphrase: bytes | None, target: Path, *,
+              allow: list[str] | None, excludes: tuple[str, ...]) -> None:
+    """The key first (an EC key, its passphrase), then the scan, then the signature."""
+    from modelward.attest.errors import BundleError, KeyError_
+    from modelward.attest.oms import load_oms_signing_key, sign_oms
+
+    try:
+        load_oms_signing_key(key, passphrase)
+    except KeyError_ as exc:
+        fail(str(exc))
+    _refuse_unsafe_tree(directory, allow, excludes)
+    try:
+        data = sign_oms(directory, key, passphrase, excludes)
+    except (BundleError, KeyError_) as exc:
+        fail(f"{directory}: {exc}")
+    _write_atomic(target, data)
+    console.print(f"wrote OMS signature {target}", markup=False)
 
 
 @bundle_app.command("sign")
@@ -210,7 +256,14 @@ def sign(
     ] = False,
     ignore_paths: Annotated[
         list[str] | None,
-        typer.Option("--ignore-path", help="(oms) A path left out of the signature."),
+        typer.Option("--ignore-path", metavar="PATH",
+                     help="(oms) Leave PATH out of the signature and the bundle; repeatable."),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", metavar="GLOB",
+                     help="Admit files of unknown format matching GLOB, as `bundle scan "
+                          "--allow` (never a dangerous format). Repeatable."),
     ] = None,
 ) -> None:
     """Sign DIR: SLSA provenance for its bundle digest (DSSE), or an OMS model.sig."""
@@ -230,20 +283,30 @@ def sign(
     _check_provenance_inputs(builder_id, source, source_revision)
     target = _check_out(directory, out, fmt)
     passphrase = passphrase_from_env(passphrase_env)
+    from modelward.attest.errors import BundleError
+    from modelward.attest.tree import normalize_excludes
+
+    try:
+        excludes = normalize_excludes(ignore_paths or ())
+    except ValueError as exc:
+        fail(f"--ignore-path: {exc}", code=2)
 
     # (2) OMS: the interop module signs every file itself
     if fmt is SignatureFormat.OMS and key is not None:
-        from modelward.attest.oms import sign_oms
-
-        data = sign_oms(directory, key, passphrase, tuple(ignore_paths or ()))
-        _write_atomic(target, data)
-        console.print(f"wrote OMS signature {target}", markup=False)
+        _sign_oms(directory, key, passphrase, target, allow=allow, excludes=excludes)
         return
 
     # (3) the key first: a wrong passphrase fails before hashing gigabytes
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.keys import keyid, load_private_key
+    from modelward.attest.statement import PredicateType, make_statement
+
     signing_key = load_private_key(key, passphrase) if key is not None else None
 
-    # (4) the bundle digest and the pinned serving inputs it carries
+    # (4) nothing the scanner refuses is signed
+    _refuse_unsafe_tree(directory, allow, excludes)
+
+    # (5) the bundle digest and the pinned serving inputs it carries
     started = datetime.now(UTC)
     try:
         built = _build(directory)
@@ -253,7 +316,7 @@ def sign(
     finished = datetime.now(UTC)
     digest = built.manifest.digest
 
-    # (5) provenance → statement → signature
+    # (6) provenance → statement → signature
     predicate = _provenance(builder_id, started, finished, source, source_revision, serving=serving)
     subject = name or directory.resolve().name or "bundle"
     statement = make_statement(subject, digest, PredicateType.PROVENANCE, predicate)
@@ -264,7 +327,7 @@ def sign(
         data = sign_envelope(statement, [signing_key])
         signer = f"key {keyid(signing_key.public_key())}"
 
-    # (6) write it whole or not at all
+    # (7) write it whole or not at all
     _write_atomic(target, data)
     console.print(f"bundle digest: {digest}", markup=False)
     console.print(f"signed by:     {signer}", markup=False)

@@ -1,20 +1,26 @@
-"""``modelward bundle verify DIR --signature FILE ... (trust flags)``.
+"""``modelward bundle verify DIR --signature FILE ... (trust flags) [--ignore-path P] [--json]``.
 
 Builds the bundle (its digest) and hands the manifest, the signatures and the bundle's
 files to attest.verifier, the one verifier the registry and the loader use too, under the
 policy the trust flags mean (attest.policy.policy_from_flags). Exit 0 verified; 1 not
 verified (every reason printed); 2 usage.
 
-``--ignore-path`` excuses files from an OMS signature's file check only. A bundle file is
-always scanned, and an OMS signature vouches for the bundle only if it signs every bundle
-file, so an ignored bundle file makes the signature's binding fail, with that reason.
+``--ignore-path P`` EXCLUDES P (a file, or a directory and everything under it) from the
+bundle, as ``model_signing verify --ignore-paths`` leaves it out of the model: it is in
+no manifest, never scanned, never materialized by a worker, and the verdict is about the
+bundle without it. An OMS signature that signs a file under P is refused (the file is
+missing), as model_signing refuses it. ``--json`` prints one document on stdout
+(docs/attestations.md#json-output); messages go to stderr.
+
+Heavy modules (the policy models, the verifier, cryptography) are imported inside the
+command: ``modelward --help`` does not pay for them.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -29,19 +35,17 @@ from modelward.attest.cli._trust_flags import (
     SigstoreTrustRootOpt,
     trust_flags,
 )
-from modelward.attest.errors import AttestError, PolicyError
-from modelward.attest.policy import policy_from_flags
-from modelward.attest.trust import VerifiedStatement
-from modelward.attest.verifier import BundleVerdict, DirectoryReader, verify_bundle_result
-from modelward.attest.verify import MAX_SIGNATURE_BYTES
+
+if TYPE_CHECKING:
+    from modelward.attest.trust import VerifiedStatement
+    from modelward.attest.verifier import BundleVerdict
 
 _TRUST_HELP = (
     "give --policy, or one or more of --public-key, --certificate-chain, "
     "--identity/--issuer (docs/policy.md#trust-flags)"
 )
 
-
-def _read_file(path: Path, what: str, limit: int = MAX_SIGNATURE_BYTES) -> bytes:
+def _read_file(path: Path, what: str, limit: int) -> bytes:
     try:
         with path.open("rb") as f:
             data = f.read(limit + 1)
@@ -50,10 +54,6 @@ def _read_file(path: Path, what: str, limit: int = MAX_SIGNATURE_BYTES) -> bytes
     if len(data) > limit:
         fail(f"{what} {path}: larger than {limit} bytes", code=2)
     return data
-
-
-def _ignored(path: str, ignore_paths: list[str]) -> bool:
-    return any(path == p.strip("/") or path.startswith(p.strip("/") + "/") for p in ignore_paths)
 
 
 def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
@@ -68,8 +68,34 @@ def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
     }
 
 
-def _print_human(verdict: BundleVerdict, ignored_paths: list[str]) -> None:
+def verdict_json(verdict: BundleVerdict | None, excluded: list[str],
+                 error: str | None = None) -> dict[str, Any]:
+    """The ``--json`` document (docs/attestations.md#json-output); ``verdict`` is None when
+    the bundle could not be built or its signatures judged (``error`` says why)."""
+    if verdict is None:
+        return {"bundle": None, "verified": False, "error": error, "statements": [],
+                "ignored_signatures": [], "rejected": [], "excluded": excluded,
+                "decision": None}
+    return {
+        "bundle": verdict.digest,
+        "verified": verdict.allowed,
+        "error": None,
+        "statements": [_statement_json(v.label, v.statement) for v in verdict.verified],
+        "ignored_signatures": [
+            {"signature": a.label, "sha256": a.sha256, "reason": a.reason}
+            for a in verdict.ignored
+        ],
+        "rejected": [f"{a.label}: {a.reason}" for a in verdict.rejected],
+        "excluded": excluded,
+        "decision": verdict.decision.as_dict(),
+    }
+
+
+def _print_human(verdict: BundleVerdict, excluded: list[str]) -> None:
     console.print(f"bundle {verdict.digest}", markup=False)
+    for path in excluded:
+        console.print(f"excluded: {path} (--ignore-path: not in the bundle, not verified)",
+                      markup=False)
     for item in verdict.verified:
         stmt = item.statement
         signers = ", ".join(f"{s.name} ({s.kind} {s.detail})" for s in stmt.signers)
@@ -82,11 +108,6 @@ def _print_human(verdict: BundleVerdict, ignored_paths: list[str]) -> None:
     for aside in verdict.ignored:
         console.print(
             f"signature {aside.label}: ignored, no trusted signer: {aside.reason}", markup=False
-        )
-    for path in ignored_paths:
-        console.print(
-            f"ignore path: {path} is a bundle file: scanned, and an OMS signature must sign it",
-            markup=False,
         )
     decision = verdict.decision
     for check in decision.checks:
@@ -101,12 +122,21 @@ def _print_human(verdict: BundleVerdict, ignored_paths: list[str]) -> None:
             err_console.print(f"  {reason}", markup=False)
 
 
+def _excluded_present(directory: Path, ignores: tuple[str, ...]) -> list[str]:
+    """The ignore paths that exist in ``directory``: what the bundle leaves out."""
+    return [p for p in ignores if (directory / p).exists() or (directory / p).is_symlink()]
+
+
 @bundle_app.command("verify")
 def verify(
-    directory: Annotated[Path, typer.Argument(help="the bundle directory")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The bundle directory.", show_default=False)
+    ],
     *,
     signature: Annotated[
-        list[Path], typer.Option("--signature", "-s", help="DSSE, Sigstore bundle or model.sig")
+        list[Path],
+        typer.Option("--signature", "-s", metavar="FILE",
+                     help="DSSE envelope, Sigstore bundle or OMS model.sig (repeatable)."),
     ],
     policy_file: PolicyOpt = None,
     public_key: PublicKeyOpt = None,
@@ -115,14 +145,24 @@ def verify(
     issuer: IssuerOpt = None,
     sigstore_trust_root: SigstoreTrustRootOpt = None,
     ignore_path: Annotated[
-        list[str] | None, typer.Option("--ignore-path", help="path not covered (OMS)")
+        list[str] | None,
+        typer.Option("--ignore-path", metavar="PATH",
+                     help="Leave PATH (relative to DIR) out of the bundle, as model_signing's "
+                          "--ignore-paths does; repeatable."),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", metavar="",
+                           help="Print one JSON document on stdout (messages on stderr).")
+    ] = False,
 ) -> None:
     """Verify signatures over a bundle directory against a policy or trusted signers."""
+    from modelward.attest.errors import AttestError, PolicyError
     from modelward.attest.manifest import build_bundle
+    from modelward.attest.policy import policy_from_flags
+    from modelward.attest.tree import normalize_excludes
+    from modelward.attest.verifier import DirectoryReader, verify_bundle_result
+    from modelward.attest.verify import MAX_SIGNATURE_BYTES
 
-    ignore_paths = ignore_path or []
     flags = trust_flags(
         policy_file,
         public_key=public_key,
@@ -133,16 +173,28 @@ def verify(
     )
     if not directory.is_dir():
         fail(f"{directory}: not a directory", code=2)
+    try:
+        ignores = normalize_excludes(ignore_path or ())
+    except ValueError as exc:
+        fail(f"--ignore-path: {exc}", code=2)
     # (1): one source of trust: a policy file, or flags that stand for one.
     try:
         policy, trust = policy_from_flags(flags)
     except PolicyError as exc:
         fail(str(exc), code=2, hint=_TRUST_HELP)
-    signatures = [_read_file(path, "signature") for path in signature]
+    signatures = [_read_file(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]
+    excluded = _excluded_present(directory, ignores)
+
+    def refuse(message: str) -> NoReturn:
+        if json_output:
+            typer.echo(json.dumps(verdict_json(None, excluded, message), indent=2,
+                                  sort_keys=True))
+        fail(message)
+
     try:
-        # (2): the bundle digest; (3): the one verifier over the manifest, the signatures
-        # and the bundle's files.
-        built = build_bundle(directory)
+        # (2): the bundle digest, the ignored paths left out; (3): the one verifier over
+        # the manifest, the signatures and the bundle's files.
+        built = build_bundle(directory, exclude=ignores)
         verdict = verify_bundle_result(
             built.manifest.raw,
             signatures,
@@ -150,26 +202,17 @@ def verify(
             trust=trust,
             reader=DirectoryReader(directory),
             labels=[path.name for path in signature],
-            oms_ignore_paths=ignore_paths,
+            oms_ignore_paths=ignores,
         )
     except AttestError as exc:
-        fail(str(exc))
-    bundle_paths = {layer.path for layer in built.manifest.layers}
-    ignored_paths = sorted(p for p in bundle_paths if _ignored(p, ignore_paths))
+        refuse(str(exc))
+    except OSError as exc:
+        refuse(f"{directory}: {exc.strerror or exc}")
     if json_output:
-        doc = {
-            "bundle": verdict.digest,
-            "verified": verdict.allowed,
-            "statements": [_statement_json(v.label, v.statement) for v in verdict.verified],
-            "ignored_signatures": [
-                {"signature": a.label, "sha256": a.sha256, "reason": a.reason}
-                for a in verdict.ignored
-            ],
-            "rejected": [f"{a.label}: {a.reason}" for a in verdict.rejected],
-            "ignored": ignored_paths,
-            "decision": verdict.decision.as_dict(),
-        }
-        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+        typer.echo(json.dumps(verdict_json(verdict, excluded), indent=2, sort_keys=True))
+        if not verdict.allowed:
+            for reason in verdict.decision.reasons:
+                err_console.print(f"NOT verified: {reason}", markup=False)
     else:
-        _print_human(verdict, ignored_paths)
+        _print_human(verdict, excluded)
     raise typer.Exit(0 if verdict.allowed else 1)

@@ -30,6 +30,7 @@ from modelward.attest.oms import OmsFileMismatch, verify_oms
 from modelward.attest.policy import Policy, evaluate, load_policy, policy_trust_set
 from modelward.attest.sigstore_verify import verify_sigstore_bundle
 from modelward.attest.trust import TrustedIdentity, TrustSet, VerifiedStatement
+from modelward.attest.verifier import DirectoryReader, verify_bundle_result
 from modelward.attest.verify import verify_attestation
 
 OMS_V1 = "https://model_signing/signature/v1.0"
@@ -175,8 +176,9 @@ def test_oms_ignore_paths_cannot_escape_or_excuse_signed_files(shared_fixtures: 
     for bad in ("../signme-1", "/signme-1", ".", "a/../../b"):
         with pytest.raises(ValueError, match="ignore path"):
             verify_oms(data, root, _ec_trust(shared_fixtures), [bad])
+    # ignoring a signed file leaves it out: it is missing, as model_signing says too
     (root / "signme-1").write_bytes(b"tampered")
-    with pytest.raises(OmsFileMismatch, match=r"mismatched .*signme-1"):
+    with pytest.raises(OmsFileMismatch, match=r"missing .*signme-1"):
         verify_oms(data, root, _ec_trust(shared_fixtures), ["signme-1"])
 
 
@@ -238,9 +240,9 @@ def test_oms_signature_does_not_verify_with_an_ed25519_trust_entry(tmp_path: Pat
 
 def test_oms_ignore_paths_do_not_bind_unsigned_bundle_files(shared_fixtures: Path,
                                                             tmp_path: Path) -> None:
-    """The verifier's ignore_paths excuse `ignore-me` from the OMS signature, yet the bundle
-    digest covers it: verify_attestation still notes the tree as verified for that digest,
-    so the evaluator allows a bundle holding a file no signature covers."""
+    """The verifier's ignore_paths leave `ignore-me` out of the OMS check, but this bundle
+    was built with it (its digest covers it): the verdict must not trust a bundle holding a
+    file no signature covers."""
     root = _oms_copy(shared_fixtures, "v1.1.0-elliptic-key", tmp_path, keep_ignored=True)
     (root / "ignore-me").write_text("{{ 'an unsigned chat template' }}")
     manifest = build_bundle(root).manifest
@@ -248,12 +250,8 @@ def test_oms_ignore_paths_do_not_bind_unsigned_bundle_files(shared_fixtures: Pat
     policy = load_policy(json.dumps({"version": 1, "signers": {"keys": [{"name": "oms", "pem": (
         shared_fixtures / "oms" / "keys" / "signing-key-pub.pem").read_text()}]},
         "required_predicate_types": [OMS_V1]}).encode(), "oms.yaml")
-    try:
-        stmt = verify_attestation((root / "model.sig").read_bytes(), policy_trust_set(policy),
-                                  bundle_digest=manifest.digest, root=root,
-                                  ignore_paths=["ignore-me"])
-    except VerificationError as exc:  # refused outright: fine, if it names the file
-        reasons = [str(exc)]
-    else:
-        reasons = _decide(policy, manifest, [stmt])
-    assert any("ignore-me" in r for r in reasons), reasons
+    verdict = verify_bundle_result(manifest.raw, [(root / "model.sig").read_bytes()],
+                                   policy=policy, trust=policy_trust_set(policy),
+                                   reader=DirectoryReader(root), oms_ignore_paths=["ignore-me"])
+    assert not verdict.allowed
+    assert any("ignore-me" in r for r in verdict.decision.reasons), verdict.decision.reasons

@@ -318,3 +318,72 @@ def test_sign_oms_writes_model_sig_that_verifies(tiny_model: Path, tmp_path: Pat
     # model.sig is ignored by the tree walk: signing did not change the bundle digest
     assert build_bundle(tiny_model).manifest.digest == before
     assert json.loads(out.read_bytes())
+
+
+# --- nothing the scanner refuses is signed -------------------------------------------------
+
+
+def _scan_lines(directory: Path) -> list[str]:
+    """What `modelward bundle scan DIR` prints for each finding."""
+    result = run("bundle", "scan", directory)
+    assert result.returncode == 1, result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if line]
+
+
+@pytest.mark.parametrize("fmt", ["dsse", "oms"])
+def test_sign_refuses_a_tree_the_scanner_refuses(tiny_model: Path, tmp_path: Path,
+                                                 fmt: str) -> None:
+    from tests.attest.corpus import canary_pickle
+
+    canary = tmp_path / "canary"
+    (tiny_model / "evil.pkl").write_bytes(canary_pickle(canary, 2))
+    key = tmp_path / "signing.pem"
+    kind = "ecdsa-p256" if fmt == "oms" else "ed25519"
+    assert run("key", "generate", "--type", kind, "--out", key).returncode == 0
+    out = tiny_model / "model.sig" if fmt == "oms" else tmp_path / "sig.json"
+    result = run("bundle", "sign", tiny_model, "--format", fmt, "--key", key, "--out", out)
+    assert result.returncode == 1
+    scanner_says = _scan_lines(tiny_model)
+    assert any(line.startswith("evil.pkl: scan.pickle:") for line in scanner_says)
+    for line in scanner_says:  # the scanner's own words, every finding
+        assert line in result.stderr
+    assert f"refusing to sign {tiny_model}: the scanner refuses it" in result.stderr
+    assert not out.exists()
+    assert not canary.exists()
+
+
+def test_sign_oms_leaves_an_ignored_path_out_of_the_scan_and_the_signature(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """--ignore-path leaves evil.pkl out of the bundle, so out of the scan too; the real
+    model_signing CLI verifies the result with the same ignore path."""
+    from tests.attest.corpus import canary_pickle
+
+    (tiny_model / "evil.pkl").write_bytes(canary_pickle(tmp_path / "canary", 2))
+    key = tmp_path / "ec.pem"
+    assert run("key", "generate", "--type", "ecdsa-p256", "--out", key).returncode == 0
+    out = tiny_model / "model.sig"
+    result = run("bundle", "sign", tiny_model, "--format", "oms", "--key", key, "--out", out,
+                  "--ignore-path", "evil.pkl")
+    assert result.returncode == 0, result.stderr
+    names = json.loads(__import__("base64").b64decode(
+        json.loads(out.read_bytes())["dsseEnvelope"]["payload"]))["predicate"]["resources"]
+    assert "evil.pkl" not in {r["name"] for r in names}
+    ms = subprocess.run(
+        [str(MODELWARD.with_name("model_signing")), "verify", "key", "--signature", str(out),
+         "--public_key", str(tmp_path / "ec.pem.pub"), "--ignore-paths",
+         str(tiny_model / "evil.pkl"), str(tiny_model)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert ms.returncode == 0, ms.stdout + ms.stderr
+
+
+def test_sign_oms_with_an_ed25519_key_names_the_key_type_to_generate(
+    tiny_model: Path, ed_key: Path
+) -> None:
+    out = tiny_model / "model.sig"
+    result = run("bundle", "sign", tiny_model, "--format", "oms", "--key", ed_key, "--out", out)
+    assert result.returncode == 1
+    assert f"{ed_key}: an Ed25519 key: OMS signing needs an elliptic-curve (P-256)" in result.stderr
+    assert "modelward key generate --type ecdsa-p256" in result.stderr
+    assert not out.exists()

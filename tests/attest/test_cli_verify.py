@@ -174,13 +174,12 @@ def test_oms_fixture_with_public_key(shared_fixtures, tmp_path):
     result = _run(model, *args)
     assert result.returncode == 1
     assert "extra (present, not signed, not ignored): ignore-me" in result.stderr
-    # --ignore-path excuses it from the OMS file check, yet it is a bundle file that no
-    # signature covers: the signature verifies but does not vouch for this bundle.
+    # --ignore-path leaves it out of the bundle (as model_signing's --ignore-paths leaves it
+    # out of the model): the bundle is signme-1 and signme-2, and the signature signs both.
     result = _run(model, *args, "--ignore-path", "ignore-me")
-    assert result.returncode == 1
-    assert "OMS signature verified for 2 file(s); ignore-me is in the bundle but not signed, " \
-        "so the signature does not vouch for bundle sha256:" in result.stderr
-    assert "ignore path: ignore-me is a bundle file" in result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "excluded: ignore-me (--ignore-path: not in the bundle, not verified)" in result.stdout
+    assert "17 bytes in 2 file(s)" in result.stdout
     (model / "ignore-me").unlink()
     # One byte changed in a signed file.
     (model / "signme-1").write_bytes(b"tampered!")
@@ -201,14 +200,32 @@ def test_oms_fixture_with_certificate_chain(shared_fixtures, tmp_path):
     assert "verified: signed by ca-cert.pem" in result.stdout
 
 
-def test_ignore_path_does_not_hide_scan_findings_of_bundle_files(signed):
-    """--ignore-path names a file an OMS signature leaves out; it never unscans a bundle file."""
+def test_evil_pickle_in_the_bundle_is_refused_by_the_scan(signed):
     (signed["bundle"] / "evil.pkl").write_bytes(b"cos\nsystem\n(S'true'\ntR.")
-    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
-                  signed["alice"], "--ignore-path", "evil.pkl")  # fmt: skip
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"])
     assert result.returncode == 1
     assert "evil.pkl" in result.stderr
     assert "scan.pickle" in result.stderr
+
+
+def test_ignore_path_leaves_the_file_out_of_the_bundle(signed):
+    """--ignore-path EXCLUDES: the verdict is about the bundle without the file, which is
+    named as left out (never scanned, never part of what a worker loads)."""
+    before = _modelward("bundle", "digest", signed["bundle"]).stdout.strip()
+    (signed["bundle"] / "evil.pkl").write_bytes(b"cos\nsystem\n(S'true'\ntR.")
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
+                  signed["alice"], "--ignore-path", "evil.pkl")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"bundle {before}" in result.stdout
+    assert "excluded: evil.pkl (--ignore-path: not in the bundle, not verified)" in result.stdout
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "."])
+def test_ignore_path_outside_the_bundle_is_a_usage_error(signed, bad):
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
+                  signed["alice"], "--ignore-path", bad)  # fmt: skip
+    assert result.returncode == 2
+    assert f"--ignore-path: ignore path {bad!r} must be relative" in result.stderr
 
 
 def test_sigstore_identity_flags_verify_offline_then_bind(shared_fixtures, signed):
@@ -251,3 +268,71 @@ def test_cli_sign_then_verify_dsse_and_oms(signed, tmp_path):
                   "--public-key", tmp_path / "ed.pem.pub")  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verified: signed by" in result.stdout
+
+
+def test_private_key_passed_as_public_key_says_so(signed, tmp_path):
+    private = tmp_path / "alice.pem"
+    assert _modelward("key", "generate", "--out", private).returncode == 0
+    result = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", private)
+    assert result.returncode == 2
+    assert f"--public-key {private}: this is a private key; pass its public half" in result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("bundle", "verify"), ("bundle", "sign"), ("bundle", "digest"), ("bundle", "manifest"),
+    ("bundle", "scan"), ("bundle", "init"), ("key", "generate"),
+])
+def test_help_names_values_not_python_types(command):
+    result = _modelward(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    for python_type in ("<bool>", "<list[", "<str>", "<Path>"):
+        assert python_type not in result.stdout, result.stdout
+
+
+def test_verify_json_is_one_document_on_stdout(signed):
+    """--json: stdout parses as one JSON document whether verified or not, and every
+    message goes to stderr."""
+    ok = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"],
+              "--json")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert set(doc) == {"bundle", "verified", "error", "statements", "ignored_signatures",
+                        "rejected", "excluded", "decision"}
+    assert doc["verified"] is True
+    assert doc["error"] is None
+    assert doc["decision"]["allowed"] is True
+    assert [s["kind"] for s in doc["statements"]] == ["dsse"]
+    # not verified: still one document, the reasons on stderr too
+    bad = _run(signed["bundle"], "--signature", signed["mallory_sig"], "--public-key",
+               signed["alice"], "--json")
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["verified"] is False
+    assert doc["decision"]["allowed"] is False
+    assert "NOT verified: threshold" in bad.stderr
+    # the bundle cannot be built (a symlink): a document with the error, exit 1
+    (signed["bundle"] / "link").symlink_to("README.md")
+    broken = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
+                  signed["alice"], "--json")
+    assert broken.returncode == 1
+    doc = json.loads(broken.stdout)
+    assert doc["verified"] is False
+    assert doc["bundle"] is None
+    assert "tree.symlink" in doc["error"]
+    assert "tree.symlink" in broken.stderr
+
+
+def test_digest_json_is_one_document_on_stdout(signed):
+    plain = _modelward("bundle", "digest", signed["bundle"])
+    assert plain.returncode == 0
+    result = _modelward("bundle", "digest", signed["bundle"], "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc == {"digest": plain.stdout.strip(), "files": 2,
+                   "bytes": sum(p.stat().st_size for p in signed["bundle"].iterdir()),
+                   "excluded": []}
+    (signed["bundle"] / "notes").mkdir()
+    (signed["bundle"] / "notes" / "a.txt").write_text("left out")
+    result = _modelward("bundle", "digest", signed["bundle"], "--json", "--ignore-path", "notes")
+    assert json.loads(result.stdout)["digest"] == plain.stdout.strip()
+    assert json.loads(result.stdout)["excluded"] == ["notes"]

@@ -314,15 +314,18 @@ def test_sign_then_verify_round_trip(model: Path, ec_key: tuple[Path, Any]) -> N
         verify_oms(sig, model, _key_trust(key.public_key()))
 
 
-def test_signed_file_under_an_ignored_path_is_still_checked(
+def test_signed_file_under_an_ignored_path_is_missing_as_in_model_signing(
     model: Path, ec_key: tuple[Path, Any]
 ) -> None:
+    """An ignore path excludes: a signed file under it is not part of the model, so it is
+    missing (model_signing verify --ignore-paths refuses it the same way), intact or not."""
     path, key = ec_key
     sig = sign_oms(model, path, b"pass phrase", ignore_paths=["notes.txt"])
-    (model / "sub" / "config.json").write_bytes(b'{"a": 2}')
-    with pytest.raises(OmsFileMismatch) as info:
-        verify_oms(sig, model, _key_trust(key.public_key()), ["notes.txt", "sub"])
-    assert info.value.check.mismatched == ("sub/config.json",)
+    for content in (b'{"a": 1}', b'{"a": 2}'):
+        (model / "sub" / "config.json").write_bytes(content)
+        with pytest.raises(OmsFileMismatch) as info:
+            verify_oms(sig, model, _key_trust(key.public_key()), ["notes.txt", "sub"])
+        assert info.value.check == oms.OmsFileCheck(("sub/config.json",), (), ())
 
 
 def test_sign_refuses_bad_keys(model: Path, ec_key: tuple[Path, Any], tmp_path: Path) -> None:
@@ -337,7 +340,8 @@ def test_sign_refuses_bad_keys(model: Path, ec_key: tuple[Path, Any], tmp_path: 
             serialization.NoEncryption(),
         )
     )
-    with pytest.raises(KeyError_, match="elliptic-curve"):
+    with pytest.raises(KeyError_, match=r"Ed25519 key: OMS signing needs an elliptic-curve "
+                       r"\(P-256\).*`modelward key generate --type ecdsa-p256"):
         sign_oms(model, ed, None)
     with pytest.raises(KeyError_):
         sign_oms(model, tmp_path / "absent.pem", None)
@@ -520,5 +524,5 @@ def test_empty_trust_set_trusts_nobody(shared_fixtures: Path) -> None:
 def test_public_surface() -> None:
     assert sorted(oms.__all__) == [
         "OMS_SIGNATURE_FILENAME", "OmsFileCheck", "OmsFileMismatch",
-        "require_signs_bundle", "sign_oms", "verify_oms",
+        "load_oms_signing_key", "require_signs_bundle", "sign_oms", "verify_oms",
     ]

@@ -15,10 +15,12 @@ import modelward.attest.verify
 from modelward.attest.dsse import pae, sign_envelope
 from modelward.attest.errors import SubjectMismatch, UnknownSignatureFormat, VerificationError
 from modelward.attest.keys import generate_private_key, trusted_key
+from modelward.attest.manifest import build_bundle
 from modelward.attest.oms import OmsFileMismatch, verify_oms
 from modelward.attest.policy import OMS_TREE_NOTE, trusted_public_key
 from modelward.attest.statement import PredicateType, make_statement
 from modelward.attest.trust import TrustedIdentity, TrustSet
+from modelward.attest.verifier import DirectoryReader, verify_one_attestation
 from modelward.attest.verify import detect_kind, verify_attestation
 
 DIGEST = "sha256:" + "ab" * 32
@@ -174,23 +176,39 @@ def test_oms_verified_against_tree_carries_binding_note(shared_fixtures, tmp_pat
     assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
 
 
-def test_oms_ignored_bundle_file_does_not_bind(shared_fixtures, tmp_path):
-    """ignore_paths excuse ignore-me from the OMS file check (verify_oms passes), but the
-    bundle digest covers it: the signature vouches for no bundle holding an unsigned file."""
+def test_oms_ignore_path_excludes_the_file_from_the_tree(shared_fixtures, tmp_path):
+    """ignore_paths EXCLUDE ignore-me from the tree (as build_bundle(exclude=...) leaves it
+    out of the bundle): the signature then signs every remaining file and binds."""
     root = _fixture_copy(shared_fixtures, tmp_path, keep_ignored=True)
     data = (root / "model.sig").read_bytes()
     stmt = verify_oms(data, root, _oms_trust(shared_fixtures), ["ignore-me"])
     assert "2 file(s) match: signme-1, signme-2" in stmt.notes[0]
-    with pytest.raises(OmsFileMismatch, match=f"ignore-me is in the bundle but not signed, so "
-                       f"the signature does not vouch for bundle {DIGEST}") as info:
-        verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST, root=root,
-                           ignore_paths=["ignore-me"])
-    assert info.value.check.extra == ("ignore-me",)
-    # an ignore path outside the bundle (nothing there) excuses nothing and binds as usual
-    (root / "ignore-me").unlink()
     stmt = verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST,
                               root=root, ignore_paths=["ignore-me"])
     assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
+    # without the exclusion, ignore-me is a model file the signature does not sign
+    with pytest.raises(OmsFileMismatch) as info:
+        verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST, root=root)
+    assert info.value.check.extra == ("ignore-me",)
+
+
+def test_oms_ignore_path_naming_a_bundle_file_is_refused(shared_fixtures, tmp_path):
+    """An ignore path must name something the bundle left out: one naming a file the
+    manifest lists would let that file into the bundle unsigned."""
+    root = _fixture_copy(shared_fixtures, tmp_path, keep_ignored=True)
+    (root / "ignore-me").write_text("{{ 'an unsigned chat template' }}")
+    manifest = build_bundle(root).manifest  # built WITHOUT the exclusion: ignore-me is in it
+    with pytest.raises(VerificationError, match=r"ignore path\(s\) ignore-me name bundle "
+                       r"file\(s\) ignore-me: an ignored path must be left out of the bundle"):
+        verify_one_attestation(manifest, (root / "model.sig").read_bytes(),
+                               trust=_oms_trust(shared_fixtures), reader=DirectoryReader(root),
+                               oms_ignore_paths=["ignore-me"])
+    # the same bundle built with the exclusion binds
+    manifest = build_bundle(root, exclude=["ignore-me"]).manifest
+    verified = verify_one_attestation(manifest, (root / "model.sig").read_bytes(),
+                                      trust=_oms_trust(shared_fixtures),
+                                      reader=DirectoryReader(root), oms_ignore_paths=["ignore-me"])
+    assert f"{OMS_TREE_NOTE}{manifest.digest}" in verified.statement.notes
 
 
 def _sharded_oms(key: ec.EllipticCurvePrivateKey, root: Path, shard_size: int) -> bytes:
