@@ -60,6 +60,7 @@ def _loaded_after(argv: list[str]) -> list[str]:
 @pytest.mark.parametrize("argv", [
     ["--help"], ["bundle", "--help"], ["bundle", "digest", "--help"],
     ["alias", "get", "--help"], ["login", "--help"],
+    ["bundle", "verify", "--help"], ["push", "--help"],
 ], ids=" ".join)
 def test_light_commands_import_no_heavy_library(argv: list[str]) -> None:
     assert _loaded_after(argv) == []
