@@ -334,6 +334,14 @@ def push(
     workers: Annotated[
         int, typer.Option(metavar="N", min=1, max=64, help="Parallel uploads")
     ] = 4,
+    ignore_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore-path", metavar="PATH",
+            help="Leave PATH (a file or directory, relative to DIR) out of the bundle, as "
+            "`bundle sign --format oms --ignore-path` did (repeatable)",
+        ),
+    ] = None,
     preflight: Annotated[
         bool,
         typer.Option(
@@ -367,7 +375,7 @@ def push(
         with _reported(), _client(workers) as client:
             kwargs: dict[str, Any] = {
                 "alias": alias, "attestations": attestations, "sign": signer, "reason": reason,
-                "preflight": preflight, "own_trust": own,
+                "preflight": preflight, "own_trust": own, "exclude": tuple(ignore_path or ()),
             }
             try:
                 if show_progress():

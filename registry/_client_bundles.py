@@ -76,6 +76,7 @@ def push_bundle(
     on_total: Callable[[int], None] | None = None,
     preflight: bool = False,
     own_trust: TrustSet | None = None,
+    exclude: Sequence[str] = (),
 ) -> PushResult:
     """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
 
@@ -83,7 +84,8 @@ def push_bundle(
     and returns extra attestations to send. With ``preflight``, the bundle and every
     attestation are first judged locally under the repository's policy
     (registry._client_preflight; ``own_trust``: the key ``sign`` signs with) and nothing is
-    uploaded when the registry would certainly refuse.
+    uploaded when the registry would certainly refuse. Paths in ``exclude`` are left out of
+    the bundle (``build_bundle(exclude=...)``: never hashed, uploaded or materialized).
     Raises ``TreeRuleError`` (bad tree), ``PreflightRefused`` (refused before uploading),
     ``TransportError``/``APIError`` (refused).
     """
@@ -93,7 +95,7 @@ def push_bundle(
     # fail fast (NotFound, Unauthorized) before hashing gigabytes; names the repo's policy
     info = client.get_repo(repo)
     # (1) hash the tree into a manifest (exact bytes kept).
-    built = build_bundle(root)
+    built = build_bundle(root, exclude=exclude)
     manifest = built.manifest
     # (2) the attestations to send, signed now: the preflight judges them too.
     sent = [*attestations, *(sign(built) if sign is not None else ())]
@@ -102,7 +104,9 @@ def push_bundle(
     if preflight:
         from modelward.registry._client_preflight import check_before_upload
 
-        checked = check_before_upload(repo, info, built, root, sent, own_trust=own_trust)
+        checked = check_before_upload(
+            repo, info, built, root, sent, own_trust=own_trust, exclude=exclude
+        )
         if checked.refused:
             raise PreflightRefused(repo, checked.refused, unsigned=checked.unsigned)
     # (4) blobs: the config plus each distinct layer, HEAD first, in parallel.

@@ -60,9 +60,11 @@ def check_before_upload(
     attestations: Sequence[bytes],
     *,
     own_trust: TrustSet | None = None,
+    exclude: Sequence[str] = (),
 ) -> Preflight:
     """Judge ``built`` (hashed from ``root``) under the policy the registry named for
-    ``repo``, with ``attestations`` (``own_trust``: the key ``push --sign`` signs with).
+    ``repo``, with ``attestations`` (``own_trust``: the key ``push --sign`` signs with;
+    ``exclude``: the paths ``built`` was built without, as OMS ignore paths).
 
     Returns a ``Preflight``; never raises for a denial. The registry stays the judge: a
     policy this client cannot parse or whose signers it cannot load is reported in
@@ -96,6 +98,7 @@ def check_before_upload(
         trust=trust,
         reader=DirectoryReader(root),
         expected_digest=built.manifest.digest,
+        oms_ignore_paths=exclude,
     )  # the registry's labels too (attestation 0, 1...): the same reasons, word for word
     unsigned = not attestations
     refused = []
