@@ -5,6 +5,10 @@ processes inherit it), then builds ``vllm.LLM`` from ``hardening.engine_kwargs``
 pinned, local-only configuration. ``Engine.generate`` returns output token ids only.
 ``boot --serve`` starts the OpenAI-compatible server instead (loader.server).
 
+On a CPU, ``choose_kv_cache`` decides the KV-cache size (``hardening.cpu_kv_cache``) and
+``apply_kv_cache`` sets it as ``VLLM_CPU_KVCACHE_SPACE`` for the engine and the server
+child; an engine failure then names the size and the setting.
+
 vLLM's start-up spawns processes: a script that calls ``boot_engine`` needs an
 ``if __name__ == "__main__":`` guard (the ``modelward`` console script has one).
 """
@@ -15,16 +19,27 @@ import gc
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from modelward.loader.errors import EngineFailed, EngineUnavailable, EngineVersionMismatch
-from modelward.loader.hardening import ServingConfig, engine_kwargs, hardened_env
+from modelward.loader.hardening import (
+    CPU_KVCACHE_ENV,
+    KvCacheChoice,
+    ServingConfig,
+    cpu_kv_cache,
+    engine_kwargs,
+    hardened_env,
+)
 
 __all__ = [
     "Engine",
     "GenerationRequest",
+    "apply_kv_cache",
+    "available_memory",
     "boot_engine",
     "check_engine_version",
+    "choose_kv_cache",
     "require_vllm",
     "running_vllm_version",
 ]
@@ -73,6 +88,48 @@ def check_engine_version(pinned: str, *, enforce: bool) -> str | None:
     if enforce:
         raise EngineVersionMismatch("vllm", pinned, running)
     return f"warning: bundle pins vllm {pinned} but this worker runs vllm {running}"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable`` in /proc/meminfo, else the free
+    physical pages), or None when neither can be read."""
+    try:
+        with Path("/proc/meminfo").open(encoding="ascii") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                if name == "MemAvailable":
+                    return int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _on_cpu() -> bool:
+    """Whether vLLM runs on the CPU platform here (imports vLLM)."""
+    require_vllm()
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def choose_kv_cache(option: int | None) -> KvCacheChoice | None:
+    """The CPU KV-cache size for this process's engine, or None when vLLM is not on a CPU.
+
+    ``option`` is ``--cpu-kvcache-space``; see ``hardening.cpu_kv_cache`` for the order.
+    Raises ``InputError`` for a malformed value, ``EngineUnavailable`` without vLLM.
+    """
+    if not _on_cpu():
+        return None
+    return cpu_kv_cache(os.environ, option=option, available_bytes=available_memory())
+
+
+def apply_kv_cache(choice: KvCacheChoice | None) -> None:
+    """Set ``VLLM_CPU_KVCACHE_SPACE`` to ``choice`` (in-process engine and server child)."""
+    if choice is not None:
+        os.environ[CPU_KVCACHE_ENV] = str(choice.gib)
 
 
 def apply_hardened_env() -> None:
@@ -125,17 +182,22 @@ class Engine:
         gc.collect()
 
 
-def boot_engine(config: ServingConfig, extra: Mapping[str, Any] | None = None) -> Engine:
+def boot_engine(config: ServingConfig, extra: Mapping[str, Any] | None = None, *,
+                kv_cache: KvCacheChoice | None = None) -> Engine:
     """Boot ``vllm.LLM`` from ``config.model_dir`` under the hardened environment.
 
-    ``extra`` are keywords from ``hardening.check_extra_args``. Raises
+    ``extra`` are keywords from ``hardening.check_extra_args``; ``kv_cache`` the CPU
+    KV-cache size (``choose_kv_cache``), named in the failure message. Raises
     ``EngineUnavailable`` without vLLM and ``EngineFailed`` when vLLM refuses to start.
     """
+    apply_kv_cache(kv_cache)
     apply_hardened_env()
     vllm = require_vllm()
     kwargs = engine_kwargs(config, extra)
     try:
         llm = vllm.LLM(**kwargs)
     except Exception as exc:  # vLLM raises anything; report it as ours
-        raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}") from exc
+        hint = f"; {kv_cache.failure_hint()}" if kv_cache is not None else ""
+        raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}{hint}"
+                           ) from exc
     return Engine(llm, config)

@@ -7,6 +7,11 @@ bundle's ``modelward.yaml`` and a local directory; ``engine_kwargs`` turns it in
 passes are checked by ``check_extra_args``: an allowlist (fail closed), with a specific
 reason for every argument known to weaken the pinning (remote code, other weights or
 tokenizer, another load format, revisions, download locations, numerics the bundle pins).
+It needs no vLLM: ``boot`` and ``replay`` check their input here before vLLM is imported.
+
+On a CPU, vLLM without ``VLLM_CPU_KVCACHE_SPACE`` sizes its KV cache from the NUMA node's
+memory (most of it). ``cpu_kv_cache`` chooses the size instead: ``--cpu-kvcache-space``,
+else the variable, else ``min(4 GiB, 25% of available memory)`` (at least 1 GiB).
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from modelward.loader.errors import UnsafeArgument
+from modelward.loader.errors import InputError, UnsafeArgument
 
 __all__ = [
+    "CPU_KVCACHE_ENV",
     "HARDENED_ENV",
+    "KvCacheChoice",
     "ServingConfig",
+    "allowed_extra_args",
     "check_extra_args",
+    "cpu_kv_cache",
     "engine_kwargs",
     "hardened_env",
     "serve_argv",
@@ -245,6 +254,12 @@ def check_extra_args(args: Sequence[str], *, serve: bool) -> dict[str, Any]:
     return kwargs
 
 
+def allowed_extra_args(*, serve: bool) -> tuple[str, ...]:
+    """The extra engine arguments ``check_extra_args`` accepts (with ``--serve``: more)."""
+    return tuple(flag for flag, (_, keyword) in _ALLOWED.items()
+                 if serve or keyword is not None)
+
+
 def _convert(keyword: str, value: str | None) -> Any:
     if value is None:
         return True
@@ -253,3 +268,73 @@ def _convert(keyword: str, value: str | None) -> Any:
     if keyword in _FLOAT_KWARGS:
         return float(value)
     return value
+
+
+# -- the CPU KV cache ------------------------------------------------------------------------
+CPU_KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+DEFAULT_CPU_KVCACHE_GIB = 4
+DEFAULT_CPU_KVCACHE_SHARE = 0.25
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class KvCacheChoice:
+    """The CPU KV-cache size the engine gets (GiB, as ``VLLM_CPU_KVCACHE_SPACE`` takes it)
+    and where it came from: ``option`` (``--cpu-kvcache-space``), ``env`` (the variable)
+    or ``default`` (``min(4 GiB, 25% of available memory)``, at least 1 GiB)."""
+
+    gib: int
+    source: str
+    available_bytes: int | None = None
+
+    def describe(self) -> str:
+        """One line for stderr: the size, where it came from and how to change it."""
+        where = {
+            "option": "from --cpu-kvcache-space",
+            "env": f"from {CPU_KVCACHE_ENV}",
+            "default": ("default: min(4 GiB, 25% of available memory"
+                        + (f" {self.available_bytes / _GIB:.1f} GiB" if self.available_bytes
+                           else "") + ")"),
+        }[self.source]
+        return (f"cpu kv cache: {self.gib} GiB ({where}; change it with --cpu-kvcache-space "
+                f"or {CPU_KVCACHE_ENV})")
+
+    def failure_hint(self) -> str:
+        """Appended to an engine failure on a CPU: names the setting to lower."""
+        return (f"the CPU KV cache was {self.gib} GiB ({self.source}); if vLLM ran out of "
+                f"memory, lower it with --cpu-kvcache-space GIB or {CPU_KVCACHE_ENV}=GIB")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": "cpu", "gib": self.gib, "source": self.source,
+                "env": CPU_KVCACHE_ENV}
+
+
+def cpu_kv_cache(env: Mapping[str, str], *, option: int | None,
+                 available_bytes: int | None) -> KvCacheChoice:
+    """Choose the CPU KV-cache size: ``option``, else ``env[VLLM_CPU_KVCACHE_SPACE]``, else
+    ``min(4, 25% of available_bytes)`` GiB, at least 1 (4 when the memory is unknown).
+
+    Raises ``InputError`` naming the option or variable when it is not a whole number of
+    GiB >= 1 (vLLM would otherwise fail late, or take 0 as "no cache").
+    """
+    if option is not None:
+        if isinstance(option, bool) or option < 1:
+            raise InputError(f"--cpu-kvcache-space {option}: must be a whole number of GiB "
+                             ">= 1")
+        return KvCacheChoice(option, "option")
+    text = env.get(CPU_KVCACHE_ENV, "").strip()
+    if text:
+        try:
+            gib = int(text)
+        except ValueError:
+            gib = 0
+        if gib < 1:
+            raise InputError(f"{CPU_KVCACHE_ENV}={text!r}: must be a whole number of GiB >= 1 "
+                             "(or unset it: modelward then chooses min(4 GiB, 25% of "
+                             "available memory))")
+        return KvCacheChoice(gib, "env")
+    if available_bytes is None or available_bytes <= 0:
+        return KvCacheChoice(DEFAULT_CPU_KVCACHE_GIB, "default")
+    share = int(available_bytes * DEFAULT_CPU_KVCACHE_SHARE) // _GIB
+    return KvCacheChoice(max(1, min(DEFAULT_CPU_KVCACHE_GIB, share)), "default",
+                         available_bytes)

@@ -6,7 +6,9 @@ hardened environment and forwards SIGINT, SIGTERM and SIGHUP to it from then on.
 exits or the deadline passes. ``generate`` is the baseline's generator over HTTP: it asks
 ``/v1/completions`` for the output token ids themselves (``return_token_ids``), one
 request per call, so a list of prompts is one batch in the server's scheduler. ``wait``
-passes the child's exit status through; ``stop`` terminates it (then kills it).
+passes the child's exit status through; ``stop`` terminates it (then kills it). On a CPU
+the child gets the chosen KV-cache size (``engine.apply_kv_cache``), and a child that exits
+before it is ready is reported with that size and the setting that changes it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from modelward.loader.engine import GenerationRequest, require_vllm
+from modelward.loader.engine import GenerationRequest, apply_kv_cache, require_vllm
 from modelward.loader.errors import EngineFailed
-from modelward.loader.hardening import ServingConfig, hardened_env, serve_argv
+from modelward.loader.hardening import KvCacheChoice, ServingConfig, hardened_env, serve_argv
 
 __all__ = ["ServedEngine"]
 
@@ -56,18 +58,23 @@ class ServedEngine:
                                   trust_env=False)
         self._model: str | None = None
         self._previous: dict[int, Any] = {}
+        self.kv_cache: KvCacheChoice | None = None
 
     @classmethod
     def start(cls, config: ServingConfig, *, host: str, port: int,
-              extra_args: Sequence[str] = ()) -> ServedEngine:
-        """Start the server child; ``extra_args`` must have passed ``check_extra_args``."""
+              extra_args: Sequence[str] = (),
+              kv_cache: KvCacheChoice | None = None) -> ServedEngine:
+        """Start the server child; ``extra_args`` must have passed ``check_extra_args``;
+        ``kv_cache`` is the CPU KV-cache size it gets (``engine.choose_kv_cache``)."""
         require_vllm()
+        apply_kv_cache(kv_cache)
         env = hardened_env(os.environ)
         argv = serve_argv(config, sys.executable, host, port, extra_args)
         child = subprocess.Popen(argv, env=env)
         local = "127.0.0.1" if host in _WILDCARDS else host
         local = f"[{local}]" if ":" in local else local
         served = cls(child, f"http://{local}:{port}", _api_key(extra_args, env))
+        served.kv_cache = kv_cache
         served._forward_signals()
         return served
 
@@ -87,8 +94,9 @@ class ServedEngine:
         while True:
             code = self.child.poll()
             if code is not None:
+                hint = f"; {self.kv_cache.failure_hint()}" if self.kv_cache else ""
                 raise EngineFailed(f"the vLLM server exited with status {code} before it "
-                                   "was ready")
+                                   f"was ready{hint}")
             try:
                 answer = self._http.get("/v1/models", timeout=5.0)
                 if answer.status_code == 200:

@@ -2,17 +2,22 @@
 
 ``boot_bundle`` (docs/loader.md#boot), in order:
 
-1. check extra engine arguments (refused before anything is fetched);
+1. check extra engine arguments and the CPU KV-cache setting (refused before anything is
+   fetched; the CLI checks them before vLLM is even imported);
 2. record the registry's signed audit checkpoint (verified when the worker pins the
    registry's checkpoint key: a worker is a witness of the log), then pull and verify
    (loader.pull: digest, attestations, scanner, worker policy);
 3. read the bundle's modelward.yaml: the serving configuration is pinned there;
 4. check the running vLLM against the pinned engine (policy ``engine_version``);
 5. re-hash the files on disk right before the engine opens them;
-6. boot: the in-process engine, or with ``--serve`` the OpenAI server as a child;
+6. boot: the in-process engine, or with ``--serve`` the OpenAI server as a child; on a CPU
+   with the KV-cache size chosen first (``engine.choose_kv_cache``, said on the log);
 7. record the baseline on that engine (over HTTP on the server), compare it with a trusted
-   baseline for the same (bundle, fingerprint) and, when none exists, store the new one as
-   a signed statement; an enforced divergence stops the engine (the server too);
+   baseline for the same (bundle, fingerprint) and, when none exists, attach the new one as
+   a signed statement; an enforced divergence stops the engine (the server too). When the
+   registry refuses the statement (e.g. the worker key is not registered), the boot still
+   counts: the signed baseline is kept in the cache, the log says which key to register and
+   how to attach it, and the report says ``baseline_attached: false`` with the reason;
 8. report the boot (digest, fingerprint, outcome, the checkpoint seen) to the registry —
    refused boots too;
    with ``--serve``, then wait for the server to exit.
@@ -20,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -31,17 +37,31 @@ from modelward.attest.errors import AttestError
 from modelward.attest.policy import TrustFlags
 from modelward.loader.baseline import Baseline, Comparison, compare_baselines, record_baseline
 from modelward.loader.cache import Cache
-from modelward.loader.engine import boot_engine, check_engine_version
+from modelward.loader.engine import boot_engine, check_engine_version, choose_kv_cache
 from modelward.loader.errors import BaselineDivergence, InputError, LoaderError, RefusedError
 from modelward.loader.fingerprint import Fingerprint, collect_fingerprint
-from modelward.loader.hardening import ServingConfig, check_extra_args
+from modelward.loader.hardening import (
+    KvCacheChoice,
+    ServingConfig,
+    check_extra_args,
+    cpu_kv_cache,
+)
 from modelward.loader.probes import resolve_probes
 from modelward.loader.pull import PulledBundle, pull_bundle
 from modelward.loader.server import ServedEngine
 from modelward.loader.source import RegistrySource
 from modelward.loader.statements import WorkerKey, find_baselines, sign_predicate
 
-__all__ = ["BootOptions", "BootResult", "boot_bundle", "load_bundle_spec"]
+__all__ = [
+    "BootOptions",
+    "BootResult",
+    "attach_or_keep",
+    "baseline_state",
+    "boot_bundle",
+    "boot_report",
+    "check_boot_input",
+    "load_bundle_spec",
+]
 
 Log = Callable[[str], None]
 
@@ -58,6 +78,8 @@ class BootOptions:
     ready_timeout: float = 900.0  # --serve: seconds for the server to come up
     ready_file: Path | None = None  # --serve: written once serving, removed at exit
     audit_key: str | None = None  # the registry's checkpoint verifier key (NAME+ID+KEY)
+    worker_key_path: Path | None = None  # where worker_key came from (named in hints)
+    cpu_kvcache_gib: int | None = None  # --cpu-kvcache-space (None: env var, else default)
 
 
 @dataclass
@@ -71,6 +93,11 @@ class BootResult:
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     audit_checkpoint: dict[str, Any] | None = None  # the registry's checkpoint at boot
+    outcome: str = "ok"  # as reported to the registry: ok, or serving (--serve)
+    kv_cache: KvCacheChoice | None = None  # the CPU KV-cache size; None off a CPU
+    baseline_attached: bool = False  # this boot's baseline is in the registry
+    baseline_attach_error: str | None = None  # why not, when it is not
+    baseline_file: Path | None = None  # the signed baseline kept locally when not attached
 
 
 def load_bundle_spec(directory: Path) -> Any:
@@ -107,8 +134,8 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
     """
     from modelward.attest.manifest import verify_tree
 
-    # (1): extra engine arguments.
-    extra = check_extra_args(options.extra_args, serve=options.serve)
+    # (1): extra engine arguments and the KV-cache setting.
+    extra = check_boot_input(options)
     # (2): the audit checkpoint this boot saw, then pull and verify.
     seen = _witness(client, options, log=log)
     clock = time.monotonic()
@@ -132,12 +159,15 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
         verify_tree(pulled.directory, pulled.manifest)
         result.timings["rehash"] = time.monotonic() - clock
         fingerprint = collect_fingerprint(config, os.environ)
-        # (6): boot.
+        # (6): boot, on a CPU with the KV-cache size chosen and said first.
+        result.kv_cache = choose_kv_cache(options.cpu_kvcache_gib)
+        if result.kv_cache is not None:
+            log(result.kv_cache.describe())
         if options.serve:
             return _serve(client, pulled, spec, config, options=options, result=result,
-                          log=log)
+                          cache=cache, log=log)
         clock = time.monotonic()
-        engine = boot_engine(config, extra)
+        engine = boot_engine(config, extra, kv_cache=result.kv_cache)
         result.timings["engine_boot"] = time.monotonic() - clock
         try:
             fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
@@ -147,7 +177,8 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
         finally:
             engine.shutdown()
         clock = time.monotonic()
-        _compare_and_record(client, pulled, baseline, options=options, result=result, log=log)
+        _compare_and_record(client, pulled, baseline, options=options, result=result,
+                            cache=cache, log=log)
         result.timings["record"] = time.monotonic() - clock
     except (LoaderError, AttestError) as exc:
         _report(client, pulled, result.fingerprint or fingerprint, outcome="refused",
@@ -158,13 +189,41 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
     return result
 
 
+def check_boot_input(options: BootOptions) -> dict[str, Any]:
+    """Step (1): the extra engine arguments (their engine keywords are returned) and the
+    CPU KV-cache option or variable. Needs no vLLM and no registry: ``UnsafeArgument``,
+    ``InputError``."""
+    extra = check_extra_args(options.extra_args, serve=options.serve)
+    cpu_kv_cache(os.environ, option=options.cpu_kvcache_gib, available_bytes=None)
+    return extra
+
+
 def _detail(result: BootResult) -> dict[str, Any]:
     return {
         "aggregate": result.baseline.aggregate if result.baseline else None,
         "batch_invariant": result.baseline.batch_invariant if result.baseline else None,
         "baseline": baseline_state(result),
+        "baseline_attached": result.baseline_attached,
+        "baseline_attach_error": result.baseline_attach_error,
         "warnings": result.warnings,
         "audit_checkpoint": result.audit_checkpoint,
+        "kv_cache": result.kv_cache.as_dict() if result.kv_cache else None,
+    }
+
+
+def boot_report(result: BootResult) -> dict[str, Any]:
+    """The boot report (``boot --json``; docs/loader.md#json-output): the detail sent to the
+    registry, plus where the bundle is, the fingerprint, timings and the exit status."""
+    return {
+        "repo": result.pulled.repo,
+        "digest": result.pulled.digest,
+        "directory": str(result.pulled.directory),
+        "outcome": result.outcome,
+        "fingerprint_id": result.fingerprint.id if result.fingerprint else None,
+        **_detail(result),
+        "baseline_file": str(result.baseline_file) if result.baseline_file else None,
+        "timings": {phase: round(seconds, 6) for phase, seconds in result.timings.items()},
+        "exit_code": result.exit_code,
     }
 
 
@@ -189,11 +248,14 @@ def _witness(client: RegistrySource, options: BootOptions, *, log: Log) -> dict[
 
 
 def baseline_state(result: BootResult) -> str:
-    """``recorded``, ``matched``, ``diverged`` (warned) or ``unrecorded``."""
+    """``recorded``, ``matched``, ``diverged`` (warned), ``attach_refused`` (signed, kept
+    locally, the registry did not take it) or ``unrecorded`` (no worker key)."""
     if result.recorded:
         return "recorded"
     if result.comparison is not None:
         return "matched" if result.comparison.matched else "diverged"
+    if result.baseline_file is not None:
+        return "attach_refused"
     return "unrecorded"
 
 
@@ -210,12 +272,12 @@ def _baseline(engine: Any, fingerprint: Fingerprint, pulled: PulledBundle, spec:
 
 
 def _serve(client: Any, pulled: PulledBundle, spec: Any, config: ServingConfig, *,
-           options: BootOptions, result: BootResult, log: Log) -> BootResult:
+           options: BootOptions, result: BootResult, cache: Cache, log: Log) -> BootResult:
     """Steps 6-8 with ``--serve``: the baseline runs on the server itself before the boot is
     reported ``serving``; any failure or enforced divergence stops the server."""
     clock = time.monotonic()
     served = ServedEngine.start(config, host=options.host, port=options.port,
-                                extra_args=options.extra_args)
+                                extra_args=options.extra_args, kv_cache=result.kv_cache)
     try:
         served.wait_ready(options.ready_timeout)
         result.timings["engine_boot"] = time.monotonic() - clock
@@ -223,10 +285,11 @@ def _serve(client: Any, pulled: PulledBundle, spec: Any, config: ServingConfig, 
         baseline = _baseline(served, fingerprint, pulled, spec, config, options=options,
                              result=result)
         _compare_and_record(client, pulled, baseline, options=options, result=result,
-                            log=log)
+                            cache=cache, log=log)
     except BaseException:
         served.stop()
         raise
+    result.outcome = "serving"
     _report(client, pulled, fingerprint, outcome="serving", detail=_detail(result), log=log)
     log(f"baseline {baseline.aggregate} {baseline_state(result)}; serving "
         f"{pulled.repo}@{pulled.digest} at {served.base_url}")
@@ -258,7 +321,8 @@ def _write_ready_file(path: Path, pulled: PulledBundle, result: BootResult) -> N
 
 
 def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *,
-                        options: BootOptions, result: BootResult, log: Log) -> None:
+                        options: BootOptions, result: BootResult, cache: Cache,
+                        log: Log) -> None:
     from modelward.attest.statement import PredicateType
 
     if not baseline.batch_invariant:
@@ -284,24 +348,99 @@ def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *
             if pulled.policy.baseline == "enforce":
                 raise BaselineDivergence(message)
             result.warnings.append("warning: " + message)
+            result.baseline_attach_error = "diverges from the trusted baseline attached before"
             log(result.warnings[-1])
+        else:
+            result.baseline_attached = True
         return
     if options.worker_key is None:
         result.warnings.append("no --worker-key: baseline computed but not recorded")
+        result.baseline_attach_error = "no --worker-key: the baseline was not signed"
         log(result.warnings[-1])
         return
     envelope = sign_predicate(options.worker_key, pulled.repo, pulled.digest,
                               PredicateType.BASELINE, baseline.to_predicate())
-    client.add_attestation(pulled.repo, pulled.digest, envelope)
-    result.recorded = True
+    name = f"baseline-{baseline.fingerprint.id.removeprefix('sha256:')[:16]}.dsse.json"
+    error, kept = attach_or_keep(client, pulled.repo, pulled.digest, envelope,
+                                 what="this boot's signed baseline", name=name, cache=cache,
+                                 key=options.worker_key, key_path=options.worker_key_path)
+    if error is None:
+        result.recorded = result.baseline_attached = True
+        return
+    result.baseline_attach_error = error
+    result.baseline_file = kept
+    result.warnings.append(f"warning: the baseline is not attached: {error}")
+    log(f"warning: {error}\n  the boot counts: the bundle was verified and booted; the "
+        f"signed baseline is kept at {kept}\n  {_attach_hint(client, pulled, kept, options)}")
+
+
+def _attach_hint(client: Any, pulled: PulledBundle, kept: Path | None,
+                 options: BootOptions) -> str:
+    """What to run to attach a kept statement: register the key, then attach the file."""
+    principal = "<this worker's principal>"
+    whoami = getattr(client, "whoami", None)
+    if callable(whoami):
+        from modelward.registry.client import RegistryClientError
+
+        with contextlib.suppress(RegistryClientError, KeyError, TypeError):
+            principal = str(whoami()["principal"])
+    pub = f"{options.worker_key_path}.pub" if options.worker_key_path else "WORKER_KEY.pub"
+    return (f"to attach it: an admin registers the worker key (modelward key register {pub} "
+            f"--principal {principal}), then: modelward attestation add "
+            f"{pulled.repo}@{pulled.digest} {kept}")
+
+
+def attach_or_keep(client: Any, repo: str, digest: str, envelope: bytes, *, what: str,
+                   name: str, cache: Cache, key: WorkerKey, key_path: Path | None,
+                   ) -> tuple[str | None, Path | None]:
+    """Attach a worker statement; when the registry refuses it (or cannot be reached), keep
+    the signed envelope under ``<cache>/statements/sha256/<hex>/name`` instead.
+
+    Returns ``(None, None)`` when attached, else ``(why, where it is kept)``; ``why`` names
+    the worker key and its keyid when the registry did not trust or accept the signature.
+    """
+    from modelward.registry.client import APIError, RegistryClientError
+
+    try:
+        client.add_attestation(repo, digest, envelope)
+    except RegistryClientError as exc:
+        reason = f"the registry refused {what}: {exc}"
+        if isinstance(exc, APIError) and exc.code in {"attestation_untrusted",
+                                                       "attestation_rejected"}:
+            signer = key.trust.keys[0] if key.trust.keys else None
+            label = str(key_path) if key_path else "--worker-key"
+            keyid = f" (keyid {signer.keyid[:16]})" if signer is not None else ""
+            reason += (f"; the worker key {label}{keyid} is not registered to this worker's "
+                       "principal (or not trusted by the repository): register it with "
+                       "modelward key register")
+        elif not isinstance(exc, APIError):
+            reason = f"could not attach {what}: {exc}"
+        return reason, _keep(cache, digest, name, envelope)
+    return None, None
+
+
+def _keep(cache: Cache, digest: str, name: str, envelope: bytes) -> Path:
+    """Write ``envelope`` atomically under the cache's statements directory."""
+    folder = cache.root / "statements" / "sha256" / digest.removeprefix("sha256:")
+    path = folder / name
+    temporary = folder / f".{name}.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(envelope)
+        temporary.replace(path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot keep the signed statement: {exc.strerror}") from exc
+    return path
 
 
 def replay_outputs(config: ServingConfig, requests: Sequence[Any], *, runs: int,
-                   concurrency: int) -> tuple[list[list[tuple[int, ...]]], Fingerprint]:
+                   concurrency: int, kv_cache: KvCacheChoice | None = None,
+                   ) -> tuple[list[list[tuple[int, ...]]], Fingerprint]:
     """Boot ``config`` in-process, replay, shut down; return outputs and the fingerprint."""
     from modelward.loader.replay import run_replay
 
-    engine = boot_engine(config)
+    engine = boot_engine(config, kv_cache=kv_cache)
     try:
         fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
         outputs = run_replay(engine, requests, runs=runs, concurrency=concurrency)

@@ -1,8 +1,11 @@
 """``modelward boot``, ``baseline show`` and ``replay`` end to end: a real registry
 (``modelward serve``, SQLite), a signed push, a reader worker with its own key, real vLLM.
 
-vLLM boots: record, match, forged-baseline divergence, one replay, two OpenAI servers
-(a baseline recorded on the server, then a divergent one that stops it).
+vLLM boots: a first boot whose worker key is not registered yet (``--json``, the KV cache
+from ``--cpu-kvcache-space``: the registry refuses the baseline, the boot counts, the baseline
+is kept and attached once the key is registered), match, forged-baseline divergence, one
+replay, two OpenAI servers (a baseline recorded on the server, then a divergent one that
+stops it).
 """
 
 from __future__ import annotations
@@ -44,13 +47,23 @@ class World:
         self.worker_key = base / "worker.key"
         self.worker_private = generate_private_key()
         save_private_key(self.worker_private, self.worker_key)
+        self.worker_key.with_name("worker.key.pub").write_bytes(
+            public_key_pem(self.worker_private.public_key()))
+        self.cache = base / "cache"
+        self.attached: subprocess.CompletedProcess[str] | None = None  # see first_boot
+
+    def register_worker_key(self) -> None:
+        from modelward.attest.keys import public_key_pem
+
         self.reg.admin.register_key(public_key_pem(self.worker_private.public_key()).decode(),
                                     principal=self.worker.name)
-        self.cache = base / "cache"
 
-    def cli(self, *args: str, trust: bool = True) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, trust: bool = True,
+            kv_env: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": self.worker.token,
                "VLLM_CPU_KVCACHE_SPACE": "1"}
+        if not kv_env:
+            del env["VLLM_CPU_KVCACHE_SPACE"]
         extra = ["--public-key", str(self.pem), "--cache-dir", str(self.cache),
                  "--worker-key", str(self.worker_key)] if trust else []
         cmd = [MODELWARD, args[0], *args[1:2], *extra, *args[2:]]
@@ -103,23 +116,52 @@ def world(tiny_model_master: Path, tmp_path_factory: pytest.TempPathFactory,
 
 @pytest.fixture(scope="module")
 def first_boot(world: World) -> subprocess.CompletedProcess[str]:
-    return world.boot()
+    """The first boot, before the worker key is registered: the registry refuses its signed
+    baseline. Then what its warning says is done: register the key, attach the kept file."""
+    refused = world.cli("boot", f"{world.repo}@canary", "--json", "--cpu-kvcache-space", "1",
+                        "--", "--enforce-eager", kv_env=False)
+    world.register_worker_key()
+    if refused.returncode == 0:
+        kept = json.loads(refused.stdout)["baseline_file"]
+        world.attached = world.reg.cli("attestation", "add", f"{world.repo}@{world.digest}",
+                                       kept, token=world.worker.token)
+    return refused
 
 
-def test_boot_generates_and_records_signed_baseline(
+def test_boot_with_unregistered_worker_key_counts_and_keeps_the_baseline(
         world: World, first_boot: subprocess.CompletedProcess[str]) -> None:
     assert first_boot.returncode == 0, first_boot.stderr[-3000:]
-    assert f"digest {world.digest}" in first_boot.stdout
-    assert "recorded" in first_boot.stdout
-    assert "batch-invariant" in first_boot.stdout
+    report = json.loads(first_boot.stdout)  # vLLM's logs went to stderr, not stdout
+    assert report["digest"] == world.digest
+    assert report["outcome"] == "ok"
+    assert report["exit_code"] == 0
+    assert report["baseline"] == "attach_refused"
+    assert report["baseline_attached"] is False
+    assert "attestation_untrusted" in report["baseline_attach_error"]
+    assert str(world.worker_key) in report["baseline_attach_error"]
+    assert "modelward key register" in report["baseline_attach_error"]
+    assert report["batch_invariant"] is True
+    assert report["kv_cache"] == {"device": "cpu", "gib": 1, "source": "option",
+                                  "env": "VLLM_CPU_KVCACHE_SPACE"}
+    assert "cpu kv cache: 1 GiB (from --cpu-kvcache-space" in first_boot.stderr
+    assert f"modelward key register {world.worker_key}.pub --principal {world.worker.name}" \
+        in first_boot.stderr
+    assert "modelward attestation add" in first_boot.stderr
+    boots = world.boots()
+    assert [b["outcome"] for b in boots] == ["ok"]
+    assert boots[0]["detail"]["baseline"] == "attach_refused"
+    assert boots[0]["detail"]["baseline_attached"] is False
+    # attached afterwards from the kept file, as the warning said
+    assert world.attached is not None
+    assert world.attached.returncode == 0, world.attached.stderr
     statements = world.statements(BASELINE)
     assert len(statements) == 1
     assert statements[0]["subject"][0]["digest"]["sha256"] == world.digest[7:]
     baseline = Baseline.from_predicate(statements[0]["predicate"])
     assert baseline.bundle_digest == world.digest
+    assert baseline.aggregate == report["aggregate"]
+    assert baseline.fingerprint.id == report["fingerprint_id"]
     assert all(p.token_ids for p in baseline.probes)
-    boots = world.boots()
-    assert [b["outcome"] for b in boots] == ["ok"]
     assert json.dumps(boots[0]).count(baseline.fingerprint.id) >= 1
 
 
@@ -213,11 +255,16 @@ def test_replay_cli_counts_and_attaches_signed_result(
     requests = write_requests(tmp_path / "requests.jsonl", 100)
     capture = tmp_path / "out.jsonl"
     result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
-                       "--runs", "3", "--concurrency", "25", "--capture", str(capture))
+                       "--runs", "3", "--concurrency", "25", "--capture", str(capture),
+                       "--json")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "executions 300" in result.stdout
-    assert "consecutive_matches 300" in result.stdout
-    assert "divergences 0" in result.stdout
+    report = json.loads(result.stdout)
+    assert report["executions"] == 300
+    assert report["consecutive_matches"] == 300
+    assert report["divergence_count"] == 0
+    assert report["attached"] is True
+    assert report["attach_error"] is None
+    assert report["kv_cache"]["source"] == "env"
     assert len(capture.read_text().splitlines()) == 100
     predicate = world.statements(REPLAY)[-1]["predicate"]
     assert predicate["consecutive_matches"] == 300

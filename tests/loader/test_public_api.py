@@ -10,9 +10,11 @@ EXPECTED = {
     "loader.errors": ["BaselineDivergence", "BundleQuarantined", "EngineFailed",
                       "EngineUnavailable", "EngineVersionMismatch", "InputError",
                       "IntegrityError", "LoaderError", "RefusedError", "UnsafeArgument"],
-    "loader.hardening": ["HARDENED_ENV", "ServingConfig", "check_extra_args", "engine_kwargs",
-                         "hardened_env", "serve_argv"],
-    "loader.engine": ["Engine", "GenerationRequest", "boot_engine", "check_engine_version",
+    "loader.hardening": ["CPU_KVCACHE_ENV", "HARDENED_ENV", "KvCacheChoice", "ServingConfig",
+                         "allowed_extra_args", "check_extra_args", "cpu_kv_cache",
+                         "engine_kwargs", "hardened_env", "serve_argv"],
+    "loader.engine": ["Engine", "GenerationRequest", "apply_kv_cache", "available_memory",
+                      "boot_engine", "check_engine_version", "choose_kv_cache",
                       "require_vllm", "running_vllm_version"],
     "loader.server": ["ServedEngine"],
     "loader.baseline": ["Baseline", "Comparison", "Divergence", "ProbeResult",
@@ -40,7 +42,7 @@ def test_importing_the_loader_does_not_import_vllm() -> None:
     import subprocess
     import sys
 
-    modules = ["cli", "_cli_commands", "worker", "server"]
+    modules = ["_cli_commands", "_cli_replay", "worker", "server"]
     code = "import sys; " + "; ".join(f"import modelward.loader.{m}" for m in modules)
     code += "; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
