@@ -1,15 +1,23 @@
-"""Opening a bundle file safely: the final path component is never followed as a symlink,
-a fifo swapped in never blocks the open, and what was opened is re-checked to be a regular
-file with ``fstat`` (so a file swapped after the tree walk is refused, not read)."""
+"""Files, safely.
+
+Reading a bundle file: the final path component is never followed as a symlink, a fifo
+swapped in never blocks the open, and what was opened is re-checked to be a regular file
+with ``fstat`` (so a file swapped after the tree walk is refused, not read).
+
+Writing a command's output (``--out FILE``): a regular or new file is replaced atomically
+(temporary file, fsync, rename), so a reader never sees half of it; anything else the user
+named (``/dev/null``, ``/dev/stdout``, a fifo) is written in place, never renamed over.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["OPEN_FLAGS", "open_regular", "read_regular"]
+__all__ = ["OPEN_FLAGS", "open_regular", "read_regular", "write_output"]
 
 OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
@@ -42,3 +50,28 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     stream, _ = opened
     with stream:
         return stream.read(limit)
+
+
+def write_output(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to the output file ``path`` (see the module docstring). Raises OSError."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with path.open("wb") as stream:  # a device or a fifo: never rename over it
+            stream.write(data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise

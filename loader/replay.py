@@ -129,13 +129,14 @@ def load_expected(path: Path) -> dict[str, tuple[int, ...]]:
 
 def write_capture(path: Path, requests: Sequence[ReplayRequest],
                   outputs: Sequence[tuple[int, ...]]) -> None:
-    """Write one run's outputs as JSONL (atomically: temp file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for req, ids in zip(requests, outputs, strict=True):
-            fh.write(json.dumps({"id": req.id, "token_ids": list(ids),
-                                 "sha256": token_hash(ids)}) + "\n")
-    tmp.replace(path)
+    """Write one run's outputs as JSONL (atomically, or in place for a device: _fileio)."""
+    from modelward.attest._fileio import write_output
+
+    lines = (
+        json.dumps({"id": req.id, "token_ids": list(ids), "sha256": token_hash(ids)}) + "\n"
+        for req, ids in zip(requests, outputs, strict=True)
+    )
+    write_output(path, "".join(lines).encode("utf-8"))
 
 
 def run_replay(engine: Generator, requests: Sequence[ReplayRequest], *, runs: int,

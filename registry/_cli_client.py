@@ -838,9 +838,12 @@ def audit_checkpoint(
     if out is None:
         typer.echo(note.decode(), nl=False)
     else:
-        temporary = out.with_name(f".{out.name}.tmp")
-        temporary.write_bytes(note)
-        temporary.replace(out)
+        from modelward.attest._fileio import write_output
+
+        try:
+            write_output(out, note)
+        except OSError as exc:
+            fail(f"cannot write {out}: {exc.strerror or exc}")
         console.print(
             f"saved the checkpoint of {checkpoint.size} events (root {checkpoint.root_b64}) "
             f"to {out}",

@@ -22,7 +22,6 @@ atomically: an interrupted run leaves no partial file. Exit 0 signed; 1 failed; 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from datetime import UTC, datetime
@@ -77,19 +76,12 @@ def _check_out(directory: Path, out: Path, fmt: SignatureFormat) -> Path:
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file renamed over it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    """Write ``data`` to ``target`` (atomically, or in place for a device: _fileio)."""
+    from modelward.attest._fileio import write_output
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(target)
+        write_output(target, data)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         fail(f"cannot write {target}: {exc.strerror or exc}")
 
 
