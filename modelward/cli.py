@@ -135,6 +135,11 @@ COMMANDS: dict[str, Entry] = {
         children={
             "principal": Entry("Principals.", f"{_SERVER}:principal_app"),
             "token": Entry("API tokens.", f"{_SERVER}:token_app"),
+            "gc": Entry(
+                "Collect unreferenced blobs and abandoned uploads older than the GC window "
+                "(admins).",
+                "modelward.registry._cli_gc:gc",
+            ),
         },
     ),
     "alias": Entry(
@@ -177,6 +182,10 @@ COMMANDS: dict[str, Entry] = {
                 "may push to and move aliases in).",
                 f"{_LISTING}:repo_list",
             ),
+            "quota": Entry(
+                "A repository's storage quota in bytes (set by admins).",
+                "modelward.registry._cli_gc:quota_app",
+            ),
         },
     ),
     "attestation": Entry(
@@ -213,6 +222,14 @@ app = LazyGroup(
 )
 
 
+class _LogLines(logging.Formatter):
+    """Log records as the CLI's own lines: ``warning: ...`` on stderr, like ``error: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
 def is_modelward_error(exc: BaseException) -> bool:
     """True when ``exc`` is one of our packages' own errors (reported without a traceback)."""
     for module_name, class_name in _ERROR_ROOTS:
@@ -229,7 +246,10 @@ def main() -> None:
     not crashes: they print as one message, with no traceback hint to wade through.
     """
     verbose = os.environ.get("MODELWARD_VERBOSE") == "1"
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LogLines("%(levelname)s: %(message)s" if not verbose else
+                                   "%(levelname)s: %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])
     try:
         app.main(prog_name="modelward")
     except Exception as exc:
