@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck clean reliability
+.PHONY: test demo lint typecheck clean reliability oci-tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "modelward needs Python >= 3.11"'
@@ -22,7 +22,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) lint typecheck
+# The OCI tests' real clients and peer (docs/oci.md#tests): Debian's skopeo and docker-registry
+# (CNCF distribution 2.8), installed with apt-get when missing (root, or sudo when there is one).
+oci-tools:
+	@missing=""; \
+	command -v skopeo >/dev/null 2>&1 || missing="$$missing skopeo"; \
+	command -v docker-registry >/dev/null 2>&1 || missing="$$missing docker-registry"; \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "installing$$missing (apt-get)"; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test: $(STAMP) lint typecheck oci-tools
 	$(PY) -m pytest
 
 # The whole story on embedded defaults: registry, principals, sign, push, approvals, pull,

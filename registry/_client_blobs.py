@@ -69,6 +69,7 @@ class BlobSource:
     size: int
     path: Path | None = None
     data: bytes | None = None
+    repository: str | None = None  # charged to this repository's quota as it is uploaded
 
 
 def _read_chunks(
@@ -135,15 +136,16 @@ class BlobTransfer:
     def _put_whole(self, blob: BlobSource, progress: Progress | None) -> None:
         headers = {"Content-Length": str(blob.size), "Content-Type": "application/octet-stream"}
         path = f"/v1/blobs/{blob.digest}"
+        params = {"repository": blob.repository} if blob.repository else None
         if blob.data is not None:
-            self._client._request("PUT", path, content=blob.data, headers=headers)
+            self._client._request("PUT", path, content=blob.data, headers=headers, params=params)
             if progress is not None:
                 progress(len(blob.data))
             return
         assert blob.path is not None  # noqa: S101 - BlobSource carries one of path/data
         with blob.path.open("rb") as fh:
             body = _read_chunks(fh, blob.size, self._options.read_size, progress)
-            self._client._request("PUT", path, content=body, headers=headers)
+            self._client._request("PUT", path, content=body, headers=headers, params=params)
 
     def _state_file(self, digest: str) -> Path | None:
         if self._options.state_dir is None:
@@ -183,9 +185,10 @@ class BlobTransfer:
                 return upload_id, int(state["offset"])
             except NotFound:
                 self._save_session(blob.digest, None)
-        created = self._client._request(
-            "POST", "/v1/uploads", json_body={"digest": blob.digest, "size": blob.size}
-        ).json()
+        body: dict[str, object] = {"digest": blob.digest, "size": blob.size}
+        if blob.repository:
+            body["repository"] = blob.repository
+        created = self._client._request("POST", "/v1/uploads", json_body=body).json()
         upload_id = str(created["id"])
         self._save_session(blob.digest, upload_id)
         return upload_id, int(created.get("offset", 0))

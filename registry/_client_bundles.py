@@ -112,14 +112,20 @@ def push_bundle(
     # (4) blobs: the config plus each distinct layer, HEAD first, in parallel.
     sources: dict[str, BlobSource] = {
         manifest.config.digest: BlobSource(
-            digest=manifest.config.digest, size=len(built.config_bytes), data=built.config_bytes
+            digest=manifest.config.digest,
+            size=len(built.config_bytes),
+            data=built.config_bytes,
+            repository=repo,
         ),
     }
     by_path = {f.path: f for f in built.files}
     for layer in manifest.layers:
         if layer.digest not in sources:
             sources[layer.digest] = BlobSource(
-                digest=layer.digest, size=layer.size, path=Path(by_path[layer.path].abspath)
+                digest=layer.digest,
+                size=layer.size,
+                path=Path(by_path[layer.path].abspath),
+                repository=repo,
             )
     blobs = list(sources.values())
     total = sum(b.size for b in blobs)

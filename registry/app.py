@@ -51,6 +51,7 @@ from modelward.registry.domains.audit.throttle import (
     throttle_key,
 )
 from modelward.registry.domains.auth.deps import caller_from_request
+from modelward.registry.domains.oci.errors import is_oci_path, oci_error_response
 from modelward.registry.errors import ConfigurationError, RegistryError
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
@@ -309,6 +310,8 @@ async def _error_response(
             await run_in_threadpool(_record_denial, state, request, status, code, message)
         except Exception:
             log.exception("could not audit a denied request")
+    if is_oci_path(request.url.path):  # /v2: OCI error bodies and the Bearer challenge
+        return oci_error_response(request, status, code, message, detail, headers=headers)
     headers = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
     return JSONResponse(
         {"error": {"code": code, "message": message, "detail": detail}},
@@ -362,7 +365,9 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from modelward.registry.domains.blobs.endpoints import router as blobs
     from modelward.registry.domains.boots.endpoints import router as boots
     from modelward.registry.domains.bundles.endpoints import router as bundles
+    from modelward.registry.domains.gc.endpoints import router as storage
     from modelward.registry.domains.keys.endpoints import router as keys
+    from modelward.registry.domains.oci.endpoints import router as oci
     from modelward.registry.domains.orgs.endpoints import router as orgs
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
@@ -391,8 +396,9 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     )
     for router in (principals, keys, orgs, repos, blobs, uploads, bundles, attestations, aliases):
         app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (audit, boots):
+    for router in (audit, boots, storage):
         app.include_router(router, responses=ERROR_RESPONSES)
+    app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 
     @app.exception_handler(RegistryError)
     async def _registry_error(request: Request, exc: RegistryError) -> JSONResponse:

@@ -29,10 +29,13 @@ __all__ = [
     "AuditRow",
     "Base",
     "Blob",
+    "BlobLease",
     "Boot",
     "Bundle",
     "BundleBlob",
     "Identity",
+    "OciManifest",
+    "OciToken",
     "Org",
     "OrgOwner",
     "Principal",
@@ -121,6 +124,8 @@ class Repository(Base):
     policy_yaml: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # bytes the repository may hold; None: no quota (docs/registry.md#storage-hygiene)
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class RepoPublisher(Base):
@@ -146,6 +151,27 @@ class UploadSession(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the repository the upload is charged to (None: started without naming one)
+    repo_id: Mapped[int | None] = mapped_column(
+        ForeignKey("repositories.id", name="fk_upload_sessions_repo_id_repositories"),
+        nullable=True, index=True,
+    )
+
+
+class BlobLease(Base):
+    """A blob just stored for a push that has not committed yet: garbage collection spares
+    the blob while the lease is younger than the GC window, and the repository's quota counts
+    it (docs/registry.md#storage-hygiene)."""
+
+    __tablename__ = "blob_leases"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(DIGEST), index=True)
+    repo_id: Mapped[int | None] = mapped_column(
+        ForeignKey("repositories.id"), nullable=True, index=True
+    )
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
+                                                 index=True)
 
 
 class QuarantinedDigest(Base):
@@ -305,3 +331,45 @@ class AuditCheckpointRow(Base):
     key: Mapped[str] = mapped_column(String(300))
     note: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OciManifest(Base):
+    """A manifest pushed through ``/v2`` that is not a bundle row (docs/oci.md#states):
+    ``pending`` (a ModelPack manifest refused only for missing attestations; ``reasons``),
+    ``accepted`` (a pending one that became a bundle), ``referrer`` (an attestation artifact
+    whose attestation is stored: ``attestation_id``), ``held`` (a referrer whose subject is
+    pending). ``manifest`` holds the exact bytes the digest names."""
+
+    __tablename__ = "oci_manifests"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "digest", name="uq_oci_manifests_repo_id_digest"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"))
+    digest: Mapped[str] = mapped_column(String(DIGEST))
+    media_type: Mapped[str] = mapped_column(String(200))
+    artifact_type: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    subject: Mapped[str | None] = mapped_column(String(DIGEST), nullable=True, index=True)
+    state: Mapped[str] = mapped_column(String(20))
+    manifest: Mapped[bytes] = mapped_column(LargeBinary)
+    reasons: Mapped[str] = mapped_column(Text)  # JSON list of failed checks
+    attestation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("attestations.id"), nullable=True
+    )
+    created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class OciToken(Base):
+    """A short-lived bearer token of ``/v2/token``: sha256 of the secret only, the API token
+    it was issued against (its revocation ends this one), the granted scopes (JSON)."""
+
+    __tablename__ = "oci_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    api_token_id: Mapped[str] = mapped_column(ForeignKey("tokens.id"))
+    scopes: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     audit_checkpoint_key: Path | None = None
     upload_ttl_seconds: int = Field(default=86_400, ge=1)  # idle upload sessions expire
     max_open_uploads: int = Field(default=64, ge=1)  # per principal
+    # garbage collection spares blobs, leases and upload sessions younger than this
+    # (docs/registry.md#storage-hygiene)
+    gc_window_seconds: int = Field(default=86_400, ge=1)
     # peers whose X-Forwarded-For is believed (IPs or CIDRs; comma-separated in the
     # environment); none by default (docs/registry.md#audit-log)
     trusted_proxies: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()

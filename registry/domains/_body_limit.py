@@ -35,6 +35,9 @@ _STREAMING = (
     ("PUT", re.compile(r"/v1/blobs/[^/]+")),
     ("PATCH", re.compile(r"/v1/uploads/[^/]+")),
     ("POST", re.compile(r"/v1/repos/[^/]+/[^/]+/bundles/[^/]+/attestations")),
+    ("POST", re.compile(r"/v2/[^/]+/[^/]+/blobs/uploads/?")),  # OCI monolithic upload
+    ("PATCH", re.compile(r"/v2/[^/]+/[^/]+/blobs/uploads/[^/]+")),
+    ("PUT", re.compile(r"/v2/[^/]+/[^/]+/blobs/uploads/[^/]+")),
 )
 
 

@@ -7,7 +7,11 @@ S3 — an aborted one leaves nothing). Upload sessions keep their chunks in the 
 app process can continue or commit a session: ``put_part`` stores one chunk (named by the
 session, with its offset first), ``discard_part`` drops a chunk whose offset never advanced,
 ``assemble`` makes the verified blob from a complete session's chunks, and ``delete_upload``
-drops whatever a session stored.
+drops whatever a session stored. ``delete`` removes a blob (garbage collection only, under the
+database's write lock: registry/domains/gc/service.py); deleting a missing blob is no error.
+``stored_blobs`` and ``stored_uploads`` list what the store holds, with sizes and modification
+times, so garbage collection also finds objects the database never recorded (a process killed
+between storing and recording), and ``purge_upload`` drops such a session's chunks.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 from modelward.registry.errors import (
     BadRequest,
@@ -24,7 +28,16 @@ from modelward.registry.errors import (
     TruncatedBody,
 )
 
-__all__ = ["BlobStore", "StreamCheck", "open_store"]
+__all__ = ["BlobStore", "StoredObject", "StreamCheck", "open_store"]
+
+
+class StoredObject(NamedTuple):
+    """A blob (``name``: its digest) or an upload session's chunks (``name``: the session id)
+    as the store holds it: bytes, and the last modification (seconds since the epoch)."""
+
+    name: str
+    size: int
+    modified: float
 
 
 class BlobStore(Protocol):
@@ -38,6 +51,10 @@ class BlobStore(Protocol):
     def discard_part(self, upload_id: str, part: str) -> None: ...
     def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None: ...
     def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None: ...
+    def delete(self, digest: str) -> None: ...
+    def stored_blobs(self) -> Iterator[StoredObject]: ...
+    def stored_uploads(self) -> Iterator[StoredObject]: ...
+    def purge_upload(self, upload_id: str) -> None: ...
     def presign(self, digest: str, expires: int) -> str | None: ...
     def check(self) -> None: ...
 

@@ -19,12 +19,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from modelward.registry.storage import StreamCheck
+from modelward.registry.storage import StoredObject, StreamCheck
 
 __all__ = ["FileStore"]
 
 READ_CHUNK = 1 << 20
 STALE_TMP_SECONDS = 24 * 3600
+HEX_DIGEST = 64
+HEX = frozenset("0123456789abcdef")
 
 
 def _write_checked(out: BinaryIO, chunks: Iterable[bytes], check: StreamCheck) -> None:
@@ -150,6 +152,34 @@ class FileStore:
         shutil.rmtree(data.parent, ignore_errors=True)
 
     def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None:
+        shutil.rmtree(self._uploads / upload_id, ignore_errors=True)
+
+    def delete(self, digest: str) -> None:
+        """Remove the blob's name (a hard link a verifier holds keeps its bytes)."""
+        self._path(digest).unlink(missing_ok=True)
+
+    def stored_blobs(self) -> Iterator[StoredObject]:
+        top = self.root / "sha256"
+        if not top.is_dir():
+            return
+        for shard in top.iterdir():
+            if not shard.is_dir():
+                continue
+            for entry in shard.iterdir():
+                if len(entry.name) != HEX_DIGEST or not all(c in HEX for c in entry.name):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat()
+                    yield StoredObject(f"sha256:{entry.name}", st.st_size, st.st_mtime)
+
+    def stored_uploads(self) -> Iterator[StoredObject]:
+        for entry in self._uploads.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                stats = [entry.stat(), *(f.stat() for f in entry.iterdir())]
+                yield StoredObject(entry.name, sum(s.st_size for s in stats[1:]),
+                                   max(s.st_mtime for s in stats))
+
+    def purge_upload(self, upload_id: str) -> None:
         shutil.rmtree(self._uploads / upload_id, ignore_errors=True)
 
     def presign(self, digest: str, expires: int) -> str | None:

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, cast
 
-from modelward.registry.storage import StreamCheck
+from modelward.registry.storage import StoredObject, StreamCheck
 
 __all__ = ["S3Store"]
 
@@ -167,6 +167,38 @@ class S3Store:
     def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None:
         for part in parts:
             self._s3.delete_object(Bucket=self.bucket, Key=self._part_key(upload_id, part))
+
+    def delete(self, digest: str) -> None:
+        self._s3.delete_object(Bucket=self.bucket, Key=self._key(digest))
+
+    def _listed(self, prefix: str) -> Iterator[dict[str, Any]]:
+        pages = self._s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        for page in pages:
+            yield from page.get("Contents", [])
+
+    def stored_blobs(self) -> Iterator[StoredObject]:
+        prefix = f"{self.prefix}blobs/sha256/"
+        for item in self._listed(prefix):
+            hexd = item["Key"].removeprefix(prefix)
+            if "/" not in hexd:
+                yield StoredObject(f"sha256:{hexd}", int(item["Size"]),
+                                   item["LastModified"].timestamp())
+
+    def stored_uploads(self) -> Iterator[StoredObject]:
+        prefix = f"{self.prefix}_uploads/"
+        sessions: dict[str, StoredObject] = {}
+        for item in self._listed(prefix):
+            upload_id = item["Key"].removeprefix(prefix).split("/", 1)[0]
+            seen = sessions.get(upload_id, StoredObject(upload_id, 0, 0.0))
+            sessions[upload_id] = StoredObject(
+                upload_id, seen.size + int(item["Size"]),
+                max(seen.modified, item["LastModified"].timestamp()))
+        yield from sessions.values()
+
+    def purge_upload(self, upload_id: str) -> None:
+        for item in self._listed(f"{self.prefix}_uploads/{upload_id}/"):
+            self._s3.delete_object(Bucket=self.bucket, Key=item["Key"])
 
     def presign(self, digest: str, expires: int) -> str | None:
         url = self._s3.generate_presigned_url(

@@ -5,9 +5,9 @@ quarantine and tombstones of the bundles holding the blob (service.readable_blob
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -68,10 +68,22 @@ def get_blob(
     )
 
 
-@router.put("/{digest}", status_code=201)
+@router.put(
+    "/{digest}",
+    status_code=201,
+    responses={413: {"description": "too_large, or repository_quota_exceeded: the blob does "
+                                    "not fit the quota of the repository named"}},
+)
 async def put_blob(
-    digest: str, request: Request, caller: Publisher, state: State, response: Response
+    digest: str,
+    request: Request,
+    *,
+    caller: Publisher,
+    state: State,
+    response: Response,
+    repository: Annotated[str | None, Query(max_length=201)] = None,
 ) -> dict[str, Any]:
+    """Store a blob; naming ``repository`` charges it to that repository's quota first."""
     check_digest(digest)
     size = declared_length(request, state.settings.max_blob_bytes)
     created = await run_in_threadpool(
@@ -81,6 +93,7 @@ async def put_blob(
         size=size,
         chunks=body_chunks(request),
         caller=caller,
+        repository=repository,
     )
     if not created:
         response.status_code = 200

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
-from sqlalchemy import exists, select
+from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.errors import BundleQuarantined, NotFound
-from modelward.registry.models import Blob, Bundle, BundleBlob
+from modelward.registry.domains.gc.quota import require_room
+from modelward.registry.domains.repos.service import writable_repo
+from modelward.registry.errors import BundleQuarantined, Conflict, NotFound
+from modelward.registry.models import Blob, BlobLease, Bundle, BundleBlob, Repository
+from modelward.registry.storage import BlobStore
 
-__all__ = ["blob_size", "drain", "put_blob", "readable_blob_size", "record_blob"]
+__all__ = [
+    "blob_size",
+    "charge_repository",
+    "drain",
+    "lease_blob",
+    "put_blob",
+    "readable_blob_size",
+    "record_blob",
+]
 
 # Roles that may read the bytes of quarantined and tombstoned bundles (forensics).
 INSPECTORS = frozenset({"admin", "reviewer"})
@@ -57,8 +69,65 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
     return size
 
 
-def record_blob(session: Session, *, digest: str, size: int, actor: str, via: str) -> bool:
-    """Make a stored blob visible; returns False when it already was."""
+def _collected(digest: str) -> Conflict:
+    return Conflict(
+        f"blob {digest} was garbage-collected while this upload ran; send it again",
+        detail={"digest": digest}, code="blob_collected",
+    )
+
+
+def _lease_existing(session: Session, *, digest: str, size: int, leased: bool) -> None:
+    """Lease a blob found stored (unless the request leased it already); Conflict
+    ``blob_collected`` when garbage collection removed it meanwhile."""
+    if session.get(Blob, digest) is None:
+        raise _collected(digest)
+    if not leased:
+        lease_blob(session, digest=digest, size=size, repo_id=None)
+
+
+def lease_blob(session: Session, *, digest: str, size: int, repo_id: int | None) -> BlobLease:
+    """Keep ``digest`` from garbage collection for the GC window, charged to ``repo_id``'s
+    quota meanwhile (docs/registry.md#storage-hygiene)."""
+    lease = BlobLease(digest=digest, size=size, repo_id=repo_id, created_at=datetime.now(UTC))
+    session.add(lease)
+    session.flush()
+    return lease
+
+
+def charge_repository(
+    session: Session, state: AppState, *, repository: str | None, digest: str, size: int,
+    caller: Caller,
+) -> Repository | None:
+    """The repository an upload names, once the caller may publish to it and the blob fits
+    its quota (413 ``repository_quota_exceeded`` otherwise); None when it names none. Call it
+    in the write transaction that records the reservation."""
+    if repository is None:
+        return None
+    repo = writable_repo(session, repository, caller)
+    require_room(session, repo, {digest: size}, state.settings)
+    return repo
+
+
+def record_blob(
+    session: Session,
+    *,
+    digest: str,
+    size: int,
+    actor: str,
+    via: str,
+    repo_id: int | None = None,
+    store: BlobStore | None = None,
+) -> bool:
+    """Make a stored blob visible and lease it for the push that stored it; returns False when
+    it was visible already.
+
+    With ``store``, the stored object is checked first (in this serialized write): garbage
+    collection may have removed it while the request ran, if it had collected an earlier copy
+    of the same bytes — then Conflict ``blob_collected``, and the client sends it again.
+    """
+    if store is not None and store.size(digest) != size:
+        raise _collected(digest)
+    lease_blob(session, digest=digest, size=size, repo_id=repo_id)
     if session.get(Blob, digest) is not None:
         return False
     session.add(Blob(digest=digest, size=size))
@@ -69,16 +138,43 @@ def record_blob(session: Session, *, digest: str, size: int, actor: str, via: st
 
 
 def put_blob(
-    state: AppState, *, digest: str, size: int, chunks: Iterable[bytes], caller: Caller
+    state: AppState,
+    *,
+    digest: str,
+    size: int,
+    chunks: Iterable[bytes],
+    caller: Caller,
+    repository: str | None = None,
 ) -> bool:
     """Stream, verify, store and record one blob; True when it is new.
 
+    With ``repository``, the caller must be able to publish there and the blob is charged to
+    its quota before a byte is read (413 ``repository_quota_exceeded``): a lease reserves it.
     Raises DigestMismatchError, TruncatedBody or BadRequest (nothing becomes visible then).
     """
-    with state.db.read() as session:
-        if session.get(Blob, digest) is not None:
+    reserved: int | None = None
+    repo_id: int | None = None
+    if repository is not None:
+        with state.db.write() as session:
+            repo = charge_repository(session, state, repository=repository, digest=digest,
+                                     size=size, caller=caller)
+            if repo is not None:
+                repo_id = repo.id
+                reserved = lease_blob(session, digest=digest, size=size, repo_id=repo_id).id
+    try:
+        with state.db.read() as session:
+            row = session.get(Blob, digest)
+        if row is not None and state.store.size(digest) == row.size:
             drain(chunks)  # read the body so the client sees our answer, not a reset
+            with state.db.write() as session:
+                _lease_existing(session, digest=digest, size=size, leased=reserved is not None)
             return False
-    state.store.put_verified(digest, size, chunks)
-    with state.db.write() as session:
-        return record_blob(session, digest=digest, size=size, actor=caller.name, via="put")
+        state.store.put_verified(digest, size, chunks)
+        with state.db.write() as session:
+            return record_blob(session, digest=digest, size=size, actor=caller.name, via="put",
+                               repo_id=repo_id, store=state.store)
+    except BaseException:
+        if reserved is not None:
+            with state.db.write() as session:
+                session.execute(delete(BlobLease).where(BlobLease.id == reserved))
+        raise

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -17,6 +17,7 @@ from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.bundles import service
 from modelward.registry.domains.bundles.quarantine import quarantine as quarantine_digest
 from modelward.registry.domains.bundles.quarantine import require_readable
+from modelward.registry.domains.repos.listing import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, PayloadTooLarge
 
@@ -87,6 +88,24 @@ async def put_bundle(
         "created": created,
         "ignored_attestations": ignored,
     }
+
+
+@router.get("")
+def list_bundles(
+    *,
+    org: str,
+    name: str,
+    caller: AnyCaller,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> dict[str, Any]:
+    """The repository's bundles, newest first, each with its state (live, quarantined,
+    tombstoned) and the aliases pointing at it; ``next``: the ``cursor`` of the next page."""
+    repo_name = f"{org}/{name}"
+    with state.db.read() as session:
+        page = service.list_bundles(session, caller, repo_name, limit=limit, cursor=cursor)
+    return {"repository": repo_name, "bundles": page.items, "next": page.next}
 
 
 @router.get("/{digest}")

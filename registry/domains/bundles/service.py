@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.attestations.repository import is_live
@@ -39,6 +39,15 @@ from modelward.registry.domains.bundles.quarantine import (
     quarantine_of,
     require_not_quarantined,
 )
+from modelward.registry.domains.gc.quota import require_bundle_room
+from modelward.registry.domains.repos.listing import (
+    InvalidCursor,
+    Page,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    readable_repo,
+)
 from modelward.registry.domains.repos.service import get_repo, repo_policy, writable_repo
 from modelward.registry.errors import (
     BadRequest,
@@ -49,9 +58,17 @@ from modelward.registry.errors import (
     NotFound,
     PayloadTooLarge,
 )
-from modelward.registry.models import Attestation, Blob, Bundle, BundleBlob, Principal, Repository
+from modelward.registry.models import (
+    Alias,
+    Attestation,
+    Blob,
+    Bundle,
+    BundleBlob,
+    Principal,
+    Repository,
+)
 
-__all__ = ["bundle_json", "find_bundle", "live_bundle", "push", "tombstone"]
+__all__ = ["bundle_json", "find_bundle", "list_bundles", "live_bundle", "push", "tombstone"]
 
 
 def find_bundle(session: Session, repo: Repository, digest: str) -> Bundle:
@@ -90,6 +107,72 @@ def bundle_json(session: Session, row: Bundle, caller: Caller) -> dict[str, Any]
         "created_by": creator.name if creator else None,
         "created_at": iso(row.created_at),
         "decision": json.loads(row.decision),
+    }
+
+
+def list_bundles(
+    session: Session, caller: Caller, repo_name: str, *, limit: int, cursor: str | None = None
+) -> Page:
+    """A repository's bundles, newest first, a page at a time (authorization in the query:
+    ``repos.listing.readable_repo``). Each: ``{digest, state (live, quarantined or
+    tombstoned; tombstoned wins), aliases (the names pointing at it), allowed (the push
+    decision), created_by, created_at, quarantined, quarantine_reason, tombstoned,
+    tombstone_reason}``; no manifest. Raises NotFound, InvalidCursor."""
+    check_limit(limit)
+    repo = readable_repo(session, repo_name, caller)
+    query = (
+        select(Bundle, Principal.name)
+        .options(
+            load_only(
+                Bundle.id,
+                Bundle.digest,
+                Bundle.decision,
+                Bundle.created_at,
+                Bundle.tombstoned,
+                Bundle.tombstone_reason,
+                Bundle.quarantined,
+                Bundle.quarantine_reason,
+            )
+        )
+        .outerjoin(Principal, Principal.id == Bundle.created_by)
+        .where(Bundle.repo_id == repo.id)
+        .order_by(Bundle.id.desc())
+        .limit(limit + 1)
+    )
+    if cursor is not None:
+        key = decode_cursor("bundles", cursor)
+        if not key.isdigit() or len(key) > 18:
+            raise InvalidCursor("invalid cursor for the bundles listing")
+        query = query.where(Bundle.id < int(key))
+    rows = session.execute(query).all()
+    page, more = rows[:limit], len(rows) > limit
+    names: dict[str, list[str]] = {}
+    digests = {row.digest for row, _ in page}
+    if digests:
+        for alias, digest in session.execute(
+            select(Alias.name, Alias.digest)
+            .where(Alias.repo_id == repo.id, Alias.digest.in_(digests))
+            .order_by(Alias.name)
+        ).tuples():
+            names.setdefault(digest, []).append(alias)
+    items = [_listed(row, creator, names.get(row.digest, [])) for row, creator in page]
+    return Page(items, encode_cursor("bundles", str(page[-1][0].id)) if more else None)
+
+
+def _listed(row: Bundle, creator: str | None, aliases: list[str]) -> dict[str, Any]:
+    state = "tombstoned" if row.tombstoned else "quarantined" if row.quarantined else "live"
+    decision = json.loads(row.decision)
+    return {
+        "digest": row.digest,
+        "state": state,
+        "aliases": aliases,
+        "allowed": bool(decision.get("allowed")) if isinstance(decision, dict) else False,
+        "created_by": creator,
+        "created_at": iso(row.created_at),
+        "quarantined": bool(row.quarantined),
+        "quarantine_reason": row.quarantine_reason,
+        "tombstoned": row.tombstoned,
+        "tombstone_reason": row.tombstone_reason,
     }
 
 
@@ -185,6 +268,17 @@ def push(
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
+        # (6) again, and the quota: garbage collection deletes under this same write lock
+        # (docs/registry.md#storage-hygiene), so the blobs are either still here or refused.
+        missing = _missing_blobs(session, manifest)
+        if missing:
+            raise BadRequest(
+                f"{len(missing)} blob(s) were garbage-collected while the push ran, first: "
+                f"{missing[0]['path']}: {missing[0]['reason']}; push again",
+                detail=missing,
+                code="missing_blobs",
+            )
+        require_bundle_room(session, repo, manifest, state.settings)
         # (8): who may attach what, from each verified statement.
         for item in trusted.verified:
             stmt = item.statement

@@ -22,15 +22,23 @@ MAX_SIZE = 2**62  # bytes of an upload and its offsets; the store's sizes are 64
 class UploadIn(BaseModel):
     digest: str = Field(max_length=100)
     size: int = Field(ge=0, le=MAX_SIZE)
+    # the repository the blob is for: charged to its quota from now on (optional)
+    repository: str | None = Field(default=None, max_length=201)
 
 
 @router.post(
     "",
     status_code=201,
-    responses={429: {"description": "quota_exceeded: too many open sessions for the caller"}},
+    responses={
+        413: {"description": "too_large, or repository_quota_exceeded: the blob does not fit "
+                             "the repository's quota"},
+        429: {"description": "quota_exceeded: too many open sessions for the caller"},
+    },
 )
 def start_upload(body: UploadIn, caller: Publisher, state: State) -> dict[str, Any]:
-    row = service.start(state, digest=check_digest(body.digest), size=body.size, caller=caller)
+    """Open a session; naming ``repository`` charges the blob to its quota."""
+    row = service.start(state, digest=check_digest(body.digest), size=body.size, caller=caller,
+                        repository=body.repository)
     return {"id": row.id, "offset": row.offset, "digest": row.digest, "size": row.size}
 
 

@@ -5,7 +5,12 @@ advances (by a conditional UPDATE) once its whole chunk is stored.
 Sessions are bounded: a principal holds at most ``max_open_uploads`` at once, and a session
 idle for ``upload_ttl_seconds`` is expired — it answers 404 from then on, and the next
 ``start`` (any principal's) deletes it and its parts, audited as ``upload.expire``. A client
-can end its own session early with ``cancel``."""
+can end its own session early with ``cancel``.
+
+A session may name the repository it uploads for: the caller must be able to publish there,
+and the declared size is charged to the repository's quota from ``start`` on (413
+``repository_quota_exceeded`` when it does not fit), then, once committed, through a blob lease
+until the push commits (docs/registry.md#storage-hygiene)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from sqlalchemy.orm import Session
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.blobs.service import drain, record_blob
+from modelward.registry.domains.blobs.service import charge_repository, drain, record_blob
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -90,7 +95,14 @@ def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
     return removed
 
 
-def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadSession:
+def start(
+    state: AppState, *, digest: str, size: int, caller: Caller, repository: str | None = None
+) -> UploadSession:
+    """Open a session for ``digest`` of ``size`` bytes, charged to ``repository`` if named.
+
+    Raises BadRequest, PayloadTooLarge (413: past ``max_blob_bytes``, or past the
+    repository's quota), QuotaExceeded (429: too many open sessions), NotFound/Forbidden (the
+    repository)."""
     if size < 0:
         raise BadRequest("size must not be negative")
     if size > state.settings.max_blob_bytes:
@@ -102,6 +114,8 @@ def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadS
     now = datetime.now(UTC)
     limit = state.settings.max_open_uploads
     with state.db.write() as session:
+        repo = charge_repository(session, state, repository=repository, digest=digest,
+                                 size=size, caller=caller)
         open_ = session.execute(
             select(func.count()).select_from(UploadSession)
             .where(UploadSession.principal_id == caller.id)
@@ -122,14 +136,18 @@ def start(state: AppState, *, digest: str, size: int, caller: Caller) -> UploadS
             principal_id=caller.id,
             created_at=now,
             updated_at=now,
+            repo_id=None if repo is None else repo.id,
         )
         session.add(row)
+        details: dict[str, object] = {"upload_id": row.id, "size": size}
+        if repo is not None:
+            details["repository"] = repo.name
         append(
             session,
             actor=caller.name,
             action="upload.start",
             subject=digest,
-            details={"upload_id": row.id, "size": size},
+            details=details,
         )
         return row
 
@@ -205,9 +223,14 @@ def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int
     except DigestMismatchError:
         _end(state, upload_id, parts)
         raise
-    with state.db.write() as session:
-        record_blob(session, digest=row.digest, size=row.size, actor=caller.name, via="upload")
-        session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
+    try:
+        with state.db.write() as session:
+            record_blob(session, digest=row.digest, size=row.size, actor=caller.name,
+                        via="upload", repo_id=row.repo_id, store=state.store)
+            session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
+    except Conflict:  # collected meanwhile (record_blob): the parts are gone, so is the session
+        _end(state, upload_id, parts)
+        raise
     return row.digest, row.size
 
 
