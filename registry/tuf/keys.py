@@ -24,8 +24,9 @@ from modelward.attest.keys import generate_private_key
 from modelward.attest.tuf import tuf_signer
 from modelward.registry.errors import RegistryError
 from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
+from modelward.registry.settings import Settings
 
-__all__ = ["ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable"]
+__all__ = ["ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable", "tuf_keys"]
 
 ONLINE_ROLES = ("snapshot", "timestamp")
 EMBEDDED_ROLES = ("root", "targets")
@@ -81,3 +82,8 @@ class OnlineKeys:
             for role in (*EMBEDDED_ROLES, *ONLINE_ROLES)
             if self.has(role)
         }
+
+
+def tuf_keys(settings: Settings) -> OnlineKeys:
+    """The registry's online TUF keys: ``<data_dir>/tuf-keys``."""
+    return OnlineKeys((settings.data_dir / "tuf-keys").resolve())

@@ -67,11 +67,12 @@ def delegations(
     repositories: Sequence[RepositoryTrust],
     *,
     reviewer_keys: Sequence[Key],
-    online_key: Key,
+    online_key: Key | None,
     quarantine: bool,
 ) -> Delegations:
     """The top-level targets role's delegations for ``repositories`` (order as documented);
-    ``quarantine``: whether the quarantine role has a first version to delegate to."""
+    ``quarantine``: whether the quarantine role has a first version to delegate to;
+    ``online_key``: the registry's key for ``online:`` aliases (None: it has none)."""
     keys: dict[str, Key] = {key.keyid: key for key in reviewer_keys}
     roles = [_role(QUARANTINE_ROLE, reviewer_keys, 1, ["quarantine/*"])] if quarantine else []
     for trust in sorted(repositories, key=lambda r: r.repo):
@@ -85,6 +86,11 @@ def delegations(
                 )
             )
         if trust.online_patterns:
+            if online_key is None:
+                raise ValueError(
+                    f"{trust.repo}: online aliases {list(trust.online_patterns)} need the "
+                    "registry's online alias key, and this registry has none"
+                )
             keys[online_key.keyid] = online_key
             roles.append(
                 _role(

@@ -13,9 +13,12 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["DirectoryStore", "MetadataStore", "file_name"]
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+__all__ = ["DirectoryStore", "MetadataStore", "SessionStore", "export_metadata", "file_name"]
 
 TIMESTAMP = "timestamp"
 _VERSIONED = re.compile(r"([1-9][0-9]{0,17})\.(.+)\.json")
@@ -88,3 +91,60 @@ class DirectoryStore:
         if marker.exists():
             latest[TIMESTAMP] = int(marker.read_text())
         return latest
+
+
+class SessionStore:
+    """A ``MetadataStore`` in the registry's database (table ``tuf_metadata``), inside the
+    caller's transaction: a new role version, snapshot and timestamp commit together with
+    the decision they record, or not at all."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def read(self, role: str, version: int | None = None) -> bytes | None:
+        from sqlalchemy import select
+
+        from modelward.registry.models import TufMetadata
+
+        query = select(TufMetadata.data).where(TufMetadata.role == role)
+        if version is None:
+            query = query.order_by(TufMetadata.version.desc()).limit(1)
+        else:
+            query = query.where(TufMetadata.version == version)
+        return self.session.scalars(query).first()
+
+    def write(self, role: str, version: int, data: bytes) -> None:
+        from modelward.registry.models import TufMetadata
+
+        file_name(role, version)  # refuses a role name that cannot be a file name
+        self.session.add(TufMetadata(role=role, version=version, data=data))
+        self.session.flush()
+
+    def latest_versions(self) -> dict[str, int]:
+        from sqlalchemy import func, select
+
+        from modelward.registry.models import TufMetadata
+
+        rows = self.session.execute(
+            select(TufMetadata.role, func.max(TufMetadata.version)).group_by(TufMetadata.role)
+        )
+        return {role: int(version) for role, version in rows}
+
+
+def export_metadata(source: MetadataStore, target: MetadataStore) -> int:
+    """Copy every version of every role from ``source`` to ``target`` (e.g. the database to
+    a directory a CDN serves); versions ``target`` already has are skipped. Returns how
+    many files were written. The timestamp goes last, so a reader of ``target`` never sees
+    a timestamp naming a snapshot that is not there yet."""
+    have = target.latest_versions()
+    written = 0
+    latest = source.latest_versions()
+    for role in sorted(latest, key=lambda r: r == TIMESTAMP):
+        first = 1 if role == TIMESTAMP else have.get(role, 0) + 1
+        versions = [latest[role]] if role == TIMESTAMP else range(first, latest[role] + 1)
+        for version in versions:
+            data = source.read(role, version)
+            if data is not None:
+                target.write(role, version, data)
+                written += 1
+    return written

@@ -1,0 +1,100 @@
+"""The registry's TUF repository inside a database transaction (docs/tuf.md).
+
+``open_repository`` binds python-tuf's repository to the caller's session, so a new role
+version, its snapshot and its timestamp commit together with the decision they record.
+
+``bootstrap_embedded`` is the embedded default: with no root in the database, the registry
+creates root, targets, snapshot and timestamp keys online under its data directory and
+publishes root version 1 itself. ``serve`` says so loudly; the proper ceremony keeps root and
+targets keys offline (``modelward trust init``).
+
+``sync_delegations`` re-makes the top-level targets role when repositories, their policies,
+publishers or keys changed; it needs the targets key (embedded default) and otherwise raises
+``ValueError`` naming the role, for the admins to sign offline.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+from tuf.api.metadata import Targets
+
+from modelward.attest.tuf import QUARANTINE_ROLE
+from modelward.registry.tuf.keys import EMBEDDED_ROLES, ONLINE_ROLES, OnlineKeys
+from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
+from modelward.registry.tuf.roles import delegations
+from modelward.registry.tuf.state import repository_trusts, reviewer_keys
+from modelward.registry.tuf.store import SessionStore
+
+__all__ = ["bootstrap_embedded", "open_repository", "sync_delegations"]
+
+log = logging.getLogger(__name__)
+
+
+def open_repository(
+    session: Session, keys: OnlineKeys, expiries: Expiries | None = None
+) -> MetadataRepository:
+    """The TUF repository in ``session``'s transaction, signing with the keys it holds."""
+    return MetadataRepository(SessionStore(session), keys.signers(), expiries=expiries)
+
+
+def bootstrap_embedded(
+    session: Session,
+    keys: OnlineKeys,
+    default_policy_yaml: str | None,
+    expiries: Expiries | None = None,
+) -> bool:
+    """Publish root v1 with online keys if the database has no root; True if it did."""
+    if SessionStore(session).read("root") is not None:
+        return False
+    for role in (*EMBEDDED_ROLES, *ONLINE_ROLES):
+        keys.create(role)
+    repo = open_repository(session, keys, expiries)
+    signers = repo.signers
+    expiries = repo.expiries
+    root = new_root(
+        root_keys=[signers["root"][0].public_key],
+        root_threshold=1,
+        targets_keys=[signers["targets"][0].public_key],
+        targets_threshold=1,
+        snapshot_key=signers["snapshot"][0].public_key,
+        timestamp_key=signers["timestamp"][0].public_key,
+        expires=repo.clock() + expiries.root,
+    )
+    root.sign(signers["root"][0], append=True)
+    repo.install_root(root.to_bytes())
+    sync_delegations(session, repo, default_policy_yaml, force=True)
+    log.warning(
+        "TUF: created root version 1 with ONLINE root and targets keys in %s (the embedded "
+        "default). Anyone who can read that directory can sign alias decisions: for "
+        "production run `modelward trust init` with offline keys (docs/tuf.md#keys).",
+        keys.directory,
+    )
+    return True
+
+
+def sync_delegations(
+    session: Session,
+    repo: MetadataRepository,
+    default_policy_yaml: str | None,
+    *,
+    force: bool = False,
+) -> bool:
+    """A new top-level targets if the delegations it should make changed; True if it did."""
+    wanted = delegations(
+        repository_trusts(session, default_policy_yaml),
+        reviewer_keys=reviewer_keys(session),
+        online_key=None,
+        quarantine=QUARANTINE_ROLE in repo.store.latest_versions(),
+    )
+    current: Targets | None = repo.targets() if "targets" in repo.store.latest_versions() else None
+    if not force and current is not None and current.delegations is not None and (
+        current.delegations.to_dict() == wanted.to_dict()
+    ):
+        return False
+    with repo.edit_targets() as targets:
+        targets.delegations = wanted
+    repo.publish()
+    return True
+

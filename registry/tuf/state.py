@@ -1,0 +1,72 @@
+"""What the delegations are made of, read from the registry's database (docs/tuf.md#roles).
+
+- a repository's protected alias rules with ``approvals`` >= 1, from its policy, in order;
+- its publishers' active signing keys;
+- every reviewer's active signing key (reviewers sign protected aliases and quarantine).
+
+A protected rule with ``approvals: 0`` (protected only for its baseline or replay gates)
+stays with the publishers' role: the registry checks those gates before it publishes.
+Revoked keys are left out, so revoking a key ends its delegations with the next targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from securesystemslib.signer import Key
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from modelward.attest.keys import load_public_key
+from modelward.attest.tuf import tuf_key
+from modelward.registry.domains.repos.policy import repo_policy
+from modelward.registry.models import Principal, RepoPublisher, Repository, SigningKey
+from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust
+
+__all__ = ["repository_trusts", "reviewer_keys"]
+
+
+def _keys(session: Session, principal_ids: Sequence[int]) -> list[Key]:
+    if not principal_ids:
+        return []
+    rows = session.scalars(
+        select(SigningKey)
+        .where(SigningKey.principal_id.in_(principal_ids), SigningKey.revoked_at.is_(None))
+        .order_by(SigningKey.keyid)
+    )
+    return [
+        tuf_key(load_public_key(row.public_key_pem.encode(), source=f"key {row.keyid}"))
+        for row in rows
+    ]
+
+
+def reviewer_keys(session: Session) -> list[Key]:
+    """Every reviewer's active signing key."""
+    ids = list(session.scalars(select(Principal.id).where(Principal.role == "reviewer")))
+    return _keys(session, ids)
+
+
+def repository_trusts(session: Session, default_policy_yaml: str | None) -> list[RepositoryTrust]:
+    """One ``RepositoryTrust`` per repository, by name."""
+    trusts = []
+    for repo in session.scalars(select(Repository).order_by(Repository.name)):
+        policy = repo_policy(repo, default_policy_yaml)
+        protected = [
+            ProtectedRule(rule.pattern, rule.approvals)
+            for rule in policy.aliases
+            if rule.protected and rule.approvals >= 1
+        ]
+        publishers = list(
+            session.scalars(
+                select(RepoPublisher.principal_id).where(RepoPublisher.repo_id == repo.id)
+            )
+        )
+        trusts.append(
+            RepositoryTrust(
+                repo=repo.name,
+                protected=protected,
+                online_patterns=[],
+                publisher_keys=_keys(session, publishers),
+            )
+        )
+    return trusts
