@@ -31,7 +31,6 @@ root (``index.json``, ``blobs/sha256/<hex>``) and the reason. Caller misuse is `
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
@@ -47,6 +46,7 @@ from typing import Any, Final
 
 import rfc8785
 
+from modelward.attest import oci_media
 from modelward.attest._json import DuplicateKeyError, reject_duplicates
 from modelward.attest.errors import BundleError, ManifestError
 from modelward.attest.manifest import (
@@ -80,36 +80,16 @@ __all__ = [
     "referrer_manifest",
 ]
 
-# -- media types: the same values as registry/domains/oci/media_types.py (the /v2 side), so
-# an attestation's referrer has one digest on /v2 and in a layout; attest/ imports nothing
-# from registry/, and tests/oci_layout/test_layout_library.py pins the two equal.
-INDEX_MEDIA_TYPE: Final = "application/vnd.oci.image.index.v1+json"
-EMPTY_MEDIA_TYPE: Final = "application/vnd.oci.empty.v1+json"
-IN_TOTO_ARTIFACT_TYPE: Final = "application/vnd.in-toto+json"
+# -- media types: attest.oci_media's, which /v2 uses too (one referrer digest on both doors)
+INDEX_MEDIA_TYPE: Final = oci_media.IMAGE_INDEX
+EMPTY_MEDIA_TYPE: Final = oci_media.EMPTY_CONFIG_MEDIA_TYPE
+IN_TOTO_ARTIFACT_TYPE: Final = oci_media.INTOTO_DSSE
 DSSE_ENVELOPE_MEDIA_TYPE: Final = "application/vnd.dsse.envelope.v1+json"
-SIGSTORE_BUNDLE_ARTIFACT_TYPE: Final = "application/vnd.dev.sigstore.bundle.v0.3+json"
-OMS_ARTIFACT_TYPE: Final = "application/vnd.dev.modelward.oms.model-sig.v1+json"
+SIGSTORE_BUNDLE_ARTIFACT_TYPE: Final = oci_media.SIGSTORE_BUNDLE
+OMS_ARTIFACT_TYPE: Final = oci_media.OMS_MODEL_SIG
 REF_NAME_ANNOTATION: Final = "org.opencontainers.image.ref.name"
-KIND_ANNOTATION: Final = "dev.modelward.attestation.kind"
-PREDICATE_ANNOTATION: Final = "dev.modelward.attestation.predicate-type"
-
-ARTIFACT_TYPE_BY_KIND: Final[Mapping[str, str]] = {
-    "dsse": IN_TOTO_ARTIFACT_TYPE,
-    "sigstore": SIGSTORE_BUNDLE_ARTIFACT_TYPE,
-    "oms": OMS_ARTIFACT_TYPE,
-}
-# the kinds a referrer's artifactType admits (a model.sig is a Sigstore bundle too)
-KINDS_BY_ARTIFACT_TYPE: Final[Mapping[str, frozenset[str]]] = {
-    IN_TOTO_ARTIFACT_TYPE: frozenset({"dsse"}),
-    SIGSTORE_BUNDLE_ARTIFACT_TYPE: frozenset({"sigstore", "oms"}),
-    OMS_ARTIFACT_TYPE: frozenset({"oms"}),
-}
-# the layer media type written for each kind (a model.sig is a Sigstore bundle)
-_LAYER_MEDIA_TYPE: Final[Mapping[str, str]] = {
-    "dsse": IN_TOTO_ARTIFACT_TYPE,
-    "sigstore": SIGSTORE_BUNDLE_ARTIFACT_TYPE,
-    "oms": SIGSTORE_BUNDLE_ARTIFACT_TYPE,
-}
+ARTIFACT_TYPE_BY_KIND: Final[Mapping[str, str]] = oci_media.ARTIFACT_TYPE_BY_KIND
+KINDS_BY_ARTIFACT_TYPE: Final[Mapping[str, frozenset[str]]] = oci_media.KINDS_BY_ARTIFACT_TYPE
 _SIGSTORE_BUNDLE_PREFIX: Final = "application/vnd.dev.sigstore.bundle"
 # the layer media types accepted on reading, per kind (cosign and oras spell them so)
 _LAYER_ACCEPTED: Final[Mapping[str, tuple[str, ...]]] = {
@@ -562,30 +542,20 @@ def open_layout(root: Path, limits: LayoutLimits = LayoutLimits()) -> Layout:
 def referrer_manifest(
     subject_digest: str, subject_size: int, data: bytes, kind: str, predicate_type: str
 ) -> bytes:
-    """Canonical bytes (RFC 8785, no timestamps) of the referrer manifest holding attestation
-    ``data`` of ``kind`` (``dsse``, ``sigstore``, ``oms``) about the bundle manifest
-    ``subject_digest``: byte for byte what ``/v2`` serves for the same attestation
-    (registry/domains/oci/media_types.py), so a referrer keeps its digest across an air gap.
-
-    Raises ``ValueError`` for an unknown kind."""
+    """Canonical bytes of the referrer manifest holding attestation ``data`` of ``kind``
+    (``dsse``, ``sigstore``, ``oms``) about the bundle manifest ``subject_digest``: made by
+    ``attest.oci_media.referrer_manifest``, the one maker ``/v2`` uses too, so a referrer
+    keeps its digest across an air gap. Raises ``ValueError`` for an unknown kind."""
     if kind not in ARTIFACT_TYPE_BY_KIND:
         raise ValueError(f"unknown attestation kind {kind!r}")
-    document: dict[str, Any] = {
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_MEDIA_TYPE,
-        "artifactType": ARTIFACT_TYPE_BY_KIND[kind],
-        "config": {**EMPTY_DESCRIPTOR, "data": base64.b64encode(_EMPTY_BLOB).decode()},
-        "layers": [
-            {"mediaType": _LAYER_MEDIA_TYPE[kind], "digest": bundle_digest(data), "size": len(data)}
-        ],
-        "subject": {
-            "mediaType": MANIFEST_MEDIA_TYPE,
-            "digest": subject_digest,
-            "size": subject_size,
-        },
-        "annotations": {KIND_ANNOTATION: kind, PREDICATE_ANNOTATION: predicate_type},
-    }
-    return bytes(rfc8785.dumps(document))
+    return oci_media.referrer_manifest(
+        kind=kind,
+        predicate_type=predicate_type,
+        attestation_digest=bundle_digest(data),
+        attestation_size=len(data),
+        subject_digest=subject_digest,
+        subject_size=subject_size,
+    )
 
 
 class LayoutWriter:

@@ -96,7 +96,7 @@ def test_oms_model_sig_pushed_as_referrer_is_listed_under_its_artifact_type(
 ) -> None:
     import shutil
 
-    from modelward.registry.domains.oci.media_types import ANNOTATION_KIND, OMS_MODEL_SIG
+    from modelward.attest.oci_media import ANNOTATION_KIND, OMS_MODEL_SIG
 
     src = shared_fixtures / "oms" / "v1.1.0-certificate"
     root = tmp_path / "oms-bundle"

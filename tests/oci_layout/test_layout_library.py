@@ -151,10 +151,10 @@ def test_an_unknown_attestation_kind_is_refused_on_writing(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("kind", ["dsse", "sigstore", "oms"])
 def test_a_referrer_is_byte_for_byte_the_one_v2_serves(kind: str) -> None:
-    """One attestation, one referrer digest: in a layout and on /v2 (until the two share
-    one module, this pins them equal)."""
+    """One attestation, one referrer digest: in a layout and on /v2 (both made by
+    attest.oci_media)."""
     from modelward.attest import oci_layout
-    from modelward.registry.domains.oci import media_types
+    from modelward.attest import oci_media as media_types
 
     data = b'{"an": "attestation"}'
     subject = "sha256:" + "ab" * 32

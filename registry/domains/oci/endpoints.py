@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from modelward.attest import oci_media as mt
 from modelward.registry.domains._numbers import header_decimal
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.service import Caller
@@ -22,7 +23,6 @@ from modelward.registry.domains.blobs.streaming import (
     parse_range,
 )
 from modelward.registry.domains.oci import auth, blobs, manifests
-from modelward.registry.domains.oci import media_types as mt
 from modelward.registry.domains.oci.errors import API_VERSION_HEADER, OCI_RESPONSES, OciError
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.uploads import service as upload_service

@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.attest import oci_media as mt
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.attestations import rules
 from modelward.registry.domains.attestations import service as attestations
@@ -43,7 +44,6 @@ from modelward.registry.domains.blobs.streaming import DIGEST_RE
 from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.quarantine import require_readable
-from modelward.registry.domains.oci import media_types as mt
 from modelward.registry.domains.oci.errors import OciError
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import Refused

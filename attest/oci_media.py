@@ -1,11 +1,13 @@
-"""Media types and artifact types modelward uses on the OCI side (docs/oci.md#media-types).
+"""Media types and artifact types modelward uses on the OCI side (docs/oci.md#media-types),
+and the one maker of referrer manifests.
 
 The bundle itself is an OCI image manifest following the CNCF ModelPack model-spec
 (attest.manifest: ``MANIFEST_MEDIA_TYPE``, ``ARTIFACT_TYPE``, ``CONFIG_MEDIA_TYPE``). An
 attestation travels as a referrer: an OCI image manifest with ``subject`` (the bundle),
 ``artifactType`` naming the attestation's format, the empty config, and exactly one layer
-holding the attestation's bytes verbatim. These names are shared by ``/v2`` and the OCI
-layout export/import (attest/oci_layout.py).
+holding the attestation's bytes verbatim. ``/v2`` (registry/domains/oci) and the OCI layout
+export/import (attest/oci_layout.py) both use this module, so a referrer has one digest on
+both doors and across an air gap.
 """
 
 from __future__ import annotations
