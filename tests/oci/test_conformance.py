@@ -242,3 +242,21 @@ def test_revoking_the_api_token_ends_its_bearers(mw: Registry) -> None:
     after = httpx.get(f"{mw.url}/v2/{repo}/tags/list", headers=auth)
     assert after.status_code == 401
     assert "revoked" in after.text
+
+
+def test_uploads_past_the_repository_quota_are_denied_by_both_door_rules(oci: Oci) -> None:
+    """/v2 charges a blob to the repository's quota once its size is known (the closing PUT
+    of a session, or a monolithic PUT): the same quota and message as /v1."""
+    oci.mw.cli("repo", "quota", "set", oci.repo, "1000", check=True)
+    fits = oci.upload(b"f" * 600)
+    assert fits.status_code == 201, fits.text
+    over = oci.upload(b"o" * 600)
+    assert over.status_code == 413, over.text
+    assert _error(over) == "DENIED"
+    message = over.json()["errors"][0]["message"]
+    assert oci.repo in message
+    assert "quota" in message
+    assert oci.http.head(f"/blobs/{_sha(b'o' * 600)}").status_code == 404
+    monolithic = oci.http.post("/blobs/uploads/", params={"digest": _sha(b"m" * 600)},
+                               content=b"m" * 600)
+    assert monolithic.status_code == 413, monolithic.text

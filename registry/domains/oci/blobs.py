@@ -117,15 +117,21 @@ def append(
     return offset
 
 
-def finish(state: AppState, *, upload_id: str, digest: str, caller: Caller) -> tuple[str, int]:
-    """Name the session's digest and size, then commit it through the upload service."""
+def finish(
+    state: AppState, *, upload_id: str, digest: str, caller: Caller, repo_name: str
+) -> tuple[str, int]:
+    """Name the session's digest and size, charge the blob to ``repo_name``'s quota (413
+    ``repository_quota_exceeded``: only now is its size known), then commit it through the
+    upload service."""
     row = uploads.get_session(state, upload_id, caller)
     with state.db.write() as session:
+        repo = blobs.charge_repository(session, state, repository=repo_name, digest=digest,
+                                       size=row.offset, caller=caller)
         result = session.execute(
             update(UploadSession)
             .where(UploadSession.id == upload_id, UploadSession.offset == row.offset,
                    UploadSession.digest == UNKNOWN_DIGEST)
-            .values(digest=digest, size=row.offset)
+            .values(digest=digest, size=row.offset, repo_id=repo.id if repo else None)
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             raise OciError(400, "BLOB_UPLOAD_INVALID",

@@ -298,14 +298,15 @@ async def start_upload(
                                f"blob of {length} bytes exceeds the {allowed} bytes "
                                f"{caller.name} may upload to {repo}")
             await run_in_threadpool(blob_service.put_blob, state, digest=digest, size=length,
-                                    chunks=body_chunks(request), caller=caller)
+                                    chunks=body_chunks(request), caller=caller,
+                                    repository=repo)
             return _blob_created(repo, digest)
     row = await run_in_threadpool(blobs.start, state, repo_name=repo, caller=caller)
     if digest is not None:  # a monolithic POST with a chunked body
         await run_in_threadpool(blobs.append, state, upload_id=row.id, start_at=None,
                                 length=None, chunks=body_chunks(request), caller=caller)
         await run_in_threadpool(blobs.finish, state, upload_id=row.id, digest=digest,
-                                caller=caller)
+                                caller=caller, repo_name=repo)
         return _blob_created(repo, digest)
     return Response(status_code=202, headers=_upload_headers(repo, row.id, 0))
 
@@ -360,7 +361,7 @@ async def close_upload(
         await run_in_threadpool(blobs.append, state, upload_id=upload_id, start_at=start_at,
                                 length=length, chunks=body_chunks(request), caller=caller)
     await run_in_threadpool(blobs.finish, state, upload_id=upload_id, digest=digest,
-                            caller=caller)
+                            caller=caller, repo_name=repo)
     return _blob_created(repo, digest)
 
 

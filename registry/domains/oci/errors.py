@@ -120,6 +120,11 @@ _BY_CODE = {
     "upload_expired": (404, "BLOB_UPLOAD_UNKNOWN"),
     "bundle_quarantined": (403, "DENIED"),
     "bundle_tombstoned": (404, "MANIFEST_UNKNOWN"),
+    # no OCI code for a quota; DENIED with the message (repository, quota, usage, size),
+    # as other registries answer it
+    "repository_quota_exceeded": (413, "DENIED"),
+    # garbage collection removed the blob while this upload ran: send it again
+    "blob_collected": (400, "BLOB_UPLOAD_INVALID"),
 }
 _BY_STATUS = {401: "UNAUTHORIZED", 403: "DENIED", 405: "UNSUPPORTED", 409: "DENIED",
               413: "SIZE_INVALID", 416: "RANGE_INVALID", 422: "DENIED", 429: "TOOMANYREQUESTS"}
