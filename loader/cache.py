@@ -16,6 +16,7 @@ blob into place only after its digest and size check.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from modelward.attest.digest import HashOptions, hash_files, parse_digest
 from modelward.attest.tree import BundleFile
 from modelward.loader.source import RegistrySource
 
-__all__ = ["BlobRequest", "Cache", "default_cache_dir"]
+__all__ = ["BlobRequest", "Cache", "default_cache_dir", "download_workers"]
 
 Progress = Callable[[int], None]
 
@@ -95,14 +96,16 @@ class Cache:
 
     def fetch(self, client: RegistrySource, blobs: Sequence[BlobRequest], *, workers: int = 4,
               progress: Progress | None = None) -> None:
-        """Download every missing blob in parallel (verified, resumable), read-only.
+        """Download every missing blob in parallel (verified, resumable), read-only: the
+        largest first, ``download_workers(workers, ...)`` at a time.
 
         Each download stops at the blob's stated ``size``: a server that sends more (or
         fewer) bytes gets ``BlobIntegrityError`` and nothing of that blob is kept.
         Raises what the client raises (``BlobIntegrityError`` for a digest or size mismatch,
         ``TransportError``, ``APIError``); blobs already fetched stay in the cache.
         """
-        todo = self.missing(blobs)
+        # Largest first: the long downloads start at once and the small ones fill the gaps.
+        todo = sorted(self.missing(blobs), key=lambda blob: blob.size, reverse=True)
         if not todo:
             return
         (self.root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
@@ -112,9 +115,21 @@ class Cache:
             client.download_blob(blob.digest, dest, size=blob.size, progress=progress)
             dest.chmod(0o444)
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        with ThreadPoolExecutor(max_workers=download_workers(workers, len(todo))) as pool:
             for future in [pool.submit(one, blob) for blob in todo]:
                 future.result()
+
+
+def download_workers(requested: int, blobs: int) -> int:
+    """How many blobs ``fetch`` downloads at a time: ``requested``, but never more than the
+    blobs to fetch nor the CPUs this process may run on. Each stream hashes and writes on the
+    worker's CPU (about one core at loopback or LAN speed); more streams than cores only
+    contend for them (docs/performance.md#pull)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(requested, blobs, cpus))
 
 
 def _distinct(blobs: Sequence[BlobRequest]) -> list[BlobRequest]:

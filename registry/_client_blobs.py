@@ -10,7 +10,8 @@ Downloads (``download``): streamed into ``.<dest>.partial``, resumed with Range 
 hashed while streaming, verified (size and digest) before the rename; a mismatch deletes it.
 The size the manifest states bounds the download: a body that goes past it is cut off there
 (nothing past it written or hashed) and one that ends short of it is refused, both with
-``BlobIntegrityError``. Memory stays bounded by ``read_size`` whatever the server sends.
+``BlobIntegrityError``. Memory stays bounded by ``read_size`` (and the transport's own read,
+64 KiB for httpx) whatever the server sends.
 """
 
 from __future__ import annotations
@@ -313,10 +314,11 @@ class BlobTransfer:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and have + int(declared) > expected_size:
                 raise BlobIntegrityError(digest, None, have + int(declared), expected_size)
+            read_size = self._options.read_size
+            reported = have  # progress is told every read_size bytes, and of the rest at the end
             with partial.open(mode) as out:
                 try:
-                    # Raw bytes as sent (the client asks for identity): nothing is decompressed.
-                    for block in response.iter_raw(self._options.read_size):
+                    for block in _raw_blocks(response, read_size):
                         if have + len(block) > expected_size:
                             raise BlobIntegrityError(
                                 digest, None, have + len(block), expected_size
@@ -324,12 +326,29 @@ class BlobTransfer:
                         out.write(block)
                         hasher.update(block)
                         have += len(block)
-                        if progress is not None:
-                            progress(len(block))
+                        if progress is not None and have - reported >= read_size:
+                            progress(have - reported)
+                            reported = have
                 except httpx.HTTPError as exc:
                     out.flush()
                     raise TransportError(f"download of {digest} cut short: {exc}") from exc
+                finally:
+                    if progress is not None and have > reported:
+                        progress(have - reported)  # written bytes only, never past the size
         return hasher, have
+
+
+def _raw_blocks(response: httpx.Response, read_size: int) -> Iterator[memoryview]:
+    """The body's raw bytes as sent (the client asks for identity: nothing is decompressed),
+    in the pieces the transport read, each cut to at most ``read_size`` bytes.
+
+    Not ``iter_raw(read_size)``: that re-chunks through a buffer and copies every byte
+    about three times (docs/performance.md#pull); a memoryview slice copies nothing.
+    """
+    for raw in response.iter_raw():
+        view = memoryview(raw)
+        for start in range(0, len(view), read_size):
+            yield view[start : start + read_size]
 
 
 def _check_complete(digest: str, hasher: Any, have: int, expected_size: int) -> None:

@@ -37,3 +37,15 @@ def test_drop_corrupt_removes_flipped_and_wrong_size_blobs_only(tmp_path: Path) 
     assert not cache.blob_path(short.digest).exists()
     assert cache.missing(blobs) == [flipped, short, absent]
     assert cache.drop_corrupt(blobs) == []
+
+
+def test_download_workers_never_exceed_the_request_the_blobs_or_the_cpus() -> None:
+    import os
+
+    from modelward.loader.cache import download_workers
+
+    cpus = len(os.sched_getaffinity(0))
+    assert download_workers(4, 1) == 1
+    assert download_workers(1, 10) == 1
+    assert download_workers(64, 64) == min(64, cpus)
+    assert download_workers(0, 3) == 1  # never zero: something must download
