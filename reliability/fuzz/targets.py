@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -488,6 +489,67 @@ def _oms_seeds(ctx: Path) -> dict[str, bytes]:
     return seeds
 
 
+def _layout_dir(ctx: Path) -> Path:
+    """A real OCI layout of the shared bundle (with a DSSE referrer), made once."""
+    from modelward.attest.manifest import build_bundle
+    from modelward.attest.oci_layout import LayoutWriter
+
+    layout = ctx / "oci-layout"
+    if (layout / "index.json").exists():
+        return layout
+    shutil.rmtree(layout, ignore_errors=True)
+    built = build_bundle(ctx / "bundle")
+    layers = {layer.path: layer for layer in built.manifest.layers}
+    with LayoutWriter(layout) as writer:
+        writer.add_bundle(built.manifest.raw, "prod")
+        writer.put_bytes(built.config_bytes)
+        for file in built.files:
+            layer = layers[file.path]
+            writer.put_file(layer.digest, layer.size, _copier(file.abspath),
+                            fill_verifies=False)
+        writer.add_attestation(built.manifest.raw,
+                               b'{"payloadType":"x","payload":"","signatures":[]}',
+                               "dsse", "https://slsa.dev/provenance/v1")
+        writer.commit()
+    return layout
+
+
+def _copier(source: Path) -> Callable[[Path], None]:
+    def fill(path: Path) -> None:
+        shutil.copyfile(source, path)
+
+    return fill
+
+
+def _layout_build(ctx: Path) -> Run:
+    import tempfile
+
+    from modelward.attest.oci_layout import LayoutLimits, open_layout
+
+    source = _layout_dir(ctx)
+    work = Path(tempfile.mkdtemp(prefix="fuzz-layout-", dir=ctx))
+    shutil.copytree(source, work / "layout")
+    index = work / "layout" / "index.json"
+    limits = LayoutLimits()
+
+    def run(data: bytes) -> None:
+        index.write_bytes(data)
+        layout = open_layout(work / "layout", limits)
+        for tag in layout.tags():
+            bundle = layout.bundle(tag)
+            if bundle.digest != "sha256:" + hashlib.sha256(
+                (work / "layout" / "blobs" / "sha256" / bundle.digest[7:]).read_bytes()
+            ).hexdigest():
+                _fail("open_layout: a bundle's digest is not the sha256 of its manifest blob")
+
+    return run
+
+
+def _layout_seeds(ctx: Path) -> dict[str, bytes]:
+    index = (_layout_dir(ctx) / "index.json").read_bytes()
+    return {"index": index, "empty": b'{"schemaVersion":2,"manifests":[]}'}
+
+
 def _policy_build(_ctx: Path) -> Run:
     from modelward.attest.policy import Policy, load_policy
 
@@ -603,6 +665,9 @@ TARGETS: dict[str, Target] = {
             instrument=("modelward", "sigstore", "sigstore_models"),
             modules=("oms.py", "_oms_envelope.py", "_oms_manifest.py"),
         ),
+        Target("oci_layout", "attest.oci_layout.open_layout over a real layout, index.json = data",
+               ("modelward.attest.oci_layout.LayoutError",), _layout_build, _layout_seeds,
+               modules=("oci_layout.py",)),
         Target("policy", "attest.policy.load_policy(data)",
                ("modelward.attest.errors.PolicyError",), _policy_build, _policy_seeds,
                modules=("policy/_load.py", "_yaml.py")),
