@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -62,9 +62,15 @@ def _with_metavars(command: click.Command) -> click.Command:
     """Give every argument and valued option a plain metavar (``PATH``, ``TEXT``, ``DIR``).
 
     Without one, Typer shows its type (``<list[Path]>``, ``<str>``) and names an argument
-    ``{directory}`` in the usage line. An explicit ``metavar=`` is kept.
+    ``{directory}`` in the usage line. An explicit ``metavar=`` is kept; an argument's help
+    row shows no type column at all (its metavar names it).
     """
     for param in command.params:
+        if isinstance(param, TyperArgument):
+            # the argument's row shows its metavar alone, not Typer's type (<list[Path]>),
+            # and the usage line says DIR, [DIR] or FILE..., not Typer's {DIR}
+            setattr(param, "display_type_rich", _no_type)  # noqa: B010 - one instance only
+            setattr(param, "_usage_display_name", _usage_name(param))  # noqa: B010
         if param.metavar is not None or getattr(param, "is_flag", False):
             continue
         if isinstance(param, TyperArgument):
@@ -75,6 +81,20 @@ def _with_metavars(command: click.Command) -> click.Command:
         for sub in command.commands.values():
             _with_metavars(sub)
     return command
+
+
+def _no_type(ctx: click.Context) -> None:
+    return None
+
+
+def _usage_name(argument: TyperArgument) -> Callable[[], str]:
+    def name() -> str:
+        text = argument.display_name_raw
+        if argument.nargs != 1 and not text.endswith("..."):
+            text += "..."
+        return text if argument.required else f"[{text}]"
+
+    return name
 
 
 def _option_metavar(option: TyperOption) -> str:

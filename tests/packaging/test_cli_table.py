@@ -92,3 +92,36 @@ def test_help_shows_plain_metavars_not_python_types() -> None:
     assert "<list[" not in out.stdout
     assert "<bool>" not in out.stdout
     assert re.search(r"--public-key [A-Z]+ ", out.stdout)
+
+
+WALK_ALL_HELP = """
+import json, sys
+from modelward.cli import COMMANDS, app
+from modelward._lazy import load_entry
+from typer import _click as click
+from typer.core import TyperGroup
+
+def pages(command, path):
+    ctx = click.Context(command, info_name=" ".join(path))
+    yield " ".join(path), command.get_help(ctx)
+    if isinstance(command, TyperGroup):
+        for name in command.list_commands(ctx):
+            yield from pages(command.get_command(ctx, name), [*path, name])
+
+print(json.dumps(dict(pages(app, ["modelward"]))))
+"""
+
+
+def test_no_help_page_shows_python_types_or_braces() -> None:
+    """Every command's --help: real metavars, no Typer type labels, no {REQUIRED} braces."""
+    env = {**os.environ, "COLUMNS": "200", "TYPER_USE_RICH": "0"}
+    out = subprocess.run([sys.executable, "-c", WALK_ALL_HELP], capture_output=True,
+                         text=True, check=True, env=env)
+    help_pages: dict[str, str] = json.loads(out.stdout)
+    assert len(help_pages) > 60  # every group and command (71 when written)
+    bad = {
+        path: [line for line in text.splitlines()
+               if re.search(r"<(bool|str|int|path|file|dir|list\[[^>]*)>|\{[A-Z]", line)]
+        for path, text in help_pages.items()
+    }
+    assert {path: lines for path, lines in bad.items() if lines} == {}
