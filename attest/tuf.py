@@ -22,11 +22,11 @@ Pure: no I/O beyond what the caller hands in.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
+from modelward.attest.digest import parse_digest
 from modelward.attest.keys import keyid, require_signing_key, require_verifying_key
 
 if TYPE_CHECKING:
@@ -48,9 +48,6 @@ __all__ = [
 
 QUARANTINE_ROLE = "quarantine"
 
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-
-
 def alias_path(repo: str, alias: str) -> str:
     """The target path naming what ``repo@alias`` points at."""
     return f"{repo}/aliases/{alias}"
@@ -58,10 +55,7 @@ def alias_path(repo: str, alias: str) -> str:
 
 def quarantine_path(digest: str) -> str:
     """The target path that, when present, quarantines ``digest`` (``sha256:<hex>``)."""
-    match = _DIGEST.fullmatch(digest)
-    if match is None:
-        raise ValueError(f"not a bundle digest: {digest!r} (expected sha256:<64 hex>)")
-    return f"quarantine/{match.group(1)}"
+    return "quarantine/" + parse_digest(digest).removeprefix("sha256:")
 
 
 def _role_prefix(repo: str) -> str:

@@ -103,7 +103,7 @@ def docker_registry(base: Path) -> Iterator[tuple[str, int]]:
         proc.wait(10)
 
 
-def _write_safetensors(path: Path, size: int) -> None:
+def write_safetensors(path: Path, size: int) -> None:
     """One F32 tensor of ``size`` random bytes, written in 16 MiB pieces (flat memory)."""
     import json
     import struct
@@ -127,7 +127,7 @@ def make_bundle(pub: object, base: Path, size: int, nonce: str) -> object:
     root = base / nonce
     root.mkdir(parents=True)
     (root / "config.json").write_text(f'{{"model_type": "llama", "nonce": "{nonce}"}}')
-    _write_safetensors(root / "model.safetensors", size)
+    write_safetensors(root / "model.safetensors", size)
     built = build_bundle(root)
     return Bundle(root, built, pub.sign(built)[0])  # type: ignore[attr-defined]
 

@@ -46,6 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from oci_bench import write_safetensors  # one writer of big random safetensors files
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")
 GiB = 2**30
@@ -91,29 +93,13 @@ def plain_pull(url: str, token: str, repo: str, out: Path, workers: int,
 
 
 # -- the bundle -----------------------------------------------------------------------------
-def _write_safetensors(path: Path, size: int) -> None:
-    """One F32 tensor of about ``size`` random bytes, written in 16 MiB pieces."""
-    import struct
-
-    n = size // 4
-    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, n * 4]}})
-    header += " " * (-len(header) % 8)
-    with path.open("wb") as out:
-        out.write(struct.pack("<Q", len(header)) + header.encode())
-        left = n * 4
-        while left:
-            piece = min(left, 16 << 20)
-            out.write(os.urandom(piece))
-            left -= piece
-
-
 def make_bundle(root: Path, size: int, files: int) -> None:
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps({"model_type": "llama", "nonce": time.time_ns()}))
     (root / "generation_config.json").write_text('{"do_sample": false}')
     (root / "tokenizer_config.json").write_text('{"model_max_length": 2048}')
     for i in range(files):
-        _write_safetensors(root / f"model-{i + 1:05d}-of-{files:05d}.safetensors", size // files)
+        write_safetensors(root / f"model-{i + 1:05d}-of-{files:05d}.safetensors", size // files)
 
 
 # -- timing ---------------------------------------------------------------------------------

@@ -82,13 +82,14 @@ def sync_delegations(
     force: bool = False,
 ) -> bool:
     """A new top-level targets if the delegations it should make changed; True if it did."""
+    versions = repo.store.latest_versions()
     wanted = delegations(
         repository_trusts(session, default_policy_yaml),
         reviewer_keys=reviewer_keys(session),
         online_key=None,
-        quarantine=QUARANTINE_ROLE in repo.store.latest_versions(),
+        quarantine=QUARANTINE_ROLE in versions,
     )
-    current: Targets | None = repo.targets() if "targets" in repo.store.latest_versions() else None
+    current: Targets | None = repo.targets() if Targets.type in versions else None
     if not force and current is not None and current.delegations is not None and (
         current.delegations.to_dict() == wanted.to_dict()
     ):

@@ -9,11 +9,11 @@ server, S3 bucket or CDN with the registry out of the path (docs/tuf.md#serving)
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from modelward.attest._fileio import write_output
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -68,14 +68,7 @@ class DirectoryStore:
             return None
 
     def write(self, role: str, version: int, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            Path(tmp).replace(self.root / file_name(role, version))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_output(self.root / file_name(role, version), data)
         if role == TIMESTAMP:
             (self.root / ".timestamp-version").write_text(str(version))
 
