@@ -22,9 +22,11 @@ Pure: no I/O beyond what the caller hands in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from securesystemslib.signer import CryptoSigner, SSlibKey
+from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
+from tuf.api.metadata import Metadata, Root, Targets
 
 from modelward.attest.digest import parse_digest
 from modelward.attest.keys import keyid, require_signing_key, require_verifying_key
@@ -37,11 +39,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QUARANTINE_ROLE",
+    "TargetChange",
     "alias_path",
     "online_role",
     "open_role",
+    "proposal_changes",
     "protected_role",
     "quarantine_path",
+    "root_summary",
+    "sign_proposal_payload",
     "tuf_key",
     "tuf_signer",
 ]
@@ -99,3 +105,49 @@ def tuf_signer(private_key: PrivateKeyTypes, source: str = "<key>") -> CryptoSig
     key = require_signing_key(private_key, source=source)
     return CryptoSigner(key, tuf_key(key.public_key(), source=source))
 
+
+
+@dataclass(frozen=True)
+class TargetChange:
+    """One target a proposed role version adds, changes or removes (digests or None)."""
+
+    path: str
+    before: str | None
+    after: str | None
+
+
+def _digests(md: Metadata[Targets]) -> dict[str, str]:
+    return {
+        path: "sha256:" + target.hashes.get("sha256", "")
+        for path, target in md.signed.targets.items()
+    }
+
+
+def proposal_changes(payload: bytes, previous: bytes | None) -> list[TargetChange]:
+    """What signing ``payload`` (a proposed delegated role version) changes against the
+    ``previous`` version (None: the role's first), read from the bytes to be signed, never
+    from the registry's summary of them. Raises ``ValueError`` for metadata that is not a
+    targets role."""
+    md = Metadata[Targets].from_bytes(payload)
+    after = _digests(md)
+    before = _digests(Metadata[Targets].from_bytes(previous)) if previous else {}
+    return [
+        TargetChange(path, before.get(path), after.get(path))
+        for path in sorted(set(before) | set(after))
+        if before.get(path) != after.get(path)
+    ]
+
+
+def sign_proposal_payload(payload: bytes, private_key: PrivateKeyTypes) -> Signature:
+    """A signature over the canonical signed bytes of the proposed metadata ``payload``."""
+    md: Metadata[Targets] = Metadata.from_bytes(payload)
+    return md.sign(tuf_signer(private_key), append=True)
+
+
+def root_summary(data: bytes) -> dict[str, Any]:
+    """A root's version, root keyids and threshold, to compare out of band before pinning.
+    Raises ``ValueError`` for bytes that are not root metadata."""
+    root = Metadata[Root].from_bytes(data).signed
+    role = root.roles[Root.type]
+    return {"version": root.version, "root_keys": list(role.keyids),
+            "root_threshold": role.threshold, "expires": root.expires.isoformat()}

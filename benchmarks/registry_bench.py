@@ -331,10 +331,15 @@ http {{ access_log off; client_max_body_size 0; client_body_temp_path {work}/ngi
         shutil.rmtree(root, ignore_errors=True)
 
 
-def wrk(url: str, headers: dict[str, str], duration: int, conns: int) -> dict[str, Any] | None:
+def wrk(
+    url: str, headers: dict[str, str], duration: int, conns: int, script: Path | None = None
+) -> dict[str, Any] | None:
+    """``wrk -t2`` against ``url`` (``script``: a Lua file choosing each request's path)."""
     if shutil.which("wrk") is None:
         return None
     args = ["wrk", "-t2", f"-c{conns}", f"-d{duration}s", "--latency"]
+    if script is not None:
+        args += ["-s", str(script)]
     for k, v in headers.items():
         args += ["-H", f"{k}: {v}"]
     out = subprocess.run([*args, url], check=True, capture_output=True, text=True).stdout

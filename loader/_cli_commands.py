@@ -28,9 +28,12 @@ from modelward.attest.cli._trust_flags import (
     CertificateChainOpt,
     IdentityOpt,
     IssuerOpt,
+    OnlineAliasOpt,
     PolicyOpt,
     PublicKeyOpt,
     SigstoreTrustRootOpt,
+    TrustRootOpt,
+    UnsignedAliasesOpt,
     trust_flags,
 )
 
@@ -153,6 +156,8 @@ def pull(
     policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
     certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
     issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
     cache_dir: CacheOpt = None,
     repair: Annotated[bool, typer.Option(
         "--repair", help="Re-hash the cached blobs first, download again any that do not "
@@ -168,7 +173,9 @@ def pull(
     with _client() as client, _progress("pull") as (advance, total):
         flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
                             identity=identity, issuer=issuer,
-                            sigstore_trust_root=sigstore_trust_root)
+                            sigstore_trust_root=sigstore_trust_root,
+                        trust_root=trust_root, online_alias=online_alias,
+                        unsigned_aliases=unsigned_aliases)
         pulled = pull_bundle(client, reference, _cache(cache_dir), flags,
                              progress=advance, on_total=total, repair=repair)
     for digest in pulled.repaired:
@@ -185,7 +192,10 @@ def pull(
 def verify(
     target: Annotated[str, typer.Argument(metavar="DIR|REPO@REF",
                                           help="A materialized bundle DIR, or REPO@REF")],
+    *,
     cache_dir: CacheOpt = None,
+    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Re-hash a materialized bundle against its manifest (catches a flipped byte).
@@ -200,11 +210,14 @@ def verify(
     if path.is_dir():
         manifest = read_local_manifest(path)
     else:
+        from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
         from modelward.registry.client import parse_reference
 
         ref = parse_reference(target)
         with _client() as client:
-            digest = client.resolve(ref)
+            digest = resolve_reference(client, ref, _cache(cache_dir).root, AliasTrust(
+                root=trust_root, online_aliases=tuple(online_alias or ()),
+                unsigned=unsigned_aliases))
         path = _cache(cache_dir).bundle_dir(digest)
         if not path.is_dir():
             fail(f"{target} ({digest}) is not materialized in {path.parent}",
@@ -279,6 +292,8 @@ def boot(
     policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
     certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
     issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
     cache_dir: CacheOpt = None, worker_key: WorkerKeyOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Run the OpenAI-compatible server")]
     = False,
@@ -324,7 +339,9 @@ def boot(
     key = load_worker_key(worker_key) if worker_key else None
     flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
                         identity=identity, issuer=issuer,
-                        sigstore_trust_root=sigstore_trust_root)
+                        sigstore_trust_root=sigstore_trust_root,
+                        trust_root=trust_root, online_alias=online_alias,
+                        unsigned_aliases=unsigned_aliases)
     policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
     options = BootOptions(
         serve=serve, host=host, port=port, extra_args=extra_args, ready_file=ready_file,
@@ -374,6 +391,8 @@ def baseline_show(
     policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
     certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
     issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
     worker_key: WorkerKeyOpt = None,
     worker_public_key: Annotated[list[Path] | None, typer.Option(
         "--worker-public-key", metavar="PEM",
@@ -388,11 +407,14 @@ def baseline_show(
     from modelward.attest.policy import TrustFlags, policy_from_flags
     from modelward.attest.trust import TrustSet
     from modelward.loader.statements import find_baselines, load_worker_key
+    from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
     from modelward.registry.client import parse_reference
 
     trust = TrustSet()
     flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root)
+                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root,
+                        trust_root=trust_root, online_alias=online_alias,
+                        unsigned_aliases=unsigned_aliases)
     if flags.given():
         trust = policy_from_flags(flags)[1]
     if worker_key:
@@ -403,7 +425,9 @@ def baseline_show(
         fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
     ref = parse_reference(reference)
     with _client() as client:
-        digest = client.resolve(ref)
+        digest = resolve_reference(client, ref, _cache(None).root, AliasTrust(
+            root=trust_root, online_aliases=tuple(online_alias or ()),
+            unsigned=unsigned_aliases))
         found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust,
                                         digest)
     for note in skipped:

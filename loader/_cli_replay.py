@@ -19,9 +19,12 @@ from modelward.attest.cli._trust_flags import (
     CertificateChainOpt,
     IdentityOpt,
     IssuerOpt,
+    OnlineAliasOpt,
     PolicyOpt,
     PublicKeyOpt,
     SigstoreTrustRootOpt,
+    TrustRootOpt,
+    UnsignedAliasesOpt,
     trust_flags,
 )
 from modelward.loader._cli_commands import (
@@ -113,6 +116,9 @@ def replay(
     identity: IdentityOpt = None,
     issuer: IssuerOpt = None,
     sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
     cache_dir: CacheOpt = None,
     worker_key: Annotated[Path | None, typer.Option(
         "--worker-key", metavar="KEY",
@@ -145,7 +151,9 @@ def replay(
 
     key = load_worker_key(worker_key) if worker_key else None
     trust = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root)
+                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root,
+                        trust_root=trust_root, online_alias=online_alias,
+                        unsigned_aliases=unsigned_aliases)
     policy_from_flags(trust)  # unreadable or missing trust: refused before vLLM loads
     cache = _cache(cache_dir)
     attach_error: str | None = None

@@ -2,7 +2,8 @@
 
 ``pull_bundle`` runs, in order:
 
-1. resolve the reference (alias -> digest) through the registry;
+1. resolve the reference (alias -> digest) through the registry's TUF metadata, verified
+   from the worker's pinned root (``loader.tuf_resolve``; docs/tuf.md#workers);
 2. refuse a quarantined or tombstoned bundle;
 3. fetch the manifest bytes (the download stops at the policy's ``max_manifest_bytes``),
    check they hash to the digest, parse them strictly, and refuse a manifest whose stated
@@ -48,6 +49,7 @@ from modelward.loader.cache import BlobRequest, Cache
 from modelward.loader.errors import BundleQuarantined, IntegrityError, RefusedError
 from modelward.loader.materialize import commit, discard, stage
 from modelward.loader.source import RegistrySource
+from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
 from modelward.registry.client import parse_reference
 
 __all__ = ["PulledBundle", "pull_bundle"]
@@ -86,8 +88,10 @@ def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: Tru
     """
     policy, trust = policy_from_flags(flags)
     ref = parse_reference(reference)
-    # (1): resolve the reference.
-    digest = client.resolve(ref)
+    # (1): resolve the reference: an alias through the registry's verified TUF metadata.
+    alias_trust = AliasTrust(root=flags.tuf_root, online_aliases=flags.online_aliases,
+                             unsigned=flags.unsigned_aliases).with_policy(policy, flags.policy)
+    digest = resolve_reference(client, ref, cache.root, alias_trust)
     # (2): quarantined or tombstoned bundles are unloadable everywhere.
     record = client.get_bundle(ref.repo, digest)
     if record.get("quarantined") or record.get("tombstoned"):

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from tuf.ngclient import FetcherInterface
+
     from modelward.registry._client_config import Reference
     from modelward.registry.client import RegistryClient
 
@@ -27,9 +29,20 @@ __all__ = ["RegistrySource"]
 class RegistrySource(Protocol):
     """The registry calls the loader makes (pull, verify, boot, replay, baseline)."""
 
+    base_url: str
+
+    @property
+    def tuf_url(self) -> str:
+        """Where the registry's TUF metadata files are (``BASE/tuf/``)."""
+        ...
+
+    def tuf_fetcher(self) -> FetcherInterface:
+        """python-tuf's transport to those files (the worker's token, the client's limits)."""
+        ...
+
     def resolve(self, ref: Reference) -> str:
-        """The ``sha256:<hex>`` digest ``ref`` names (an alias is resolved by the registry,
-        so the loader treats the answer as a claim: everything after checks that digest).
+        """The ``sha256:<hex>`` digest ``ref`` names by the registry's word (used only with
+        ``--unsigned-aliases``: aliases are resolved through TUF, ``loader.tuf_resolve``).
 
         Raises ``NotFound`` (no such alias or repository), ``APIError``, ``TransportError``.
         """

@@ -25,6 +25,7 @@ _SERVER = "modelward.registry._cli_server"
 _LOADER = "modelward.loader._cli_commands"
 _ATTEST = "modelward.attest.cli"
 _LISTING = "modelward.registry._cli_listing"
+_TRUST = "modelward.registry._cli_trust"
 
 COMMANDS: dict[str, Entry] = {
     "serve": Entry("Run the registry server.", f"{_SERVER}:serve"),
@@ -147,15 +148,21 @@ COMMANDS: dict[str, Entry] = {
         children={
             "get": Entry("Show the digest and version an alias points at.", f"{_CLIENT}:alias_get"),
             "set": Entry(
-                "Move an alias to a digest (compare-and-swap on its version).",
+                "Move an alias to a digest (compare-and-swap on its version); a protected alias "
+                "short of approvals becomes a proposal its reviewers sign.",
                 f"{_CLIENT}:alias_set",
+            ),
+            "pending": Entry(
+                "List alias moves waiting for signatures (TUF proposals), newest first.",
+                f"{_TRUST}:alias_pending",
             ),
             "history": Entry(
                 "Every move of an alias: version, from -> to, who, when, why, rollback.",
                 f"{_CLIENT}:alias_history",
             ),
             "rollback": Entry(
-                "Set an alias back to an earlier digest, recorded as a rollback.",
+                "Set an alias back to an earlier digest, recorded as a rollback (a protected "
+                "alias: proposed, for its reviewers to sign).",
                 f"{_CLIENT}:alias_rollback",
             ),
             "list": Entry(
@@ -197,6 +204,7 @@ COMMANDS: dict[str, Entry] = {
         "modelward.registry._cli_orgs:org_app",
     ),
     "baseline": Entry("Determinism baselines recorded at boot.", f"{_LOADER}:baseline_app"),
+    "trust": Entry("The registry's TUF keys and metadata (docs/tuf.md).", f"{_TRUST}:trust_app"),
 }
 
 # Our packages' error roots, by module: they are caught only if their module was imported,

@@ -462,9 +462,19 @@ def _push_with_bar(client: RegistryClient, directory: Path, repo: str, **kwargs:
 # -- aliases -------------------------------------------------------------------------------
 def _alias_line(repo: str) -> Callable[[Any], str]:
     def line(state: Any) -> str:
+        pending = state.get("pending")
+        if pending:
+            from modelward.registry._cli_trust import describe
+
+            return (f"proposed {describe(pending)}\nreviewers sign it with: modelward approve "
+                    f"{repo}@{pending.get('to_digest')} --alias {state.get('alias')} --key KEY")
         if not state.get("digest"):
             return f"{repo}@{state.get('alias')} is not set (v{state.get('version', 0)})"
-        return f"{repo}@{state.get('alias')} -> {state.get('digest')} (v{state.get('version')})"
+        unsigned = "" if state.get("signed", True) else (
+            "  UNSIGNED: the registry's word only; workers resolving through TUF do not see it "
+            "(`modelward alias pending`)")
+        return (f"{repo}@{state.get('alias')} -> {state.get('digest')} "
+                f"(v{state.get('version')}){unsigned}")
 
     return line
 
@@ -484,6 +494,7 @@ def alias_set(
     digest: Annotated[
         str, typer.Argument(metavar="DIGEST", help="sha256:<hex>", callback=valid_digest)
     ],
+    *,
     reason: Annotated[
         str | None, typer.Option(metavar="TEXT", help="Recorded in the history")
     ] = None,
@@ -493,15 +504,44 @@ def alias_set(
             metavar="N", help="Compare-and-swap on this version (default: read it now)"
         ),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Sign the move with your key (publishers' aliases)"),
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Move an alias to a digest (compare-and-swap on its version)."""
+    """Move an alias to a digest (compare-and-swap on its version); a protected alias short
+    of approvals becomes a proposal its reviewers sign."""
+    from modelward.registry._cli_trust import load_key
+
     r = parse_reference(ref, require="alias")
+    private = load_key(key, passphrase_env) if key is not None else None
     with _reported(), _client() as client:
         state = client.set_alias(
-            r.repo, str(r.alias), digest, expected_version=expected_version, reason=reason
+            r.repo, str(r.alias), digest, expected_version=expected_version, reason=reason,
+            propose=True,
         )
+        _sign_move(client, state, r.repo, str(r.alias), private)
     emit(state, as_json, _alias_line(r.repo))
+
+
+def _sign_move(
+    client: RegistryClient, state: dict[str, Any], repo: str, alias: str, private: Any
+) -> None:
+    """With ``--key``: sign the proposal a move made (an alias the publishers' keys sign)."""
+    from modelward.registry._cli_trust import sign_proposal
+
+    proposal = state.get("proposal")
+    if private is None or proposal is None or state.get("signed"):
+        return
+    signed = sign_proposal(client, int(proposal), private,
+                           expect_target=f"{repo}/aliases/{alias}",
+                           expect_digest=state.get("digest"))
+    state["signed"] = signed.get("state") == "published"
 
 
 def _history_lines(repo: str, alias: str) -> Callable[[Any], str]:
@@ -537,15 +577,29 @@ def alias_rollback(
             metavar="DIGEST", help="Earlier digest (default: previous)", callback=valid_digest
         ),
     ] = None,
+    *,
     reason: Annotated[
         str | None, typer.Option(metavar="TEXT", help="Recorded in the history")
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Sign the move with your key (publishers' aliases)"),
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Set an alias back to an earlier digest, recorded as a rollback."""
+    """Set an alias back to an earlier digest, recorded as a rollback (a protected alias:
+    proposed, for its reviewers to sign)."""
+    from modelward.registry._cli_trust import load_key
+
     r = parse_reference(ref, require="alias")
+    private = load_key(key, passphrase_env) if key is not None else None
     with _reported(), _client() as client:
-        state = client.rollback(r.repo, str(r.alias), digest, reason=reason)
+        state = client.rollback(r.repo, str(r.alias), digest, reason=reason, propose=True)
+        _sign_move(client, state, r.repo, str(r.alias), private)
     emit(state, as_json, _alias_line(r.repo))
 
 
@@ -624,6 +678,7 @@ def _approval_line(repo: str) -> Callable[[Any], str]:
 
 def approve(
     ref: DigestRef,
+    *,
     alias: Annotated[str, typer.Option(metavar="ALIAS", help="The alias this approval is for")],
     withdraw: Annotated[
         bool, typer.Option("--withdraw", help="Withdraw your own approval instead (needs --reason)")
@@ -632,6 +687,15 @@ def approve(
         str | None,
         typer.Option(metavar="TEXT", help="Why the approval is withdrawn (recorded)"),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Sign the pending move with your key: the approval "
+                     "workers verify (docs/tuf.md)"),
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw
@@ -639,6 +703,10 @@ def approve(
     if reason is not None and not withdraw:
         fail("--reason is recorded only with --withdraw", code=2)
     r = parse_reference(ref, require="digest")
+    if key is not None and not withdraw:
+        _approve_signed(r.repo, str(r.digest), alias, key, passphrase_env=passphrase_env,
+                        as_json=as_json)
+        return
     if withdraw:
         if reason is None or not reason.strip():
             fail("--withdraw needs --reason TEXT", code=2)
@@ -651,17 +719,63 @@ def approve(
     emit(answer, as_json, _approval_line(r.repo))
 
 
+def _approve_signed(
+    repo: str, digest: str, alias: str, key: Path, *, passphrase_env: str | None, as_json: bool
+) -> None:
+    """``approve --key``: sign the pending proposal moving ``repo@alias`` to ``digest``."""
+    from modelward.registry._cli_trust import find_pending, load_key, sign_proposal
+
+    private = load_key(key, passphrase_env)
+    target = f"{repo}/aliases/{alias}"
+    with _reported(), _client() as client:
+        pending = find_pending(client, repo=repo, alias=alias, target=target, digest=digest)
+        if pending is None:
+            fail(f"no pending proposal moves {repo}@{alias} to {digest}",
+                 hint=f"the publisher proposes it: modelward alias set {repo}@{alias} {digest}")
+        answer = sign_proposal(client, int(pending["id"]), private, expect_target=target,
+                               expect_digest=digest)
+    from modelward.registry._cli_trust import signed_line
+
+    emit(answer, as_json, signed_line)
+
+
 def quarantine(
     ref: DigestRef,
     reason: Annotated[
         str, typer.Option(metavar="TEXT", help="Why (recorded and shown to loaders)")
     ],
+    key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Sign the quarantine with your key, so workers "
+                     "verifying through TUF refuse the bundle too"),
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Quarantine a bundle: unloadable everywhere, unassignable to aliases."""
+    from modelward.registry._cli_trust import find_pending, load_key, sign_proposal
+
     r = parse_reference(ref, require="digest")
+    private = load_key(key, passphrase_env) if key is not None else None
+    target = "quarantine/" + str(r.digest).removeprefix("sha256:")
     with _reported(), _client() as client:
-        record = client.quarantine(r.repo, str(r.digest), reason)
+        try:
+            record = client.quarantine(r.repo, str(r.digest), reason)
+            proposal = record.get("proposal")
+        except Conflict:
+            # already quarantined on the registry's word: sign its pending proposal
+            pending = find_pending(client, repo=None, alias=None, target=target,
+                                   digest=str(r.digest)) if private is not None else None
+            if pending is None:
+                raise
+            record, proposal = dict(client.get_bundle(r.repo, str(r.digest))), pending["id"]
+        signed = None
+        if private is not None and proposal is not None:
+            signed = sign_proposal(client, int(proposal), private, expect_target=target,
+                                   expect_digest=str(r.digest))
     shown = {
         "repository": r.repo,
         "digest": record.get("digest"),
@@ -669,6 +783,7 @@ def quarantine(
         "quarantine_reason": record.get("quarantine_reason"),
         "quarantined_at": record.get("quarantined_at"),
         "tombstoned": record.get("tombstoned"),
+        "signed": signed is not None and signed.get("state") == "published",
     }
     emit(
         shown,

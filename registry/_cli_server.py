@@ -125,6 +125,15 @@ def serve(
     secret = settings.bootstrap_token.get_secret_value() if settings.bootstrap_token else None
     with state.db.write() as session:
         created = bootstrap_admin(session, secret)
+    from modelward.registry.domains.trust.service import ensure_root
+
+    if ensure_root(state):
+        typer.echo(
+            "warning: TUF root version 1 created with ONLINE root and targets keys under "
+            f"{settings.resolved_tuf_keys_dir()}: for production run `modelward trust init` "
+            "with offline keys (docs/tuf.md#keys)",
+            err=True,
+        )
     url = f"http://{settings.host}:{settings.port}"
     processes = settings.resolved_workers()
     typer.echo(

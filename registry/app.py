@@ -357,6 +357,42 @@ def _end_with_supervisor(supervisor: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
+    # Blocking work (database, files) runs on this many threads per process: past a few,
+    # more threads only contend for the GIL (docs/performance.md#registry).
+    to_thread.current_default_thread_limiter().total_tokens = settings.threads
+    stop = threading.Event()
+    refresher = threading.Thread(
+        target=_keep_signing, args=(app.state.registry, stop), name="tuf-refresh", daemon=True
+    )
+    refresher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+def _keep_signing(state: AppState, stop: threading.Event) -> None:
+    """The TUF root exists, and snapshot and timestamp are re-signed past half their
+    lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried."""
+    from modelward.registry.domains.trust.service import ensure_root, refresh
+
+    interval = state.settings.tuf_refresh_interval_seconds
+    first = True
+    while first or not stop.wait(interval):
+        try:
+            if first:
+                ensure_root(state)
+            refresh(state)
+        except Exception as exc:  # noqa: BLE001 - logged by type; retried next interval
+            log.error(  # noqa: TRY400 - the type and message say it; no payload in logs
+                json.dumps({"event": "tuf_refresh_failed", "exception": type(exc).__name__,
+                            "message": str(exc)[:500]})
+            )
+        first = False
+
+
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
     from modelward.registry.domains.aliases.endpoints import router as aliases
@@ -371,20 +407,14 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from modelward.registry.domains.orgs.endpoints import router as orgs
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
+    from modelward.registry.domains.trust.endpoints import router as trust
     from modelward.registry.domains.uploads.endpoints import router as uploads
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        # Blocking work (database, files) runs on this many threads per process: past a few,
-        # more threads only contend for the GIL (docs/performance.md#registry).
-        to_thread.current_default_thread_limiter().total_tokens = settings.threads
-        yield
 
     app = FastAPI(
         title="modelward registry",
         version="1",
         description="Immutable model bundles, alias publishing, tamper-evident audit log.",
-        lifespan=lifespan,
+        lifespan=lambda app: _lifespan(app, settings),
     )
     app.state.registry = state or build_state(settings)
     metrics = CollectorRegistry()
@@ -396,7 +426,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     )
     for router in (principals, keys, orgs, repos, blobs, uploads, bundles, attestations, aliases):
         app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (audit, boots, storage):
+    for router in (audit, boots, storage, trust):
         app.include_router(router, responses=ERROR_RESPONSES)
     app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 

@@ -29,10 +29,13 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
+
+if TYPE_CHECKING:
+    from tuf.ngclient import FetcherInterface
 
 from modelward.registry._client_admin import ListingMixin
 from modelward.registry._client_blobs import BlobSource, BlobTransfer, TransferOptions
@@ -432,14 +435,18 @@ class RegistryClient(ListingMixin):
         expected_version: int | None = None,
         reason: str | None = None,
         rollback: bool = False,
+        propose: bool = False,
     ) -> JSON:
         """Compare-and-swap an alias; ``expected_version=None`` reads the version first.
+        ``propose``: a protected alias short of approvals answers with ``pending``, the
+        proposal its reviewers sign, instead of a refusal.
 
         Raises ``Conflict`` (with ``.current``) when another writer moved it in between.
         """
         if expected_version is None:
             expected_version = self.alias_version(repo, alias)
-        body: JSON = {"digest": digest, "expected_version": expected_version, "rollback": rollback}
+        body: JSON = {"digest": digest, "expected_version": expected_version, "rollback": rollback,
+                      "propose": propose}
         if reason is not None:
             body["reason"] = reason
         path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}"
@@ -453,9 +460,11 @@ class RegistryClient(ListingMixin):
         return result
 
     def rollback(
-        self, repo: str, alias: str, digest: str | None = None, reason: str | None = None
+        self, repo: str, alias: str, digest: str | None = None, reason: str | None = None,
+        *, propose: bool = False,
     ) -> JSON:
-        """Set the alias back to ``digest`` (default: the digest before the current one)."""
+        """Set the alias back to ``digest`` (default: the digest before the current one);
+        ``propose`` as in ``set_alias``."""
         if digest is None:
             current = self.get_alias(repo, alias)
             earlier = [
@@ -466,7 +475,7 @@ class RegistryClient(ListingMixin):
             if not earlier:
                 raise ClientConfigError(f"{repo}@{alias} has no earlier digest to roll back to")
             digest = str(earlier[-1])
-        return self.set_alias(repo, alias, digest, reason=reason, rollback=True)
+        return self.set_alias(repo, alias, digest, reason=reason, rollback=True, propose=propose)
 
     def resolve(self, ref: Reference) -> str:
         """The digest a reference names (aliases resolved through the registry)."""
@@ -474,6 +483,60 @@ class RegistryClient(ListingMixin):
             return ref.digest
         assert ref.alias is not None  # noqa: S101 - Reference holds one of the two
         return str(self.get_alias(ref.repo, ref.alias)["digest"])
+
+    # -- TUF: signed decisions (docs/tuf.md) -------------------------------------------------
+    def tuf_fetcher(self) -> FetcherInterface:
+        """python-tuf's transport to this registry's ``/tuf/`` files (token and limits)."""
+        from modelward.registry._client_tuf import TufFetcher
+
+        return TufFetcher(self)
+
+    @property
+    def tuf_url(self) -> str:
+        return self.base_url + "/tuf/"
+
+    def tuf_file(self, name: str) -> bytes:
+        """GET /tuf/NAME: one metadata file, byte for byte (unverified)."""
+        with self._stream("GET", "/tuf/" + quote(name, safe="")) as response:
+            return b"".join(response.iter_raw(64 * 1024))
+
+    def tuf_status(self) -> JSON:
+        """GET /v1/tuf/status -> {roles, online_keys, embedded, pending_proposals}."""
+        result: JSON = self._json("GET", "/v1/tuf/status")
+        return result
+
+    def tuf_proposals(
+        self, *, pending: bool = True, repo: str | None = None, alias: str | None = None
+    ) -> list[JSON]:
+        """GET /v1/tuf/proposals -> the newest proposals (pending ones unless told)."""
+        params = {"pending": "true" if pending else "false"}
+        params.update({k: v for k, v in (("repository", repo), ("alias", alias)) if v})
+        result: list[JSON] = self._json("GET", "/v1/tuf/proposals", params=params)["proposals"]
+        return result
+
+    def tuf_proposal(self, proposal_id: int) -> JSON:
+        """GET /v1/tuf/proposals/ID -> the proposal with its ``payload`` (base64)."""
+        result: JSON = self._json("GET", f"/v1/tuf/proposals/{int(proposal_id)}")
+        return result
+
+    def tuf_sign(self, proposal_id: int, keyid: str, signature: str) -> JSON:
+        """POST a signature of the proposal's payload -> the proposal (``state``)."""
+        body = {"keyid": keyid, "signature": signature}
+        result: JSON = self._json(
+            "POST", f"/v1/tuf/proposals/{int(proposal_id)}/signatures", json_body=body
+        )
+        return result
+
+    def tuf_install_root(self, root: bytes) -> JSON:
+        """POST /v1/tuf/root: the next root version (admins) -> {version, online_keys}."""
+        body = {"root": base64.b64encode(root).decode()}
+        result: JSON = self._json("POST", "/v1/tuf/root", json_body=body)
+        return result
+
+    def tuf_sync(self) -> JSON:
+        """POST /v1/tuf/sync (admins): delegations re-made and due roles re-signed now."""
+        result: JSON = self._json("POST", "/v1/tuf/sync")
+        return result
 
     # -- audit -----------------------------------------------------------------------------
     def audit(self, after: int | None = None, limit: int | None = None) -> JSON:

@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     # peers whose X-Forwarded-For is believed (IPs or CIDRs; comma-separated in the
     # environment); none by default (docs/registry.md#audit-log)
     trusted_proxies: Annotated[tuple[IPvAnyNetwork, ...], NoDecode] = ()
+    # TUF (docs/tuf.md): where the online keys live (default <data_dir>/tuf-keys; replicas
+    # share it), how long a timestamp and a snapshot stay valid, and how often a background
+    # thread re-signs them once half of that has passed
+    tuf_keys_dir: Path | None = None
+    tuf_timestamp_expiry_seconds: int = Field(default=86_400, ge=2)
+    tuf_snapshot_expiry_seconds: int = Field(default=7 * 86_400, ge=2)
+    tuf_refresh_interval_seconds: float = Field(default=60.0, gt=0)
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
     threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
     db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process
@@ -95,6 +102,9 @@ class Settings(BaseSettings):
         if self.audit_checkpoint_key is not None:
             return self.audit_checkpoint_key
         return (self.data_dir / "audit-checkpoint.key").resolve()
+
+    def resolved_tuf_keys_dir(self) -> Path:
+        return (self.tuf_keys_dir or self.data_dir / "tuf-keys").resolve()
 
     def resolved_workers(self) -> int:
         """Server processes: ``workers`` if set; else 1 on SQLite (one writer at a time, so
@@ -162,6 +172,7 @@ def worker_settings_json(settings: Settings) -> str:
     data["policy"] = str(settings.policy.resolve()) if settings.policy else None
     key = settings.audit_checkpoint_key
     data["audit_checkpoint_key"] = str(key.resolve()) if key else None  # None: the default
+    data["tuf_keys_dir"] = str(settings.resolved_tuf_keys_dir())
     data["workers"] = settings.resolved_workers()
     return json.dumps(data)
 

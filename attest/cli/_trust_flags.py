@@ -18,14 +18,36 @@ __all__ = [
     "CertificateChainOpt",
     "IdentityOpt",
     "IssuerOpt",
+    "OnlineAliasOpt",
     "PolicyOpt",
     "PublicKeyOpt",
     "SigstoreTrustRootOpt",
+    "TrustRootOpt",
+    "UnsignedAliasesOpt",
     "trust_flags",
 ]
 
 _PANEL = "Trust (docs/policy.md#trust-flags)"
 
+# How a worker resolves aliases (docs/tuf.md#workers): pull, verify, boot, replay, baseline.
+TrustRootOpt = Annotated[
+    Path | None,
+    typer.Option("--trust-root", metavar="FILE",
+                 help="The registry's TUF root.json to pin: aliases are resolved through its "
+                      "signed metadata (or the policy's tuf.root); digests need none"),
+]
+OnlineAliasOpt = Annotated[
+    list[str] | None,
+    typer.Option("--online-alias", metavar="PATTERN",
+                 help="Accept aliases matching PATTERN signed only by the registry's online "
+                      "key (repeatable; none by default)"),
+]
+UnsignedAliasesOpt = Annotated[
+    bool,
+    typer.Option("--unsigned-aliases",
+                 help="Without --trust-root: take the registry's word for which bundle an "
+                      "alias names (registries not migrated to TUF; warns every time)"),
+]
 PolicyOpt = Annotated[
     Path | None,
     typer.Option("--policy", metavar="FILE",
@@ -72,6 +94,9 @@ def trust_flags(
     identity: str | None,
     issuer: str | None,
     sigstore_trust_root: Path | None,
+    trust_root: Path | None = None,
+    online_alias: list[str] | None = None,
+    unsigned_aliases: bool = False,
 ) -> TrustFlags:
     """The flags as given; ``policy_from_flags`` checks and reads them."""
     from modelward.attest.policy import TrustFlags
@@ -83,4 +108,7 @@ def trust_flags(
         identity=identity,
         issuer=issuer,
         sigstore_trust_root=sigstore_trust_root,
+        tuf_root=trust_root,
+        online_aliases=tuple(online_alias or ()),
+        unsigned_aliases=unsigned_aliases,
     )

@@ -43,6 +43,10 @@ class TrustFlags:
     identity: str | None = None
     issuer: str | None = None
     sigstore_trust_root: Path | None = None
+    # how aliases are resolved (docs/tuf.md#workers): not signer flags, so not in given()
+    tuf_root: Path | None = None
+    online_aliases: tuple[str, ...] = ()
+    unsigned_aliases: bool = False
 
     def given(self) -> bool:
         return self.policy is not None or self._signer_flags()

@@ -35,7 +35,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelward.attest.errors import PolicyError
-from modelward.attest.policy._model import AliasRule, Policy
+from modelward.attest.policy._model import MAX_APPROVALS, AliasRule, Policy
 
 __all__ = [
     "ALIAS_FIRST_CHARS",
@@ -55,7 +55,7 @@ __all__ = [
 ALIAS_FIRST_CHARS = string.ascii_letters + string.digits
 ALIAS_REST_CHARS = ALIAS_FIRST_CHARS + "._-"
 ALIAS_MAX_CHARS = 100
-MAX_FLOOR_APPROVALS = 100
+MAX_FLOOR_APPROVALS = MAX_APPROVALS
 
 
 class FloorAlias(BaseModel):

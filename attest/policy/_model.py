@@ -152,6 +152,11 @@ class Evidence(_Strict):
         return not (self.signers or self.principals or self.roles)
 
 
+# A protected alias's approvals become a TUF signature threshold: bounded, like every number
+# another parser (canonical JSON, a database column) has to hold.
+MAX_APPROVALS = 100
+
+
 class AliasRule(_Strict):
     """Who may move aliases matching ``pattern`` (fnmatch), and what a protected one needs."""
 
@@ -159,14 +164,26 @@ class AliasRule(_Strict):
     principals: list[Name] = Field(default_factory=list)
     roles: list[Role] = Field(default_factory=list)
     protected: bool = False
-    approvals: int = Field(default=0, ge=0, description="reviewers other than the publisher")
+    approvals: int = Field(
+        default=0, ge=0, le=MAX_APPROVALS,
+        description="reviewers other than the publisher (the TUF role's signature threshold)",
+    )
     require_baseline: bool = False
     replay: ReplayRequirement | None = None
+    online: bool = Field(
+        default=False,
+        description="the registry's online key signs these aliases' TUF role, so a move "
+        "(e.g. a plain OCI tag push) needs no publisher signature; never for protected "
+        "aliases, and workers accept them only for patterns they list (docs/tuf.md#roles)",
+    )
 
     @model_validator(mode="after")
     def _requirements_need_protection(self) -> AliasRule:
         if not (self.principals or self.roles):
             raise ValueError("no principals and no roles: nobody could move this alias")
+        if self.online and self.protected:
+            raise ValueError("online is true but protected is true: reviewers sign protected "
+                             "aliases, never the registry's online key")
         if not self.protected:
             for field, value in (
                 ("approvals", self.approvals),
@@ -176,6 +193,21 @@ class AliasRule(_Strict):
                 if value:
                     raise ValueError(f"{field} is set but protected is false; set protected: true")
         return self
+
+
+class TufTrust(_Strict):
+    """A worker's trust in the registry's alias decisions (docs/tuf.md#workers)."""
+
+    root: NonEmpty | None = Field(
+        default=None,
+        description="the pinned TUF root.json (relative to the policy file); resolving an "
+        "alias needs one",
+    )
+    online_aliases: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list,
+        description="alias patterns (fnmatch) accepted when only the registry's online key "
+        "signed them; none by default (never prod)",
+    )
 
 
 class Policy(_Strict):
@@ -220,6 +252,11 @@ class Policy(_Strict):
         "nobody (then no alias rule may require them)",
     )
     aliases: list[AliasRule] = Field(default_factory=list)
+    tuf: TufTrust = Field(
+        default_factory=TufTrust,
+        description="workers: the pinned TUF root and the aliases accepted on the registry's "
+        "online key alone",
+    )
 
     @model_validator(mode="after")
     def _evidence_has_workers(self) -> Policy:

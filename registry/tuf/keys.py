@@ -26,9 +26,13 @@ from modelward.registry.errors import RegistryError
 from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
 from modelward.registry.settings import Settings
 
-__all__ = ["ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable", "tuf_keys"]
+__all__ = ["ALIAS_KEY", "EMBEDDED_ROLES", "ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable",
+           "tuf_keys"]
 
 ONLINE_ROLES = ("snapshot", "timestamp")
+# the key of the ``ORG:NAME@online`` roles: aliases a repository's policy lets the registry
+# move on its own (``online: true`` alias rules); always online, never in root
+ALIAS_KEY = "aliases"
 EMBEDDED_ROLES = ("root", "targets")
 MAX_KEY_FILE_BYTES = 16_384
 
@@ -75,6 +79,10 @@ class OnlineKeys:
         except (ValueError, TypeError, UnsupportedAlgorithm, AttestError) as exc:
             raise TufKeyUnavailable(f"{path} is not a TUF {role} key: {exc}") from exc
 
+    def forget(self, role: str) -> None:
+        """Delete ``role``'s key file (a root or targets key that went offline)."""
+        self.path(role).unlink(missing_ok=True)
+
     def signers(self) -> dict[str, list[Signer]]:
         """Every role this registry holds a key for."""
         return {
@@ -85,5 +93,5 @@ class OnlineKeys:
 
 
 def tuf_keys(settings: Settings) -> OnlineKeys:
-    """The registry's online TUF keys: ``<data_dir>/tuf-keys``."""
-    return OnlineKeys((settings.data_dir / "tuf-keys").resolve())
+    """The registry's online TUF keys: ``tuf_keys_dir`` (default ``<data_dir>/tuf-keys``)."""
+    return OnlineKeys(settings.resolved_tuf_keys_dir())

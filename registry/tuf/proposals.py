@@ -7,26 +7,29 @@ their own machines and send the signature back (``add_signature``), which checks
 
 1. the proposal is still pending;
 2. it is still the next version of its role (otherwise it is stale: propose again);
-3. the key is one the role's delegation names, and is not a key of the principal who made
-   the proposal (two-person rule; the delegation alone cannot say who proposed);
+3. the key is one the role's delegation names (for top-level ``targets``: one root names),
+   and its owner is not excluded by the caller (the two-person rule of protected aliases:
+   not the proposer, not the bundle's publisher; the delegation alone cannot say who
+   proposed);
 4. the signature verifies over the payload's canonical signed bytes.
 
 Once the signatures meet the delegation's threshold the proposal is published with
-``MetadataRepository.publish_delegated``, which checks the threshold again with python-tuf,
-exactly as a worker will, before anything is kept.
+``MetadataRepository.publish_delegated`` (``publish_targets`` for top-level targets), which
+checks the threshold again with python-tuf, exactly as a worker will, before anything is
+kept.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from securesystemslib.exceptions import UnverifiedSignatureError
 from securesystemslib.signer import Signature
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from tuf.api.metadata import DelegatedRole, Metadata, TargetFile, Targets
+from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, Targets
 
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import SigningKey, TufProposal, utcnow
@@ -39,7 +42,12 @@ __all__ = [
     "add_signature",
     "delegated_role_for",
     "propose_target",
+    "propose_targets",
+    "signing_role",
 ]
+
+TARGETS_ROLE = Targets.type
+DELEGATIONS_TARGET = "delegations"  # what a top-level targets proposal changes
 
 MAX_SIGNATURE_HEX = 2048
 
@@ -116,6 +124,45 @@ def propose_target(
     return proposal
 
 
+def propose_targets(
+    session: Session, repo: MetadataRepository, delegations: Delegations, *, proposer_id: int
+) -> TufProposal:
+    """A pending proposal of the next top-level targets with ``delegations``, for the admins
+    to sign offline; an identical pending one is returned instead of a second."""
+    md = repo.next_targets(delegations)
+    for pending in session.scalars(
+        select(TufProposal).where(
+            TufProposal.role == TARGETS_ROLE, TufProposal.state == "pending"
+        )
+    ):
+        old = Metadata[Targets].from_bytes(pending.payload).signed
+        same = old.delegations is not None and old.delegations.to_dict() == delegations.to_dict()
+        if same and pending.version == md.signed.version:
+            return pending
+        pending.state, pending.decided_at = "superseded", utcnow()
+    proposal = TufProposal(
+        role=TARGETS_ROLE,
+        version=md.signed.version,
+        payload=md.to_bytes(),
+        signatures="[]",
+        target=DELEGATIONS_TARGET,
+        state="pending",
+        created_by=proposer_id,
+    )
+    session.add(proposal)
+    session.flush()
+    return proposal
+
+
+def signing_role(repo: MetadataRepository, proposal: TufProposal) -> tuple[str, list[str], int]:
+    """Who signs ``proposal``: (role name, the keyids that count, threshold)."""
+    if proposal.role == TARGETS_ROLE:
+        role = repo.root().roles[TARGETS_ROLE]
+        return TARGETS_ROLE, list(role.keyids), role.threshold
+    delegated = delegated_role_for(repo, proposal.target)
+    return delegated.name, list(delegated.keyids), delegated.threshold
+
+
 def add_signature(
     session: Session,
     repo: MetadataRepository,
@@ -123,13 +170,15 @@ def add_signature(
     *,
     keyid: str,
     signature_hex: str,
+    excluded: Mapping[int, str] | None = None,
     before_publish: Callable[[TufProposal], None] | None = None,
 ) -> Added:
     """Check one signature on ``proposal`` (steps 1-4) and publish at threshold.
 
-    ``before_publish`` runs the registry's own gates (baseline, replay) right before
-    publishing and may raise to keep the proposal pending. Raises ProposalStale,
-    SignatureRefused, BadRequest.
+    ``excluded``: principals whose keys may not sign this proposal, each with the reason
+    (the two-person rule). ``before_publish`` runs the registry's own gates (baseline,
+    replay) right before publishing and may raise to keep the proposal pending. Raises
+    ProposalStale, SignatureRefused, BadRequest.
     """
     # (1) only a pending proposal takes signatures
     if proposal.state != "pending":
@@ -143,30 +192,31 @@ def add_signature(
             detail={"role": proposal.role, "proposed": proposal.version, "current": current},
         )
     md = Metadata[Targets].from_bytes(proposal.payload)
-    role = delegated_role_for(repo, proposal.target)
-    # (3) a key the delegation names, not the proposer's own
-    if keyid not in role.keyids:
+    role_name, keyids, threshold = signing_role(repo, proposal)
+    # (3) a key the delegation names, its owner not excluded (two-person rule)
+    if keyid not in keyids:
         raise SignatureRefused(
-            f"key {keyid} is not one of the keys role {role.name} is delegated to",
-            detail={"role": role.name, "keyid": keyid},
+            f"key {keyid} is not one of the keys role {role_name} is delegated to",
+            detail={"role": role_name, "keyid": keyid, "keyids": keyids},
         )
     owner = session.scalar(select(SigningKey.principal_id).where(SigningKey.keyid == keyid))
-    if owner is not None and owner == proposal.created_by:
+    if owner is not None and owner in (excluded or {}):
         raise SignatureRefused(
-            f"key {keyid} belongs to the principal who proposed this change; another "
-            "signer must approve it",
-            detail={"role": role.name, "keyid": keyid},
+            f"key {keyid} belongs to {(excluded or {})[owner]}; another signer must "
+            "approve it (two-person rule)",
+            detail={"role": role_name, "keyid": keyid},
         )
     # (4) the signature over the canonical signed bytes
     if len(signature_hex) > MAX_SIGNATURE_HEX:
         raise BadRequest(f"signature of key {keyid} is longer than {MAX_SIGNATURE_HEX} hex")
-    key = repo.targets().get_key(keyid)
+    delegator = repo.root() if role_name == TARGETS_ROLE else repo.targets()
+    key = delegator.get_key(keyid)
     try:
         key.verify_signature(Signature(keyid, signature_hex), md.signed_bytes)
     except UnverifiedSignatureError as exc:
         raise SignatureRefused(
             f"the signature of key {keyid} does not verify over proposal {proposal.id}",
-            detail={"role": role.name, "keyid": keyid},
+            detail={"role": role_name, "keyid": keyid},
         ) from exc
     collected = {s["keyid"]: s["sig"] for s in json.loads(proposal.signatures)}
     collected[keyid] = signature_hex
@@ -174,16 +224,19 @@ def add_signature(
         [{"keyid": k, "sig": v} for k, v in sorted(collected.items())]
     )
     session.flush()
-    if len(collected) < role.threshold:
-        return Added(len(collected), role.threshold, published=False)
+    if len(collected) < threshold:
+        return Added(len(collected), threshold, published=False)
     if before_publish is not None:
         before_publish(proposal)
     for k, v in collected.items():
         md.signatures[k] = Signature(k, v)
     try:
-        repo.publish_delegated(role.name, md)
+        if role_name == TARGETS_ROLE:
+            repo.publish_targets(md)
+        else:
+            repo.publish_delegated(role_name, md)
     except StaleProposal as exc:  # pragma: no cover - step 2 ran in this transaction
         raise ProposalStale(str(exc)) from exc
     proposal.state, proposal.decided_at = "published", utcnow()
     session.flush()
-    return Added(len(collected), role.threshold, published=True)
+    return Added(len(collected), threshold, published=True)

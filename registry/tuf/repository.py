@@ -27,6 +27,7 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, cast
 
 from securesystemslib.signer import Key, Signer
@@ -41,6 +42,7 @@ from tuf.api.metadata import (
     Targets,
     Timestamp,
 )
+from tuf.api.serialization import DeserializationError
 from tuf.repository import Repository
 
 from modelward.registry.tuf.store import MetadataStore
@@ -48,6 +50,48 @@ from modelward.registry.tuf.store import MetadataStore
 __all__ = ["Expiries", "MetadataRepository", "StaleProposal", "new_root"]
 
 TOP_LEVEL = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
+MAX_UNVERIFIED = 64  # stored versions passed over, newest first, before a role is refused
+
+
+@lru_cache(maxsize=8192)
+def _verifies(role: str, data: bytes, version: int, delegator: bytes) -> bool:
+    """Whether ``data`` is ``role`` at ``version``, signed by the threshold the verified
+    ``delegator`` (root or targets metadata) sets for it."""
+    try:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+        if md.signed.version != version or md.signed.type != (
+            Targets.type if role not in TOP_LEVEL else role
+        ):
+            return False
+        parent: Metadata[Any] = Metadata.from_bytes(delegator)
+        parent.signed.verify_delegate(role, md.signed_bytes, md.signatures)
+    except (UnsignedMetadataError, ValueError, DeserializationError):
+        return False
+    return True
+
+
+def _verified_chain(chain: tuple[bytes, ...]) -> Metadata[Root]:
+    """The last root of ``chain``, once ``_check_chain`` accepted it (a fresh object)."""
+    _check_chain(chain)
+    return Metadata[Root].from_bytes(chain[-1])
+
+
+@lru_cache(maxsize=64)
+def _check_chain(chain: tuple[bytes, ...]) -> None:
+    """The last root of ``chain`` (versions 1..N) after checking every rotation: version 1
+    signed by itself, each next one by its predecessor's threshold and its own."""
+    trusted: Metadata[Root] | None = None
+    for data in chain:
+        md = Metadata[Root].from_bytes(data)
+        expected = 1 if trusted is None else trusted.signed.version + 1
+        if md.signed.version != expected:
+            raise UnsignedMetadataError(f"root version {md.signed.version} is not {expected}")
+        if trusted is not None:
+            trusted.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
+        md.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
+        trusted = md
+    if trusted is None:
+        raise ValueError("the repository has no root yet: run `modelward trust init`")
 
 
 class StaleProposal(Exception):  # noqa: N818 - a domain name, like python-tuf's errors
@@ -130,13 +174,64 @@ class MetadataRepository(Repository):
     # -- python-tuf Repository hooks ----------------------------------------------------
 
     def open(self, role: str) -> Metadata[Any]:
-        data = self.store.read(role)
-        if data is not None:
-            return Metadata.from_bytes(data)
+        """The newest stored version of ``role`` that verifies: root through its chain of
+        versions, top-level targets against root, a delegated role against top-level
+        targets' delegation (``verified``); snapshot and timestamp as stored (the registry
+        signs them itself). A blank role when none is stored yet."""
+        if role in (Root.type, Targets.type) or role not in TOP_LEVEL:
+            md = self.verified(role)
+            if md is not None:
+                return md
+        else:
+            data = self.store.read(role)
+            if data is not None:
+                return Metadata.from_bytes(data)
         if role == Root.type:
             raise ValueError("the repository has no root yet: run `modelward trust init`")
         blank = {Snapshot.type: Snapshot, Timestamp.type: Timestamp}.get(role, Targets)
         return Metadata(blank())
+
+    def verified(self, role: str) -> Metadata[Any] | None:
+        """The newest stored version of ``role`` whose signatures meet its delegation, or
+        None when the store holds none. Rows are only a database writer's word: a newer
+        version that does not verify (a forgery) is passed over, and when none of the
+        newest ``MAX_UNVERIFIED`` does, ``UnsignedMetadataError`` names the role."""
+        latest = self.store.latest_versions().get(role)
+        if latest is None:
+            return None
+        if role == Root.type:
+            return self._root_chain(latest)
+        delegator = self._delegator(role)
+        if delegator is None:  # no longer delegated: nobody resolves through it
+            data = self.store.read(role, latest)
+            return Metadata.from_bytes(data) if data is not None else None
+        for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
+            data = self.store.read(role, version)
+            if data is not None and _verifies(role, data, version, delegator):
+                return Metadata.from_bytes(data)
+        raise UnsignedMetadataError(
+            f"role {role}: none of its newest stored versions (up to {latest}) is signed by "
+            "its delegation's threshold: the metadata store was written around the registry"
+        )
+
+    def _delegator(self, role: str) -> bytes | None:
+        """The verified metadata that delegates ``role`` (root or top-level targets), as
+        bytes; None when ``role`` is not delegated."""
+        if role == Targets.type:
+            return self.open(Root.type).to_bytes()
+        targets = self.open(Targets.type)
+        roles = targets.signed.delegations.roles if targets.signed.delegations else None
+        return targets.to_bytes() if roles and role in roles else None
+
+    def _root_chain(self, latest: int) -> Metadata[Root]:
+        """The newest root reached from version 1 through verified rotations."""
+        chain = []
+        for version in range(1, latest + 1):
+            data = self.store.read(Root.type, version)
+            if data is None:
+                break
+            chain.append(data)
+        return _verified_chain(tuple(chain))
 
     def close(self, role: str, md: Metadata[Any]) -> None:
         signers = self.signers.get(role) if role in TOP_LEVEL else None
@@ -151,11 +246,19 @@ class MetadataRepository(Repository):
 
     @property
     def targets_infos(self) -> dict[str, MetaFile]:
-        return {
-            f"{role}.json": MetaFile(version)
-            for role, version in self.store.latest_versions().items()
-            if role not in (Root.type, Snapshot.type, Timestamp.type)
-        }
+        """Every targets role at its newest *verified* version (a snapshot never names a
+        forged row); a delegated role with no verified version yet is left out."""
+        infos = {}
+        for role in self.store.latest_versions():
+            if role in (Root.type, Snapshot.type, Timestamp.type):
+                continue
+            try:
+                md = self.verified(role)
+            except UnsignedMetadataError:
+                continue
+            if md is not None:
+                infos[f"{role}.json"] = MetaFile(md.signed.version)
+        return infos
 
     @property
     def snapshot_info(self) -> MetaFile:
@@ -168,13 +271,13 @@ class MetadataRepository(Repository):
         the current root's threshold and its own (TUF 5.3.4). Raises UnsignedMetadataError.
         """
         md = Metadata[Root].from_bytes(data)
-        current = self.store.read(Root.type)
+        current = self.verified(Root.type)
         if current is None:
             if md.signed.version != 1:
                 raise ValueError(f"the first root must be version 1, not {md.signed.version}")
             md.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
         else:
-            trusted = Metadata[Root].from_bytes(current).signed
+            trusted = current.signed
             if md.signed.version != trusted.version + 1:
                 raise StaleProposal(Root.type, md.signed.version, trusted.version)
             trusted.verify_delegate(Root.type, md.signed_bytes, md.signatures)
@@ -230,6 +333,31 @@ class MetadataRepository(Repository):
                 targets.delegations = delegations
         self.store.write(role, md.signed.version, md.to_bytes())
         self.publish()
+
+    def publish_targets(self, md: Metadata[Targets]) -> None:
+        """Keep a new top-level targets signed offline by the admins, then a new snapshot.
+
+        Checks, in order: (1) it is the next version; (2) it has not expired; (3) its
+        signatures meet root's threshold for targets (python-tuf, as a worker checks it).
+        """
+        current = self.store.latest_versions().get(Targets.type, 0)
+        if md.signed.version != current + 1:
+            raise StaleProposal(Targets.type, md.signed.version, current)
+        if md.signed.is_expired(self.clock()):
+            raise ValueError(f"targets: the proposal expired at {md.signed.expires}")
+        self.root().verify_delegate(Targets.type, md.signed_bytes, md.signatures)
+        self.store.write(Targets.type, md.signed.version, md.to_bytes())
+        self.publish()
+
+    def next_targets(self, delegations: Delegations) -> Metadata[Targets]:
+        """The next version of top-level targets with ``delegations``, unsigned (for the
+        admins to sign offline when the registry holds no targets key)."""
+        md = cast(Metadata[Targets], self.open(Targets.type))
+        md.signed.version = self.store.latest_versions().get(Targets.type, 0) + 1
+        md.signed.expires = self.clock() + self.expiries.targets
+        md.signed.delegations = delegations
+        md.signatures.clear()
+        return md
 
     # -- snapshot and timestamp --------------------------------------------------------
 

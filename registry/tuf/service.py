@@ -9,8 +9,9 @@ publishes root version 1 itself. ``serve`` says so loudly; the proper ceremony k
 targets keys offline (``modelward trust init``).
 
 ``sync_delegations`` re-makes the top-level targets role when repositories, their policies,
-publishers or keys changed; it needs the targets key (embedded default) and otherwise raises
-``ValueError`` naming the role, for the admins to sign offline.
+publishers or keys changed. With the targets key online (embedded default) it publishes at
+once; otherwise it leaves a pending targets proposal for the admins to sign offline
+(``modelward trust sign``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import logging
 from sqlalchemy.orm import Session
 from tuf.api.metadata import Targets
 
-from modelward.attest.tuf import QUARANTINE_ROLE
-from modelward.registry.tuf.keys import EMBEDDED_ROLES, ONLINE_ROLES, OnlineKeys
+from modelward.registry.models import TufProposal
+from modelward.registry.tuf.keys import ALIAS_KEY, EMBEDDED_ROLES, ONLINE_ROLES, OnlineKeys
+from modelward.registry.tuf.proposals import propose_targets
 from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
 from modelward.registry.tuf.roles import delegations
 from modelward.registry.tuf.state import repository_trusts, reviewer_keys
@@ -48,7 +50,7 @@ def bootstrap_embedded(
     """Publish root v1 with online keys if the database has no root; True if it did."""
     if SessionStore(session).read("root") is not None:
         return False
-    for role in (*EMBEDDED_ROLES, *ONLINE_ROLES):
+    for role in (*EMBEDDED_ROLES, *ONLINE_ROLES, ALIAS_KEY):
         keys.create(role)
     repo = open_repository(session, keys, expiries)
     signers = repo.signers
@@ -64,7 +66,7 @@ def bootstrap_embedded(
     )
     root.sign(signers["root"][0], append=True)
     repo.install_root(root.to_bytes())
-    sync_delegations(session, repo, default_policy_yaml, force=True)
+    sync_delegations(session, repo, keys, default_policy_yaml, proposer_id=None, force=True)
     log.warning(
         "TUF: created root version 1 with ONLINE root and targets keys in %s (the embedded "
         "default). Anyone who can read that directory can sign alias decisions: for "
@@ -77,25 +79,47 @@ def bootstrap_embedded(
 def sync_delegations(
     session: Session,
     repo: MetadataRepository,
+    keys: OnlineKeys,
     default_policy_yaml: str | None,
     *,
+    proposer_id: int | None,
     force: bool = False,
-) -> bool:
-    """A new top-level targets if the delegations it should make changed; True if it did."""
+) -> bool | TufProposal:
+    """Bring top-level targets' delegations in line with the database.
+
+    Returns False when they already are; True when the registry signed the new targets
+    itself (its targets key is online); else the pending targets proposal the admins sign
+    offline (None as ``proposer_id`` then means the registry's own bootstrap admin)."""
     versions = repo.store.latest_versions()
+    online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
     wanted = delegations(
         repository_trusts(session, default_policy_yaml),
         reviewer_keys=reviewer_keys(session),
-        online_key=None,
-        quarantine=QUARANTINE_ROLE in versions,
+        online_key=online,
+        quarantine=True,
     )
     current: Targets | None = repo.targets() if Targets.type in versions else None
     if not force and current is not None and current.delegations is not None and (
         current.delegations.to_dict() == wanted.to_dict()
     ):
         return False
+    if not repo.signers.get(Targets.type):
+        return propose_targets(session, repo, wanted, proposer_id=proposer_id or _admin(session))
     with repo.edit_targets() as targets:
         targets.delegations = wanted
     repo.publish()
     return True
+
+
+def _admin(session: Session) -> int:
+    from sqlalchemy import select
+
+    from modelward.registry.models import Principal
+
+    first = session.scalar(
+        select(Principal.id).where(Principal.role == "admin").order_by(Principal.id).limit(1)
+    )
+    if first is None:
+        raise ValueError("no admin principal to make the targets proposal in the name of")
+    return first
 

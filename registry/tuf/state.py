@@ -65,7 +65,7 @@ def repository_trusts(session: Session, default_policy_yaml: str | None) -> list
             RepositoryTrust(
                 repo=repo.name,
                 protected=protected,
-                online_patterns=[],
+                online_patterns=[rule.pattern for rule in policy.aliases if rule.online],
                 publisher_keys=_keys(session, publishers),
             )
         )

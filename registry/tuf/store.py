@@ -18,7 +18,14 @@ from modelward.attest._fileio import write_output
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-__all__ = ["DirectoryStore", "MetadataStore", "SessionStore", "export_metadata", "file_name"]
+__all__ = [
+    "DirectoryStore",
+    "MetadataStore",
+    "SessionStore",
+    "export_metadata",
+    "file_name",
+    "parse_file_name",
+]
 
 TIMESTAMP = "timestamp"
 _VERSIONED = re.compile(r"([1-9][0-9]{0,17})\.(.+)\.json")
@@ -31,6 +38,16 @@ def file_name(role: str, version: int) -> str:
     if role == TIMESTAMP:
         return "timestamp.json"
     return f"{version}.{role}.json"
+
+
+def parse_file_name(name: str) -> tuple[str, int | None] | None:
+    """(role, version) of a metadata file name (``timestamp.json``: the latest), or None."""
+    if name == "timestamp.json":
+        return TIMESTAMP, None
+    match = _VERSIONED.fullmatch(name)
+    if match is None or match.group(2) == TIMESTAMP:
+        return None
+    return match.group(2), int(match.group(1))
 
 
 class MetadataStore(Protocol):

@@ -151,7 +151,8 @@ def _door(world: World, door: str, name: str, case: Case) -> subprocess.Complete
         repo = f"acme/{unique('m')}"
         world.hostile.add(serve_dir(root, repo, lambda built: attestations))
         cache = ["--cache-dir", str(world.base / unique("cache"))]
-        argv = [door, f"{repo}@prod", *trust, *cache]
+        # the hostile registry publishes no TUF metadata: its word names the bundle
+        argv = [door, f"{repo}@prod", "--unsigned-aliases", *trust, *cache]
         env = world.env(world.hostile.url, "worker-token")
     return subprocess.run([MODELWARD, *argv], capture_output=True, text=True, env=env,
                           timeout=300, check=False)

@@ -66,6 +66,8 @@ class World:
             del env["VLLM_CPU_KVCACHE_SPACE"]
         extra = ["--public-key", str(self.pem), "--cache-dir", str(self.cache),
                  "--worker-key", str(self.worker_key)] if trust else []
+        if args[0] in ("boot", "replay", "baseline"):  # about vLLM, not alias signing
+            extra.append("--unsigned-aliases")
         cmd = [MODELWARD, args[0], *args[1:2], *extra, *args[2:]]
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900,
                               check=False)
@@ -278,6 +280,7 @@ def _start_serving(world: World, port: int, log_path: Path) -> subprocess.Popen[
     with log_path.open("wb") as log:
         return subprocess.Popen(
             [MODELWARD, "boot", f"{world.repo}@canary", "--public-key", str(world.pem),
+             "--unsigned-aliases",
              "--cache-dir", str(world.cache), "--worker-key", str(world.worker_key),
              "--serve", "--port", str(port), "--ready-file", str(log_path.with_suffix(".ready")),
              "--", "--enforce-eager"],

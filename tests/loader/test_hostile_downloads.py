@@ -154,7 +154,7 @@ def _pull(hostile: HostileRegistry, tmp_path: Path) -> subprocess.CompletedProce
     pem.write_bytes(public_key_pem(generate_private_key().public_key()))
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
     return subprocess.run(
-        [MODELWARD, "pull", f"{REPO}@prod", "--public-key", str(pem),
+        [MODELWARD, "pull", f"{REPO}@prod", "--public-key", str(pem), "--unsigned-aliases",
          "--cache-dir", str(tmp_path / "cache")],
         capture_output=True, text=True, env=env, timeout=120, check=False)
 

@@ -66,9 +66,12 @@ def with_spec(model: Path) -> Path:
 
 
 def run(reg: HostileRegistry, *args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """The real CLI against the hostile registry, which publishes no TUF metadata: aliases
+    are taken on its word (``--unsigned-aliases``), and everything after is still checked."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": "worker-token"}
-    return subprocess.run([MODELWARD, *args, "--cache-dir", str(cache)], capture_output=True,
-                          text=True, env=env, timeout=120, check=False)
+    unsigned = ["--unsigned-aliases"] if args[0] in ("pull", "boot", "verify") else []
+    return subprocess.run([MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
 def pull_prod(hostile: HostileRegistry, publisher_pem: Path, cache: Path,
@@ -272,7 +275,8 @@ def test_boot_without_vllm_names_the_extra(hostile: HostileRegistry, publisher_p
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "w",
            "PYTHONPATH": str(shadow.parent)}
     result = subprocess.run([MODELWARD, "boot", f"{REPO}@prod", "--public-key",
-                             str(publisher_pem)], capture_output=True, text=True, env=env,
+                             str(publisher_pem), "--unsigned-aliases"], capture_output=True,
+                            text=True, env=env,
                             timeout=120, check=False)
     assert result.returncode == 1
     assert "pip install 'modelward[vllm]'" in result.stderr
@@ -298,3 +302,16 @@ def test_default_cache_dir_respects_xdg(tmp_path: Path) -> None:
 
     assert default_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "modelward"
     assert default_cache_dir({}) == Path.home() / ".cache" / "modelward"
+
+
+def test_an_alias_without_a_pinned_tuf_root_is_refused_with_the_hint(
+        hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
+    result = subprocess.run([MODELWARD, "pull", f"{REPO}@prod", "--public-key",
+                             str(publisher_pem), "--cache-dir", str(tmp_path / "c")],
+                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "needs a pinned TUF root (--trust-root root.json" in result.stderr
+    assert "pulling by digest needs none" in result.stderr
+    assert hostile.ranges == []  # refused before a byte of the bundle was asked for
+    assert nothing_materialized(tmp_path / "c")

@@ -36,7 +36,10 @@ def _object(
 
 
 ALIAS_STATE = _object(
-    {"alias": {"type": "string"}, "digest": DIGEST, "version": {"type": "integer", "minimum": 1}}
+    {"alias": {"type": "string"}, "digest": DIGEST, "version": {"type": "integer", "minimum": 1}},
+    # signed: its TUF role signs this digest; proposal: the TUF proposal a move made
+    optional={"signed": {"type": "boolean"},
+              "proposal": {"oneOf": [{"type": "null"}, {"type": "integer"}]}},
 )
 CHECK = _object(
     {"name": {"type": "string"}, "passed": {"type": "boolean"}, "message": {"type": "string"}}
@@ -90,6 +93,7 @@ QUARANTINE = _object({
     "quarantine_reason": {"type": "string"},
     "quarantined_at": {"type": "string"},
     "tombstoned": {"type": "boolean"},
+    "signed": {"type": "boolean"},
 })
 EVENT = _object({
     "seq": {"type": "integer", "minimum": 1},
@@ -188,7 +192,9 @@ def test_push_json_is_one_document_with_messages_on_stderr(
     assert out.returncode == 0, out.stderr
     pushed = json.loads(out.stdout)
     jsonschema.validate(pushed, PUSH)
-    assert pushed["alias"] == {"alias": "dev", "digest": pushed["digest"], "version": 1}
+    assert {k: pushed["alias"][k] for k in ("alias", "digest", "version")} == {
+        "alias": "dev", "digest": pushed["digest"], "version": 1}
+    assert pushed["alias"]["signed"] is False  # proposed to the TUF role, not signed yet
     assert pushed["preflight"] == "passed"
     assert pushed["decision"]["allowed"] is True
     assert [i["file"] for i in pushed["ignored_attestations"]] == [str(stranger)]
@@ -207,7 +213,7 @@ def test_alias_commands_json(registry: Registry, tmp_path: Path) -> None:
     run_json(registry, ALIAS_STATE, "alias", "set", f"{repo}@beta", d2, "--reason", "r2",
              token=tok)
     got = run_json(registry, ALIAS_STATE, "alias", "get", f"{repo}@beta", token=tok)
-    assert got == {"alias": "beta", "digest": d2, "version": 2}
+    assert got == {"alias": "beta", "digest": d2, "version": 2, "signed": False}
     back = run_json(registry, ALIAS_STATE, "alias", "rollback", f"{repo}@beta", token=tok)
     assert (back["digest"], back["version"]) == (d1, 3)
     history = run_json(registry, HISTORY, "alias", "history", f"{repo}@beta", token=tok)

@@ -96,7 +96,7 @@ def test_cli_alias_set_get_history_rollback(registry: Registry, tmp_path: Path) 
         == 0
     )
     got = registry.cli("alias", "get", f"{repo}@beta", "--json", token=tok)
-    assert _json_out(got.stdout) == {"alias": "beta", "digest": d2, "version": 2}
+    assert _json_out(got.stdout) == {"alias": "beta", "digest": d2, "version": 2, "signed": False}
     rb = registry.cli("alias", "rollback", f"{repo}@beta", "--reason", "bad release", token=tok)
     assert rb.returncode == 0, rb.stderr
     hist = _json_out(

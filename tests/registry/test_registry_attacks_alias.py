@@ -169,7 +169,7 @@ def test_rollback_to_bundle_the_policy_now_rejects(reg: Reg) -> None:
     r = alias_put(pub.client, "acme/a", "canary", first.digest, 2, rollback=True)
     error(r, 422, "policy_denied")
     state = reg.admin.get("/v1/repos/acme/a/aliases/canary").json()
-    assert state == {"alias": "canary", "digest": second.digest, "version": 2}
+    assert state == {"alias": "canary", "digest": second.digest, "version": 2, "signed": False}
     assert len(reg.admin.get("/v1/repos/acme/a/aliases/canary/history").json()) == 2
     assert_denied(reg, since, 422, "policy_denied", actor="pub_a")
 

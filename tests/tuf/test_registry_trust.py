@@ -81,7 +81,7 @@ def test_the_embedded_bootstrap_publishes_root_once_with_0600_online_keys(
         assert bootstrap_embedded(session, keys, None)
     with db.write() as session:
         assert not bootstrap_embedded(session, keys, None)
-    for role in ("root", "targets", "snapshot", "timestamp"):
+    for role in ("root", "targets", "snapshot", "timestamp", "aliases"):
         assert stat.S_IMODE(keys.path(role).stat().st_mode) == 0o600
     with db.read() as session:
         versions = SessionStore(session).latest_versions()
@@ -90,7 +90,9 @@ def test_the_embedded_bootstrap_publishes_root_once_with_0600_online_keys(
     assert targets.delegations is not None
     assert targets.delegations.roles is not None
     roles = targets.delegations.roles
-    assert list(roles) == [protected_role(REPO, "prod"), open_role(REPO)]  # no quarantine yet
+    # quarantine first: delegated before it has metadata (workers read its absence from
+    # the snapshot as "nothing is quarantined")
+    assert list(roles) == ["quarantine", protected_role(REPO, "prod"), open_role(REPO)]
     reviewers = sorted(keyid(people[n].public_key()) for n in ("bob", "carol"))
     assert roles[protected_role(REPO, "prod")].keyids == reviewers
     assert roles[protected_role(REPO, "prod")].threshold == 1  # the default policy's approvals
@@ -122,7 +124,8 @@ def test_a_worker_resolves_an_alias_the_publisher_signed_and_loses_it_when_her_k
             for row in session.query(SigningKey).join(Principal).filter(Principal.name == "alice"):
                 row.revoked_at = utcnow()
             session.flush()
-            assert sync_delegations(session, open_repository(session, keys), None)
+            assert sync_delegations(session, open_repository(session, keys), keys, None,
+                                    proposer_id=None)
         with db.read() as session:
             assert export_metadata(SessionStore(session), served) == 3  # targets, snapshot, ts
         with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
@@ -173,9 +176,11 @@ def test_the_proposers_own_key_does_not_count(
     with db.write() as session:
         proposal = _prod_proposal(session, bootstrapped, manifest(1), "bob")
         keyid_, sig = _sign(proposal, people["bob"])
-        with pytest.raises(SignatureRefused, match="proposed this change"):
+        bob = session.scalar(select(Principal.id).where(Principal.name == "bob"))
+        assert bob is not None
+        with pytest.raises(SignatureRefused, match="belongs to the proposer"):
             add_signature(session, open_repository(session, bootstrapped), proposal,
-                          keyid=keyid_, signature_hex=sig)
+                          keyid=keyid_, signature_hex=sig, excluded={bob: "the proposer"})
 
 
 def test_a_key_the_role_is_not_delegated_to_does_not_count(

@@ -23,6 +23,7 @@ class AliasIn(BaseModel):
     expected_version: int = Field(ge=0, le=MAX_VERSION)
     reason: str | None = Field(default=None, max_length=2000)
     rollback: bool = False
+    propose: bool = False  # a protected alias short of approvals: 202 with the proposal
 
 
 class ApprovalIn(BaseModel):
@@ -67,13 +68,15 @@ def get_alias(org: str, name: str, alias: str, request: Request) -> JSONResponse
         return JSONResponse(service.get_alias(session, f"{org}/{name}", alias))
 
 
-@router.put("/aliases/{alias}")
+@router.put("/aliases/{alias}", responses={202: {"description": "proposed (``pending``)"}})
 def set_alias(
     *, org: str, name: str, alias: str, body: AliasIn, caller: AnyCaller, state: State
-) -> dict[str, Any]:
+) -> JSONResponse:
     """Compare-and-swap: ``expected_version`` 0 creates; 409 ``stale_version`` with the current
-    state when another writer moved it first."""
-    return service.set_alias(
+    state when another writer moved it first. The move is proposed to the alias's TUF role
+    too (``signed``, ``proposal``). With ``propose``, a protected alias short of approvals
+    answers 202 with the ``pending`` proposal its reviewers sign (docs/tuf.md#proposals)."""
+    answer = service.set_alias(
         state,
         repo_name=f"{org}/{name}",
         alias=alias,
@@ -82,7 +85,9 @@ def set_alias(
         reason=body.reason,
         rollback=body.rollback,
         caller=caller,
+        propose=body.propose,
     )
+    return JSONResponse(answer, status_code=202 if "pending" in answer else 200)
 
 
 @router.get("/aliases/{alias}/history")

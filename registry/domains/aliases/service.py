@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,8 @@ __all__ = [
     "get_alias",
     "history",
     "list_aliases",
+    "record_move",
+    "require_move_allowed",
     "set_alias",
     "withdraw_approval",
 ]
@@ -124,12 +127,17 @@ def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
 
 
 def get_alias(session: Session, repo_name: str, alias: str) -> dict[str, Any]:
-    """The alias's state; NotFound (suggesting close names) when it does not exist."""
+    """The alias's state, ``signed`` when its TUF role signs the same digest; NotFound
+    (suggesting close names) when it does not exist."""
+    from modelward.registry.domains.trust.service import signed_aliases
+
     repo = get_repo(session, repo_name)
     row = _alias_row(session, repo, alias)
     if row is None:
         raise _no_alias(session, repo, alias)
-    return _state_json(row, alias)
+    answer = _state_json(row, alias)
+    answer["signed"] = signed_aliases(session, repo_name).get(alias) == row.digest
+    return answer
 
 
 def list_aliases(
@@ -138,7 +146,8 @@ def list_aliases(
     """A repository's aliases by name, a page at a time (authorization in the query:
     ``repos.listing.readable_repo``). Each: ``{alias, digest, version, updated_at,
     bundle_state}`` where ``bundle_state`` is the target bundle's (live, quarantined or
-    tombstoned). Raises NotFound, InvalidCursor."""
+    tombstoned) and ``signed`` (its TUF role signs that digest). Raises NotFound,
+    InvalidCursor."""
     check_limit(limit)
     repo = readable_repo(session, repo_name, caller)
     quarantined = (
@@ -154,6 +163,9 @@ def list_aliases(
     if cursor is not None:
         query = query.where(Alias.name > decode_cursor("aliases", cursor))
     rows = session.execute(query).all()
+    from modelward.registry.domains.trust.service import signed_aliases
+
+    signed = signed_aliases(session, repo.name)
     items = [
         {
             "alias": row.name,
@@ -161,6 +173,7 @@ def list_aliases(
             "version": row.version,
             "updated_at": iso(row.updated_at),
             "bundle_state": "tombstoned" if tombstoned else "quarantined" if held else "live",
+            "signed": signed.get(row.name) == row.digest,
         }
         for row, tombstoned, held in rows[:limit]
     ]
@@ -246,17 +259,21 @@ def _replay_ok(statements: list[Any], min_consecutive: int, max_divergences: int
     return False
 
 
-def set_alias(
-    state: AppState,
-    *,
-    repo_name: str,
-    alias: str,
-    digest: str,
-    expected_version: int,
-    reason: str | None,
-    rollback: bool,
-    caller: Caller,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Move:
+    """What the checks of a move found."""
+
+    rule: AliasRule
+    manifest: bytes
+    current_digest: str | None
+    is_rollback: bool
+    approvers: list[str]
+
+
+def _check_move(
+    state: AppState, *, repo_name: str, alias: str, digest: str, rollback: bool, caller: Caller
+) -> _Move:
+    """Checks (1) to (4) of a move by ``caller``, except the approvals of (4)."""
     from modelward.attest.manifest import parse_manifest
     from modelward.attest.policy import alias_rule_for
     from modelward.attest.statement import PredicateType
@@ -289,7 +306,8 @@ def set_alias(
         bundle = live_bundle(session, repo, digest)
         require_not_quarantined(session, digest)
         # (3): the current policy still allows it (judged below, outside the transaction).
-        manifest = parse_manifest(bundle.manifest)
+        raw_manifest = bytes(bundle.manifest)
+        manifest = parse_manifest(raw_manifest)
         stored = [a.data for a in session.execute(live_attestations(bundle.id)).scalars()]
         trust = verdict.trust_for(session, repo, policy, state)
         publisher_id = bundle.created_by
@@ -309,9 +327,8 @@ def set_alias(
     trusted = verdict.judge(
         state, manifest=manifest, attestations=stored, policy=policy, trust=trust
     )
-    # (4): protected-alias requirements.
+    # (4): protected-alias evidence (the approvals are the caller's to check).
     if rule.protected:
-        _require_approvals(approvers, rule.approvals, f"{repo_name}@{alias}", digest)
         # Baselines and replay results are a serving worker's evidence: only statements an
         # evidence signer of the policy vouched for count (aliases.evidence).
         evidence = policy.evidence.model_dump()
@@ -344,7 +361,66 @@ def set_alias(
         raise BadRequest(
             f"{digest} was never an earlier target of {repo_name}@{alias}", code="not_a_rollback"
         )
-    is_rollback = rollback or digest in earlier
+    return _Move(rule, raw_manifest, current_digest, rollback or digest in earlier, approvers)
+
+
+def require_move_allowed(
+    state: AppState, *, repo_name: str, alias: str, digest: str, mover: Caller
+) -> None:
+    """Checks (1) to (4), less the approvals, of ``mover`` moving ``repo_name@alias`` to
+    ``digest``: what the registry checks again before it publishes a signed move."""
+    _check_move(state, repo_name=repo_name, alias=alias, digest=digest, rollback=False,
+                caller=mover)
+
+
+def set_alias(
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    digest: str,
+    expected_version: int,
+    reason: str | None,
+    rollback: bool,
+    caller: Caller,
+    propose: bool = False,
+) -> dict[str, Any]:
+    """Move ``repo_name@alias`` to ``digest`` (steps (1) to (5)); the move is also proposed
+    to the TUF role that decides the alias (``signed``/``proposal`` in the answer).
+
+    ``propose``: a protected alias short of approvals is not refused but proposed: the
+    answer's ``pending`` is the proposal its reviewers sign (``approve --key``), and the
+    alias moves when they have."""
+    from modelward.registry.domains.trust.service import proposal_json as tuf_json
+    from modelward.registry.domains.trust.service import propose_alias, repository
+
+    move = _check_move(
+        state, repo_name=repo_name, alias=alias, digest=digest, rollback=rollback, caller=caller
+    )
+    rule = move.rule
+    if rule.protected and len(move.approvers) < rule.approvals and propose:
+        with state.db.write() as session:
+            proposal = propose_alias(
+                session, state, repo_name=repo_name, alias=alias, digest=digest,
+                manifest=move.manifest, from_digest=move.current_digest, caller=caller,
+                reason=reason,
+            )
+            if proposal is None:
+                raise Conflict(
+                    f"no TUF role is delegated {repo_name}@{alias} yet: the admins sign the "
+                    "pending top-level targets first (`modelward trust pending`)",
+                    code="delegation_pending",
+                )
+            append(session, actor=caller.name, action="alias.propose",
+                   subject=f"{repo_name}@{alias}",
+                   details={"from": move.current_digest, "to": digest, "proposal": proposal.id,
+                            "reason": reason})
+            current = _alias_row(session, get_repo(session, repo_name), alias)
+            answer = _state_json(current, alias)
+            answer["pending"] = tuf_json(session, repository(session, state), proposal)
+            return answer
+    if rule.protected:
+        _require_approvals(move.approvers, rule.approvals, f"{repo_name}@{alias}", digest)
     # (5): compare-and-swap, history and audit in one transaction.
     return _swap(
         state=state,
@@ -353,9 +429,10 @@ def set_alias(
         digest=digest,
         expected=expected_version,
         reason=reason,
-        rollback=is_rollback,
+        rollback=move.is_rollback,
         approvals=rule.approvals if rule.protected else 0,
         caller=caller,
+        manifest=move.manifest,
     )
 
 
@@ -428,8 +505,10 @@ def _swap(
     rollback: bool,
     approvals: int,
     caller: Caller,
+    manifest: bytes,
 ) -> dict[str, Any]:
-    now = datetime.now(UTC)
+    from modelward.registry.domains.trust.service import propose_alias
+
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         bundle = live_bundle(session, repo, digest)
@@ -439,46 +518,91 @@ def _swap(
             counted = _approvers(session, bundle.id, alias, {bundle.created_by, caller.id})
             _require_approvals(counted, approvals, f"{repo_name}@{alias}", digest)
         current = _alias_row(session, repo, alias)
-        if expected == 0:
-            if current is not None:
-                raise _stale(current, alias, expected)
-            row = Alias(repo_id=repo.id, name=alias, digest=digest, version=1, updated_at=now)
-            session.add(row)
-            session.flush()
-            from_digest = None
-        else:
-            result = session.execute(
-                update(Alias)
-                .where(Alias.repo_id == repo.id, Alias.name == alias, Alias.version == expected)
-                .values(digest=digest, version=Alias.version + 1, updated_at=now)
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise _stale(current, alias, expected)
-            assert current is not None  # noqa: S101 - the UPDATE matched a row
-            from_digest = current.digest
-            session.expire(current)
-            row = current
-        session.add(
-            AliasHistory(
-                alias_id=row.id,
-                version=row.version,
-                from_digest=from_digest,
-                to_digest=digest,
-                actor=caller.name,
-                at=now,
-                reason=reason,
-                rollback=rollback,
-            )
+        if (current.version if current is not None else 0) != expected:
+            raise _stale(current, alias, expected)
+        from_digest = current.digest if current is not None else None
+        row = record_move(session, repo_name=repo_name, alias=alias, digest=digest,
+                          actor=caller.name, reason=reason, rollback=rollback,
+                          expected=expected)
+        proposal = propose_alias(
+            session, state, repo_name=repo_name, alias=alias, digest=digest, manifest=manifest,
+            from_digest=from_digest, caller=caller, reason=reason,
         )
-        append(
-            session,
-            actor=caller.name,
-            action="alias.rollback" if rollback else "alias.set",
-            subject=f"{repo_name}@{alias}",
-            details={"from": from_digest, "to": digest, "version": row.version, "reason": reason},
+        answer = _state_json(row, alias)
+        answer["signed"] = proposal is not None and proposal.state == "published"
+        answer["proposal"] = proposal.id if proposal is not None else None
+        return answer
+
+
+def record_move(
+    session: Session,
+    *,
+    repo_name: str,
+    alias: str,
+    digest: str,
+    actor: str,
+    reason: str | None,
+    rollback: bool | None = None,
+    expected: int | None = None,
+    signed_by: str | None = None,
+) -> Alias:
+    """Move the alias row (compare-and-swap on ``expected`` when given), with its history
+    row and an ``alias.set``/``alias.rollback`` audit event. ``rollback`` None: a rollback
+    when ``digest`` was an earlier target. ``signed_by``: the signer whose signature
+    published the move (a signed decision moves the row whatever its version)."""
+    now = datetime.now(UTC)
+    repo = get_repo(session, repo_name)
+    current = _alias_row(session, repo, alias)
+    if current is not None and current.digest == digest and signed_by is not None:
+        return current  # the registry's word already agreed with the signed decision
+    if rollback is None:
+        earlier = set() if current is None else set(session.execute(
+            select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
+        ).scalars())
+        rollback = digest in earlier
+    if current is None:
+        row = Alias(repo_id=repo.id, name=alias, digest=digest, version=1, updated_at=now)
+        session.add(row)
+        session.flush()
+        from_digest = None
+    else:
+        version = current.version if expected is None else expected
+        result = session.execute(
+            update(Alias)
+            .where(Alias.repo_id == repo.id, Alias.name == alias, Alias.version == version)
+            .values(digest=digest, version=Alias.version + 1, updated_at=now)
+            .execution_options(synchronize_session=False)
         )
-        return _state_json(row, alias)
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise _stale(current, alias, version)
+        from_digest = current.digest
+        session.expire(current)
+        row = current
+    session.add(
+        AliasHistory(
+            alias_id=row.id,
+            version=row.version,
+            from_digest=from_digest,
+            to_digest=digest,
+            actor=actor,
+            at=now,
+            reason=reason,
+            rollback=rollback,
+        )
+    )
+    details: dict[str, Any] = {
+        "from": from_digest, "to": digest, "version": row.version, "reason": reason,
+    }
+    if signed_by is not None:
+        details["signed"] = True
+    append(
+        session,
+        actor=actor if signed_by is None else signed_by,
+        action="alias.rollback" if rollback else "alias.set",
+        subject=f"{repo_name}@{alias}",
+        details=details,
+    )
+    return row
 
 
 def _stale(current: Alias | None, alias: str, expected: int) -> StaleVersion:

@@ -142,14 +142,21 @@ def quarantine(
     *, org: str, name: str, digest: str, body: ReasonIn, caller: Reviewer, state: State
 ) -> dict[str, Any]:
     """Quarantine the digest in every repository (409 ``conflict`` when it already is);
-    returns this repository's bundle record."""
+    returns this repository's bundle record, with ``proposal``: the quarantine role's next
+    version listing the digest, for a reviewer to sign (docs/tuf.md#proposals)."""
+    from modelward.registry.domains.trust.service import propose_quarantine
+
     repo_name = f"{org}/{name}"
     with state.db.write() as session:
         quarantine_digest(
             session, repo_name=repo_name, digest=digest, reason=body.reason, caller=caller
         )
         row = service.find_bundle(session, get_repo(session, repo_name), digest)
-        return service.bundle_json(session, row, caller)
+        proposal = propose_quarantine(
+            session, state, digest=digest, manifest=bytes(row.manifest), caller=caller,
+            reason=body.reason,
+        )
+        return {**service.bundle_json(session, row, caller), "proposal": proposal.id}
 
 
 @router.delete("/{digest}", status_code=204)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, Field
 
 from modelward.registry.domains._state import State
-from modelward.registry.domains.auth.deps import AnyCaller, Publisher
+from modelward.registry.domains.auth.deps import AnyCaller, Publisher, require_roles
+from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.keys import service
 
 router = APIRouter(prefix="/v1", tags=["keys"])
@@ -25,8 +26,12 @@ class IdentityIn(BaseModel):
     principal: str | None = Field(default=None, max_length=200)
 
 
+# reviewers register keys too: their signatures on TUF proposals are the approvals
+KeyHolder = Annotated[Caller, Depends(require_roles("admin", "publisher", "reviewer"))]
+
+
 @router.post("/keys", status_code=201)
-def register_key(body: KeyIn, caller: Publisher, state: State) -> dict[str, Any]:
+def register_key(body: KeyIn, caller: KeyHolder, state: State) -> dict[str, Any]:
     with state.db.write() as session:
         kid = service.register_key(
             session, pem=body.public_key_pem, principal=body.principal, caller=caller
@@ -41,7 +46,7 @@ def list_keys(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
 
 
 @router.delete("/keys/{keyid}", status_code=204)
-def revoke_key(keyid: str, caller: Publisher, state: State) -> Response:
+def revoke_key(keyid: str, caller: KeyHolder, state: State) -> Response:
     with state.db.write() as session:
         service.revoke_key(session, kid=keyid, caller=caller)
     return Response(status_code=204)

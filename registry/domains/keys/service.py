@@ -20,7 +20,7 @@ def _owner(session: Session, caller: Caller, principal: str | None) -> Principal
     name = principal or caller.name
     if name != caller.name and not caller.is_admin:
         raise Forbidden("only an admin may register keys or identities for another principal")
-    if caller.role not in ("admin", "publisher"):
+    if caller.role not in ("admin", "publisher", "reviewer"):
         raise Forbidden(f"role {caller.role!r} may not register signing keys or identities")
     row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
     if row is None:

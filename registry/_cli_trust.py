@@ -1,0 +1,343 @@
+"""Signed decisions on the command line (docs/tuf.md).
+
+``alias pending`` lists the TUF proposals waiting for signatures. ``sign_proposal`` is how
+``alias set --key``, ``approve --key`` and ``quarantine --key`` sign one: the payload is
+fetched, what it changes is read from the bytes to be signed (never from the registry's
+summary) and shown, a payload that changes anything but the expected target is refused, and
+the signature is made here: the private key never leaves this machine.
+
+``trust status|root|pending|sign|init|rotate|sync`` manage the registry's TUF repository.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from modelward.attest.cli._common import err_console, fail
+from modelward.registry._cli_client import _client, _reported, emit
+
+if TYPE_CHECKING:
+    from modelward.registry.client import RegistryClient
+
+__all__ = ["alias_pending", "describe", "find_pending", "load_key", "sign_proposal",
+           "signed_line", "trust_app"]
+
+trust_app = typer.Typer(
+    name="trust", help="The registry's TUF keys and metadata (docs/tuf.md).", no_args_is_help=True
+)
+
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
+KeyOpt = Annotated[Path, typer.Option("--key", metavar="FILE", help="Your private key (PEM)")]
+PassEnv = Annotated[
+    str | None,
+    typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+]
+
+
+def load_key(path: Path, passphrase_env: str | None) -> Any:
+    from modelward.attest.cli.keys import passphrase_from_env
+    from modelward.attest.errors import KeyError_
+    from modelward.attest.keys import load_private_key
+
+    try:
+        return load_private_key(path, passphrase_from_env(passphrase_env))
+    except KeyError_ as exc:
+        fail(str(exc), code=2)
+
+
+def _previous(client: RegistryClient, role: str, version: int) -> bytes | None:
+    if version <= 1:
+        return None
+    return client.tuf_file(f"{version - 1}.{role}.json")
+
+
+def describe(proposal: dict[str, Any]) -> str:
+    """One line for a proposal: what, from -> to, role version, signatures so far."""
+    what = (f"{proposal.get('repository')}@{proposal.get('alias')}" if proposal.get("alias")
+            else str(proposal.get("target")))
+    change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
+    if proposal.get("role") == "targets":
+        change = "new delegations"
+    signed = len(proposal.get("signatures") or [])
+    return (f"#{proposal.get('id')} {what}: {change} ({proposal.get('role')} "
+            f"v{proposal.get('version')}, {proposal.get('state')}, signatures "
+            f"{signed}/{proposal.get('threshold')}, proposed by {proposal.get('proposed_by')}, "
+            f"expires {proposal.get('expires')})")
+
+
+def sign_proposal(
+    client: RegistryClient,
+    proposal_id: int,
+    key: Any,
+    *,
+    expect_target: str | None,
+    expect_digest: str | None,
+) -> dict[str, Any]:
+    """Sign proposal ``proposal_id`` with ``key`` here and send the signature.
+
+    Refuses (exit 1) a payload that changes any target other than ``expect_target``, or
+    sets it to anything but ``expect_digest`` (both None: top-level targets)."""
+    from modelward.attest.tuf import proposal_changes, sign_proposal_payload
+
+    proposal = client.tuf_proposal(proposal_id)
+    payload = base64.b64decode(proposal["payload"])
+    role, version = str(proposal["role"]), int(proposal["version"])
+    if role != "targets":
+        changes = proposal_changes(payload, _previous(client, role, version))
+        unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
+        if unexpected or not changes:
+            fail(
+                f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
+                "it changes " + (", ".join(f"{c.path} ({c.before} -> {c.after})"
+                                            for c in changes) or "nothing")
+                + "; nothing was signed",
+            )
+        for change in changes:
+            err_console.print(
+                f"signing {role} v{version}: {change.path}: {change.before or '(unset)'} -> "
+                f"{change.after} (expires {proposal.get('expires')})", markup=False,
+            )
+    else:
+        err_console.print(f"signing targets v{version}: new delegations", markup=False)
+    signature = sign_proposal_payload(payload, key)
+    answer: dict[str, Any] = client.tuf_sign(proposal_id, signature.keyid, signature.signature)
+    return answer
+
+
+def signed_line(answer: dict[str, Any]) -> str:
+    if answer.get("state") == "published":
+        return f"published: {describe(answer)}"
+    return f"signed: {describe(answer)}"
+
+
+def find_pending(
+    client: RegistryClient, *, repo: str | None, alias: str | None, target: str,
+    digest: str | None,
+) -> dict[str, Any] | None:
+    """The newest pending proposal setting ``target`` to ``digest``, if any."""
+    for proposal in client.tuf_proposals(repo=repo, alias=alias):
+        if proposal.get("target") == target and proposal.get("to_digest") == digest:
+            return proposal
+    return None
+
+
+def alias_pending(
+    ref: Annotated[str | None, typer.Argument(
+        metavar="[REPO[@ALIAS]]", help="Only this repository (and alias)")] = None,
+    all_states: Annotated[bool, typer.Option(
+        "--all", help="Published, stale and superseded proposals too")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """List alias moves waiting for signatures (TUF proposals), newest first."""
+    repo, _, alias = (ref or "").partition("@")
+    with _reported(), _client() as client:
+        items = client.tuf_proposals(pending=not all_states, repo=repo or None,
+                                     alias=alias or None)
+    emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
+
+
+# -- trust ---------------------------------------------------------------------------------
+def _status_lines(status: dict[str, Any]) -> str:
+    out = []
+    if status.get("embedded"):
+        out.append("warning: the root key is ONLINE (the embedded default); run "
+                   "`modelward trust init` with offline keys (docs/tuf.md#keys)")
+    for role in status.get("roles") or []:
+        flag = " EXPIRED" if role.get("expired") else " expires soon" if role.get(
+            "expires_soon") else ""
+        out.append(f"{role.get('role'):<40} v{role.get('version'):<6} expires "
+                   f"{role.get('expires')}{flag}")
+    out.append(f"online keys: {', '.join(status.get('online_keys') or []) or 'none'}")
+    out.append(f"pending proposals: {status.get('pending_proposals')}")
+    return "\n".join(out)
+
+
+@trust_app.command("status")
+def trust_status(as_json: AsJson = False) -> None:
+    """Every TUF role's version and expiry, which expire soon, the keys held online."""
+    with _reported(), _client() as client:
+        status = client.tuf_status()
+    emit(status, as_json, _status_lines)
+
+
+def _root_version(client: RegistryClient) -> int:
+    versions = [int(r["version"]) for r in client.tuf_status().get("roles") or []
+                if r.get("role") == "root"]
+    if not versions:
+        fail("the registry has no TUF root yet")
+    return versions[0]
+
+
+@trust_app.command("root")
+def trust_root(
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write root.json")],
+    version: Annotated[int | None, typer.Option(
+        metavar="N", help="This root version (default: the latest)")] = None,
+) -> None:
+    """Save the registry's TUF root, for workers to pin (--trust-root); check its keys
+    out of band before trusting it."""
+    from modelward.attest._fileio import write_output
+    from modelward.attest.tuf import root_summary
+
+    with _reported(), _client() as client:
+        data = client.tuf_file(f"{version or _root_version(client)}.root.json")
+    summary = root_summary(data)
+    write_output(out, data)
+    keys = ", ".join(summary["root_keys"])
+    err_console.print(f"saved root v{summary['version']} to {out}; its root keys {keys} "
+                      f"(threshold {summary['root_threshold']}): compare them with the ones "
+                      "your admins hold before pinning", markup=False)
+
+
+@trust_app.command("pending")
+def trust_pending(as_json: AsJson = False) -> None:
+    """Every pending TUF proposal: alias moves, quarantines, top-level targets."""
+    with _reported(), _client() as client:
+        items = client.tuf_proposals()
+    emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
+
+
+@trust_app.command("sign")
+def trust_sign(
+    proposal_id: Annotated[int, typer.Argument(metavar="ID", help="The proposal's id")],
+    key: KeyOpt,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Sign one pending proposal with your key (admins: top-level targets)."""
+    private = load_key(key, passphrase_env)
+    with _reported(), _client() as client:
+        proposal = client.tuf_proposal(proposal_id)
+        answer = sign_proposal(client, proposal_id, private,
+                               expect_target=None if proposal["role"] == "targets"
+                               else str(proposal["target"]),
+                               expect_digest=proposal.get("to_digest"))
+    emit(answer, as_json, signed_line)
+
+
+@trust_app.command("sync")
+def trust_sync(as_json: AsJson = False) -> None:
+    """Re-make the delegations from the registry's database now (admins)."""
+    with _reported(), _client() as client:
+        answer = client.tuf_sync()
+    emit(answer, as_json, lambda a: ("changed: " if a.get("changed") else "unchanged: ")
+         + f"{a.get('pending_proposals')} pending proposals")
+
+
+def _next_root(
+    client: RegistryClient,
+    *,
+    root_keys: list[Any],
+    root_threshold: int,
+    old_root_keys: list[Any],
+    targets_keys: list[Any],
+    targets_threshold: int,
+    days: int,
+) -> tuple[bytes, int]:
+    from tuf.api.metadata import Metadata, Root
+
+    from modelward.attest.tuf import tuf_key, tuf_signer
+
+    version = _root_version(client)
+    md = Metadata[Root].from_bytes(client.tuf_file(f"{version}.root.json"))
+    root = md.signed
+    for role, keys, threshold in (("root", root_keys, root_threshold),
+                                  ("targets", targets_keys, targets_threshold)):
+        if not keys:
+            continue
+        if not 1 <= threshold <= len(keys):
+            fail(f"--{role}-threshold {threshold} needs between 1 and {len(keys)} "
+                 f"--{role}-key files", code=2)
+        for keyid in list(root.roles[role].keyids):
+            root.revoke_key(keyid, role)
+        for key in keys:
+            root.add_key(tuf_key(key.public_key()), role)
+        root.roles[role].threshold = threshold
+    root.version = version + 1
+    root.expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=days)
+    md.signatures.clear()
+    for key in [*old_root_keys, *root_keys]:
+        md.sign(tuf_signer(key), append=True)
+    return md.to_bytes(), version + 1
+
+
+def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
+    pending = [p for p in client.tuf_proposals() if p.get("role") == "targets"]
+    if not pending or not targets_keys:
+        return
+    for key in targets_keys:
+        answer = sign_proposal(client, int(pending[0]["id"]), key, expect_target=None,
+                               expect_digest=None)
+        if answer.get("state") == "published":
+            err_console.print(f"published targets v{answer.get('version')}", markup=False)
+            return
+
+
+RootKeys = Annotated[list[Path], typer.Option(
+    "--root-key", metavar="FILE", help="A new root private key (repeat for each admin)")]
+OldRootKeys = Annotated[list[Path] | None, typer.Option(
+    "--old-root-key", metavar="FILE",
+    help="A current root private key (repeat to meet its threshold)")]
+TargetsKeys = Annotated[list[Path] | None, typer.Option(
+    "--targets-key", metavar="FILE", help="A new targets private key (repeat)")]
+
+
+def _rotate(root_key: list[Path], root_threshold: int, old_root_key: list[Path] | None, *,
+            targets_key: list[Path] | None, targets_threshold: int, days: int,
+            passphrase_env: str | None, as_json: bool) -> None:
+    roots = [load_key(p, passphrase_env) for p in root_key]
+    olds = [load_key(p, passphrase_env) for p in old_root_key or []]
+    targets = [load_key(p, passphrase_env) for p in targets_key or []]
+    with _reported(), _client() as client:
+        data, version = _next_root(client, root_keys=roots, root_threshold=root_threshold,
+                                   old_root_keys=olds, targets_keys=targets,
+                                   targets_threshold=targets_threshold, days=days)
+        answer = client.tuf_install_root(data)
+        _sign_new_targets(client, targets)
+    emit({**answer, "version": version}, as_json,
+         lambda a: f"installed root v{a['version']}; online keys: "
+         f"{', '.join(a.get('online_keys') or [])}")
+
+
+@trust_app.command("init")
+def trust_init(
+    *,
+    root_key: RootKeys,
+    root_threshold: Annotated[int, typer.Option(metavar="N", help="Root signatures needed")] = 1,
+    targets_key: TargetsKeys = None,
+    targets_threshold: Annotated[int, typer.Option(
+        metavar="N", help="Targets signatures needed")] = 1,
+    days: Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")] = 365,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace the embedded online root (and targets) keys with your offline keys (admins)."""
+    _rotate(root_key, root_threshold, None, targets_key=targets_key,
+            targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
+            as_json=as_json)
+
+
+@trust_app.command("rotate")
+def trust_rotate(
+    *,
+    root_key: RootKeys,
+    old_root_key: OldRootKeys = None,
+    root_threshold: Annotated[int, typer.Option(metavar="N", help="Root signatures needed")] = 1,
+    targets_key: TargetsKeys = None,
+    targets_threshold: Annotated[int, typer.Option(
+        metavar="N", help="Targets signatures needed")] = 1,
+    days: Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")] = 365,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Make the next root version, signed by the current root keys and the new ones; workers
+    follow the chain of root versions."""
+    _rotate(root_key, root_threshold, old_root_key, targets_key=targets_key,
+            targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
+            as_json=as_json)
+

@@ -1,0 +1,1 @@
+"""Signed decisions: the registry as a TUF repository (docs/tuf.md)."""

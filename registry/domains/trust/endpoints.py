@@ -1,0 +1,106 @@
+"""``/tuf/{file}`` (the TUF metadata, as static files) and ``/v1/tuf/...`` (proposals,
+signatures, status, root installs). docs/tuf.md."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from modelward.registry.domains._state import State
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, authenticated_read
+from modelward.registry.domains.trust import service
+from modelward.registry.errors import BadRequest, NotFound
+from modelward.registry.tuf.store import TIMESTAMP, SessionStore, parse_file_name
+
+router = APIRouter(tags=["trust"])
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+class SignatureIn(BaseModel):
+    keyid: str = Field(min_length=1, max_length=128)
+    signature: str = Field(min_length=1, max_length=2048)
+
+
+class RootIn(BaseModel):
+    root: str = Field(max_length=2 * 2**20, description="base64 of the signed root.json")
+
+
+@router.get("/tuf/{file_name}")
+def metadata_file(file_name: str, request: Request) -> Response:
+    """One metadata file, byte for byte: ``timestamp.json`` (``no-cache``) or
+    ``VERSION.ROLE.json`` (immutable: a version never changes)."""
+    parsed = parse_file_name(file_name)
+    if parsed is None:
+        raise NotFound(f"no TUF metadata file {file_name!r}")
+    role, version = parsed
+    with authenticated_read(request) as (_caller, session):
+        data = SessionStore(session).read(role, version)
+    if data is None:
+        raise NotFound(f"no TUF metadata file {file_name!r}")
+    cache = "no-cache" if role == TIMESTAMP else IMMUTABLE
+    return Response(data, media_type="application/json", headers={"cache-control": cache})
+
+
+@router.get("/v1/tuf/status")
+def trust_status(caller: AnyCaller, state: State) -> dict[str, Any]:
+    """Every role's version and expiry, which expire soon, the keys held online."""
+    with state.db.read() as session:
+        return service.status(session, state)
+
+
+@router.get("/v1/tuf/proposals")
+def proposals(
+    *,
+    caller: AnyCaller,
+    state: State,
+    pending: bool = True,
+    repository: Annotated[str | None, Query(max_length=300)] = None,
+    alias: Annotated[str | None, Query(max_length=100)] = None,
+) -> dict[str, Any]:
+    """The newest proposals (200 at most), pending ones only unless ``pending=false``."""
+    with state.db.read() as session:
+        items = service.list_proposals(
+            session, state, pending_only=pending, repo_name=repository, alias=alias
+        )
+    return {"proposals": items}
+
+
+@router.get("/v1/tuf/proposals/{proposal_id}")
+def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """One proposal with its ``payload`` (base64 of the unsigned metadata to sign)."""
+    with state.db.read() as session:
+        return service.get_proposal(session, state, proposal_id)
+
+
+@router.post("/v1/tuf/proposals/{proposal_id}/signatures")
+def sign(
+    proposal_id: int, body: SignatureIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Add a signature made with one of the caller's keys; published at threshold."""
+    return service.sign_proposal(
+        state, proposal_id, keyid=body.keyid, signature_hex=body.signature, caller=caller
+    )
+
+
+@router.post("/v1/tuf/root")
+def install_root(body: RootIn, caller: Admin, state: State) -> dict[str, Any]:
+    """Keep the next root version, signed by the current root's threshold and its own."""
+    try:
+        data = base64.b64decode(body.root, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(f"root: not base64: {exc}") from exc
+    return service.install_root(state, data, caller=caller)
+
+
+@router.post("/v1/tuf/sync")
+def sync(caller: Admin, state: State) -> dict[str, Any]:
+    """Re-make the delegations from the database now, and re-sign what is due."""
+    changed = service.refresh(state)
+    with state.db.read() as session:
+        return {"changed": changed, **service.status(session, state)}

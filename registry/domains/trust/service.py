@@ -1,0 +1,450 @@
+"""Signed decisions: the registry's side of its TUF repository (docs/tuf.md).
+
+Every alias move and every quarantine the registry records is also proposed as the next
+version of the TUF role that decides it (``registry.tuf.proposals``). Who signs it:
+
+- the registry's online alias key, for ``online: true`` alias rules: published at once;
+- the repository's publishers (``alias set --key``), threshold 1;
+- reviewers (``approve --key``), threshold = the rule's approvals, never the proposer or the
+  bundle's publisher: their signatures *are* the approvals;
+- reviewers, threshold 1, for the quarantine (``quarantine --key``).
+
+A proposal that reaches its threshold is published (role, snapshot, timestamp) and, for an
+alias, the alias row follows the signed decision in the same transaction. A move recorded
+on the registry's word alone stays *unsigned* until then; ``signed_aliases`` is how every
+listing shows it. Delegation changes (repositories, policies, keys) re-make top-level
+targets: signed at once with an online targets key (the embedded default), else left as a
+proposal for the admins (``modelward trust sign``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from tuf.api.metadata import Metadata, Root, Targets
+
+from modelward.attest.tuf import (
+    QUARANTINE_ROLE,
+    alias_path,
+    online_role,
+    open_role,
+    quarantine_path,
+)
+from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.errors import BadRequest, Forbidden, NotFound
+from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
+from modelward.registry.settings import Settings
+from modelward.registry.tuf.keys import ALIAS_KEY, OnlineKeys, tuf_keys
+from modelward.registry.tuf.proposals import (
+    TARGETS_ROLE,
+    Added,
+    add_signature,
+    delegated_role_for,
+    propose_target,
+    signing_role,
+)
+from modelward.registry.tuf.repository import Expiries, MetadataRepository
+from modelward.registry.tuf.service import bootstrap_embedded, open_repository, sync_delegations
+from modelward.registry.tuf.store import SessionStore
+
+__all__ = [
+    "Trust",
+    "ensure_root",
+    "list_proposals",
+    "proposal_json",
+    "propose_alias",
+    "propose_quarantine",
+    "refresh",
+    "sign_proposal",
+    "signed_aliases",
+    "status",
+    "trust_of",
+]
+
+log = logging.getLogger("modelward.registry")
+PROPOSAL_PAGE = 200
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The registry's TUF keys and lifetimes (from the settings)."""
+
+    keys: OnlineKeys
+    expiries: Expiries
+
+
+def trust_of(settings: Settings) -> Trust:
+    return Trust(
+        keys=tuf_keys(settings),
+        expiries=Expiries(
+            timestamp=timedelta(seconds=settings.tuf_timestamp_expiry_seconds),
+            snapshot=timedelta(seconds=settings.tuf_snapshot_expiry_seconds),
+        ),
+    )
+
+
+def repository(session: Session, state: AppState) -> MetadataRepository:
+    trust = trust_of(state.settings)
+    return open_repository(session, trust.keys, trust.expiries)
+
+
+def ensure_root(state: AppState) -> bool:
+    """Publish the embedded root if the database has none (True if this call did)."""
+    trust = trust_of(state.settings)
+    try:
+        with state.db.write() as session:
+            return bootstrap_embedded(
+                session, trust.keys, state.default_policy_yaml, trust.expiries
+            )
+    except IntegrityError:  # another replica bootstrapped first: theirs is the root
+        return False
+
+
+def refresh(state: AppState) -> bool:
+    """Re-sign snapshot and timestamp past half-life, and bring the delegations in line
+    with the database; True when anything new was signed or proposed."""
+    try:
+        with state.db.write() as session:
+            repo = repository(session, state)
+            synced = sync(session, state, repo, proposer_id=None)
+            return repo.refresh() or synced is not False
+    except IntegrityError:  # another replica signed the same versions first
+        return False
+
+
+def sync(
+    session: Session, state: AppState, repo: MetadataRepository, *, proposer_id: int | None
+) -> bool | TufProposal:
+    """``sync_delegations``; a failure is logged and leaves the delegations as they are (a
+    proposal is then checked against the published ones, never against none)."""
+    try:
+        return sync_delegations(
+            session, repo, trust_of(state.settings).keys, state.default_policy_yaml,
+            proposer_id=proposer_id,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure: keep the published delegations
+        log.error(  # noqa: TRY400 - type and message; no payload in logs
+            json.dumps({"event": "tuf_sync_failed", "exception": type(exc).__name__,
+                        "message": str(exc)[:500]})
+        )
+        return False
+
+
+def _supersede(session: Session, target: str) -> None:
+    for old in session.scalars(
+        select(TufProposal).where(TufProposal.target == target, TufProposal.state == "pending")
+    ):
+        old.state, old.decided_at = "superseded", utcnow()
+
+
+def propose_alias(
+    session: Session,
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    digest: str,
+    manifest: bytes,
+    from_digest: str | None,
+    caller: Caller,
+    reason: str | None,
+) -> TufProposal | None:
+    """Propose ``repo_name@alias`` -> ``digest`` to the role that decides it; an online
+    role is signed and published at once. None when no role is delegated the alias yet
+    (a targets proposal waits for the admins)."""
+    repo = repository(session, state)
+    sync(session, state, repo, proposer_id=caller.id)
+    path = alias_path(repo_name, alias)
+    try:
+        role = delegated_role_for(repo, path)
+    except NotFound:
+        return None
+    _supersede(session, path)
+    proposal = propose_target(
+        session, repo, path=path, data=manifest, proposer_id=caller.id, reason=reason,
+        from_digest=from_digest, to_digest=digest, delegated_role=role,
+    )
+    if role.name == online_role(repo_name):
+        signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
+        md = Metadata[Targets].from_bytes(proposal.payload)
+        signature = signer.sign(md.signed_bytes)
+        add_signature(session, repo, proposal, keyid=signature.keyid,
+                      signature_hex=signature.signature)
+    return proposal
+
+
+def propose_quarantine(
+    session: Session, state: AppState, *, digest: str, manifest: bytes, caller: Caller,
+    reason: str,
+) -> TufProposal:
+    """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1)."""
+    repo = repository(session, state)
+    sync(session, state, repo, proposer_id=caller.id)
+    path = quarantine_path(digest)
+    _supersede(session, path)
+    return propose_target(
+        session, repo, path=path, data=manifest, proposer_id=caller.id, reason=reason,
+        from_digest=None, to_digest=digest,
+    )
+
+
+def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:
+    repo, sep, alias = proposal.target.partition("/aliases/")
+    return (repo, alias) if sep and proposal.role != TARGETS_ROLE else None
+
+
+def _is_protected(role: str, repo_name: str) -> bool:
+    return role not in (QUARANTINE_ROLE, TARGETS_ROLE, online_role(repo_name),
+                        open_role(repo_name))
+
+
+def proposal_json(
+    session: Session, repo: MetadataRepository, p: TufProposal, *, payload: bool = False
+) -> dict[str, Any]:
+    md = Metadata[Targets].from_bytes(p.payload)
+    try:
+        _role, keyids, threshold = signing_role(repo, p)
+    except NotFound:
+        keyids, threshold = [], 0
+    names = dict(session.execute(select(Principal.id, Principal.name)).all())
+    signed = [s["keyid"] for s in json.loads(p.signatures)]
+    owners = dict(session.execute(
+        select(SigningKey.keyid, SigningKey.principal_id).where(SigningKey.keyid.in_(signed))
+    ).all())
+    target = _alias_of(p)
+    out: dict[str, Any] = {
+        "id": p.id,
+        "role": p.role,
+        "version": p.version,
+        "target": p.target,
+        "repository": target[0] if target else None,
+        "alias": target[1] if target else None,
+        "from_digest": p.from_digest,
+        "to_digest": p.to_digest,
+        "reason": p.reason,
+        "state": p.state,
+        "proposed_by": names.get(p.created_by),
+        "created_at": iso(p.created_at),
+        "decided_at": iso(p.decided_at),
+        "expires": iso(md.signed.expires),
+        "signatures": [{"keyid": k, "signer": names.get(owners.get(k, -1))} for k in signed],
+        "threshold": threshold,
+        "keyids": keyids,
+    }
+    if payload:
+        out["payload"] = base64.b64encode(p.payload).decode()
+    return out
+
+
+def list_proposals(
+    session: Session, state: AppState, *, pending_only: bool, repo_name: str | None,
+    alias: str | None,
+) -> list[dict[str, Any]]:
+    query = select(TufProposal).order_by(TufProposal.id.desc()).limit(PROPOSAL_PAGE)
+    if pending_only:
+        query = query.where(TufProposal.state == "pending")
+    if repo_name is not None:
+        prefix = alias_path(repo_name, alias) if alias else f"{repo_name}/aliases/"
+        query = query.where(
+            TufProposal.target == prefix if alias else TufProposal.target.startswith(prefix)
+        )
+    repo = repository(session, state)
+    return [proposal_json(session, repo, p) for p in session.scalars(query)]
+
+
+def get_proposal(session: Session, state: AppState, proposal_id: int) -> dict[str, Any]:
+    row = session.get(TufProposal, proposal_id)
+    if row is None:
+        raise NotFound(f"no TUF proposal {proposal_id}")
+    return proposal_json(session, repository(session, state), row, payload=True)
+
+
+def _excluded(session: Session, p: TufProposal, repo_name: str) -> dict[int, str]:
+    """The two-person rule of protected aliases: not the proposer, not the publisher."""
+    from modelward.registry.models import Bundle, Repository
+
+    if not _is_protected(p.role, repo_name):
+        return {}
+    excluded = {p.created_by: "the principal who proposed this move"}
+    publisher = session.scalar(
+        select(Bundle.created_by).join(Repository, Repository.id == Bundle.repo_id)
+        .where(Repository.name == repo_name, Bundle.digest == p.to_digest)
+    )
+    if publisher is not None:
+        excluded[publisher] = "the publisher of the bundle"
+    return excluded
+
+
+def sign_proposal(
+    state: AppState, proposal_id: int, *, keyid: str, signature_hex: str, caller: Caller
+) -> dict[str, Any]:
+    """Add ``caller``'s signature (made with a key it registered; admins' root-listed keys
+    for top-level targets) to a proposal and publish it at threshold. Audited as
+    ``tuf.sign`` (and ``tuf.publish``); a published alias proposal moves the alias."""
+    from modelward.registry.domains.aliases.service import record_move, require_move_allowed
+
+    with state.db.read() as session:
+        row = session.get(TufProposal, proposal_id)
+        if row is None:
+            raise NotFound(f"no TUF proposal {proposal_id}")
+        target = _alias_of(row)
+        proposer = session.get(Principal, row.created_by)
+    if target is not None and row.state == "pending" and row.to_digest and proposer:
+        # the registry's own gates, checked again before it publishes anything
+        require_move_allowed(
+            state, repo_name=target[0], alias=target[1], digest=row.to_digest,
+            mover=Caller(id=proposer.id, name=proposer.name, role=proposer.role),
+        )
+    with state.db.write() as session:
+        row = session.get(TufProposal, proposal_id)
+        if row is None:  # pragma: no cover - rows are never deleted
+            raise NotFound(f"no TUF proposal {proposal_id}")
+        owner = session.scalar(select(SigningKey.principal_id).where(
+            SigningKey.keyid == keyid, SigningKey.revoked_at.is_(None)))
+        if row.role == TARGETS_ROLE:
+            if not caller.is_admin:
+                raise Forbidden("only admins sign top-level targets")
+        elif owner != caller.id:
+            raise Forbidden(
+                f"key {keyid} is not an active key of {caller.name}: register it with "
+                "`modelward key register` and sign with it",
+                detail={"keyid": keyid, "principal": caller.name},
+            )
+        repo = repository(session, state)
+        added: Added = add_signature(
+            session, repo, row, keyid=keyid, signature_hex=signature_hex,
+            excluded=_excluded(session, row, target[0]) if target else {},
+        )
+        append(session, actor=caller.name, action="tuf.sign", subject=f"{row.role} v{row.version}",
+               details={"proposal": row.id, "keyid": keyid, "target": row.target,
+                        "signatures": added.signatures, "threshold": added.threshold})
+        if added.published:
+            append(session, actor=caller.name, action="tuf.publish",
+                   subject=f"{row.role} v{row.version}",
+                   details={"proposal": row.id, "target": row.target, "to": row.to_digest})
+            if target is not None and row.to_digest is not None:
+                record_move(session, repo_name=target[0], alias=target[1],
+                            digest=row.to_digest, actor=proposer.name if proposer else "?",
+                            reason=row.reason, signed_by=caller.name)
+        return proposal_json(session, repo, row)
+
+
+def signed_aliases(session: Session, repo_name: str) -> dict[str, str]:
+    """alias -> digest as the repository's TUF roles sign them: each role at its newest
+    version that verifies against its delegation (a forged row signs nothing)."""
+    from tuf.api.exceptions import UnsignedMetadataError
+
+    from modelward.attest.tuf import protected_role
+
+    prefix = protected_role(repo_name, "")
+    repo = MetadataRepository(SessionStore(session), {})
+    head = f"{repo_name}/aliases/"
+    signed: dict[str, str] = {}
+    delegations = repo.targets().delegations
+    if delegations is None:
+        return signed
+    for role in sorted(r for r in repo.store.latest_versions() if r.startswith(prefix)):
+        try:
+            md = repo.verified(role)
+        except UnsignedMetadataError:
+            continue
+        for path, target in (md.signed.targets if md is not None else {}).items():
+            # an alias counts only in the role a worker's lookup reaches first
+            deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
+            if path.startswith(head) and deciding == role:
+                signed[path[len(head):]] = "sha256:" + target.hashes.get("sha256", "")
+    return signed
+
+
+def status(session: Session, state: AppState) -> dict[str, Any]:
+    """Every role's latest version and expiry, which expire soon, the keys held online."""
+    repo = repository(session, state)
+    now = repo.clock()
+    roles = []
+    for role, version in sorted(repo.store.latest_versions().items()):
+        data = repo.store.read(role, version)
+        if data is None:  # pragma: no cover - listed versions exist
+            continue
+        md: Metadata[Any] = Metadata.from_bytes(data)
+        lifetime = repo.expiries.of(role)
+        left = md.signed.expires - now
+        roles.append({
+            "role": role,
+            "version": version,
+            "expires": iso(md.signed.expires),
+            "expires_soon": left <= lifetime / 4,
+            "expired": left.total_seconds() <= 0,
+        })
+    keys = trust_of(state.settings).keys
+    held = [r for r in ("root", "targets", "snapshot", "timestamp", ALIAS_KEY) if keys.has(r)]
+    pending = session.scalar(
+        select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending"))
+    return {
+        "roles": roles,
+        "online_keys": held,
+        "embedded": "root" in held,
+        "pending_proposals": int(pending or 0),
+    }
+
+
+def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, Any]:
+    """Keep the next root version (``trust init``/``trust rotate``). When the registry holds
+    the current root key online (the embedded default) it adds its signature, which is
+    what the old root's threshold needs; root and targets keys the new root no longer
+    lists are deleted from the registry. Audited as ``tuf.root``."""
+    from securesystemslib.signer import Signature
+
+    if len(data) > 1 << 20:
+        raise BadRequest("root metadata larger than 1 MiB")
+    try:
+        md = Metadata[Root].from_bytes(data)
+    except Exception as exc:
+        raise BadRequest(f"not TUF root metadata: {type(exc).__name__}: {exc}") from exc
+    keys = trust_of(state.settings).keys
+    with state.db.write() as session:
+        repo = repository(session, state)
+        old_targets = list(repo.root().roles[Targets.type].keyids)
+        if keys.has("root"):
+            signer = keys.signer("root")
+            if signer.public_key.keyid in repo.root().roles[Root.type].keyids:
+                own: Signature = signer.sign(md.signed_bytes)
+                md.signatures[own.keyid] = own
+        try:
+            repo.install_root(md.to_bytes())
+        except Exception as exc:
+            raise BadRequest(
+                f"root version {md.signed.version} refused: {type(exc).__name__}: {exc}",
+                code="root_refused",
+            ) from exc
+        offline = [
+            role for role in ("root", "targets")
+            if keys.has(role)
+            and keys.signer(role).public_key.keyid not in md.signed.roles[role].keyids
+        ]
+        append(session, actor=caller.name, action="tuf.root", subject=f"root v{md.signed.version}",
+               details={"root_keys": md.signed.roles[Root.type].keyids,
+                        "targets_keys": md.signed.roles[Targets.type].keyids,
+                        "now_offline": offline})
+        # snapshot and timestamp are signed again under the new root right away; new targets
+        # keys need a new targets version: signed here if the registry holds the key, else
+        # a proposal for the admins (``trust init`` signs it with the new keys)
+        repo.signers = {r: s for r, s in keys.signers().items() if r not in offline}
+        if list(md.signed.roles[Targets.type].keyids) != old_targets:
+            sync_delegations(session, repo, keys, state.default_policy_yaml,
+                             proposer_id=caller.id, force=True)
+        repo.do_snapshot(force=True)
+        repo.do_timestamp(force=True)
+        held = sorted(repo.signers)
+    for role in offline:  # only once the new root is committed
+        keys.forget(role)
+    return {"version": md.signed.version, "online_keys": held}
