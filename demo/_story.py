@@ -20,7 +20,9 @@ REPO = "acme/tiny-llama"
 PRINCIPALS = (
     ("alice", "publisher", "$ALICE_TOKEN", "publisher: builds, signs and pushes bundles"),
     ("bob", "publisher", "$BOB_TOKEN", "release manager: moves the prod alias"),
-    ("carol", "reviewer", "$CAROL_TOKEN", "security reviewer: approves, quarantines, audits"),
+    ("carol", "reviewer", "$CAROL_TOKEN", "security reviewer: signs prod moves, quarantines, "
+     "audits"),
+    ("dave", "reviewer", "$DAVE_TOKEN", "second reviewer: prod needs two signatures"),
     ("worker-1", "reader", "$WORKER_TOKEN", "serving worker: pulls, verifies, boots vLLM"),
 )
 SOURCE_REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -90,9 +92,17 @@ class Story:
         self.need("boot")
 
     def trust(self, cache: str = "cache") -> list[str]:
-        """The worker's own trust: the publisher's public key, pinned out of band."""
+        """The worker's own trust, pinned out of band: the publisher's public key and the
+        registry's TUF root."""
         return ["--public-key", str(self.keys / "alice.key.pub"),
+                "--trust-root", str(self.workdir / "root.json"),
                 "--cache-dir", str(self.workdir / cache)]
+
+    def reviewers_sign(self, digest: str) -> None:
+        """carol, then dave, sign the pending prod proposal for ``digest`` with their keys."""
+        for name in ("carol", "dave"):
+            self.r.run(["approve", f"{REPO}@{digest}", "--alias", "prod", "--key",
+                        str(self.keys / f"{name}.key")], env=self.as_(name))
 
     def note(self, text: str) -> None:
         self.r.console.print(f"  {self.r.redact(text)}", style="magenta", markup=False,
@@ -120,29 +130,33 @@ class Story:
         steps = [
             ("Start a registry", "modelward serve: SQLite and local blobs under $DEMO/data, "
              "admin token from MODELWARD_BOOTSTRAP_TOKEN.", self.start_registry),
-            ("Principals and tokens", "Four people and machines, each with their own role "
+            ("Principals and tokens", "Five people and machines, each with their own role "
              "and API token, created over the API by the admin (tokens are shown once, "
              "stored hashed).", self.principals),
             ("Build a bundle", "A tiny random Llama; modelward.yaml pins its serving inputs; "
              "the content scan admits only safe formats; one digest names it all.",
              self.build_bundle),
-            ("Publisher key", "alice generates a signing key and registers its public half "
-             "with the registry; the worker gets a key for its baselines.", self.keys_step),
+            ("Signing keys", "alice (publisher), carol and dave (reviewers) generate signing "
+             "keys and register their public halves; the worker gets a key for its baselines. "
+             "Private keys never leave their owners' machines.", self.keys_step),
             ("Sign provenance", "alice signs SLSA provenance about this exact digest (DSSE) "
              "and checks it locally.", self.sign),
             ("Push", "the admin makes alice an owner of the org acme, whose floor protects "
-             "prod; alice creates the repository (default policy: no file written, it meets "
-             "the floor), the admin lets bob publish there too; alice uploads blobs, manifest "
-             "and provenance and points staging at it.", self.push),
+             "prod; alice creates the repository with a policy whose prod needs two "
+             "reviewers' signatures, the admin lets bob publish there too; alice uploads "
+             "blobs, manifest and provenance and points staging at it.", self.push),
             ("Refused alias moves", "prod is protected: a reader may not move it at all, and "
-             "even a publisher needs a reviewer's approval first.", self.refused_moves),
-            ("Approvals", "Two-person rule: the publisher cannot approve her own bundle; "
-             "carol, a reviewer, approves it for prod.", self.approvals),
-            ("prod set", "bob, the release manager, moves prod (compare-and-swap on the "
-             "alias version).", self.set_prod),
-            ("Worker pulls and verifies", "worker-1 trusts nothing it cannot check: digest, "
-             "signatures against ITS policy, scan, then a read-only materialized copy.",
-             self.pull),
+             "the publisher may not approve her own bundle, neither by token nor by key.",
+             self.refused_moves),
+            ("prod proposed", "bob, the release manager, moves prod: a protected alias "
+             "becomes a proposal (the next version of prod's TUF role), not a move.",
+             self.propose_prod),
+            ("Reviewers sign", "carol and dave each see what changes and sign it on their own "
+             "machine; at two signatures the registry verifies them and publishes.",
+             self.sign_prod),
+            ("Worker pulls and verifies", "worker-1 pins the registry's TUF root and resolves "
+             "prod through signed metadata, then checks digest, signatures against ITS "
+             "policy, scan, and makes a read-only materialized copy.", self.pull),
             ("Boot vLLM and record a baseline", "Re-hash right before the engine opens the "
              "files, boot with pinned arguments, record a signed determinism baseline.",
              self.boot),
@@ -150,12 +164,12 @@ class Story:
              "server from the verified directory; ask it something.", self.reply),
             ("Tampered blob refused", "An attacker flips one byte in the worker's cache: "
              "verify and boot both refuse it.", self.tamper),
-            ("Release v2", "alice pushes a second bundle (signed during push), carol approves, "
-             "bob moves prod.", self.release_v2),
-            ("Quarantine", "carol finds a problem in v2 and quarantines it: no worker will load "
-             "it anywhere.", self.quarantine),
-            ("prod rolled back", "bob rolls prod back to v1; the history records the rollback "
-             "and workers pull v1 again.", self.rollback),
+            ("Release v2", "alice pushes a second bundle (signed during push), bob proposes "
+             "it for prod, carol and dave sign.", self.release_v2),
+            ("Quarantine", "carol finds a problem in v2 and quarantines it, signing the "
+             "quarantine role: no worker will load it anywhere.", self.quarantine),
+            ("prod rolled back", "bob proposes rolling prod back to v1, both reviewers sign; "
+             "the history records the rollback and workers pull v1 again.", self.rollback),
             ("Audit", "carol pages through the audit log and recomputes its hash chain, "
              "through the API and straight from the database.", self.audit),
         ]
@@ -204,7 +218,8 @@ class Story:
             self.note(f"{var[1:]}=<the last line above>")
         listed = self.r.run(["admin", "principal", "list"], env=admin).stdout
         _expect(listed, *(p[0] for p in PRINCIPALS))
-        return "alice (publisher), bob (release manager), carol (reviewer), worker-1 (reader)"
+        return ("alice (publisher), bob (release manager), carol and dave (reviewers), "
+                "worker-1 (reader)")
 
     def build_bundle(self) -> str:
         model = str(self.workdir / "model")
@@ -216,16 +231,19 @@ class Story:
 
     def keys_step(self) -> str:
         self.keys.mkdir(exist_ok=True)
-        for name in ("alice", "worker-1"):
+        for name in ("alice", "carol", "dave", "worker-1"):
             self.r.run(["key", "generate", "--out", str(self.keys / f"{name}.key")])
         mode = (self.keys / "alice.key").stat().st_mode & 0o777
         if mode != 0o600:
             raise StepFailedError(f"private key mode is {oct(mode)}, not 0600")
         self.need("key", "register")
-        self.r.run(["key", "register", str(self.keys / "alice.key.pub")], env=self.as_("alice"))
+        for name in ("alice", "carol", "dave"):
+            self.r.run(["key", "register", str(self.keys / f"{name}.key.pub")],
+                       env=self.as_(name))
         self.r.run(["key", "register", str(self.keys / "worker-1.key.pub"),
                     "--principal", "worker-1"], env=self.as_("admin"))
-        return "alice's key registered by alice; worker-1's key registered by the admin"
+        return ("alice, carol and dave registered their own keys; worker-1's key registered "
+                "by the admin")
 
     def sign(self) -> str:
         model = str(self.workdir / "model")
@@ -242,7 +260,10 @@ class Story:
         if self.has("org", "create"):  # publishers create repositories only in orgs they own
             self.r.run(["org", "create", REPO.partition("/")[0], "--owner", "alice",
                         "--protect", "prod:1"], env=self.as_("admin"))
-        self.r.run(["repo", "create", REPO], env=self.as_("alice"))
+        policy = self.workdir / "repo-policy.yaml"
+        default = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
+        policy.write_text(default.read_text().replace("approvals: 1", "approvals: 2"))
+        self.r.run(["repo", "create", REPO, "--policy", str(policy)], env=self.as_("alice"))
         self.add_publisher("bob")
         pushed = self.r.run(["push", str(self.workdir / "model"), REPO, "--attestation",
                              str(self.workdir / "provenance.dsse.json"), "--alias", "staging"],
@@ -258,29 +279,38 @@ class Story:
         ref = f"{REPO}@prod"
         by_reader = self.r.run(["alias", "set", ref, self.v1], env=self.as_("worker-1"),
                                expect=1)
-        by_rm = self.r.run(["alias", "set", ref, self.v1, "--reason", "release 1"],
-                           env=self.as_("bob"), expect=1)
-        _expect(by_rm.stderr + by_rm.stdout, "approv")
         _expect(by_reader.stderr + by_reader.stdout, "forbidden")
-        return "worker-1 (reader): 403 forbidden; bob (publisher): 403 approvals_required"
-
-    def approvals(self) -> str:
         self.need("approve")
-        ref = f"{REPO}@{self.v1}"
-        self.r.run(["approve", ref, "--alias", "prod"], env=self.as_("alice"), expect=1)
-        self.r.run(["approve", ref, "--alias", "prod"], env=self.as_("carol"))
-        return "alice's self-approval refused; carol approved v1 for prod"
+        own = f"{REPO}@{self.v1}"
+        self.r.run(["approve", own, "--alias", "prod"], env=self.as_("alice"), expect=1)
+        return "worker-1 (reader): 403 forbidden; alice may not approve her own bundle"
 
-    def set_prod(self) -> str:
+    def propose_prod(self) -> str:
         ref = f"{REPO}@prod"
-        self.r.run(["alias", "set", ref, self.v1, "--reason", "release 1"],
-                   env=self.as_("bob"))
-        got = self.r.run(["alias", "get", ref], env=self.as_("worker-1"))
+        proposed = self.r.run(["alias", "set", ref, self.v1, "--reason", "release 1"],
+                              env=self.as_("bob"))
+        _expect(proposed.stdout, "proposed", "signatures 0/2")
+        self.need("alias", "pending")
+        pending = self.r.run(["alias", "pending", REPO], env=self.as_("carol"))
+        _expect(pending.stdout, "pending")
+        by_alice = self.r.run(["approve", f"{REPO}@{self.v1}", "--alias", "prod", "--key",
+                               str(self.keys / "alice.key")], env=self.as_("alice"), expect=1)
+        _expect(by_alice.stderr, "not one of the keys")
+        return f"{ref} -> v1 proposed; it waits for two reviewers' signatures"
+
+    def sign_prod(self) -> str:
+        self.reviewers_sign(self.v1)
+        got = self.r.run(["alias", "get", f"{REPO}@prod"], env=self.as_("worker-1"))
         _expect(got.stdout, self.v1)
-        return f"{ref} -> v1"
+        if "UNSIGNED" in got.stdout:
+            raise StepFailedError("prod is not signed after two reviewers' signatures")
+        return f"{REPO}@prod -> v1, signed by carol and dave (published as TUF metadata)"
 
     def pull(self) -> str:
         self.need("pull")
+        self.need("trust", "root")
+        self.r.run(["trust", "root", "--out", str(self.workdir / "root.json")],
+                   env=self.as_("worker-1"))
         pulled = self.r.run(["pull", f"{REPO}@prod", *self.trust()], env=self.as_("worker-1"))
         lines = pulled.stdout.strip().splitlines()
         if len(lines) < 2 or lines[-2].strip() != self.v1:
@@ -373,15 +403,16 @@ class Story:
         self.v2 = _digest(pushed.stdout, "push")
         if self.v2 == self.v1:
             raise StepFailedError("v2 has the same digest as v1")
-        self.r.run(["approve", f"{REPO}@{self.v2}", "--alias", "prod"], env=self.as_("carol"))
         self.r.run(["alias", "set", f"{REPO}@prod", self.v2, "--reason", "release 2"],
                    env=self.as_("bob"))
-        return f"bundle v2 = {self.v2[:19]}...; prod -> v2"
+        self.reviewers_sign(self.v2)
+        return f"bundle v2 = {self.v2[:19]}...; prod -> v2, signed by carol and dave"
 
     def quarantine(self) -> str:
         self.need("quarantine")
         self.r.run(["quarantine", f"{REPO}@{self.v2}", "--reason",
-                    "reviewer found an unexpected weight change"], env=self.as_("carol"))
+                    "reviewer found an unexpected weight change", "--key",
+                    str(self.keys / "carol.key")], env=self.as_("carol"))
         refused = self.r.run(["pull", f"{REPO}@prod", *self.trust("cache-2")],
                              env=self.as_("worker-1"), expect=1)
         _expect(refused.stderr + refused.stdout, "quarantin")
@@ -392,7 +423,8 @@ class Story:
         ref = f"{REPO}@prod"
         rolled = self.r.run(["alias", "rollback", ref, self.v1, "--reason", "v2 quarantined"],
                             env=self.as_("bob"))
-        _expect(rolled.stdout, self.v1)
+        _expect(rolled.stdout, "proposed", self.v1)
+        self.reviewers_sign(self.v1)
         history = self.r.run(["alias", "history", ref, "--json"], env=self.as_("carol"))
         if not any(move.get("rollback") for move in json.loads(history.stdout)):
             raise StepFailedError("the alias history does not record a rollback")
@@ -410,6 +442,9 @@ class Story:
         denied = sum(event["action"] == "denied" for event in events)
         verified = self.r.run(["audit", "verify"], env=self.as_("carol"))
         _expect(verified.stdout, "audit chain ok")
+        if self.has("trust", "status"):  # the embedded default says its root key is online
+            status = self.r.run(["trust", "status"], env=self.as_("carol"))
+            _expect(status.stdout, "root key is ONLINE")
         db = f"sqlite:///{self.data / 'registry.db'}"
         self.r.run(["audit", "verify", "--database-url", db])
         return f"{len(events)} events, {denied} of them refused requests; the hash chain verifies"

@@ -26,8 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 STEPS = (
-    "Start a registry", "Principals and tokens", "Build a bundle", "Publisher key",
-    "Sign provenance", "Push", "Refused alias moves", "Approvals", "prod set",
+    "Start a registry", "Principals and tokens", "Build a bundle", "Signing keys",
+    "Sign provenance", "Push", "Refused alias moves", "prod proposed", "Reviewers sign",
     "Worker pulls and verifies", "Boot vLLM and record a baseline", "Generate a reply",
     "Tampered blob refused", "Release v2", "Quarantine", "prod rolled back", "Audit",
 )
@@ -82,6 +82,7 @@ def test_each_step_prints_the_command_it_ran(demo: DemoRun) -> None:
                      "modelward bundle init $DEMO/model", "modelward key register",
                      "modelward bundle sign", "modelward push $DEMO/model acme/tiny-llama",
                      "modelward approve", "modelward alias set acme/tiny-llama@prod",
+                     "modelward alias pending", "modelward trust root",
                      "modelward pull acme/tiny-llama@prod", "modelward verify",
                      "modelward quarantine", "modelward alias rollback",
                      "modelward audit verify"):
@@ -99,9 +100,17 @@ def test_no_secret_is_printed(demo: DemoRun) -> None:
 def test_refused_alias_moves_exit_1(demo: DemoRun) -> None:
     out = demo.output
     assert re.search(r"worker-1 \(reader\) may not move acme/tiny-llama@prod", out)
-    assert "approvals_required" in out
     assert "the publisher of a bundle may not approve" in out or "may not do this" in out
+    assert "is not one of the keys role acme:tiny-llama@prod is delegated to" in out
     assert out.count("-> exit 1 (refused as expected)") >= 5
+
+
+def test_prod_moves_only_with_two_reviewers_signatures(demo: DemoRun) -> None:
+    out = demo.output
+    assert "signatures 0/2" in out  # bob's move is a proposal
+    assert "signatures 1/2" in out  # carol's signature alone publishes nothing
+    assert out.count("published: #") >= 3  # v1, v2 and the rollback, each at two signatures
+    assert "--trust-root" in out  # the worker resolves prod through the pinned root
 
 
 def test_tampered_blob_refused(demo: DemoRun) -> None:
@@ -110,13 +119,15 @@ def test_tampered_blob_refused(demo: DemoRun) -> None:
 
 
 def test_quarantine_and_rollback(demo: DemoRun) -> None:
-    assert "is quarantined: reviewer found an unexpected weight change" in demo.output
+    assert "reviewer found an unexpected weight change" in demo.output
+    assert "listed by the signed quarantine role" in demo.output
     db = sqlite3.connect(demo.workdir / "data" / "registry.db")
     try:
         actions = [row[0] for row in db.execute("SELECT action FROM audit_events ORDER BY seq")]
     finally:
         db.close()
-    for action in ("repo.create", "bundle.quarantine", "alias.rollback", "denied"):
+    for action in ("repo.create", "bundle.quarantine", "alias.propose", "tuf.sign",
+                   "tuf.publish", "alias.rollback", "denied"):
         assert action in actions, action
 
 

@@ -101,6 +101,7 @@ def test_copy_to_peer_and_back_keeps_the_digest_and_verifies(
                                str(sig), "--public-key", str(pem)],
                               capture_output=True, text=True, check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    pulled = mw.cli("pull", f"{back}@staging", "--public-key", str(pem), "--cache-dir",
+    pulled = mw.cli("pull", f"{back}@staging", "--unsigned-aliases", "--public-key", str(pem),
+                    "--cache-dir",
                     str(tmp_path / "cache"), token=pub.actor.token)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr

@@ -109,7 +109,8 @@ def test_pulled_bundle_verifies_with_bundle_verify_and_modelward_pull(
                                "--public-key", str(pem)], capture_output=True, text=True,
                               check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    pulled = mw.cli("pull", f"{repo}@staging", "--public-key", str(pem), "--cache-dir",
+    pulled = mw.cli("pull", f"{repo}@staging", "--unsigned-aliases", "--public-key", str(pem),
+                    "--cache-dir",
                     str(tmp_path / "cache"), token=pub.actor.token)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert bundle.digest in pulled.stdout

@@ -210,6 +210,7 @@ def test_export_import_round_trip_preserves_digest_attestations_and_verifies(
     pulled = world.target.cli(
         "pull",
         f"{repo}@staging",
+        "--unsigned-aliases",
         "--public-key",
         str(world.pem),
         "--cache-dir",
@@ -219,7 +220,8 @@ def test_export_import_round_trip_preserves_digest_attestations_and_verifies(
     assert pulled.returncode == 0, pulled.stderr
     assert world.bundle in pulled.stdout
     verified = world.target.cli(
-        "verify", f"{repo}@staging", "--cache-dir", str(cache), token=worker.token
+        "verify", f"{repo}@staging", "--unsigned-aliases", "--cache-dir", str(cache),
+        token=worker.token
     )
     assert verified.returncode == 0, verified.stderr
     # Importing again changes nothing and says so.

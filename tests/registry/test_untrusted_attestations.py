@@ -28,7 +28,8 @@ def _pull(registry: Registry, token: str, ref: str, pem: Path, cache: Path,
           ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELWARD_URL": registry.url, "MODELWARD_TOKEN": token}
     return subprocess.run(
-        [MODELWARD, "pull", ref, "--public-key", str(pem), "--cache-dir", str(cache)],
+        [MODELWARD, "pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir",
+         str(cache)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )
 
