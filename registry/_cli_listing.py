@@ -208,6 +208,7 @@ def alias_list(
             ("ALIAS", lambda a: str(a["alias"])),
             ("VERSION", lambda a: str(a["version"])),
             ("BUNDLE STATE", lambda a: str(a["bundle_state"])),
+            ("SIGNED", lambda a: "yes" if a.get("signed") else "UNSIGNED"),
             ("DIGEST", lambda a: str(a["digest"])),
             ("MOVED", lambda a: _when(a.get("updated_at"))),
         ),

@@ -81,16 +81,25 @@ def sign_proposal(
     """Sign proposal ``proposal_id`` with ``key`` here and send the signature.
 
     Refuses (exit 1) a payload that changes any target other than ``expect_target``, or
-    sets it to anything but ``expect_digest`` (both None: top-level targets)."""
-    from modelward.attest.tuf import proposal_changes, sign_proposal_payload
+    sets it to anything but ``expect_digest``. ``expect_target`` None: every change is
+    shown and signed as it is (``trust sign --yes``: top-level targets, adoptions)."""
+    from modelward.attest.tuf import (
+        delegation_changes,
+        proposal_changes,
+        sign_proposal_payload,
+    )
 
     proposal = client.tuf_proposal(proposal_id)
     payload = base64.b64decode(proposal["payload"])
     role, version = str(proposal["role"]), int(proposal["version"])
-    if role != "targets":
+    if role == "targets":
+        previous = _previous(client, role, version)
+        for line in delegation_changes(payload, previous) or ["no delegation changes"]:
+            err_console.print(f"signing targets v{version}: {line}", markup=False)
+    else:
         changes = proposal_changes(payload, _previous(client, role, version))
         unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
-        if unexpected or not changes:
+        if expect_target is not None and (unexpected or not changes):
             fail(
                 f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
                 "it changes " + (", ".join(f"{c.path} ({c.before} -> {c.after})"
@@ -102,8 +111,6 @@ def sign_proposal(
                 f"signing {role} v{version}: {change.path}: {change.before or '(unset)'} -> "
                 f"{change.after} (expires {proposal.get('expires')})", markup=False,
             )
-    else:
-        err_console.print(f"signing targets v{version}: new delegations", markup=False)
     signature = sign_proposal_payload(payload, key)
     answer: dict[str, Any] = client.tuf_sign(proposal_id, signature.keyid, signature.signature)
     return answer
@@ -205,7 +212,10 @@ def trust_pending(as_json: AsJson = False) -> None:
 @trust_app.command("sign")
 def trust_sign(
     proposal_id: Annotated[int, typer.Argument(metavar="ID", help="The proposal's id")],
+    *,
     key: KeyOpt,
+    yes: Annotated[bool, typer.Option(
+        "--yes", help="Sign a proposal of several changes (targets, adopt) as shown")] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -213,11 +223,34 @@ def trust_sign(
     private = load_key(key, passphrase_env)
     with _reported(), _client() as client:
         proposal = client.tuf_proposal(proposal_id)
+        single = proposal.get("to_digest") is not None
+        if not single and not yes:
+            from modelward.attest.tuf import delegation_changes, proposal_changes
+
+            payload = base64.b64decode(proposal["payload"])
+            previous = _previous(client, str(proposal["role"]), int(proposal["version"]))
+            lines = (delegation_changes(payload, previous) if proposal["role"] == "targets"
+                     else [f"{c.path}: {c.before or '(unset)'} -> {c.after}"
+                           for c in proposal_changes(payload, previous)])
+            for line in lines:
+                err_console.print(f"  {line}", markup=False)
+            fail(f"proposal {proposal_id} ({proposal['target']}) changes several things; "
+                 "read them (above, or `modelward trust pending`) and sign with --yes",
+                 code=2)
         answer = sign_proposal(client, proposal_id, private,
-                               expect_target=None if proposal["role"] == "targets"
-                               else str(proposal["target"]),
+                               expect_target=str(proposal["target"]) if single else None,
                                expect_digest=proposal.get("to_digest"))
     emit(answer, as_json, signed_line)
+
+
+@trust_app.command("adopt")
+def trust_adopt(as_json: AsJson = False) -> None:
+    """Propose every alias the registry recorded unsigned, one proposal per TUF role, for
+    its signers to sign (admins; the migration step)."""
+    with _reported(), _client() as client:
+        made = client.tuf_adopt()
+    emit(made, as_json, lambda ps: "\n".join(describe(p) for p in ps)
+         or "every alias is signed or already proposed")
 
 
 @trust_app.command("sync")

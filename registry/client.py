@@ -533,6 +533,11 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("POST", "/v1/tuf/root", json_body=body)
         return result
 
+    def tuf_adopt(self) -> list[JSON]:
+        """POST /v1/tuf/adopt (admins): every unsigned alias proposed, one proposal per role."""
+        result: list[JSON] = self._json("POST", "/v1/tuf/adopt")["proposals"]
+        return result
+
     def tuf_sync(self) -> JSON:
         """POST /v1/tuf/sync (admins): delegations re-made and due roles re-signed now."""
         result: JSON = self._json("POST", "/v1/tuf/sync")

@@ -41,6 +41,7 @@ __all__ = [
     "SignatureRefused",
     "add_signature",
     "delegated_role_for",
+    "propose_changes",
     "propose_target",
     "propose_targets",
     "signing_role",
@@ -48,6 +49,7 @@ __all__ = [
 
 TARGETS_ROLE = Targets.type
 DELEGATIONS_TARGET = "delegations"  # what a top-level targets proposal changes
+ADOPT_TARGET = "adopt"  # a proposal signing several aliases the registry recorded unsigned
 
 MAX_SIGNATURE_HEX = 2048
 
@@ -99,20 +101,42 @@ def propose_target(
 ) -> TufProposal:
     """A pending proposal setting ``path`` to ``data`` (removing it when None)."""
     role = delegated_role or delegated_role_for(repo, path)
+    return propose_changes(
+        session, repo, role.name, {path: data}, proposer_id=proposer_id, reason=reason,
+        label=path, from_digest=from_digest, to_digest=to_digest,
+    )
+
+
+def propose_changes(
+    session: Session,
+    repo: MetadataRepository,
+    role: str,
+    changes: Mapping[str, bytes | None],
+    *,
+    proposer_id: int,
+    reason: str | None,
+    label: str,
+    from_digest: str | None = None,
+    to_digest: str | None = None,
+) -> TufProposal:
+    """A pending proposal of ``role``'s next version with every target path in ``changes``
+    set to its bytes (removed when None); ``label`` is its ``target`` (the one path, or
+    ``ADOPT_TARGET`` for several)."""
 
     def change(targets: Targets) -> None:
-        if data is None:
-            targets.targets.pop(path, None)
-        else:
-            targets.targets[path] = TargetFile.from_data(path, data, ["sha256"])
+        for path, data in changes.items():
+            if data is None:
+                targets.targets.pop(path, None)
+            else:
+                targets.targets[path] = TargetFile.from_data(path, data, ["sha256"])
 
-    md = repo.propose(role.name, change)
+    md = repo.propose(role, change)
     proposal = TufProposal(
-        role=role.name,
+        role=role,
         version=md.signed.version,
         payload=md.to_bytes(),
         signatures="[]",
-        target=path,
+        target=label,
         from_digest=from_digest,
         to_digest=to_digest,
         reason=reason,
@@ -159,7 +183,10 @@ def signing_role(repo: MetadataRepository, proposal: TufProposal) -> tuple[str, 
     if proposal.role == TARGETS_ROLE:
         role = repo.root().roles[TARGETS_ROLE]
         return TARGETS_ROLE, list(role.keyids), role.threshold
-    delegated = delegated_role_for(repo, proposal.target)
+    delegations = repo.targets().delegations
+    delegated = (delegations.roles or {}).get(proposal.role) if delegations else None
+    if delegated is None:
+        raise NotFound(f"role {proposal.role} is no longer delegated: propose again")
     return delegated.name, list(delegated.keyids), delegated.threshold
 
 

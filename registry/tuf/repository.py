@@ -201,27 +201,34 @@ class MetadataRepository(Repository):
             return None
         if role == Root.type:
             return self._root_chain(latest)
-        delegator = self._delegator(role)
-        if delegator is None:  # no longer delegated: nobody resolves through it
+        delegators = self._delegators(role)
+        if not delegators:  # no longer delegated: nobody resolves through it
             data = self.store.read(role, latest)
             return Metadata.from_bytes(data) if data is not None else None
-        for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
-            data = self.store.read(role, version)
-            if data is not None and _verifies(role, data, version, delegator):
-                return Metadata.from_bytes(data)
+        for delegator in delegators:  # the current root first: an older one is a fallback
+            for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
+                data = self.store.read(role, version)
+                if data is not None and _verifies(role, data, version, delegator):
+                    return Metadata.from_bytes(data)
         raise UnsignedMetadataError(
             f"role {role}: none of its newest stored versions (up to {latest}) is signed by "
             "its delegation's threshold: the metadata store was written around the registry"
         )
 
-    def _delegator(self, role: str) -> bytes | None:
-        """The verified metadata that delegates ``role`` (root or top-level targets), as
-        bytes; None when ``role`` is not delegated."""
+    def _delegators(self, role: str) -> list[bytes]:
+        """The verified metadata that delegates ``role``, as bytes: for top-level targets
+        every root of the chain, newest first (the targets signed before a rotation of its
+        keys is still what the next one is made from); for a delegated role, top-level
+        targets, or none when it does not delegate ``role``."""
         if role == Targets.type:
-            return self.open(Root.type).to_bytes()
+            latest = self.store.latest_versions().get(Root.type, 0)
+            chain = [self.store.read(Root.type, v) for v in range(1, latest + 1)]
+            roots = tuple(data for data in chain if data is not None)
+            _check_chain(roots)
+            return list(reversed(roots))
         targets = self.open(Targets.type)
         roles = targets.signed.delegations.roles if targets.signed.delegations else None
-        return targets.to_bytes() if roles and role in roles else None
+        return [targets.to_bytes()] if roles and role in roles else []
 
     def _root_chain(self, latest: int) -> Metadata[Root]:
         """The newest root reached from version 1 through verified rotations."""

@@ -9,14 +9,7 @@ import subprocess
 from pathlib import Path
 
 from modelward.attest.keys import save_private_key
-from tests.registry.conftest import (  # noqa: F401 - fixtures
-    Publisher,
-    Registry,
-    new_publisher,
-    pg_cluster,
-    push_new,
-    registry,
-)
+from tests.registry.conftest import Publisher, Registry, new_publisher, push_new
 
 POLICY = (
     "version: 1\ntrust_registered_signers: true\naliases:\n"

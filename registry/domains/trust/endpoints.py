@@ -104,3 +104,9 @@ def sync(caller: Admin, state: State) -> dict[str, Any]:
     changed = service.refresh(state)
     with state.db.read() as session:
         return {"changed": changed, **service.status(session, state)}
+
+
+@router.post("/v1/tuf/adopt")
+def adopt(caller: Admin, state: State) -> dict[str, Any]:
+    """The migration step: propose every alias recorded unsigned, one proposal per role."""
+    return {"proposals": service.adopt(state, caller=caller)}

@@ -46,10 +46,12 @@ from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.settings import Settings
 from modelward.registry.tuf.keys import ALIAS_KEY, OnlineKeys, tuf_keys
 from modelward.registry.tuf.proposals import (
+    ADOPT_TARGET,
     TARGETS_ROLE,
     Added,
     add_signature,
     delegated_role_for,
+    propose_changes,
     propose_target,
     signing_role,
 )
@@ -59,6 +61,7 @@ from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
     "Trust",
+    "adopt",
     "ensure_root",
     "list_proposals",
     "proposal_json",
@@ -196,6 +199,57 @@ def propose_quarantine(
         session, repo, path=path, data=manifest, proposer_id=caller.id, reason=reason,
         from_digest=None, to_digest=digest,
     )
+
+
+def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
+    """The migration step (docs/tuf.md#migration): one proposal per role holding every alias
+    the registry recorded on its word alone (no signed version names its digest), for the
+    role's signers to sign (``modelward trust sign``); online roles are signed at once.
+    Aliases already proposed as they are now are left to those proposals. Audited as
+    ``tuf.adopt``."""
+    from modelward.registry.models import Alias, Bundle, Repository
+
+    with state.db.write() as session:
+        repo = repository(session, state)
+        sync(session, state, repo, proposer_id=caller.id)
+        pending = {(p.target, p.to_digest) for p in session.scalars(
+            select(TufProposal).where(TufProposal.state == "pending"))}
+        by_role: dict[str, dict[str, bytes | None]] = {}
+        rows = session.execute(
+            select(Repository.name, Alias.name, Alias.digest, Bundle.manifest)
+            .join(Alias, Alias.repo_id == Repository.id)
+            .join(Bundle, (Bundle.repo_id == Alias.repo_id) & (Bundle.digest == Alias.digest))
+            .order_by(Repository.name, Alias.name)
+        ).all()
+        signed: dict[str, dict[str, str]] = {}
+        for repo_name, alias, digest, manifest in rows:
+            if repo_name not in signed:
+                signed[repo_name] = signed_aliases(session, repo_name)
+            path = alias_path(repo_name, alias)
+            if signed[repo_name].get(alias) == digest or (path, digest) in pending:
+                continue
+            try:
+                deciding = delegated_role_for(repo, path)
+            except NotFound:
+                continue
+            by_role.setdefault(deciding.name, {})[path] = bytes(manifest)
+        made = []
+        for role, changes in sorted(by_role.items()):
+            proposal = propose_changes(
+                session, repo, role, changes, proposer_id=caller.id, label=ADOPT_TARGET,
+                reason=f"adopt {len(changes)} alias(es) the registry recorded unsigned",
+            )
+            if role.endswith("@online"):
+                signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
+                signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload)
+                                        .signed_bytes)
+                add_signature(session, repo, proposal, keyid=signature.keyid,
+                              signature_hex=signature.signature)
+            made.append(proposal)
+        append(session, actor=caller.name, action="tuf.adopt", subject="aliases",
+               details={"proposals": [p.id for p in made],
+                        "aliases": sum(len(c) for c in by_role.values())})
+        return [proposal_json(session, repo, p) for p in made]
 
 
 def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:

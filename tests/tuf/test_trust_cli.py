@@ -1,0 +1,197 @@
+"""``modelward trust``: the ceremony that takes the root and targets keys offline, a worker
+pinned to the old root following the rotation, targets signed offline, the migration of
+aliases recorded unsigned, and aliases the registry's online key signs. Real registries on
+SQLite and PostgreSQL, driven through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from modelward.attest.keys import generate_private_key, save_private_key
+from tests.registry.conftest import (
+    Publisher,
+    Registry,
+    new_publisher,
+    push_new,
+    start_registry,
+)
+
+ONLINE_POLICY = (
+    "version: 1\ntrust_registered_signers: true\naliases:\n"
+    "  - {pattern: prod, roles: [publisher, admin], protected: true, approvals: 1}\n"
+    "  - {pattern: 'dev-*', roles: [publisher, admin], online: true}\n"
+    "  - {pattern: '*', roles: [publisher, admin]}\n"
+)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
+    """A registry of its own: these tests replace its root."""
+    pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
+    reg = start_registry(request.param, tmp_path / "reg", pg)
+    try:
+        yield reg
+    finally:
+        reg.close()
+        reg.server.stop()
+
+
+def _key(path: Path) -> Path:
+    save_private_key(generate_private_key(), path)
+    return path
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def _pull(reg: Registry, token: str, ref: str, root: Path, pem: Path, cache: Path,
+          *extra: str) -> subprocess.CompletedProcess[str]:
+    return reg.cli("pull", ref, "--trust-root", str(root), "--public-key", str(pem),
+                   "--cache-dir", str(cache), *extra, token=token)
+
+
+def _pem(pub: Publisher, tmp: Path) -> Path:
+    from modelward.attest.keys import public_key_pem
+
+    path = tmp / f"{pub.name}.pem"
+    path.write_bytes(public_key_pem(pub.key.public_key()))
+    return path
+
+
+def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(fresh)
+    worker = fresh.actor("reader")
+    repo = fresh.repo(pub)
+    digest = push_new(pub, repo, tmp_path)
+    pub_key = tmp_path / "pub.key"
+    save_private_key(pub.key, pub_key)
+    _ok(fresh.cli("alias", "set", f"{repo}@dev", digest, "--key", str(pub_key),
+                  token=pub.actor.token))
+    old_root = tmp_path / "root-v1.json"
+    _ok(fresh.cli("trust", "root", "--out", str(old_root), token=worker.token))
+    pem = _pem(pub, tmp_path)
+    assert digest in _ok(_pull(fresh, worker.token, f"{repo}@dev", old_root, pem,
+                               tmp_path / "warm")).stdout
+    status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
+    assert status["embedded"] is True
+    assert set(status["online_keys"]) >= {"root", "targets", "snapshot", "timestamp"}
+
+    roots = [_key(tmp_path / f"root{i}.key") for i in (1, 2)]
+    targets = _key(tmp_path / "targets.key")
+    init = _ok(fresh.cli("trust", "init", "--root-key", str(roots[0]), "--root-key",
+                         str(roots[1]), "--root-threshold", "2", "--targets-key", str(targets),
+                         "--json"))
+    assert json.loads(init.stdout)["version"] == 2
+    status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
+    assert status["embedded"] is False
+    assert {"root", "targets"}.isdisjoint(status["online_keys"])  # deleted from the registry
+    # a worker that saw v1, and one that only has v1 pinned, both follow to v2
+    for cache in ("warm", "cold"):
+        pulled = _pull(fresh, worker.token, f"{repo}@dev", old_root, pem, tmp_path / cache)
+        assert digest in _ok(pulled).stdout
+
+    # delegations change (a new repository): the admins sign the new targets offline
+    repo2 = fresh.repo(pub)
+    d2 = push_new(pub, repo2, tmp_path)
+    moved = json.loads(_ok(fresh.cli("alias", "set", f"{repo2}@dev", d2, "--json",
+                                     token=pub.actor.token)).stdout)
+    assert moved["proposal"] is None  # no role is delegated repo2's aliases yet
+    pending = json.loads(_ok(fresh.cli("trust", "pending", "--json")).stdout)
+    proposal = next(p for p in pending if p["role"] == "targets")
+    unconfirmed = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(targets))
+    assert unconfirmed.returncode == 2
+    assert "sign with --yes" in unconfirmed.stderr
+    wrong = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(roots[0]), "--yes")
+    assert wrong.returncode == 1
+    assert "is not one of the keys role targets is delegated to" in wrong.stderr
+    signed = json.loads(_ok(fresh.cli("trust", "sign", str(proposal["id"]), "--key",
+                                      str(targets), "--yes", "--json")).stdout)
+    assert signed["state"] == "published"
+    # the unsigned move is adopted: the migration step proposes it, the publisher signs
+    adopted = json.loads(_ok(fresh.cli("trust", "adopt", "--json")).stdout)
+    mine = next(p for p in adopted if p["role"].startswith(repo2.replace("/", ":")))
+    assert mine["target"] == "adopt"
+    _ok(fresh.cli("trust", "sign", str(mine["id"]), "--key", str(pub_key), "--yes",
+                  token=pub.actor.token))
+    assert d2 in _ok(_pull(fresh, worker.token, f"{repo2}@dev", old_root, pem,
+                           tmp_path / "cold")).stdout
+
+
+def test_a_rotation_not_signed_by_the_old_roots_threshold_is_refused(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    roots = [_key(tmp_path / f"root{i}.key") for i in (1, 2)]
+    _ok(fresh.cli("trust", "init", "--root-key", str(roots[0]), "--root-key", str(roots[1]),
+                  "--root-threshold", "2"))
+    newer = _key(tmp_path / "root3.key")
+    # only one of the two current root keys signs: below the old root's threshold
+    refused = fresh.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--root-key",
+                        str(newer))
+    assert refused.returncode == 1
+    assert "root version 3 refused" in refused.stderr
+    _ok(fresh.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--old-root-key",
+                  str(roots[1]), "--root-key", str(newer)))
+    status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
+    assert next(r for r in status["roles"] if r["role"] == "root")["version"] == 3
+
+
+def test_online_aliases_are_accepted_only_where_the_worker_says(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(fresh)
+    worker = fresh.actor("reader")
+    repo = fresh.repo(pub, policy_yaml=ONLINE_POLICY)
+    digest = push_new(pub, repo, tmp_path)
+    moved = json.loads(_ok(fresh.cli("alias", "set", f"{repo}@dev-1", digest, "--json",
+                                     token=pub.actor.token)).stdout)
+    assert moved["signed"] is True  # the registry's online key signed it, no publisher key
+    root = tmp_path / "root.json"
+    _ok(fresh.cli("trust", "root", "--out", str(root), token=worker.token))
+    pem = _pem(pub, tmp_path)
+    refused = _pull(fresh, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c")
+    assert refused.returncode == 1
+    assert "only the registry's online key signed this alias" in refused.stderr
+    pulled = _pull(fresh, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c",
+                   "--online-alias", "dev-*")
+    assert digest in _ok(pulled).stdout
+    # the worker policy says the same
+    policy = tmp_path / "worker.yaml"
+    policy.write_text(
+        "version: 1\nsigners:\n  keys:\n    - {name: publisher, path: " + str(pem) + "}\n"
+        "required_predicate_types: []\n"
+        "tuf:\n  root: root.json\n  online_aliases: ['dev-*']\n"
+    )
+    by_policy = fresh.cli("pull", f"{repo}@dev-1", "--policy", str(policy), "--cache-dir",
+                          str(tmp_path / "p"), token=worker.token)
+    assert digest in _ok(by_policy).stdout
+
+
+def test_pulling_by_digest_with_a_pinned_root_refuses_a_signed_quarantine(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(fresh)
+    reviewer = new_publisher(fresh, "reviewer")
+    worker = fresh.actor("reader")
+    repo = fresh.repo(pub)
+    digest = push_new(pub, repo, tmp_path)
+    root = tmp_path / "root.json"
+    _ok(fresh.cli("trust", "root", "--out", str(root), token=worker.token))
+    pem = _pem(pub, tmp_path)
+    assert digest in _ok(_pull(fresh, worker.token, f"{repo}@{digest}", root, pem,
+                               tmp_path / "c")).stdout
+    rkey = tmp_path / "rev.key"
+    save_private_key(reviewer.key, rkey)
+    _ok(fresh.cli("quarantine", f"{repo}@{digest}", "--reason", "bad", "--key", str(rkey),
+                  token=reviewer.actor.token))
+    refused = _pull(fresh, worker.token, f"{repo}@{digest}", root, pem, tmp_path / "c2")
+    assert refused.returncode == 1
+    assert "listed by the signed quarantine role" in refused.stderr
