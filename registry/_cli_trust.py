@@ -253,6 +253,54 @@ def trust_adopt(as_json: AsJson = False) -> None:
          or "every alias is signed or already proposed")
 
 
+def export_files(client: RegistryClient, directory: Path) -> int:
+    """Copy the registry's current TUF metadata into ``directory`` as a static server
+    serves it: every root version, the versions the current snapshot names, the snapshot,
+    and ``timestamp.json`` last (a reader never sees a timestamp naming a missing file).
+    Files already there are kept (versions never change); returns how many were written.
+    The bytes are copied, not trusted: workers verify them from their pinned root."""
+    from tuf.api.metadata import Metadata, Snapshot, Timestamp
+
+    from modelward.attest._fileio import write_output
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = 0
+
+    def copy(name: str, data: bytes | None = None) -> bytes:
+        nonlocal written
+        path = directory / name
+        if data is None and path.exists() and name != "timestamp.json":
+            return path.read_bytes()
+        data = client.tuf_file(name) if data is None else data
+        write_output(path, data)
+        written += 1
+        return data
+
+    timestamp_bytes = client.tuf_file("timestamp.json")
+    timestamp = Metadata[Timestamp].from_bytes(timestamp_bytes).signed
+    snapshot_name = f"{timestamp.snapshot_meta.version}.snapshot.json"
+    snapshot = Metadata[Snapshot].from_bytes(copy(snapshot_name)).signed
+    for name, meta in sorted(snapshot.meta.items()):
+        copy(f"{meta.version}.{name}")
+    for version in range(1, _root_version(client) + 1):
+        copy(f"{version}.root.json")
+    copy("timestamp.json", timestamp_bytes)
+    return written
+
+
+@trust_app.command("export")
+def trust_export(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write the files")],
+    as_json: AsJson = False,
+) -> None:
+    """Copy the current TUF metadata into DIR, for a static server, S3 bucket or CDN to
+    serve with the registry out of the path (run it again after every change)."""
+    with _reported(), _client() as client:
+        written = export_files(client, directory)
+    emit({"directory": str(directory), "written": written}, as_json,
+         lambda a: f"wrote {a['written']} file(s) to {a['directory']}")
+
+
 @trust_app.command("sync")
 def trust_sync(as_json: AsJson = False) -> None:
     """Re-make the delegations from the registry's database now (admins)."""

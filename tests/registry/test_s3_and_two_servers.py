@@ -41,7 +41,8 @@ def pair(
             admin_token=token,
             database_url=database_url,
             blob_store=f"s3://{s3_endpoint.bucket}/reg",
-            extra_env=s3_endpoint.env(),
+            # replicas share the TUF online keys, as they share database and bucket
+            extra_env={**s3_endpoint.env(), "MODELWARD_TUF_KEYS_DIR": str(base / "tuf-keys")},
         )
         server.start()
         servers.append(server)
@@ -165,3 +166,29 @@ def test_cas_across_both_servers(pair: tuple[Registry, Registry], tmp_path: Path
     assert len(history_a) == 1
     audit = a.cli("audit", "verify")
     assert audit.returncode == 0, audit.stderr
+
+
+def test_both_replicas_serve_the_same_signed_metadata(
+    pair: tuple[Registry, Registry], tmp_path: Path
+) -> None:
+    """A move signed through one replica is what a worker resolves through the other."""
+    from modelward.attest.keys import save_private_key
+    from modelward.loader.tuf_resolve import resolve_alias
+
+    a, b = pair
+    pub = new_publisher(a)
+    repo = a.repo(pub)
+    digest = a.client(pub.actor.token).push(make_bundle_dir(tmp_path / "b"), repo,
+                                            sign=pub.sign).digest
+    key = tmp_path / "pub.key"
+    save_private_key(pub.key, key)
+    moved = a.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key),
+                  token=pub.actor.token)
+    assert moved.returncode == 0, moved.stderr
+    worker = b.client(b.actor("reader").token)
+    assert worker.tuf_file("timestamp.json") == a.admin.tuf_file("timestamp.json")
+    resolved = resolve_alias(repo, "dev", metadata_url=worker.tuf_url,
+                             cache_dir=tmp_path / "worker",
+                             trust_root=a.admin.tuf_file("1.root.json"),
+                             fetcher=worker.tuf_fetcher())
+    assert resolved.digest == digest

@@ -195,3 +195,30 @@ def test_pulling_by_digest_with_a_pinned_root_refuses_a_signed_quarantine(
     refused = _pull(fresh, worker.token, f"{repo}@{digest}", root, pem, tmp_path / "c2")
     assert refused.returncode == 1
     assert "listed by the signed quarantine role" in refused.stderr
+
+
+def test_exported_metadata_served_by_a_static_server_resolves_without_the_registry(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    from modelward.loader.tuf_resolve import resolve_alias
+    from tests.tuf.test_tuf_attacks import _serve
+
+    pub = new_publisher(fresh)
+    repo = fresh.repo(pub)
+    digest = push_new(pub, repo, tmp_path)
+    key = tmp_path / "pub.key"
+    save_private_key(pub.key, key)
+    _ok(fresh.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key),
+                  token=pub.actor.token))
+    site = tmp_path / "site"
+    first = json.loads(_ok(fresh.cli("trust", "export", str(site), "--json")).stdout)
+    assert first["written"] >= 5  # timestamp, snapshot, targets, the role, root
+    again = json.loads(_ok(fresh.cli("trust", "export", str(site), "--json")).stdout)
+    assert again["written"] == 1  # only timestamp.json: versioned files never change
+    url, server = _serve(site)
+    try:
+        resolved = resolve_alias(repo, "dev", metadata_url=url, cache_dir=tmp_path / "w",
+                                 trust_root=(site / "1.root.json").read_bytes())
+    finally:
+        server.shutdown()
+    assert resolved.digest == digest

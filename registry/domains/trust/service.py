@@ -44,7 +44,13 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Forbidden, NotFound
 from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.settings import Settings
-from modelward.registry.tuf.keys import ALIAS_KEY, OnlineKeys, tuf_keys
+from modelward.registry.tuf.keys import (
+    ALIAS_KEY,
+    ONLINE_ROLES,
+    OnlineKeys,
+    TufKeyUnavailable,
+    tuf_keys,
+)
 from modelward.registry.tuf.proposals import (
     ADOPT_TARGET,
     TARGETS_ROLE,
@@ -97,7 +103,16 @@ def trust_of(settings: Settings) -> Trust:
 
 
 def repository(session: Session, state: AppState) -> MetadataRepository:
+    """The TUF repository in ``session``'s transaction. Raises TufKeyUnavailable (503) when
+    the online snapshot and timestamp keys are missing: a replica that does not share the
+    first one's ``tuf_keys_dir`` must sign nothing (docs/tuf.md#serving)."""
     trust = trust_of(state.settings)
+    missing = [role for role in ONLINE_ROLES if not trust.keys.has(role)]
+    if missing:
+        raise TufKeyUnavailable(
+            f"the TUF {' and '.join(missing)} keys are not in {trust.keys.directory}: every "
+            "replica of a registry must share one tuf_keys_dir (docs/tuf.md#serving)"
+        )
     return open_repository(session, trust.keys, trust.expiries)
 
 
