@@ -208,6 +208,11 @@ def add_signature(
     ProposalStale, SignatureRefused, BadRequest.
     """
     # (1) only a pending proposal takes signatures
+    if proposal.state == "stale":
+        raise ProposalStale(
+            f"proposal {proposal.id} is stale: {proposal.role} moved on since it was made; "
+            "propose again", detail={"role": proposal.role, "proposed": proposal.version},
+        )
     if proposal.state != "pending":
         raise Conflict(f"proposal {proposal.id} is {proposal.state}, not pending")
     # (2) compare-and-swap: the role must still be at the version it was proposed from
@@ -265,5 +270,11 @@ def add_signature(
     except StaleProposal as exc:  # pragma: no cover - step 2 ran in this transaction
         raise ProposalStale(str(exc)) from exc
     proposal.state, proposal.decided_at = "published", utcnow()
+    # every other pending proposal of this role was made from the version just replaced
+    for other in session.scalars(select(TufProposal).where(
+        TufProposal.role == proposal.role, TufProposal.state == "pending",
+        TufProposal.id != proposal.id,
+    )):
+        other.state, other.decided_at = "stale", utcnow()
     session.flush()
     return Added(len(collected), threshold, published=True)
