@@ -24,6 +24,7 @@ ALL = frozenset({"admin", "publisher", "reviewer", "reader"})
 ADMIN = frozenset({"admin"})
 WRITERS = frozenset({"admin", "publisher"})
 REVIEW = frozenset({"admin", "reviewer"})
+SIGNERS = frozenset({"admin", "publisher", "reviewer"})  # register keys: they sign TUF roles
 BOGUS = "sha256:" + "0" * 64
 
 
@@ -67,11 +68,23 @@ ENDPOINTS: list[Endpoint] = [
         "key.register",
         "POST",
         "/v1/keys",
-        WRITERS,
+        SIGNERS,
         body=lambda c: {"json": {"public_key_pem": "not a pem"}},
     ),
     Endpoint("key.list", "GET", "/v1/keys", ALL),
-    Endpoint("key.revoke", "DELETE", "/v1/keys/" + "0" * 64, WRITERS),
+    Endpoint("key.revoke", "DELETE", "/v1/keys/" + "0" * 64, SIGNERS),
+    Endpoint("tuf.file", "GET", "/tuf/timestamp.json", ALL),
+    Endpoint("tuf.status", "GET", "/v1/tuf/status", ALL),
+    Endpoint("tuf.proposals", "GET", "/v1/tuf/proposals", ALL),
+    Endpoint(
+        "tuf.sign",
+        "POST",
+        "/v1/tuf/proposals/999999999/signatures",
+        ALL,
+        body=lambda c: {"json": {"keyid": "00", "signature": "00"}},
+    ),
+    Endpoint("tuf.root", "POST", "/v1/tuf/root", ADMIN, body=lambda c: {"json": {"root": "!"}}),
+    Endpoint("tuf.sync", "POST", "/v1/tuf/sync", ADMIN),
     Endpoint(
         "identity.register",
         "POST",
@@ -359,4 +372,4 @@ def test_denials_are_audited(world: World) -> None:
 
 def test_matrix_covers_every_contract_endpoint() -> None:
     names = {e.name for e in ENDPOINTS}
-    assert len(names) == len(ENDPOINTS) == 54
+    assert len(names) == len(ENDPOINTS) == 60

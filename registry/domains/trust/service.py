@@ -22,6 +22,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -408,21 +410,48 @@ def sign_proposal(
         return proposal_json(session, repo, row)
 
 
+_SIGNED_CACHE: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
+_SIGNED_CACHE_SIZE = 1024
+_SIGNED_LOCK = threading.Lock()
+
+
 def signed_aliases(session: Session, repo_name: str) -> dict[str, str]:
     """alias -> digest as the repository's TUF roles sign them: each role at its newest
-    version that verifies against its delegation (a forged row signs nothing)."""
-    from tuf.api.exceptions import UnsignedMetadataError
+    version that verifies against its delegation (a forged row signs nothing).
 
+    Kept per process by the versions involved (root, targets, the repository's roles):
+    a version never changes once verified, so ``alias get`` (a hot path) costs one query
+    until something is published."""
     from modelward.attest.tuf import protected_role
 
     prefix = protected_role(repo_name, "")
-    repo = MetadataRepository(SessionStore(session), {})
+    store = SessionStore(session)
+    versions = store.latest_versions()
+    key = (repo_name, versions.get(Root.type), versions.get(Targets.type),
+           tuple(sorted((r, v) for r, v in versions.items() if r.startswith(prefix))))
+    with _SIGNED_LOCK:
+        if key in _SIGNED_CACHE:
+            _SIGNED_CACHE.move_to_end(key)
+            return dict(_SIGNED_CACHE[key])
+    signed = _signed_aliases(MetadataRepository(store, {}), repo_name, [r for r, _ in key[3]])
+    with _SIGNED_LOCK:
+        _SIGNED_CACHE[key] = signed
+        while len(_SIGNED_CACHE) > _SIGNED_CACHE_SIZE:
+            _SIGNED_CACHE.popitem(last=False)
+    return dict(signed)
+
+
+def _signed_aliases(repo: MetadataRepository, repo_name: str, roles: list[str]) -> dict[str, str]:
+    from tuf.api.exceptions import UnsignedMetadataError
+
     head = f"{repo_name}/aliases/"
     signed: dict[str, str] = {}
+    if Root.type not in repo.store.latest_versions():
+        return signed
     delegations = repo.targets().delegations
     if delegations is None:
         return signed
-    for role in sorted(r for r in repo.store.latest_versions() if r.startswith(prefix)):
+    for role in roles:
         try:
             md = repo.verified(role)
         except UnsignedMetadataError:
