@@ -199,6 +199,16 @@ COMMANDS: dict[str, Entry] = {
         "Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
         "modelward.registry._cli_attestation:attestation_app",
     ),
+    "eval": Entry(
+        "Evaluation statements: per-case results, signed and attached to a bundle.",
+        children={
+            "attach": Entry(
+                "Sign an evaluation of a bundle against its baseline from per-case results; "
+                "attach it.",
+                "modelward.registry._cli_eval:attach",
+            ),
+        },
+    ),
     "org": Entry(
         "Orgs: who may create repositories ORG/*, and the policy floor they must meet.",
         "modelward.registry._cli_orgs:org_app",

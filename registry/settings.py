@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     tuf_timestamp_expiry_seconds: int = Field(default=86_400, ge=2)
     tuf_snapshot_expiry_seconds: int = Field(default=7 * 86_400, ge=2)
     tuf_refresh_interval_seconds: float = Field(default=60.0, gt=0)
+    # /tuf/ answers without a token (the metadata is signed; it names repositories, aliases
+    # and digests, which a registry may want to keep to its principals: off by default)
+    tuf_public: bool = False
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
     threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
     db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process

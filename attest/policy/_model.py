@@ -152,6 +152,56 @@ class Evidence(_Strict):
         return not (self.signers or self.principals or self.roles)
 
 
+SliceName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+_MAX_MS = 3_600_000.0  # an hour: no latency bound above it means anything
+
+
+class Gates(_Strict):
+    """Release gates on an evaluation statement (docs/evaluation.md#gates): each optional,
+    each a named check; the move passes only when every gate set here passes."""
+
+    min_deterministic_pass_rate: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False,
+        description="least fraction of deterministic checks the candidate passes (0.995)",
+    )
+    max_overall_regression_points: float | None = Field(
+        default=None, ge=0, le=100, allow_inf_nan=False,
+        description="largest human-rated regression against the baseline, in points",
+    )
+    max_slice_regression_points: float | None = Field(
+        default=None, ge=0, le=100, allow_inf_nan=False,
+        description="largest regression of each required slice (every slice when "
+        "required_slices is empty), in points",
+    )
+    required_slices: list[SliceName] = Field(
+        default_factory=list, max_length=1000,
+        description="slices max_slice_regression_points checks; each must be in the evaluation",
+    )
+    max_critical_safety_failures: int | None = Field(default=None, ge=0, le=1_000_000)
+    max_p95_ttft_ms: float | None = Field(default=None, gt=0, le=_MAX_MS, allow_inf_nan=False)
+    max_p95_token_spacing_ms: float | None = Field(
+        default=None, gt=0, le=_MAX_MS, allow_inf_nan=False
+    )
+    min_goodput_ratio: float | None = Field(
+        default=None, gt=0, le=1000, allow_inf_nan=False,
+        description="candidate goodput / baseline goodput, at least (1 = no lower)",
+    )
+    max_energy_per_token_ratio: float | None = Field(
+        default=None, gt=0, le=1000, allow_inf_nan=False,
+        description="candidate / baseline energy per useful output token, at most (1.1)",
+    )
+
+    @model_validator(mode="after")
+    def _names_a_gate(self) -> Gates:
+        if self.required_slices and self.max_slice_regression_points is None:
+            raise ValueError("required_slices is set but max_slice_regression_points is not")
+        if len(set(self.required_slices)) != len(self.required_slices):
+            raise ValueError("required_slices names a slice twice")
+        if all(v is None for k, v in self if k != "required_slices"):
+            raise ValueError("gates names no gate; set at least one or remove gates")
+        return self
+
+
 # A protected alias's approvals become a TUF signature threshold: bounded, like every number
 # another parser (canonical JSON, a database column) has to hold.
 MAX_APPROVALS = 100
@@ -170,6 +220,9 @@ class AliasRule(_Strict):
     )
     require_baseline: bool = False
     replay: ReplayRequirement | None = None
+    gates: Gates | None = Field(
+        default=None, description="release gates on an evaluation statement (protected only)"
+    )
     online: bool = Field(
         default=False,
         description="the registry's online key signs these aliases' TUF role, so a move "
@@ -189,6 +242,7 @@ class AliasRule(_Strict):
                 ("approvals", self.approvals),
                 ("require_baseline", self.require_baseline),
                 ("replay", self.replay),
+                ("gates", self.gates),
             ):
                 if value:
                     raise ValueError(f"{field} is set but protected is false; set protected: true")
@@ -271,8 +325,9 @@ class Policy(_Strict):
                 )
         if self.evidence.names_nobody():
             for i, rule in enumerate(self.aliases):
-                if rule.require_baseline or rule.replay is not None:
-                    wanted = "require_baseline" if rule.require_baseline else "replay"
+                if rule.require_baseline or rule.replay is not None or rule.gates is not None:
+                    wanted = ("require_baseline" if rule.require_baseline
+                              else "replay" if rule.replay is not None else "gates")
                     raise ValueError(
                         f"aliases[{i}]: {wanted} needs evidence signed by serving workers, "
                         "and evidence names none: list them in evidence.roles, "

@@ -254,10 +254,21 @@ class MetadataRepository(Repository):
     @property
     def targets_infos(self) -> dict[str, MetaFile]:
         """Every targets role at its newest *verified* version (a snapshot never names a
-        forged row); a delegated role with no verified version yet is left out."""
+        forged row); a delegated role with no verified version yet is left out. The newest
+        rows are read in one go; only a role whose newest row does not verify is walked."""
+        rows = self.store.latest_rows()
         infos = {}
-        for role in self.store.latest_versions():
-            if role in (Root.type, Snapshot.type, Timestamp.type):
+        targets_md = self.open(Targets.type)
+        if Targets.type in rows:
+            infos[f"{Targets.type}.json"] = MetaFile(targets_md.signed.version)
+        delegated = targets_md.signed.delegations
+        named = set(delegated.roles or {}) if delegated is not None else set()
+        seal = targets_md.to_bytes()
+        for role, (version, data) in rows.items():
+            if role in TOP_LEVEL:
+                continue
+            if role in named and _verifies(role, data, version, seal):
+                infos[f"{role}.json"] = MetaFile(version)
                 continue
             try:
                 md = self.verified(role)

@@ -29,7 +29,7 @@ from modelward.registry.tuf.roles import delegations
 from modelward.registry.tuf.state import repository_trusts, reviewer_keys
 from modelward.registry.tuf.store import SessionStore
 
-__all__ = ["bootstrap_embedded", "open_repository", "sync_delegations"]
+__all__ = ["bootstrap_embedded", "delegated_as_wanted", "open_repository", "sync_delegations"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,38 @@ def sync_delegations(
         targets.delegations = wanted
     repo.publish()
     return True
+
+
+def delegated_as_wanted(
+    session: Session,
+    repo: MetadataRepository,
+    keys: OnlineKeys,
+    default_policy_yaml: str | None,
+    repo_name: str,
+) -> bool:
+    """Whether top-level targets already delegates ``repo_name``'s aliases (and the
+    quarantine) exactly as the database says: the cheap check an alias move makes before
+    it would re-make every repository's delegations (``sync_delegations``)."""
+    if Targets.type not in repo.store.latest_versions():
+        return False
+    current = repo.targets().delegations
+    if current is None or current.roles is None:
+        return False
+    online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
+    wanted = delegations(
+        repository_trusts(session, default_policy_yaml, only=repo_name),
+        reviewer_keys=reviewer_keys(session),
+        online_key=online,
+        quarantine=True,
+    )
+    for name, role in (wanted.roles or {}).items():
+        have = current.roles.get(name)
+        if have is None or have.to_dict() != role.to_dict():
+            return False
+    return all(
+        keyid in (current.keys or {}) and current.keys[keyid].to_dict() == key.to_dict()
+        for keyid, key in (wanted.keys or {}).items()
+    )
 
 
 def _admin(session: Session) -> int:

@@ -46,10 +46,15 @@ def reviewer_keys(session: Session) -> list[Key]:
     return _keys(session, ids)
 
 
-def repository_trusts(session: Session, default_policy_yaml: str | None) -> list[RepositoryTrust]:
-    """One ``RepositoryTrust`` per repository, by name."""
+def repository_trusts(
+    session: Session, default_policy_yaml: str | None, *, only: str | None = None
+) -> list[RepositoryTrust]:
+    """One ``RepositoryTrust`` per repository (``only``: that one), by name."""
     trusts = []
-    for repo in session.scalars(select(Repository).order_by(Repository.name)):
+    query = select(Repository).order_by(Repository.name)
+    if only is not None:
+        query = query.where(Repository.name == only)
+    for repo in session.scalars(query):
         policy = repo_policy(repo, default_policy_yaml)
         protected = [
             ProtectedRule(rule.pattern, rule.approvals)

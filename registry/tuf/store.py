@@ -65,6 +65,11 @@ class MetadataStore(Protocol):
         """The latest version of every role kept (timestamp included)."""
         ...
 
+    def latest_rows(self, prefix: str | None = None) -> dict[str, tuple[int, bytes]]:
+        """Every role's latest version and its bytes, read together (``prefix``: only the
+        roles whose names start with it, and top-level targets)."""
+        ...
+
 
 class DirectoryStore:
     """A ``MetadataStore`` in a directory, written atomically (temp file + rename)."""
@@ -101,6 +106,16 @@ class DirectoryStore:
         if marker.exists():
             latest[TIMESTAMP] = int(marker.read_text())
         return latest
+
+    def latest_rows(self, prefix: str | None = None) -> dict[str, tuple[int, bytes]]:
+        rows = {}
+        for role, version in self.latest_versions().items():
+            if prefix is not None and not role.startswith(prefix) and role != "targets":
+                continue
+            data = self.read(role, version)
+            if data is not None:
+                rows[role] = (version, data)
+        return rows
 
 
 class SessionStore:
@@ -139,6 +154,24 @@ class SessionStore:
             select(TufMetadata.role, func.max(TufMetadata.version)).group_by(TufMetadata.role)
         )
         return {role: int(version) for role, version in rows}
+
+    def latest_rows(self, prefix: str | None = None) -> dict[str, tuple[int, bytes]]:
+        from sqlalchemy import func, or_, select
+
+        from modelward.registry.models import TufMetadata
+
+        query = select(TufMetadata.role, func.max(TufMetadata.version).label("v"))
+        if prefix is not None:
+            query = query.where(or_(TufMetadata.role.startswith(prefix, autoescape=True),
+                                    TufMetadata.role == "targets"))
+        latest = query.group_by(TufMetadata.role).subquery()
+        rows = self.session.execute(
+            select(TufMetadata.role, TufMetadata.version, TufMetadata.data).join(
+                latest,
+                (TufMetadata.role == latest.c.role) & (TufMetadata.version == latest.c.v),
+            )
+        )
+        return {role: (int(version), bytes(data)) for role, version, data in rows}
 
 
 def export_metadata(source: MetadataStore, target: MetadataStore) -> int:

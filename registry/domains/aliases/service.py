@@ -9,8 +9,9 @@
       (attest.verifier) judges it as it is now, scanning the stored layers again under the
       current policy and re-verifying every attestation that is not retracted;
   (4) protected aliases: k approvals (not withdrawn) by reviewers or admins other than the
-      publisher and the mover, a trusted determinism baseline, and replay results, as the
-      rule requires (baselines and replay results count only when signed by an evidence
+      publisher and the mover, a trusted determinism baseline, replay results and the
+      rule's release gates over evaluation statements (aliases.gates), as the rule requires
+      (baselines, replay results and evaluations count only when signed by an evidence
       signer the policy names, never the publisher, the mover, a publisher of the repository
       or an admin: aliases.evidence; a replay result counts only against the bundle
       currently on the alias, or against none when the alias has no bundle yet);
@@ -38,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.aliases.evidence import EvidenceSigners, evidence_signers
+from modelward.registry.domains.aliases.gates import check_gates
 from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
@@ -357,6 +359,8 @@ def _check_move(
                 detail={"evidence": evidence, "not_counted": not_counted},
                 code="replay_required",
             )
+        check_gates(rule, trusted.statements, vouches, repo_name=repo_name, alias=alias,
+                    digest=digest, current_digest=current_digest)
     if rollback and digest not in earlier:
         raise BadRequest(
             f"{digest} was never an earlier target of {repo_name}@{alias}", code="not_a_rollback"

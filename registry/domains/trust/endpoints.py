@@ -11,8 +11,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from modelward.registry.domains._state import State
-from modelward.registry.domains.auth.deps import Admin, AnyCaller, authenticated_read
+from modelward.registry.domains._state import AppState, State
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, caller_from_request
 from modelward.registry.domains.trust import service
 from modelward.registry.errors import BadRequest, NotFound
 from modelward.registry.tuf.store import TIMESTAMP, SessionStore, parse_file_name
@@ -34,17 +34,25 @@ class RootIn(BaseModel):
 @router.get("/tuf/{file_name}")
 def metadata_file(file_name: str, request: Request) -> Response:
     """One metadata file, byte for byte: ``timestamp.json`` (``no-cache``) or
-    ``VERSION.ROLE.json`` (immutable: a version never changes)."""
+    ``VERSION.ROLE.json`` (immutable: a version never changes). Any authenticated caller,
+    or anyone with ``tuf_public`` (docs/tuf.md#serving)."""
     parsed = parse_file_name(file_name)
     if parsed is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")
     role, version = parsed
-    with authenticated_read(request) as (_caller, session):
-        data = SessionStore(session).read(role, version)
+    state: AppState = request.app.state.registry
+    if not state.settings.tuf_public:
+        caller_from_request(request, state)
+    data = _metadata(state, role, version)
     if data is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")
     cache = "no-cache" if role == TIMESTAMP else IMMUTABLE
     return Response(data, media_type="application/json", headers={"cache-control": cache})
+
+
+def _metadata(state: AppState, role: str, version: int | None) -> bytes | None:
+    with state.db.read() as session:
+        return SessionStore(session).read(role, version)
 
 
 @router.get("/v1/tuf/status")

@@ -20,6 +20,7 @@ proposal for the admins (``modelward trust sign``).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import threading
@@ -64,7 +65,12 @@ from modelward.registry.tuf.proposals import (
     signing_role,
 )
 from modelward.registry.tuf.repository import Expiries, MetadataRepository
-from modelward.registry.tuf.service import bootstrap_embedded, open_repository, sync_delegations
+from modelward.registry.tuf.service import (
+    bootstrap_embedded,
+    delegated_as_wanted,
+    open_repository,
+    sync_delegations,
+)
 from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
@@ -183,7 +189,9 @@ def propose_alias(
     role is signed and published at once. None when no role is delegated the alias yet
     (a targets proposal waits for the admins)."""
     repo = repository(session, state)
-    sync(session, state, repo, proposer_id=caller.id)
+    keys = trust_of(state.settings).keys
+    if not delegated_as_wanted(session, repo, keys, state.default_policy_yaml, repo_name):
+        sync(session, state, repo, proposer_id=caller.id)
     path = alias_path(repo_name, alias)
     try:
         role = delegated_role_for(repo, path)
@@ -419,21 +427,25 @@ def signed_aliases(session: Session, repo_name: str) -> dict[str, str]:
     """alias -> digest as the repository's TUF roles sign them: each role at its newest
     version that verifies against its delegation (a forged row signs nothing).
 
-    Kept per process by the versions involved (root, targets, the repository's roles):
-    a version never changes once verified, so ``alias get`` (a hot path) costs one query
-    until something is published."""
+    Kept per process by the exact bytes involved (top-level targets and the repository's
+    newest role rows), so ``alias get`` (a hot path) costs one query until something
+    changes."""
     from modelward.attest.tuf import protected_role
 
     prefix = protected_role(repo_name, "")
     store = SessionStore(session)
-    versions = store.latest_versions()
-    key = (repo_name, versions.get(Root.type), versions.get(Targets.type),
-           tuple(sorted((r, v) for r, v in versions.items() if r.startswith(prefix))))
+    rows = store.latest_rows(prefix)
+    seal = hashlib.sha256()
+    for role, (version, data) in sorted(rows.items()):
+        seal.update(f"{role}\0{version}\0{len(data)}\0".encode())
+        seal.update(data)
+    key = (repo_name, seal.digest())
     with _SIGNED_LOCK:
         if key in _SIGNED_CACHE:
             _SIGNED_CACHE.move_to_end(key)
             return dict(_SIGNED_CACHE[key])
-    signed = _signed_aliases(MetadataRepository(store, {}), repo_name, [r for r, _ in key[3]])
+    roles = sorted(r for r in rows if r.startswith(prefix))
+    signed = _signed_aliases(MetadataRepository(store, {}), repo_name, roles)
     with _SIGNED_LOCK:
         _SIGNED_CACHE[key] = signed
         while len(_SIGNED_CACHE) > _SIGNED_CACHE_SIZE:

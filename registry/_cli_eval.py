@@ -1,0 +1,153 @@
+"""``modelward eval attach``: sign an evaluation of a bundle and attach it (docs/evaluation.md).
+
+The results file holds per-case outcomes of the candidate and the baseline on the same cases;
+the counts, paired differences and 95% intervals of the evaluation/v1 predicate are computed
+here (attest.evaluation), never typed in. The statement is signed with ``--key`` (DSSE) and
+attached through the registry, which decides who may attach evaluations (reviewers and admins)
+and whose signature counts for a protected alias's gates (the policy's evidence signers).
+A bad results file or key is refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from modelward.attest.cli._common import fail
+from modelward.registry._cli_client import AnyRef, AsJson, _client, _reported, valid_ref
+
+__all__ = ["attach", "describe_predicate", "eval_app"]
+
+eval_app = typer.Typer(
+    name="eval",
+    help="Evaluation statements: per-case results, signed and attached to a bundle.",
+    no_args_is_help=True,
+)
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def describe_predicate(predicate: dict[str, Any]) -> list[str]:
+    """The gate-relevant figures of an evaluation predicate, one line each."""
+    lines: list[str] = []
+    det = predicate.get("deterministic")
+    if det:
+        lo, hi = det["interval"]
+        lines.append(
+            f"deterministic checks: {det['candidate_pass']}/{det['checks']} pass "
+            f"({det['pass_rate'] * 100:.2f}%, 95% interval {lo * 100:.2f}% to {hi * 100:.2f}%); "
+            f"baseline {det['baseline_pass_rate'] * 100:.2f}%"
+        )
+    rows = [("overall (human-rated)", predicate.get("overall"))]
+    rows += [(f"slice {s['slice']}", s) for s in predicate.get("slices") or []]
+    for label, stats in rows:
+        if not stats:
+            continue
+        lo, hi = stats["interval_points"]
+        lines.append(
+            f"{label}: candidate {stats['candidate_pass']}/{stats['cases']}, baseline "
+            f"{stats['baseline_pass']}/{stats['cases']}: {stats['difference_points']:+.2f} "
+            f"points (95% interval {lo:+.2f} to {hi:+.2f})"
+        )
+    critical = predicate.get("critical_safety_failures") or {}
+    ids = critical.get("candidate") or []
+    shown = f" ({', '.join(ids[:10])}{', ...' if len(ids) > 10 else ''})" if ids else ""
+    base_count = len(critical.get("baseline") or [])
+    lines.append(f"critical safety failures: {len(ids)}{shown}; baseline {base_count}")
+    for name, pair in (predicate.get("metrics") or {}).items():
+        if pair.get("candidate") is None and pair.get("baseline") is None:
+            continue
+        lines.append(
+            f"{name}: {_figure(pair.get('candidate'))} (baseline {_figure(pair.get('baseline'))})"
+        )
+    return lines
+
+
+@eval_app.command("attach")
+def attach(
+    ref: AnyRef,
+    *,
+    results: Annotated[
+        Path,
+        typer.Option(
+            "--results", metavar="FILE", exists=True, dir_okay=False,
+            help="Per-case results, JSONL or JSON (docs/evaluation.md#results)",
+        ),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option("--key", metavar="FILE", exists=True, dir_okay=False,
+                     help="Private key that signs the statement (an evidence signer's)"),
+    ],
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", metavar="REPO@REF", callback=valid_ref,
+                     help="The baseline bundle the results compare against"),
+    ] = None,
+    suite: Annotated[
+        str | None, typer.Option("--suite", metavar="NAME", help="Suite name (else the file's)")
+    ] = None,
+    suite_version: Annotated[
+        str | None,
+        typer.Option("--suite-version", metavar="V", help="Suite version (with --suite)"),
+    ] = None,
+    passphrase_env: Annotated[
+        str | None,
+        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Sign an evaluation of a bundle against its baseline from per-case results; attach it."""
+    from modelward.attest.dsse import sign_envelope
+    from modelward.attest.evaluation import EvaluationError, build_predicate, load_results
+    from modelward.attest.statement import PredicateType, make_statement
+    from modelward.registry._cli_trust import load_key
+    from modelward.registry._client_config import parse_reference
+
+    if (suite is None) != (suite_version is None):
+        fail("--suite and --suite-version go together", code=2)
+    # the key and the results first: nothing is sent when either is bad
+    private = load_key(key, passphrase_env)
+    try:
+        tally = load_results(results)
+    except EvaluationError as exc:
+        fail(str(exc))
+    target = parse_reference(ref)
+    with _reported(), _client() as client:
+        digest = client.resolve(target)
+        base: tuple[str, str] | None = None
+        if baseline is not None:
+            base_ref = parse_reference(baseline)
+            base = (base_ref.repo, client.resolve(base_ref))
+        try:
+            predicate = build_predicate(
+                tally,
+                bundle=(target.repo, digest),
+                baseline=base,
+                suite=(suite, suite_version) if suite and suite_version else None,
+            )
+        except EvaluationError as exc:
+            fail(str(exc))
+        if base is not None and base[1] == digest:
+            fail(f"--baseline {baseline} is the evaluated bundle itself ({digest})", code=2)
+        statement = make_statement(target.repo, digest, PredicateType.EVALUATION, predicate)
+        envelope = sign_envelope(statement, [private])
+        summary = client.add_attestation(target.repo, digest, envelope)
+    if as_json:
+        answer = {"repository": target.repo, "digest": digest, "attestation": summary,
+                  "predicate": predicate}
+        typer.echo(json.dumps(answer, indent=2, sort_keys=True))
+        return
+    against = f"against {base[0]}@{base[1]}" if base else "with no baseline bundle"
+    typer.echo(
+        f"attached evaluation #{summary.get('id')} to {target.repo}@{digest} "
+        f"(suite {predicate['suite']['name']} {predicate['suite']['version']}, "
+        f"{predicate['cases']} cases) {against}"
+    )
+    for line in describe_predicate(predicate):
+        typer.echo(f"  {line}")
