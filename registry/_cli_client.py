@@ -386,6 +386,12 @@ def push(
                 if exc.code == "policy_denied" and not attestations and signer is None:
                     fail(str(exc), hint=_UNSIGNED_HINT)
                 raise
+            if result.alias is not None and key is not None:
+                # the key that signed the provenance signs the alias move too
+                from modelward.registry._cli_trust import load_key
+
+                _sign_move(client, result.alias, repo, str(alias),
+                           load_key(key, passphrase_env))
     except PreflightRefused as exc:
         err_console.print("error:", style="bold red", end=" ")
         err_console.print(str(exc), markup=False)

@@ -8,7 +8,9 @@ The guides are one story, run in this order, each by its own user in its own dir
    ``$BOB_TOKEN``, ``$CAROL_TOKEN``, ``$WORKER_TOKEN`` and the admin's in ``$ADMIN_TOKEN`` for
    every user; the org ``acme`` owned by alice; the tiny Llama (tests/tinymodel.py) at
    ``./tiny-llama`` in alice's directory.
-2. publishers.md, as alice: release 1 gets to ``prod``.
+   carol's signing key at ``~/.config/modelward/carol.key`` in her home, registered.
+2. publishers.md, as alice: release 1 is proposed for ``prod``; then carol signs the
+   proposal with her key (reviewers.md shows how), which publishes it.
 3. serving-workers.md, as worker-1, handed ``alice.key.pub``. Its vLLM boots are ``not run``
    (tests/e2e/test_demo_flow.py boots vLLM); in their place the glue below attaches the
    baseline such a boot records, signed by the worker key the guide generated.
@@ -128,6 +130,20 @@ def _setup(story: Story) -> None:
     story.tokens["admin"] = story.reg.server.admin_token
     story.cli("host", "org", "create", "acme", "--owner", "alice", token=story.tokens["admin"])
     shutil.copytree(story.tiny_model, story.user_dir("alice") / "tiny-llama")
+    key = story.user_dir("carol") / "home" / ".config" / "modelward" / "carol.key"
+    key.parent.mkdir(parents=True, exist_ok=True)
+    story.cli("carol", "key", "generate", "--out", str(key), token=story.tokens["carol"])
+    story.cli("carol", "key", "register", str(key) + ".pub", token=story.tokens["carol"])
+
+
+def _carol_signs_release_1(story: Story) -> None:
+    """Between the publishers' guide and the workers': carol signs prod's proposal."""
+    pending = json.loads(story.cli("carol", "alias", "pending", "acme/tiny-llama@prod", "--json",
+                                   token=story.tokens["carol"]))
+    digest = pending[0]["to_digest"]
+    key = story.user_dir("carol") / "home" / ".config" / "modelward" / "carol.key"
+    story.cli("carol", "approve", f"acme/tiny-llama@{digest}", "--alias", "prod", "--key",
+              str(key), token=story.tokens["carol"])
 
 
 def _hand_keys_to_worker(story: Story) -> None:
@@ -211,6 +227,7 @@ def story(tmp_path_factory: pytest.TempPathFactory, tiny_model_master: Path) -> 
             _setup(story)
             story.run_guide("publishers.md", "alice")
             if story.ok("publishers.md"):
+                _carol_signs_release_1(story)
                 _hand_keys_to_worker(story)
                 story.run_guide("serving-workers.md", "worker")
             if story.ok("serving-workers.md"):
