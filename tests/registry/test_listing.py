@@ -212,7 +212,7 @@ def test_alias_list_names_each_alias_and_its_bundle_state(
     assert [a["alias"] for a in rest["aliases"]] == ["staging"]
     table = reg.cli("alias", "list", history["repo"], check=True).stdout.splitlines()
     assert table[0].split()[:3] == ["ALIAS", "VERSION", "BUNDLE"]
-    assert table[1].split()[:4] == ["beta", "1", "live", d3]
+    assert table[1].split()[:5] == ["beta", "1", "live", "UNSIGNED", d3]  # no key signed it
 
 
 def test_mistyped_alias_suggests_the_close_names(reg: Registry, tmp_path: Path) -> None:
