@@ -327,7 +327,8 @@ class Story:
                              str(self.keys / "worker-1.key"), "--", "--enforce-eager"],
                             env=self.as_("worker-1"), timeout=1200)
         _expect(booted.stdout, "baseline", "recorded")
-        shown = self.r.run(["baseline", "show", f"{REPO}@prod", "--worker-public-key",
+        shown = self.r.run(["baseline", "show", f"{REPO}@prod", "--trust-root",
+                            str(self.workdir / "root.json"), "--worker-public-key",
                             str(self.keys / "worker-1.key.pub")], env=self.as_("carol"))
         _expect(shown.stdout, "1 baseline")
         aggregate = re.search(r"baseline (\S+) recorded", booted.stdout)

@@ -175,7 +175,7 @@ def test_second_boot_matches_recorded_baseline(
     assert len(world.statements(BASELINE)) == 1  # nothing new recorded
     shown = world.cli("baseline", "show", f"{world.repo}@canary", trust=False)
     assert shown.returncode == 2  # no trust given
-    env_args = ("--worker-public-key", str(world.worker_key) + ".pub")
+    env_args = ("--worker-public-key", str(world.worker_key) + ".pub", "--unsigned-aliases")
     shown = subprocess.run([MODELWARD, "baseline", "show", f"{world.repo}@canary", *env_args],
                            capture_output=True, text=True, timeout=120, check=False,
                            env={**os.environ, "MODELWARD_URL": world.reg.url,
