@@ -59,6 +59,10 @@ __all__ = [
     "valid_ref",
 ]
 
+PassphraseEnvOpt = Annotated[
+    str | None,
+    typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
+]
 alias_app = typer.Typer(
     name="alias", help="Read and move aliases (REPO@ALIAS).", no_args_is_help=True
 )
@@ -312,10 +316,7 @@ def push(
     key: Annotated[
         Path | None, typer.Option(metavar="KEY", help="Private key (PEM) for --sign")
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     source: Annotated[
         str | None,
         typer.Option(
@@ -514,10 +515,7 @@ def alias_set(
         Path | None,
         typer.Option(metavar="FILE", help="Sign the move with your key (publishers' aliases)"),
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Move an alias to a digest (compare-and-swap on its version); a protected alias short
@@ -591,10 +589,7 @@ def alias_rollback(
         Path | None,
         typer.Option(metavar="FILE", help="Sign the move with your key (publishers' aliases)"),
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Set an alias back to an earlier digest, recorded as a rollback (a protected alias:
@@ -698,10 +693,7 @@ def approve(
         typer.Option(metavar="FILE", help="Sign the pending move with your key: the approval "
                      "workers verify (docs/tuf.md)"),
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw
@@ -755,10 +747,7 @@ def quarantine(
         typer.Option(metavar="FILE", help="Sign the quarantine with your key, so workers "
                      "verifying through TUF refuse the bundle too"),
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Quarantine a bundle: unloadable everywhere, unassignable to aliases."""

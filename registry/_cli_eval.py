@@ -17,7 +17,14 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest.cli._common import fail
-from modelward.registry._cli_client import AnyRef, AsJson, _client, _reported, valid_ref
+from modelward.registry._cli_client import (
+    AnyRef,
+    AsJson,
+    PassphraseEnvOpt,
+    _client,
+    _reported,
+    valid_ref,
+)
 
 __all__ = ["attach", "describe_predicate", "eval_app"]
 
@@ -96,10 +103,7 @@ def attach(
         str | None,
         typer.Option("--suite-version", metavar="V", help="Suite version (with --suite)"),
     ] = None,
-    passphrase_env: Annotated[
-        str | None,
-        typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Sign an evaluation of a bundle against its baseline from per-case results; attach it."""

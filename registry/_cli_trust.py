@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.attest.cli._common import err_console, fail
-from modelward.registry._cli_client import _client, _reported, emit
+from modelward.registry._cli_client import PassphraseEnvOpt, _client, _reported, emit
 
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
@@ -33,10 +33,7 @@ trust_app = typer.Typer(
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 KeyOpt = Annotated[Path, typer.Option("--key", metavar="FILE", help="Your private key (PEM)")]
-PassEnv = Annotated[
-    str | None,
-    typer.Option("--passphrase-env", metavar="VAR", help="Key passphrase in env var VAR"),
-]
+PassEnv = PassphraseEnvOpt
 
 
 def load_key(path: Path, passphrase_env: str | None) -> Any:
@@ -359,6 +356,9 @@ def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
             return
 
 
+RootThreshold = Annotated[int, typer.Option(metavar="N", help="Root signatures needed")]
+TargetsThreshold = Annotated[int, typer.Option(metavar="N", help="Targets signatures needed")]
+Days = Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")]
 RootKeys = Annotated[list[Path], typer.Option(
     "--root-key", metavar="FILE", help="A new root private key (repeat for each admin)")]
 OldRootKeys = Annotated[list[Path] | None, typer.Option(
@@ -389,11 +389,10 @@ def _rotate(root_key: list[Path], root_threshold: int, old_root_key: list[Path] 
 def trust_init(
     *,
     root_key: RootKeys,
-    root_threshold: Annotated[int, typer.Option(metavar="N", help="Root signatures needed")] = 1,
+    root_threshold: RootThreshold = 1,
     targets_key: TargetsKeys = None,
-    targets_threshold: Annotated[int, typer.Option(
-        metavar="N", help="Targets signatures needed")] = 1,
-    days: Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")] = 365,
+    targets_threshold: TargetsThreshold = 1,
+    days: Days = 365,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -408,11 +407,10 @@ def trust_rotate(
     *,
     root_key: RootKeys,
     old_root_key: OldRootKeys = None,
-    root_threshold: Annotated[int, typer.Option(metavar="N", help="Root signatures needed")] = 1,
+    root_threshold: RootThreshold = 1,
     targets_key: TargetsKeys = None,
-    targets_threshold: Annotated[int, typer.Option(
-        metavar="N", help="Targets signatures needed")] = 1,
-    days: Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")] = 365,
+    targets_threshold: TargetsThreshold = 1,
+    days: Days = 365,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:

@@ -64,6 +64,7 @@ class OnlineKeys:
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys only: 0700
         with contextlib.suppress(FileExistsError):  # theirs is the key: all read one file
             create_secret_file(self.path(role), pem)
 

@@ -131,17 +131,26 @@ def propose_changes(
                 targets.targets[path] = TargetFile.from_data(path, data, ["sha256"])
 
     md = repo.propose(role, change)
+    return _pending(session, role, md, label=label, proposer_id=proposer_id, reason=reason,
+                    from_digest=from_digest, to_digest=to_digest)
+
+
+def _pending(
+    session: Session,
+    role: str,
+    md: Metadata[Targets],
+    *,
+    label: str,
+    proposer_id: int,
+    reason: str | None = None,
+    from_digest: str | None = None,
+    to_digest: str | None = None,
+) -> TufProposal:
+    """Keep ``md`` (unsigned) as a pending proposal of ``role``."""
     proposal = TufProposal(
-        role=role,
-        version=md.signed.version,
-        payload=md.to_bytes(),
-        signatures="[]",
-        target=label,
-        from_digest=from_digest,
-        to_digest=to_digest,
-        reason=reason,
-        state="pending",
-        created_by=proposer_id,
+        role=role, version=md.signed.version, payload=md.to_bytes(), signatures="[]",
+        target=label, from_digest=from_digest, to_digest=to_digest, reason=reason,
+        state="pending", created_by=proposer_id,
     )
     session.add(proposal)
     session.flush()
@@ -164,18 +173,7 @@ def propose_targets(
         if same and pending.version == md.signed.version:
             return pending
         pending.state, pending.decided_at = "superseded", utcnow()
-    proposal = TufProposal(
-        role=TARGETS_ROLE,
-        version=md.signed.version,
-        payload=md.to_bytes(),
-        signatures="[]",
-        target=DELEGATIONS_TARGET,
-        state="pending",
-        created_by=proposer_id,
-    )
-    session.add(proposal)
-    session.flush()
-    return proposal
+    return _pending(session, TARGETS_ROLE, md, label=DELEGATIONS_TARGET, proposer_id=proposer_id)
 
 
 def signing_role(repo: MetadataRepository, proposal: TufProposal) -> tuple[str, list[str], int]:

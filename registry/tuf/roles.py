@@ -5,16 +5,17 @@ delegates, in this order (TUF visits delegations in order, and every one is term
 a path is decided by the first role whose patterns match it):
 
 1. ``quarantine``: paths ``quarantine/*``, the reviewers' keys, threshold 1. A target
-   ``quarantine/<hex>`` means "the bundle sha256:<hex> is quarantined". It is delegated
-   only once its first version exists: a TUF client refuses a lookup through a delegated
-   role that has no metadata, and "nothing is quarantined" must not be a refusal. (An alias
-   role without metadata refuses its aliases, which is right: nothing signed names them.)
+   ``quarantine/<hex>`` means "the bundle sha256:<hex> is quarantined". It is delegated from
+   the first targets on; until its first version exists the snapshot does not list it, which
+   workers read as "nothing is quarantined" (``loader.tuf_resolve``). (An alias role without
+   metadata refuses its aliases, which is right: nothing signed names them.)
 2. per repository ``ORG/NAME``, per protected alias rule ``PATTERN`` (from the repository's
-   policy): role ``ORG/NAME@PATTERN``, paths ``ORG/NAME/aliases/PATTERN``, the reviewers'
+   policy): role ``ORG:NAME@PATTERN``, paths ``ORG/NAME/aliases/PATTERN``, the reviewers'
    keys, threshold = the rule's ``approvals``. The reviewers' signatures are the approvals.
-3. per repository, the aliases the policy lets the registry move on its own (``online:``
-   patterns, e.g. ``dev``): role ``ORG/NAME@online``, the registry's online key, threshold 1.
-4. per repository, every other alias: role ``ORG/NAME@*``, paths ``ORG/NAME/aliases/*``,
+3. per repository, the aliases the policy lets the registry move on its own (``online:
+   true`` rules, e.g. ``dev-*``): role ``ORG:NAME@online``, the registry's online key,
+   threshold 1.
+4. per repository, every other alias: role ``ORG:NAME@*``, paths ``ORG/NAME/aliases/*``,
    the repository's publishers' keys, threshold 1.
 
 An alias target ``ORG/NAME/aliases/ALIAS`` describes the bundle's manifest bytes: their
