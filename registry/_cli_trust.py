@@ -316,7 +316,9 @@ def _next_root(
     targets_keys: list[Any],
     targets_threshold: int,
     days: int,
+    online: bool = False,
 ) -> tuple[bytes, int]:
+    from securesystemslib.signer import SSlibKey
     from tuf.api.metadata import Metadata, Root
 
     from modelward.attest.tuf import tuf_key, tuf_signer
@@ -336,6 +338,11 @@ def _next_root(
         for key in keys:
             root.add_key(tuf_key(key.public_key()), role)
         root.roles[role].threshold = threshold
+    if online:  # new snapshot and timestamp keys, made and kept by the registry
+        for role, new in client.tuf_next_online_keys().items():
+            for keyid in list(root.roles[role].keyids):
+                root.revoke_key(keyid, role)
+            root.add_key(SSlibKey.from_dict(new["keyid"], dict(new["key"])), role)
     root.version = version + 1
     root.expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=days)
     md.signatures.clear()
@@ -370,14 +377,15 @@ TargetsKeys = Annotated[list[Path] | None, typer.Option(
 
 def _rotate(root_key: list[Path], root_threshold: int, old_root_key: list[Path] | None, *,
             targets_key: list[Path] | None, targets_threshold: int, days: int,
-            passphrase_env: str | None, as_json: bool) -> None:
+            passphrase_env: str | None, as_json: bool, online: bool = False) -> None:
     roots = [load_key(p, passphrase_env) for p in root_key]
     olds = [load_key(p, passphrase_env) for p in old_root_key or []]
     targets = [load_key(p, passphrase_env) for p in targets_key or []]
     with _reported(), _client() as client:
         data, version = _next_root(client, root_keys=roots, root_threshold=root_threshold,
                                    old_root_keys=olds, targets_keys=targets,
-                                   targets_threshold=targets_threshold, days=days)
+                                   targets_threshold=targets_threshold, days=days,
+                                   online=online)
         answer = client.tuf_install_root(data)
         _sign_new_targets(client, targets)
     emit({**answer, "version": version}, as_json,
@@ -411,6 +419,8 @@ def trust_rotate(
     targets_key: TargetsKeys = None,
     targets_threshold: TargetsThreshold = 1,
     days: Days = 365,
+    online: Annotated[bool, typer.Option(
+        "--online", help="Also replace the registry's snapshot and timestamp keys")] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -418,5 +428,5 @@ def trust_rotate(
     follow the chain of root versions."""
     _rotate(root_key, root_threshold, old_root_key, targets_key=targets_key,
             targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
-            as_json=as_json)
+            as_json=as_json, online=online)
 

@@ -533,6 +533,12 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("POST", "/v1/tuf/root", json_body=body)
         return result
 
+    def tuf_next_online_keys(self) -> JSON:
+        """POST /v1/tuf/online-keys (admins): {role: {keyid, key}} for snapshot and timestamp,
+        kept by the registry until a root naming them is installed."""
+        result: JSON = self._json("POST", "/v1/tuf/online-keys")
+        return result
+
     def tuf_adopt(self) -> list[JSON]:
         """POST /v1/tuf/adopt (admins): every unsigned alias proposed, one proposal per role."""
         result: list[JSON] = self._json("POST", "/v1/tuf/adopt")["proposals"]

@@ -27,7 +27,7 @@ from modelward.registry.secret_files import SecretFileError, create_secret_file,
 from modelward.registry.settings import Settings
 
 __all__ = ["ALIAS_KEY", "EMBEDDED_ROLES", "ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable",
-           "tuf_keys"]
+           "next_role", "tuf_keys"]
 
 ONLINE_ROLES = ("snapshot", "timestamp")
 # the key of the ``ORG:NAME@online`` roles: aliases a repository's policy lets the registry
@@ -80,6 +80,10 @@ class OnlineKeys:
         except (ValueError, TypeError, UnsupportedAlgorithm, AttestError) as exc:
             raise TufKeyUnavailable(f"{path} is not a TUF {role} key: {exc}") from exc
 
+    def promote(self, role: str) -> None:
+        """Make ``ROLE.next.key`` (made for a rotation, ``next_role``) ``role``'s key."""
+        self.path(next_role(role)).replace(self.path(role))
+
     def forget(self, role: str) -> None:
         """Delete ``role``'s key file (a root or targets key that went offline)."""
         self.path(role).unlink(missing_ok=True)
@@ -91,6 +95,12 @@ class OnlineKeys:
             for role in (*EMBEDDED_ROLES, *ONLINE_ROLES)
             if self.has(role)
         }
+
+
+def next_role(role: str) -> str:
+    """The name a rotation's new key for ``role`` is kept under until the new root that
+    lists it is installed."""
+    return f"{role}.next"
 
 
 def tuf_keys(settings: Settings) -> OnlineKeys:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tuf.api.metadata import Metadata, Timestamp
 
 from modelward.attest.keys import generate_private_key, save_private_key
 from tests.registry.conftest import (
@@ -142,6 +143,36 @@ def test_a_rotation_not_signed_by_the_old_roots_threshold_is_refused(
                   str(roots[1]), "--root-key", str(newer)))
     status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
     assert next(r for r in status["roles"] if r["role"] == "root")["version"] == 3
+
+
+def test_online_keys_rotate_and_a_worker_with_the_first_root_follows(
+    fresh: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(fresh)
+    worker = fresh.actor("reader")
+    repo = fresh.repo(pub)
+    digest = push_new(pub, repo, tmp_path)
+    pub_key = tmp_path / "pub.key"
+    save_private_key(pub.key, pub_key)
+    _ok(fresh.cli("alias", "set", f"{repo}@dev", digest, "--key", str(pub_key),
+                  token=pub.actor.token))
+    first = tmp_path / "root-v1.json"
+    _ok(fresh.cli("trust", "root", "--out", str(first), token=worker.token))
+    pem = _pem(pub, tmp_path)
+    assert digest in _ok(_pull(fresh, worker.token, f"{repo}@dev", first, pem,
+                               tmp_path / "warm")).stdout
+    before = Metadata[Timestamp].from_bytes(fresh.admin.tuf_file("timestamp.json"))
+    root = _key(tmp_path / "root.key")
+    _ok(fresh.cli("trust", "init", "--root-key", str(root)))
+    rotated = json.loads(_ok(fresh.cli("trust", "rotate", "--old-root-key", str(root),
+                                       "--root-key", str(root), "--online", "--json")).stdout)
+    assert rotated["version"] == 3
+    assert sorted(rotated["rotated"]) == ["snapshot", "timestamp"]
+    after = Metadata[Timestamp].from_bytes(fresh.admin.tuf_file("timestamp.json"))
+    assert set(after.signatures).isdisjoint(before.signatures)  # signed by the new key
+    for cache in ("warm", "cold"):
+        pulled = _pull(fresh, worker.token, f"{repo}@dev", first, pem, tmp_path / cache)
+        assert digest in _ok(pulled).stdout
 
 
 def test_online_aliases_are_accepted_only_where_the_worker_says(

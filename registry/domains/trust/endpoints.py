@@ -118,3 +118,9 @@ def sync(caller: Admin, state: State) -> dict[str, Any]:
 def adopt(caller: Admin, state: State) -> dict[str, Any]:
     """The migration step: propose every alias recorded unsigned, one proposal per role."""
     return {"proposals": service.adopt(state, caller=caller)}
+
+
+@router.post("/v1/tuf/online-keys")
+def online_keys(caller: Admin, state: State) -> dict[str, Any]:
+    """New snapshot and timestamp keys for ``trust rotate --online``: their public halves."""
+    return service.next_online_keys(state, caller=caller)

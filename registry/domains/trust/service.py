@@ -52,6 +52,7 @@ from modelward.registry.tuf.keys import (
     ONLINE_ROLES,
     OnlineKeys,
     TufKeyUnavailable,
+    next_role,
     tuf_keys,
 )
 from modelward.registry.tuf.proposals import (
@@ -541,6 +542,12 @@ def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, A
             if keys.has(role)
             and keys.signer(role).public_key.keyid not in md.signed.roles[role].keyids
         ]
+        # online keys rotated (``trust rotate --online``): the new root names the next keys
+        promoted = [
+            role for role in ONLINE_ROLES
+            if keys.has(next_role(role))
+            and keys.signer(next_role(role)).public_key.keyid in md.signed.roles[role].keyids
+        ]
         append(session, actor=caller.name, action="tuf.root", subject=f"root v{md.signed.version}",
                details={"root_keys": md.signed.roles[Root.type].keyids,
                         "targets_keys": md.signed.roles[Targets.type].keyids,
@@ -549,6 +556,8 @@ def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, A
         # keys need a new targets version: signed here if the registry holds the key, else
         # a proposal for the admins (``trust init`` signs it with the new keys)
         repo.signers = {r: s for r, s in keys.signers().items() if r not in offline}
+        for role in promoted:
+            repo.signers = {**repo.signers, role: [keys.signer(next_role(role))]}
         if list(md.signed.roles[Targets.type].keyids) != old_targets:
             sync_delegations(session, repo, keys, state.default_policy_yaml,
                              proposer_id=caller.id, force=True)
@@ -557,4 +566,22 @@ def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, A
         held = sorted(repo.signers)
     for role in offline:  # only once the new root is committed
         keys.forget(role)
-    return {"version": md.signed.version, "online_keys": held}
+    for role in promoted:
+        keys.promote(role)
+    return {"version": md.signed.version, "online_keys": held, "rotated": promoted}
+
+
+def next_online_keys(state: AppState, *, caller: Caller) -> dict[str, Any]:
+    """New snapshot and timestamp keys for a rotation, kept as ``ROLE.next.key`` until a
+    root naming them is installed (an existing next key is reused): their public halves,
+    as TUF keys, for the admins to put in the next root. Audited as ``tuf.online_keys``."""
+    keys = trust_of(state.settings).keys
+    answer = {}
+    for role in ONLINE_ROLES:
+        keys.create(next_role(role))
+        public = keys.signer(next_role(role)).public_key
+        answer[role] = {"keyid": public.keyid, "key": public.to_dict()}
+    with state.db.write() as session:
+        append(session, actor=caller.name, action="tuf.online_keys", subject="next",
+               details={role: a["keyid"] for role, a in answer.items()})
+    return answer
