@@ -194,7 +194,7 @@ def test_push_json_is_one_document_with_messages_on_stderr(
     jsonschema.validate(pushed, PUSH)
     assert {k: pushed["alias"][k] for k in ("alias", "digest", "version")} == {
         "alias": "dev", "digest": pushed["digest"], "version": 1}
-    assert pushed["alias"]["signed"] is False  # proposed to the TUF role, not signed yet
+    assert pushed["alias"]["signed"] is True  # --key signed the provenance and the move
     assert pushed["preflight"] == "passed"
     assert pushed["decision"]["allowed"] is True
     assert [i["file"] for i in pushed["ignored_attestations"]] == [str(stranger)]
