@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.registry.conftest import pg_cluster, registry
+from tests.registry.conftest import fresh_registry, pg_cluster, registry
 
-__all__ = ["pg_cluster", "registry"]
+__all__ = ["fresh_registry", "pg_cluster", "registry"]

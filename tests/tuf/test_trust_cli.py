@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,19 +34,9 @@ ONLINE_POLICY = (
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
     """A registry of its own: these tests replace its root (the key ceremony runs on both
-    databases; ``fresh_sqlite`` is for what does not depend on the database)."""
+    databases; the rest takes conftest's SQLite ``fresh_registry``)."""
     pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
     reg = start_registry(request.param, tmp_path / "reg", pg)
-    try:
-        yield reg
-    finally:
-        reg.close()
-        reg.server.stop()
-
-
-@pytest.fixture
-def fresh_sqlite(tmp_path: Path) -> Iterator[Registry]:
-    reg = start_registry("sqlite", tmp_path / "reg", None)
     try:
         yield reg
     finally:
@@ -77,22 +68,41 @@ def _pem(pub: Publisher, tmp: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class SignedDev:
+    """A repository whose ``dev`` the publisher signed, and a worker that pinned root v1 and
+    resolved it once (its cache is ``warm``)."""
+
+    pub: Publisher
+    worker_token: str
+    repo: str
+    digest: str
+    pub_key: Path
+    root: Path
+    pem: Path
+
+
+def _signed_dev(reg: Registry, tmp: Path) -> SignedDev:
+    pub = new_publisher(reg)
+    worker = reg.actor("reader")
+    repo = reg.repo(pub)
+    digest = push_new(pub, repo, tmp)
+    pub_key = tmp / "pub.key"
+    save_private_key(pub.key, pub_key)
+    _ok(reg.cli("alias", "set", f"{repo}@dev", digest, "--key", str(pub_key),
+                token=pub.actor.token))
+    root = tmp / "root-v1.json"
+    _ok(reg.cli("trust", "root", "--out", str(root), token=worker.token))
+    pem = _pem(pub, tmp)
+    assert digest in _ok(_pull(reg, worker.token, f"{repo}@dev", root, pem,
+                               tmp / "warm")).stdout
+    return SignedDev(pub, worker.token, repo, digest, pub_key, root, pem)
+
+
 def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
     fresh: Registry, tmp_path: Path
 ) -> None:
-    pub = new_publisher(fresh)
-    worker = fresh.actor("reader")
-    repo = fresh.repo(pub)
-    digest = push_new(pub, repo, tmp_path)
-    pub_key = tmp_path / "pub.key"
-    save_private_key(pub.key, pub_key)
-    _ok(fresh.cli("alias", "set", f"{repo}@dev", digest, "--key", str(pub_key),
-                  token=pub.actor.token))
-    old_root = tmp_path / "root-v1.json"
-    _ok(fresh.cli("trust", "root", "--out", str(old_root), token=worker.token))
-    pem = _pem(pub, tmp_path)
-    assert digest in _ok(_pull(fresh, worker.token, f"{repo}@dev", old_root, pem,
-                               tmp_path / "warm")).stdout
+    dev = _signed_dev(fresh, tmp_path)
     status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
     assert status["embedded"] is True
     assert set(status["online_keys"]) >= {"root", "targets", "snapshot", "timestamp"}
@@ -108,14 +118,15 @@ def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
     assert {"root", "targets"}.isdisjoint(status["online_keys"])  # deleted from the registry
     # a worker that saw v1, and one that only has v1 pinned, both follow to v2
     for cache in ("warm", "cold"):
-        pulled = _pull(fresh, worker.token, f"{repo}@dev", old_root, pem, tmp_path / cache)
-        assert digest in _ok(pulled).stdout
+        pulled = _pull(fresh, dev.worker_token, f"{dev.repo}@dev", dev.root, dev.pem,
+                       tmp_path / cache)
+        assert dev.digest in _ok(pulled).stdout
 
     # delegations change (a new repository): the admins sign the new targets offline
-    repo2 = fresh.repo(pub)
-    d2 = push_new(pub, repo2, tmp_path)
+    repo2 = fresh.repo(dev.pub)
+    d2 = push_new(dev.pub, repo2, tmp_path)
     moved = json.loads(_ok(fresh.cli("alias", "set", f"{repo2}@dev", d2, "--json",
-                                     token=pub.actor.token)).stdout)
+                                     token=dev.pub.actor.token)).stdout)
     assert moved["proposal"] is None  # no role is delegated repo2's aliases yet
     pending = json.loads(_ok(fresh.cli("trust", "pending", "--json")).stdout)
     proposal = next(p for p in pending if p["role"] == "targets")
@@ -132,46 +143,34 @@ def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
     adopted = json.loads(_ok(fresh.cli("trust", "adopt", "--json")).stdout)
     mine = next(p for p in adopted if p["role"].startswith(repo2.replace("/", ":")))
     assert mine["target"] == "adopt"
-    _ok(fresh.cli("trust", "sign", str(mine["id"]), "--key", str(pub_key), "--yes",
-                  token=pub.actor.token))
-    assert d2 in _ok(_pull(fresh, worker.token, f"{repo2}@dev", old_root, pem,
+    _ok(fresh.cli("trust", "sign", str(mine["id"]), "--key", str(dev.pub_key), "--yes",
+                  token=dev.pub.actor.token))
+    assert d2 in _ok(_pull(fresh, dev.worker_token, f"{repo2}@dev", dev.root, dev.pem,
                            tmp_path / "cold")).stdout
 
 
 def test_a_rotation_not_signed_by_the_old_roots_threshold_is_refused(
-    fresh_sqlite: Registry, tmp_path: Path
+    fresh_registry: Registry, tmp_path: Path
 ) -> None:
     roots = [_key(tmp_path / f"root{i}.key") for i in (1, 2)]
-    _ok(fresh_sqlite.cli("trust", "init", "--root-key", str(roots[0]), "--root-key", str(roots[1]),
-                  "--root-threshold", "2"))
+    _ok(fresh_registry.cli("trust", "init", "--root-key", str(roots[0]), "--root-key",
+                           str(roots[1]), "--root-threshold", "2"))
     newer = _key(tmp_path / "root3.key")
     # only one of the two current root keys signs: below the old root's threshold
-    refused = fresh_sqlite.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--root-key",
+    refused = fresh_registry.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--root-key",
                         str(newer))
     assert refused.returncode == 1
     assert "root version 3 refused" in refused.stderr
-    _ok(fresh_sqlite.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--old-root-key",
+    _ok(fresh_registry.cli("trust", "rotate", "--old-root-key", str(roots[0]), "--old-root-key",
                   str(roots[1]), "--root-key", str(newer)))
-    status = json.loads(_ok(fresh_sqlite.cli("trust", "status", "--json")).stdout)
+    status = json.loads(_ok(fresh_registry.cli("trust", "status", "--json")).stdout)
     assert next(r for r in status["roles"] if r["role"] == "root")["version"] == 3
 
 
 def test_online_keys_rotate_and_a_worker_with_the_first_root_follows(
     fresh: Registry, tmp_path: Path
 ) -> None:
-    pub = new_publisher(fresh)
-    worker = fresh.actor("reader")
-    repo = fresh.repo(pub)
-    digest = push_new(pub, repo, tmp_path)
-    pub_key = tmp_path / "pub.key"
-    save_private_key(pub.key, pub_key)
-    _ok(fresh.cli("alias", "set", f"{repo}@dev", digest, "--key", str(pub_key),
-                  token=pub.actor.token))
-    first = tmp_path / "root-v1.json"
-    _ok(fresh.cli("trust", "root", "--out", str(first), token=worker.token))
-    pem = _pem(pub, tmp_path)
-    assert digest in _ok(_pull(fresh, worker.token, f"{repo}@dev", first, pem,
-                               tmp_path / "warm")).stdout
+    dev = _signed_dev(fresh, tmp_path)
     before = Metadata[Timestamp].from_bytes(fresh.admin.tuf_file("timestamp.json"))
     root = _key(tmp_path / "root.key")
     _ok(fresh.cli("trust", "init", "--root-key", str(root)))
@@ -182,27 +181,28 @@ def test_online_keys_rotate_and_a_worker_with_the_first_root_follows(
     after = Metadata[Timestamp].from_bytes(fresh.admin.tuf_file("timestamp.json"))
     assert set(after.signatures).isdisjoint(before.signatures)  # signed by the new key
     for cache in ("warm", "cold"):
-        pulled = _pull(fresh, worker.token, f"{repo}@dev", first, pem, tmp_path / cache)
-        assert digest in _ok(pulled).stdout
+        pulled = _pull(fresh, dev.worker_token, f"{dev.repo}@dev", dev.root, dev.pem,
+                       tmp_path / cache)
+        assert dev.digest in _ok(pulled).stdout
 
 
 def test_online_aliases_are_accepted_only_where_the_worker_says(
-    fresh_sqlite: Registry, tmp_path: Path
+    fresh_registry: Registry, tmp_path: Path
 ) -> None:
-    pub = new_publisher(fresh_sqlite)
-    worker = fresh_sqlite.actor("reader")
-    repo = fresh_sqlite.repo(pub, policy_yaml=ONLINE_POLICY)
+    pub = new_publisher(fresh_registry)
+    worker = fresh_registry.actor("reader")
+    repo = fresh_registry.repo(pub, policy_yaml=ONLINE_POLICY)
     digest = push_new(pub, repo, tmp_path)
-    moved = json.loads(_ok(fresh_sqlite.cli("alias", "set", f"{repo}@dev-1", digest, "--json",
+    moved = json.loads(_ok(fresh_registry.cli("alias", "set", f"{repo}@dev-1", digest, "--json",
                                      token=pub.actor.token)).stdout)
     assert moved["signed"] is True  # the registry's online key signed it, no publisher key
     root = tmp_path / "root.json"
-    _ok(fresh_sqlite.cli("trust", "root", "--out", str(root), token=worker.token))
+    _ok(fresh_registry.cli("trust", "root", "--out", str(root), token=worker.token))
     pem = _pem(pub, tmp_path)
-    refused = _pull(fresh_sqlite, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c")
+    refused = _pull(fresh_registry, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c")
     assert refused.returncode == 1
     assert "only the registry's online key signed this alias" in refused.stderr
-    pulled = _pull(fresh_sqlite, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c",
+    pulled = _pull(fresh_registry, worker.token, f"{repo}@dev-1", root, pem, tmp_path / "c",
                    "--online-alias", "dev-*")
     assert digest in _ok(pulled).stdout
     # the worker policy says the same
@@ -212,50 +212,50 @@ def test_online_aliases_are_accepted_only_where_the_worker_says(
         "required_predicate_types: []\n"
         "tuf:\n  root: root.json\n  online_aliases: ['dev-*']\n"
     )
-    by_policy = fresh_sqlite.cli("pull", f"{repo}@dev-1", "--policy", str(policy), "--cache-dir",
+    by_policy = fresh_registry.cli("pull", f"{repo}@dev-1", "--policy", str(policy), "--cache-dir",
                           str(tmp_path / "p"), token=worker.token)
     assert digest in _ok(by_policy).stdout
 
 
 def test_pulling_by_digest_with_a_pinned_root_refuses_a_signed_quarantine(
-    fresh_sqlite: Registry, tmp_path: Path
+    fresh_registry: Registry, tmp_path: Path
 ) -> None:
-    pub = new_publisher(fresh_sqlite)
-    reviewer = new_publisher(fresh_sqlite, "reviewer")
-    worker = fresh_sqlite.actor("reader")
-    repo = fresh_sqlite.repo(pub)
+    pub = new_publisher(fresh_registry)
+    reviewer = new_publisher(fresh_registry, "reviewer")
+    worker = fresh_registry.actor("reader")
+    repo = fresh_registry.repo(pub)
     digest = push_new(pub, repo, tmp_path)
     root = tmp_path / "root.json"
-    _ok(fresh_sqlite.cli("trust", "root", "--out", str(root), token=worker.token))
+    _ok(fresh_registry.cli("trust", "root", "--out", str(root), token=worker.token))
     pem = _pem(pub, tmp_path)
-    assert digest in _ok(_pull(fresh_sqlite, worker.token, f"{repo}@{digest}", root, pem,
+    assert digest in _ok(_pull(fresh_registry, worker.token, f"{repo}@{digest}", root, pem,
                                tmp_path / "c")).stdout
     rkey = tmp_path / "rev.key"
     save_private_key(reviewer.key, rkey)
-    _ok(fresh_sqlite.cli("quarantine", f"{repo}@{digest}", "--reason", "bad", "--key", str(rkey),
+    _ok(fresh_registry.cli("quarantine", f"{repo}@{digest}", "--reason", "bad", "--key", str(rkey),
                   token=reviewer.actor.token))
-    refused = _pull(fresh_sqlite, worker.token, f"{repo}@{digest}", root, pem, tmp_path / "c2")
+    refused = _pull(fresh_registry, worker.token, f"{repo}@{digest}", root, pem, tmp_path / "c2")
     assert refused.returncode == 1
     assert "listed by the signed quarantine role" in refused.stderr
 
 
 def test_exported_metadata_served_by_a_static_server_resolves_without_the_registry(
-    fresh_sqlite: Registry, tmp_path: Path
+    fresh_registry: Registry, tmp_path: Path
 ) -> None:
     from modelward.loader.tuf_resolve import resolve_alias
     from tests.tuf.test_tuf_attacks import _serve
 
-    pub = new_publisher(fresh_sqlite)
-    repo = fresh_sqlite.repo(pub)
+    pub = new_publisher(fresh_registry)
+    repo = fresh_registry.repo(pub)
     digest = push_new(pub, repo, tmp_path)
     key = tmp_path / "pub.key"
     save_private_key(pub.key, key)
-    _ok(fresh_sqlite.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key),
+    _ok(fresh_registry.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key),
                   token=pub.actor.token))
     site = tmp_path / "site"
-    first = json.loads(_ok(fresh_sqlite.cli("trust", "export", str(site), "--json")).stdout)
+    first = json.loads(_ok(fresh_registry.cli("trust", "export", str(site), "--json")).stdout)
     assert first["written"] >= 5  # timestamp, snapshot, targets, the role, root
-    again = json.loads(_ok(fresh_sqlite.cli("trust", "export", str(site), "--json")).stdout)
+    again = json.loads(_ok(fresh_registry.cli("trust", "export", str(site), "--json")).stdout)
     assert again["written"] == 1  # only timestamp.json: versioned files never change
     url, server = _serve(site)
     try:
