@@ -44,7 +44,7 @@ from modelward.attest.tuf import (
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.errors import BadRequest, Forbidden, NotFound
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.settings import Settings
 from modelward.registry.tuf.keys import (
@@ -296,11 +296,12 @@ def proposal_json(
         _role, keyids, threshold = signing_role(repo, p)
     except NotFound:
         keyids, threshold = [], 0
-    names = dict(session.execute(select(Principal.id, Principal.name)).all())
     signed = [s["keyid"] for s in json.loads(p.signatures)]
     owners = dict(session.execute(
         select(SigningKey.keyid, SigningKey.principal_id).where(SigningKey.keyid.in_(signed))
     ).all())
+    names = dict(session.execute(select(Principal.id, Principal.name).where(
+        Principal.id.in_({p.created_by, *owners.values()}))).all())
     target = _alias_of(p)
     out: dict[str, Any] = {
         "id": p.id,
@@ -379,12 +380,31 @@ def sign_proposal(
             raise NotFound(f"no TUF proposal {proposal_id}")
         target = _alias_of(row)
         proposer = session.get(Principal, row.created_by)
-    if target is not None and row.state == "pending" and row.to_digest and proposer:
+        # only the signature that meets the threshold publishes: the gates (a re-scan of
+        # the bundle among them) are checked for that one, not for every signature
+        collected = {s["keyid"] for s in json.loads(row.signatures)} | {keyid}
+        try:
+            threshold = signing_role(repository(session, state), row)[2]
+        except NotFound:
+            threshold = 0
+    checked = False
+    if (target is not None and row.state == "pending" and row.to_digest and proposer
+            and len(collected) >= threshold):
         # the registry's own gates, checked again before it publishes anything
         require_move_allowed(
             state, repo_name=target[0], alias=target[1], digest=row.to_digest,
             mover=Caller(id=proposer.id, name=proposer.name, role=proposer.role),
         )
+        checked = True
+
+    def gates_checked(proposal: TufProposal) -> None:
+        if _alias_of(proposal) is not None and proposal.to_digest and not checked:
+            raise Conflict(
+                f"proposal {proposal.id}: its signature threshold changed while this "
+                "signature was checked; send the signature again",
+                code="threshold_changed",
+            )
+
     with state.db.write() as session:
         row = session.get(TufProposal, proposal_id)
         if row is None:  # pragma: no cover - rows are never deleted
@@ -404,6 +424,7 @@ def sign_proposal(
         added: Added = add_signature(
             session, repo, row, keyid=keyid, signature_hex=signature_hex,
             excluded=_excluded(session, row, target[0]) if target else {},
+            before_publish=gates_checked,
         )
         append(session, actor=caller.name, action="tuf.sign", subject=f"{row.role} v{row.version}",
                details={"proposal": row.id, "keyid": keyid, "target": row.target,
