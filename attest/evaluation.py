@@ -12,6 +12,10 @@ docs/evaluation.md is the reference. Pure: bytes in, numbers out; no network, no
    every gate passes, fails, or is *inconclusive* (its interval crosses the bound), and an
    inconclusive gate says how many more cases would resolve it at the observed rate.
    ``gate_decision`` says "promote" only when every gate passed.
+4. ``judge_evaluations`` decides which verified evaluation statements count (signed by an
+   evidence signer, about this bundle, against the expected baseline) and whether every one
+   passes every gate: the one rule the registry (an alias move) and a serving worker (a pull
+   of REPO@ALIAS under its own policy) both apply.
 
 Statistics (docs/evaluation.md#statistics): a single pass rate gets the Wilson score
 interval; the paired difference of two pass rates on the same cases gets Newcombe's hybrid
@@ -43,16 +47,22 @@ from modelward.attest.errors import AttestError
 
 if TYPE_CHECKING:
     from modelward.attest.policy._model import Gates
+    from modelward.attest.trust import Signer, VerifiedStatement
 
 __all__ = [
     "CONFIDENCE",
+    "GATE_NAMES",
     "METRICS",
     "PREDICATE_TYPE",
     "RESULTS_FORMAT",
     "Evaluation",
     "EvaluationError",
+    "EvidenceRule",
     "GateDecision",
     "GateResult",
+    "GatesJudgement",
+    "JudgedEvaluation",
+    "NotCounted",
     "Paired",
     "PredicateError",
     "Results",
@@ -61,6 +71,8 @@ __all__ = [
     "build_predicate",
     "evaluate_gates",
     "gate_decision",
+    "gate_label",
+    "judge_evaluations",
     "load_results",
     "more_cases_paired",
     "more_cases_rate",
@@ -703,7 +715,7 @@ def gate_decision(results: Sequence[GateResult]) -> GateDecision:
 
 
 def _f(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{round(value, 2) + 0.0:.2f}".rstrip("0").rstrip(".")  # + 0.0: never "-0"
 
 
 def _resolve_hint(more: int | None) -> str:
@@ -822,3 +834,163 @@ def evaluate_gates(gates: Gates, predicate: Mapping[str, Any]) -> list[GateResul
         if bound_value is not None:
             out.append(_metric_gate(name, ev, metric, bound_value, ratio=ratio, upper=upper))
     return out
+
+
+# -- which evaluations count, and do they pass ---------------------------------------------------
+GATE_NAMES: Final = (
+    "min_deterministic_pass_rate",
+    "max_overall_regression_points",
+    "max_slice_regression_points",
+    "max_critical_safety_failures",
+    "max_p95_ttft_ms",
+    "max_p95_token_spacing_ms",
+    "min_goodput_ratio",
+    "max_energy_per_token_ratio",
+)
+
+# Why a signer does not count for evidence, or None when it does: the registry's
+# EvidenceSigners.reason_against, or the worker policy's evidence.signers.
+EvidenceRule = Callable[["Signer"], "str | None"]
+
+
+@dataclass(frozen=True)
+class NotCounted:
+    """An evaluation's signer (or signers) whose evaluation does not count, and why."""
+
+    signer: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"signer": self.signer, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class JudgedEvaluation:
+    """One counting evaluation and every gate's result on it."""
+
+    signers: tuple[str, ...]
+    suite: Mapping[str, Any] | None
+    baseline: str | None
+    gates: tuple[GateResult, ...]
+
+    @property
+    def decision(self) -> GateDecision:
+        return gate_decision(self.gates)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "signers": list(self.signers),
+            "suite": dict(self.suite) if self.suite is not None else None,
+            "baseline": self.baseline,
+            "verdict": self.decision.verdict,
+            "gates": [g.to_json() for g in self.gates],
+        }
+
+
+@dataclass(frozen=True)
+class GatesJudgement:
+    """What ``judge_evaluations`` found: ``gates`` are the results to show (the first blocking
+    evaluation's; with no counting evaluation, every gate failing for want of one; when every
+    evaluation passed, the first one's), ``evaluations`` every counting one, ``not_counted``
+    the evaluations set aside with their reasons."""
+
+    gates: tuple[GateResult, ...]
+    evaluations: tuple[JudgedEvaluation, ...]
+    not_counted: tuple[NotCounted, ...]
+
+    @property
+    def promote(self) -> bool:
+        """True only when at least one evaluation counted and every one passed every gate."""
+        return bool(self.evaluations) and all(e.decision.promote for e in self.evaluations)
+
+    @property
+    def verdict(self) -> str:
+        return "promote" if self.promote else "do not promote"
+
+
+def gate_label(result: GateResult) -> str:
+    """``name`` or ``name[slice]``: how a gate is named in messages."""
+    return f"{result.name}[{result.slice}]" if result.slice else result.name
+
+
+def _predicate_digest(predicate: Any, key: str) -> str | None:
+    ref = predicate.get(key) if isinstance(predicate, Mapping) else None
+    digest = ref.get("digest") if isinstance(ref, Mapping) else None
+    return digest if isinstance(digest, str) else None
+
+
+def judge_evaluations(
+    gates: Gates,
+    statements: Sequence[VerifiedStatement],
+    *,
+    digest: str,
+    baseline: str | None,
+    evidence: EvidenceRule,
+    missing: str,
+) -> GatesJudgement:
+    """Which evaluation statements count for ``gates`` and whether they pass: the one rule the
+    registry (at an alias move) and a worker (pulling REPO@ALIAS) both apply
+    (docs/evaluation.md#gates). No I/O; never raises for a bad predicate (it fails its gates).
+
+    ``statements`` were verified against the caller's trust set; ``digest`` is the bundle
+    judged; ``baseline`` the bundle every evaluation must be compared with (None: any, or
+    none); ``evidence`` says why a signer does not count (None when it does); ``missing``
+    is the message of every gate when no evaluation counts. In order:
+
+      (1) only evaluation/v1 statements with at least one signer ``evidence`` admits count;
+          the others' signers are listed in ``not_counted`` with their reasons;
+      (2) only those about ``digest`` (the predicate's ``bundle.digest``) and, when
+          ``baseline`` is given, compared with it (``baseline.digest``);
+      (3) none counts: every gate fails for want of evidence;
+      (4) each counting evaluation is judged by ``evaluate_gates`` (intervals recomputed from
+          its counts); every one must pass every gate: a failing run is not outvoted by a
+          luckier one.
+    """
+    not_counted: list[NotCounted] = []
+    counted: list[VerifiedStatement] = []
+    for stmt in statements:
+        if stmt.predicate_type != PREDICATE_TYPE:
+            continue
+        # (1): vouched for by an evidence signer.
+        reasons = [(s.name, evidence(s)) for s in stmt.signers]
+        if not any(reason is None for _, reason in reasons):
+            not_counted += [NotCounted(n, r) for n, r in reasons if r is not None]
+            continue
+        # (2): about this bundle, against the expected baseline.
+        predicate = stmt.statement.get("predicate", {})
+        about = _predicate_digest(predicate, "bundle")
+        compared = _predicate_digest(predicate, "baseline")
+        signers = ", ".join(s.name for s in stmt.signers)
+        if about != digest:
+            not_counted.append(NotCounted(signers, f"evaluates {about}, not {digest}"))
+        elif baseline is not None and compared != baseline:
+            not_counted.append(NotCounted(
+                signers, f"its baseline is {compared}, not {baseline}, the bundle on the "
+                "alias now"))
+        else:
+            counted.append(stmt)
+    # (3): no evidence at all: every gate fails for want of it.
+    if not counted:
+        wanting = tuple(
+            GateResult(name, "fail", None, value, missing)
+            for name in GATE_NAMES
+            if (value := getattr(gates, name)) is not None
+        )
+        return GatesJudgement(wanting, (), tuple(not_counted))
+    # (4): judge each counting evaluation.
+    judged: list[JudgedEvaluation] = []
+    for stmt in counted:
+        predicate = stmt.statement.get("predicate", {})
+        try:
+            results = evaluate_gates(gates, predicate)
+        except EvaluationError as exc:
+            results = [GateResult("evaluation", "fail", None, 0, str(exc))]
+        suite = predicate.get("suite") if isinstance(predicate, Mapping) else None
+        judged.append(JudgedEvaluation(
+            signers=tuple(s.name for s in stmt.signers),
+            suite=suite if isinstance(suite, Mapping) else None,
+            baseline=_predicate_digest(predicate, "baseline"),
+            gates=tuple(results),
+        ))
+    blocking = next((j for j in judged if not j.decision.promote), judged[0])
+    return GatesJudgement(blocking.gates, tuple(judged), tuple(not_counted))

@@ -15,7 +15,9 @@
 6. hand the manifest, every attestation and the staged tree to the one bundle verifier
    (attest.verifier.verify_bundle) under the WORKER's policy and trust (never the registry's
    word): it scans, verifies, ignores statements by signers the worker does not trust, and
-   the policy decides; a denial refuses with every failed check;
+   the policy decides, including the release gates of the worker policy's alias rule for
+   an alias reference (a reference by digest matches no alias rule); a denial refuses with
+   every failed check;
 7. make the tree read-only and rename it into place under its digest (with ``repair``,
    replacing a tree materialized earlier).
 
@@ -134,7 +136,7 @@ def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: Tru
             trusted = verify_bundle(
                 raw, attestations, policy=policy, trust=trust,
                 reader=DirectoryReader(staging), expected_digest=digest,
-                labels=[f"attestation {a.get('id')}" for a in listed])
+                labels=[f"attestation {a.get('id')}" for a in listed], alias=ref.alias)
         except PolicyDenied as exc:
             raise _refused(exc, f"{ref.repo}@{digest}") from None
         # (7): read-only, renamed into place.
