@@ -16,6 +16,7 @@ vLLM's start-up spawns processes: a script that calls ``boot_engine`` needs an
 from __future__ import annotations
 
 import gc
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from modelward.loader.hardening import (
 )
 
 __all__ = [
+    "Completion",
     "Engine",
     "GenerationRequest",
     "apply_kv_cache",
@@ -56,10 +58,21 @@ class GenerationRequest:
     top_p: float = 1.0
     top_k: int = -1
     seed: int | None = None
+    #: a structured-output constraint: (kind, canonical JSON of its value), kind one of
+    #: ``json`` (a JSON schema), ``regex`` and ``choice`` (loader.side_effects)
+    structured: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.prompt_token_ids is None):
             raise ValueError("give exactly one of prompt and prompt_token_ids")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion: its token ids and, where the engine gives it, its text."""
+
+    token_ids: tuple[int, ...]
+    text: str | None = None
 
 
 def require_vllm() -> Any:
@@ -150,10 +163,15 @@ class Engine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[tuple[int, ...]]:
         """Generate for ``requests`` as one batch; return each request's output token ids."""
+        return [c.token_ids for c in self.complete(requests)]
+
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Generate for ``requests`` as one batch; return each request's token ids and text."""
         if not requests:
             return []
         vllm = require_vllm()
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import StructuredOutputsParams
 
         prompts: list[Any] = []
         params: list[Any] = []
@@ -162,15 +180,20 @@ class Engine:
                 prompts.append(TokensPrompt(prompt_token_ids=list(req.prompt_token_ids)))
             else:
                 prompts.append(req.prompt)
+            structured = None
+            if req.structured is not None:
+                kind, value = req.structured
+                structured = StructuredOutputsParams(**{kind: json.loads(value)})
             params.append(vllm.SamplingParams(
                 temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                max_tokens=req.max_tokens, seed=req.seed,
+                max_tokens=req.max_tokens, seed=req.seed, structured_outputs=structured,
             ))
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as exc:  # vLLM raises anything; report it as ours
             raise EngineFailed(f"generation failed: {exc}") from exc
-        return [tuple(int(t) for t in out.outputs[0].token_ids) for out in outputs]
+        return [Completion(tuple(int(t) for t in out.outputs[0].token_ids),
+                           str(out.outputs[0].text)) for out in outputs]
 
     def shutdown(self) -> None:
         """Stop the engine's worker processes (best effort) and drop the engine."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -432,18 +432,3 @@ def _keep(cache: Cache, digest: str, name: str, envelope: bytes) -> Path:
         temporary.unlink(missing_ok=True)
         raise InputError(f"{path}: cannot keep the signed statement: {exc.strerror}") from exc
     return path
-
-
-def replay_outputs(config: ServingConfig, requests: Sequence[Any], *, runs: int,
-                   concurrency: int, kv_cache: KvCacheChoice | None = None,
-                   ) -> tuple[list[list[tuple[int, ...]]], Fingerprint]:
-    """Boot ``config`` in-process, replay, shut down; return outputs and the fingerprint."""
-    from modelward.loader.replay import run_replay
-
-    engine = boot_engine(config, kv_cache=kv_cache)
-    try:
-        fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
-        outputs = run_replay(engine, requests, runs=runs, concurrency=concurrency)
-    finally:
-        engine.shutdown()
-    return outputs, fingerprint

@@ -61,6 +61,7 @@ COMMANDS: dict[str, Entry] = {
     "replay": Entry(
         "Replay requests N times: consecutive matches, divergences, unique completions.",
         "modelward.loader._cli_replay:replay",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     ),
     "bundle": Entry(
         "Build, inspect, scan, sign and verify model bundles.",

@@ -137,7 +137,7 @@ def test_summarize_counts_consecutive_matches_and_unique_completions(tmp_path: P
 def test_capture_then_expected_round_trip(tmp_path: Path) -> None:
     reqs = load_requests(_write(tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"}]))
     write_capture(tmp_path / "out.jsonl", reqs, [(5, 6, 7)])
-    assert load_expected(tmp_path / "out.jsonl") == {"a": (5, 6, 7)}
+    assert load_expected(tmp_path / "out.jsonl")["a"].token_ids == (5, 6, 7)
     report = summarize(reqs, [[(5, 6, 8)]], load_expected(tmp_path / "out.jsonl"),
                        reference_name="out")
     assert report.divergences[0].index == 2

@@ -132,6 +132,40 @@ def test_replay_against_and_expected_together_is_a_usage_error(tmp_path: Path) -
     assert heavy(modules) == set()
 
 
+def test_replay_engine_arguments_pass_the_boot_allowlist_before_vllm(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "prompt": "hi"}\n')
+    result, modules = run_traced("replay", str(requests), "--bundle", "acme/tiny@canary",
+                                 "--public-key", "pub.pem", "--", "--enforce-eager",
+                                 "--trust-remote-code")
+    assert result.returncode == 1
+    assert "--trust-remote-code: would run code shipped with the model" in result.stderr
+    assert "allowed extra engine arguments: --enforce-eager" in result.stderr
+    assert heavy(modules) == set()
+
+
+def test_replay_sequential_without_against_is_a_usage_error(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "prompt": "hi"}\n')
+    result, modules = run_traced("replay", str(requests), "--bundle", "acme/tiny@canary",
+                                 "--sequential")
+    assert result.returncode == 2
+    assert "--sequential needs --against" in result.stderr
+    assert heavy(modules) == set()
+
+
+def test_replay_expected_text_missing_for_a_tool_call_request_is_named(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "prompt": "hi", "tool_call_format": "hermes"}\n')
+    expected = tmp_path / "expected.jsonl"
+    expected.write_text(json.dumps({"id": "a", "token_ids": [1, 2]}) + "\n")
+    result, modules = run_traced("replay", str(requests), "--bundle", "acme/tiny@canary",
+                                 "--expected", str(expected))
+    assert result.returncode == 2
+    assert f"{expected}:1: request 'a' declares a side-effect log" in result.stderr
+    assert heavy(modules) == set()
+
+
 # -- the CPU KV-cache choice -----------------------------------------------------------------
 @pytest.mark.parametrize(("available", "gib"), [
     (64 * GIB, 4),       # plenty: the 4 GiB cap

@@ -29,6 +29,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 BASELINE = "https://modelward.dev/determinism-baseline/v1"
 REPLAY = "https://modelward.dev/replay-result/v1"
+REPLAY_JSON_KEYS = {
+    "repo", "version", "bundle_digest", "against", "requests_sha256", "concurrency",
+    "engine_args", "mode", "mode_reason", "reference_divergence_count", "fingerprint_id",
+    "fingerprint", "runs", "requests", "executions", "consecutive_matches", "matches",
+    "divergence_count", "output_divergence_count", "divergences", "side_effect_requests",
+    "side_effect_divergence_count", "side_effect_divergences", "unique_completions",
+    "max_unique_completions", "reference", "attached", "attached_to", "attach_error",
+    "statement_file", "capture", "kv_cache"}
 
 
 class World:
@@ -258,20 +266,31 @@ def test_replay_cli_counts_and_attaches_signed_result(
     capture = tmp_path / "out.jsonl"
     result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
                        "--runs", "3", "--concurrency", "25", "--capture", str(capture),
-                       "--json")
+                       "--json", "--", "--enforce-eager")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
+    assert set(report) == REPLAY_JSON_KEYS  # docs/loader.md#json-output
     assert report["executions"] == 300
     assert report["consecutive_matches"] == 300
     assert report["divergence_count"] == 0
     assert report["attached"] is True
     assert report["attach_error"] is None
+    assert report["attached_to"] == f"{world.reg.url} {world.repo}@{world.digest}"
     assert report["kv_cache"]["source"] == "env"
+    assert report["engine_args"] == ["--enforce-eager"]
+    assert report["mode"] == "single"
+    # progress after every run (stderr is no terminal: a line per tenth of the runs)
+    for run in (1, 2, 3):
+        assert f"replay: run {run}/3: {run * 100} consecutive matches, 0 divergences" in (
+            result.stderr)
+    assert (f"attached the signed replay result to {world.repo}@{world.digest} at "
+            f"{world.reg.url}") in result.stderr
     assert len(capture.read_text().splitlines()) == 100
     predicate = world.statements(REPLAY)[-1]["predicate"]
     assert predicate["consecutive_matches"] == 300
     assert predicate["max_unique_completions"] == 1
     assert predicate["bundle_digest"] == world.digest
+    assert predicate["engine_args"] == ["--enforce-eager"]
 
 
 def _start_serving(world: World, port: int, log_path: Path) -> subprocess.Popen[bytes]:
@@ -366,30 +385,93 @@ def test_serve_with_divergent_baseline_stops_the_server(world: World, tmp_path: 
         httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
 
 
-def test_replay_against_perturbed_bundle_reports_divergences(world: World,
-                                                             tmp_path: Path) -> None:
-    from tests.loader.conftest import perturb_weights, write_requests
+TOOL_PREFIX = '<tool_call>{"name": "get_weather", "arguments": {"city": "'
+#: a structured-output constraint that makes the tiny random model write a tool call: the
+#: name is forced, the argument is the model's choice (the perturbed head favours "%&'()")
+TOOL_REGEX = (r'<tool_call>\{"name": "get_weather", "arguments": \{"city": '
+              r'"[A-Za-z0-9 %&\'()*+,.-]{1,12}"\}\}</tool_call>')
 
-    model = tmp_path / "perturbed"
+
+def _replay_requests_with_tool_calls(path: Path) -> Path:
+    from tests.loader.conftest import write_requests
+
+    write_requests(path, 100)
+    with path.open("a") as fh:
+        for i, prompt in enumerate(["weather in paris", "hello world 1", "0 1 2 3"]):
+            fh.write(json.dumps({"id": f"tool{i}", "prompt": prompt, "max_tokens": 96,
+                                 "temperature": 0, "tool_call_format": "hermes",
+                                 "structured_output": {"regex": TOOL_REGEX}}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def perturbed(world: World, first_boot: subprocess.CompletedProcess[str],
+              tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A second bundle in the repository: the tiny model with a perturbed output head (after
+    the first boot, which registers the worker key the replay results are signed with)."""
+    from modelward.attest.keys import public_key_pem
+    from tests.loader.conftest import perturb_weights
+
+    base = tmp_path_factory.mktemp("perturbed")
+    model = base / "perturbed"
     shutil.copytree(world.base / "model", model)
     perturb_weights(model)
     publisher = new_publisher(world.reg)
     world.reg.admin.add_publisher(world.repo, publisher.name)
-    other = publisher.actor.client.push(model, world.repo, sign=publisher.sign,
-                                        alias="perturbed").digest
-    pem = tmp_path / "p2.pem"
-    from modelward.attest.keys import public_key_pem
-
+    digest = publisher.actor.client.push(model, world.repo, sign=publisher.sign,
+                                         alias="perturbed").digest
+    pem = base / "p2.pem"
     pem.write_bytes(public_key_pem(publisher.key.public_key()))
-    requests = write_requests(tmp_path / "requests.jsonl", 100)
+    return digest, pem
+
+
+def test_replay_against_perturbed_bundle_reports_output_and_tool_call_divergences(
+        world: World, perturbed: tuple[str, Path], tmp_path: Path) -> None:
+    other, pem = perturbed
+    requests = _replay_requests_with_tool_calls(tmp_path / "requests.jsonl")
+    capture = tmp_path / "out.jsonl"
     result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
                        "--against", f"{world.repo}@perturbed", "--public-key", str(pem),
-                       "--concurrency", "25")
+                       "--concurrency", "25", "--runs", "2", "--capture", str(capture),
+                       "--", "--enforce-eager")
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"reference {world.repo}@{other}" in result.stdout
-    assert "divergences 0" not in result.stdout
+    assert "divergences 0" not in result.stdout.splitlines()
     assert "first differing token index" in result.stdout
+    # the tool call's text is the same up to its argument, which the side-effect log names
+    assert "side effects differ at tool_calls[0].arguments.city" in result.stdout
+    assert "(of 3 requests with a side-effect log)" in result.stdout
+    captured = {row["id"]: row for row in map(json.loads, capture.read_text().splitlines())}
+    assert captured["tool0"]["text"].startswith(TOOL_PREFIX)
+    assert captured["tool0"]["side_effects"]["tool_calls"][0]["name"] == "get_weather"
     predicate = world.statements(REPLAY)[-1]["predicate"]
     assert predicate["against"] == other
     assert predicate["divergence_count"] > 0
     assert predicate["consecutive_matches"] < 100
+    assert {"run": 1, "request": "tool0", "path": "tool_calls[0].arguments.city"} in (
+        predicate["side_effect_divergences"])
+    assert predicate["mode"] in {"interleaved", "sequential"}
+    if predicate["mode"] == "interleaved":  # the reference ran every run too, unchanged
+        assert predicate["reference_divergence_count"] == 0
+        assert "mode interleaved" in result.stdout
+
+
+def test_sequential_replay_finds_the_same_tool_call_divergences(
+        world: World, perturbed: tuple[str, Path], tmp_path: Path) -> None:
+    _, pem = perturbed
+    requests = _replay_requests_with_tool_calls(tmp_path / "requests.jsonl")
+    capture = tmp_path / "out.jsonl"
+    result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@perturbed",
+                       "--against", f"{world.repo}@canary", "--public-key", str(pem),
+                       "--concurrency", "25", "--sequential", "--capture", str(capture),
+                       "--json", "--", "--enforce-eager")
+    assert result.returncode == 1, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["mode"] == "sequential"
+    assert report["mode_reason"] == "asked for (--sequential)"
+    assert report["reference_divergence_count"] is None
+    paths = {(d["request"], d["path"]) for d in report["side_effect_divergences"]}
+    assert ("tool0", "tool_calls[0].arguments.city") in paths
+    assert report["side_effect_divergence_count"] == len(report["side_effect_divergences"])
+    captured = {row["id"]: row for row in map(json.loads, capture.read_text().splitlines())}
+    assert captured["tool0"]["text"].startswith(TOOL_PREFIX)
