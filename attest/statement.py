@@ -49,8 +49,9 @@ class PredicateType:
     REPLAY: Final = "https://modelward.dev/replay-result/v1"
     APPROVAL: Final = "https://modelward.dev/approval/v1"
     EVALUATION: Final = "https://modelward.dev/evaluation/v1"
+    RELEASE_RECORD: Final = "https://modelward.dev/release-record/v1"
 
-    ALL: Final = (PROVENANCE, BASELINE, REPLAY, APPROVAL, EVALUATION)
+    ALL: Final = (PROVENANCE, BASELINE, REPLAY, APPROVAL, EVALUATION, RELEASE_RECORD)
 
 
 _STATEMENT_KEYS = frozenset({"_type", "subject", "predicateType", "predicate"})

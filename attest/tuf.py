@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
+from securesystemslib.signer import CryptoSigner, Key, Signature, SSlibKey
 from tuf.api.metadata import Metadata, Root, Targets
 
 from modelward.attest.digest import parse_digest
@@ -46,6 +46,7 @@ __all__ = [
     "open_role",
     "proposal_changes",
     "protected_role",
+    "public_key_of",
     "quarantine_path",
     "root_summary",
     "sign_proposal_payload",
@@ -105,6 +106,32 @@ def tuf_signer(private_key: PrivateKeyTypes, source: str = "<key>") -> CryptoSig
     """A securesystemslib signer for ``private_key``, announcing its modelward keyid."""
     key = require_signing_key(private_key, source=source)
     return CryptoSigner(key, tuf_key(key.public_key(), source=source))
+
+
+def public_key_of(key: Key) -> PublicKeyTypes | None:
+    """The inverse of ``tuf_key``: ``key`` as a cryptography public key, or None when it is
+    not one modelward uses (Ed25519, or ECDSA P-256 under ``ecdsa-sha2-nistp256``) or its
+    keyid is not its modelward keyid (docs/tuf.md#keys): such a key verifies nothing here.
+    Never raises for what the metadata holds."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from modelward.attest.errors import KeyError_
+    from modelward.attest.keys import load_public_key
+
+    public = key.keyval.get("public")
+    if not isinstance(public, str) or key.keytype not in ("ed25519", "ecdsa"):
+        return None
+    try:
+        if key.keytype == "ed25519":
+            found: PublicKeyTypes = Ed25519PublicKey.from_public_bytes(bytes.fromhex(public))
+        else:
+            found = load_public_key(public.encode("utf-8"), f"TUF key {key.keyid}")
+        expected = tuf_key(found)
+    except (KeyError_, ValueError):
+        return None
+    same = (key.keyid, key.keytype, key.scheme) == (expected.keyid, expected.keytype,
+                                                     expected.scheme)
+    return found if same else None
 
 
 

@@ -210,6 +210,19 @@ COMMANDS: dict[str, Entry] = {
             ),
         },
     ),
+    "release": Entry(
+        "Release records: one signed document per promotion, verified offline.",
+        children={
+            "record": Entry(
+                "Export the signed release record of REPO@ALIAS at one version of its history.",
+                "modelward.registry._cli_release:record",
+            ),
+            "verify": Entry(
+                "Re-check a release record offline against a trust root (no network).",
+                "modelward.registry._cli_release:verify",
+            ),
+        },
+    ),
     "org": Entry(
         "Orgs: who may create repositories ORG/*, and the policy floor they must meet.",
         "modelward.registry._cli_orgs:org_app",

@@ -63,7 +63,7 @@ def test_make_statement_refuses_malformed_bundle_digest(digest: str) -> None:
 
 
 def test_predicate_types_are_distinct_uris() -> None:
-    assert len(set(PredicateType.ALL)) == len(PredicateType.ALL) == 5
+    assert len(set(PredicateType.ALL)) == len(PredicateType.ALL) == 6
     assert PredicateType.PROVENANCE == "https://slsa.dev/provenance/v1"
     assert all(t.startswith("https://") for t in PredicateType.ALL)
 

@@ -1,0 +1,59 @@
+"""Release records: one signed document per promotion, and its offline verifier
+(docs/release.md).
+
+A release record is a DSSE envelope (attest.dsse) around an in-toto statement
+(attest.statement) whose subject is the bundle an alias named at one version of its
+history, predicate type ``https://modelward.dev/release-record/v1``. The predicate carries,
+byte for byte, what decided that release: the bundle manifest and config,
+``modelward.yaml``, the policy text, the evaluation, baseline and replay envelopes, the TUF
+metadata that signs the alias (root chain, top-level targets, the alias's role), the alias
+history of the promotion and the audit events around it.
+
+- ``build_predicate`` assembles it from bytes the caller fetched, computing every digest it
+  states; ``make_record_statement`` and ``write_record`` make the signed file (``_build``).
+- ``verify_record`` is the one decision about a record file, offline, in five checks in the
+  order of the spec: file, tuf, signature, envelopes, digests (``_verify``, ``_digests``).
+- ``render_markdown`` and ``render_html`` are readable renderings (``_render``).
+
+Errors (the tree of attest.errors, one branch added)::
+
+    VerificationError
+    └── ReleaseRecordInvalid   check (1-5 and its name), field, message
+
+Pure: no network, no database, no environment.
+"""
+
+from __future__ import annotations
+
+from modelward.attest.release._build import (
+    build_predicate,
+    classify_files,
+    gate_decisions,
+    make_record_statement,
+    write_record,
+)
+from modelward.attest.release._model import (
+    CHECKS,
+    PREDICATE_TYPE,
+    RecordLimits,
+    ReleaseRecordInvalid,
+    VerifiedRecord,
+)
+from modelward.attest.release._render import render_html, render_markdown
+from modelward.attest.release._verify import verify_record
+
+__all__ = [
+    "CHECKS",
+    "PREDICATE_TYPE",
+    "RecordLimits",
+    "ReleaseRecordInvalid",
+    "VerifiedRecord",
+    "build_predicate",
+    "classify_files",
+    "gate_decisions",
+    "make_record_statement",
+    "render_html",
+    "render_markdown",
+    "verify_record",
+    "write_record",
+]

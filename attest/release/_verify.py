@@ -1,0 +1,341 @@
+"""The one decision about a release record file: ``verify_record`` (docs/release.md).
+
+Offline and pure: the file's bytes, the caller's pinned ``root.json`` and the public keys
+the caller trusts go in; a ``VerifiedRecord`` comes out, or ``ReleaseRecordInvalid`` naming
+the check and the field. The checks run in the order of the spec, as python-tuf's
+``TrustedMetadataSet`` does: nothing read from the file decides whom to trust before the
+check that verifies it.
+
+1. file: the bytes are within the limit and exactly their canonical form (RFC 8785 JSON,
+   one newline, standard base64), so any changed byte shows;
+2. tuf: the statement, read unverified only to find the TUF metadata it embeds, is a
+   release record about one bundle; the root chain verifies from the pinned root, the
+   top-level targets by the newest root, the alias's role by its delegation (python-tuf
+   ``verify_delegate``), and that role names exactly the subject digest for the alias;
+3. signature: the envelope verifies (attest.dsse) with a key the verified chain holds for
+   this record (the top-level targets' or the alias role's) or one the caller gave;
+4. envelopes: every embedded envelope is about the subject and verifies (attest.dsse)
+   where a key of the verified metadata, or one the caller gave, claims a signature;
+5. digests: every digest the record states matches the embedded bytes it names.
+
+Expiry is not checked: a record is about the past (docs/release.md#what-it-does-not-prove).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
+from securesystemslib.signer import Key
+from tuf.api.exceptions import RepositoryError
+from tuf.api.metadata import Metadata, Root, Targets
+from tuf.api.serialization import DeserializationError
+
+from modelward.attest.dsse import EnvelopeLimits, verify_envelope
+from modelward.attest.errors import UntrustedSigner, VerificationError
+from modelward.attest.keys import keyid
+from modelward.attest.release._digests import check_digests
+from modelward.attest.release._model import (
+    ATTESTATION_SECTIONS,
+    PREDICATE_TYPE,
+    RecordLimits,
+    ReleaseRecordInvalid,
+    VerifiedRecord,
+    canonical_b64,
+    embedded,
+    get,
+)
+from modelward.attest.statement import parse_statement, strict_json_loads
+from modelward.attest.trust import Subject, TrustedKey, TrustSet, VerifiedStatement
+from modelward.attest.tuf import alias_path, public_key_of
+
+__all__ = ["verify_record"]
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """The record's statement as check (2) read it, before anything verified it."""
+
+    payload: bytes
+    predicate: Mapping[str, Any]
+    digest: str
+    repository: str
+    alias: str
+    version: int
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """What check (2) verified: the alias's role and the keys of the verified metadata."""
+
+    role: str
+    record_keys: dict[str, PublicKeyTypes]  # may sign the record: top-level targets, the role
+    metadata_keys: dict[str, PublicKeyTypes]  # every key the verified root and targets hold
+
+
+def verify_record(
+    data: bytes,
+    trust_root: bytes,
+    public_keys: Sequence[PublicKeyTypes] = (),
+    limits: RecordLimits = RecordLimits(),
+) -> VerifiedRecord:
+    """Verify a release record file offline against ``trust_root`` (root.json bytes) and
+    ``public_keys`` the caller trusts besides the chain's. Checks 1-5 in order
+    (docs/release.md#modelward-release-verify); returns what was established.
+
+    Raises ReleaseRecordInvalid naming the check and the field at fault; ValueError when
+    ``trust_root`` is not TUF root metadata (caller misuse: a wrong file given).
+    """
+    try:
+        pinned: Metadata[Root] = Metadata[Root].from_bytes(trust_root)
+    except DeserializationError as exc:
+        raise ValueError(f"not TUF root metadata: {exc}") from None
+    if not isinstance(pinned.signed, Root):
+        raise ValueError("not TUF root metadata")  # noqa: TRY004 - a wrong file, not a type
+    try:  # as python-tuf loads its trusted root: signed by its own threshold
+        pinned.verify_delegate(Root.type, pinned)
+    except RepositoryError as exc:
+        raise ValueError(f"root version {pinned.signed.version} is not signed by its own "
+                         f"root keys: {exc}") from None
+    extra = {keyid(k): k for k in public_keys}
+    notes: list[str] = []
+    # (1): file: within the limit, and exactly its canonical form.
+    envelope = _check_file(data, limits)
+    # (2): tuf: the chain from the pinned root names the subject for the alias.
+    statement = _read_statement(envelope)
+    chain = _check_tuf(statement, pinned)
+    # (3): signature: attest.dsse, with the keys the verified chain holds for this record.
+    verified = _check_signature(data, envelope, statement, role=chain.role,
+                                keys={**chain.record_keys, **extra}, limits=limits)
+    notes += [f"envelope: {note}" for note in verified.notes]
+    predicate = verified.statement["predicate"]
+    # (4): envelopes: about the subject; verified where a key of the chain claims them.
+    _check_envelopes(predicate, statement.digest, {**chain.metadata_keys, **extra}, notes)
+    # (5): digests: every digest the record states matches the bytes it names.
+    check_digests(predicate, statement.digest, statement.version, notes)
+    return VerifiedRecord(
+        repository=statement.repository, alias=statement.alias, version=statement.version,
+        digest=statement.digest, signers=tuple(s.detail for s in verified.signers),
+        predicate=predicate, notes=tuple(notes))
+
+
+def _check_file(data: bytes, limits: RecordLimits) -> Any:
+    """Check (1). The file is within ``limits`` and exactly its canonical form: RFC 8785 JSON
+    and one newline, and standard padded base64 where base64 would also accept another
+    spelling of the same bytes. Returns the parsed JSON; its structure is attest.dsse's to
+    judge in (3)."""
+    if len(data) > limits.max_bytes:
+        raise ReleaseRecordInvalid(1, "file", f"{len(data)} bytes, over the limit of "
+                                   f"{limits.max_bytes}")
+    try:
+        parsed = strict_json_loads(data, "the file")
+        canonical = rfc8785.dumps(parsed) + b"\n"
+    except VerificationError as exc:
+        raise ReleaseRecordInvalid(1, "file", str(exc)) from None
+    except rfc8785.CanonicalizationError as exc:
+        raise ReleaseRecordInvalid(1, "file", f"has no canonical form: {exc}") from None
+    if data != canonical:
+        raise ReleaseRecordInvalid(1, "file", "not in canonical form (RFC 8785 JSON and one "
+                                   "newline): the file was changed after it was written")
+    if isinstance(parsed, dict):
+        if isinstance(parsed.get("payload"), str):
+            canonical_b64(parsed["payload"], "envelope.payload", 1)
+        signatures = parsed.get("signatures")
+        for i, sig in enumerate(signatures if isinstance(signatures, list) else ()):
+            if isinstance(sig, dict) and isinstance(sig.get("sig"), str):
+                canonical_b64(sig["sig"], f"envelope.signatures[{i}].sig", 1)
+    return parsed
+
+
+def _unverified_statement(envelope: Any, where: str, statement_at: str, check: int
+                          ) -> tuple[bytes, Mapping[str, Any], str, tuple[Subject, ...]]:
+    """The statement inside a DSSE envelope, read WITHOUT verifying it: its payload bytes
+    and what attest.statement parses from them. Only ``payload`` is read; the envelope is
+    attest.dsse's to verify, and nothing read here counts until it has."""
+    payload = envelope.get("payload") if isinstance(envelope, dict) else None
+    if not isinstance(payload, str):
+        raise ReleaseRecordInvalid(check, f"{where}.payload", "missing: not a DSSE envelope")
+    try:
+        raw = base64.b64decode(payload.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error) as exc:
+        raise ReleaseRecordInvalid(check, f"{where}.payload", f"not base64: {exc}") from None
+    try:
+        statement, predicate_type, subjects = parse_statement(raw)
+    except VerificationError as exc:
+        raise ReleaseRecordInvalid(check, statement_at, str(exc)) from None
+    return raw, statement, predicate_type, subjects
+
+
+def _read_statement(envelope: Any) -> _Statement:
+    """Check (2), first: the statement is a release record about one bundle, read only to
+    find the TUF metadata that says who may have signed it (verified in (3))."""
+    payload, statement, predicate_type, subjects = _unverified_statement(envelope, "envelope",
+                                                                       "statement", 2)
+    if predicate_type != PREDICATE_TYPE:
+        raise ReleaseRecordInvalid(2, "statement.predicateType",
+                                   f"{predicate_type!r}, not {PREDICATE_TYPE!r}")
+    if len(subjects) != 1 or "sha256" not in subjects[0].digest:
+        raise ReleaseRecordInvalid(2, "statement.subject", "must be exactly one sha256 subject")
+    digest = "sha256:" + subjects[0].digest["sha256"]
+    predicate = statement["predicate"]
+    if get(predicate, "record.digest", str, 2) != digest:
+        raise ReleaseRecordInvalid(2, "record.digest", f"is not the subject {digest}")
+    return _Statement(payload=payload, predicate=predicate, digest=digest,
+                      repository=get(predicate, "record.repository", str, 2),
+                      alias=get(predicate, "record.alias", str, 2),
+                      version=get(predicate, "record.version", int, 2))
+
+
+def _load_md(data: bytes, cls: type[Root] | type[Targets], where: str) -> Metadata[Any]:
+    try:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+    except DeserializationError as exc:
+        raise ReleaseRecordInvalid(2, where, f"not TUF metadata: {exc}") from None
+    if not isinstance(md.signed, cls):
+        raise ReleaseRecordInvalid(2, where, f"not {cls.type} metadata")
+    return md
+
+
+def _root_chain(tuf: Mapping[str, Any], pinned: Metadata[Root]) -> Metadata[Root]:
+    """The newest root reached from ``pinned`` through the embedded roots (TUF 5.3.4: each
+    new root signed by the threshold of the previous one and its own)."""
+    trusted = pinned
+    roots = [_load_md(embedded(item, f"tuf.roots[{i}]", 2), Root, f"tuf.roots[{i}]")
+             for i, item in enumerate(get(tuf, "roots", list, 2))]
+    for i, md in sorted(enumerate(roots), key=lambda pair: int(pair[1].signed.version)):
+        if md.signed.version <= trusted.signed.version:
+            continue
+        if md.signed.version != trusted.signed.version + 1:
+            raise ReleaseRecordInvalid(2, f"tuf.roots[{i}]", f"root version {md.signed.version}"
+                                       f" does not follow {trusted.signed.version}")
+        try:
+            trusted.verify_delegate(Root.type, md)
+            md.verify_delegate(Root.type, md)
+        except RepositoryError as exc:
+            raise ReleaseRecordInvalid(2, f"tuf.roots[{i}]", f"root version {md.signed.version}"
+                                       f": {type(exc).__name__}: {exc}") from None
+        trusted = md
+    return trusted
+
+
+def _usable(keyids: Iterable[str], keys: Mapping[str, Key]) -> dict[str, PublicKeyTypes]:
+    """The keys named by ``keyids`` that modelward can verify with (attest.tuf.public_key_of)."""
+    found = {kid: public_key_of(keys[kid]) for kid in keyids if kid in keys}
+    return {kid: key for kid, key in found.items() if key is not None}
+
+
+def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
+    """Check (2), then: the root chain from the pinned root, the top-level targets by the
+    newest root, the alias's role by its delegation (python-tuf ``verify_delegate``, the
+    checks a worker's updater makes), and the role names exactly the subject for the alias.
+    Returns the role and the keys of that verified metadata."""
+    tuf = get(statement.predicate, "tuf", dict, 2)
+    # (2a): the root chain, from the root the caller pinned.
+    trusted = _root_chain(tuf, pinned)
+    # (2b): the top-level targets, by the newest root's targets keys.
+    targets = _load_md(embedded(get(tuf, "targets", dict, 2), "tuf.targets", 2), Targets,
+                       "tuf.targets")
+    try:
+        trusted.verify_delegate(Targets.type, targets)
+    except RepositoryError as exc:
+        raise ReleaseRecordInvalid(
+            2, "tuf.targets", f"not signed by the targets keys of the trust root's chain (root "
+            f"version {trusted.signed.version}; a root of another registry?): "
+            f"{type(exc).__name__}: {exc}") from None
+    # (2c): the role the top-level targets delegate the alias to, by its delegation.
+    role_entry = get(tuf, "role", dict, 2)
+    role_name = get(role_entry, "name", str, 2)
+    path = alias_path(statement.repository, statement.alias)
+    delegations = targets.signed.delegations
+    deciding = None
+    if delegations is not None:
+        deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
+    if delegations is None or delegations.roles is None or deciding != role_name:
+        raise ReleaseRecordInvalid(2, "tuf.role.name", f"{role_name!r}, but the top-level "
+                                   f"targets delegate {path} to {deciding!r}")
+    role = _load_md(embedded(role_entry, "tuf.role", 2), Targets, "tuf.role")
+    try:
+        targets.verify_delegate(role_name, role)
+    except RepositoryError as exc:
+        raise ReleaseRecordInvalid(2, "tuf.role", f"{role_name} version {role.signed.version} "
+                                   f"fails its delegation: {type(exc).__name__}: {exc}") from None
+    # (2d): the role names exactly the subject digest for ORG/NAME/aliases/ALIAS.
+    target = role.signed.targets.get(path)
+    named = None if target is None else "sha256:" + str(target.hashes.get("sha256"))
+    if named != statement.digest:
+        raise ReleaseRecordInvalid(2, "tuf.role", f"{role_name} version {role.signed.version} "
+                                   f"names {named} for {path}, not the subject "
+                                   f"{statement.digest}")
+    root, delegated = trusted.signed, delegations.keys or {}
+    return _Chain(
+        role=role_name,
+        record_keys={**_usable(root.roles[Targets.type].keyids, root.keys),
+                     **_usable(delegations.roles[role_name].keyids, delegated)},
+        metadata_keys={**_usable(root.keys, root.keys), **_usable(delegated, delegated)},
+    )
+
+
+def _trust(keys: Mapping[str, PublicKeyTypes]) -> TrustSet:
+    return TrustSet(keys=tuple(TrustedKey(kid, kid, key) for kid, key in sorted(keys.items())))
+
+
+def _line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _check_signature(data: bytes, envelope: Any, statement: _Statement, *, role: str,
+                     keys: Mapping[str, PublicKeyTypes], limits: RecordLimits
+                     ) -> VerifiedStatement:
+    """Check (3). The file verifies as a DSSE envelope (attest.dsse) with a key of the top-level
+    targets or of the alias's role in the chain (2) verified, or a key the caller gave; every
+    trusted signature is filed under its own keyid (a changed keyid shows). Signatures by
+    other keys are ignored and noted, as TUF ignores them."""
+    envelope_limits = EnvelopeLimits(max_bytes=limits.max_bytes,
+                                      max_signatures=limits.max_signatures)
+    try:
+        verified = verify_envelope(data, _trust(keys), envelope_limits)
+    except UntrustedSigner as exc:
+        raise ReleaseRecordInvalid(
+            3, "envelope.signatures", f"no signature by a key of the top-level targets or of "
+            f"{role} in the verified chain, nor by a --public-key: {_line(exc)}") from None
+    except VerificationError as exc:
+        raise ReleaseRecordInvalid(3, "envelope", _line(exc)) from None
+    if verified.payload != statement.payload:  # the bytes (2) read; they cannot differ
+        raise ReleaseRecordInvalid(3, "envelope.payload", "is not the statement check 2 read")
+    hints = {sig.get("keyid", "") for sig in envelope["signatures"]}  # structure: (3) verified
+    for signer in verified.signers:
+        if signer.detail not in hints:
+            raise ReleaseRecordInvalid(3, "envelope.signatures", f"the signature by key "
+                                       f"{signer.detail} is filed under another keyid")
+    return verified
+
+
+def _check_envelopes(predicate: Mapping[str, Any], digest: str,
+                     keys: Mapping[str, PublicKeyTypes], notes: list[str]) -> None:
+    """Check (4). Each embedded envelope verifies (attest.dsse) where a key of the verified
+    metadata claims a signature, and its statement is about the subject; one signed by no
+    such key (a worker's baseline) is read unverified for its subject and noted."""
+    trust = _trust(keys)
+    for section in ATTESTATION_SECTIONS:
+        for i, item in enumerate(get(predicate, section, list, 4)):
+            where = f"{section}[{i}]"
+            raw = embedded(item, where, 4)
+            try:
+                subjects = verify_envelope(raw, trust).subjects
+            except UntrustedSigner:
+                notes.append(f"{where}: signed by no key of the verified metadata; signature "
+                             "not checked")
+                try:
+                    envelope = strict_json_loads(raw, where)
+                except VerificationError as exc:
+                    raise ReleaseRecordInvalid(4, where, str(exc)) from None
+                subjects = _unverified_statement(envelope, where, f"{where}.statement", 4)[3]
+            except VerificationError as exc:
+                raise ReleaseRecordInvalid(4, where, _line(exc)) from None
+            if not any("sha256:" + s.digest.get("sha256", "") == digest for s in subjects):
+                raise ReleaseRecordInvalid(4, where, f"is not about {digest}")

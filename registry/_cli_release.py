@@ -1,0 +1,176 @@
+"""``modelward release record|verify``: one signed record per promotion (docs/release.md).
+
+``record`` gathers, through the registry client, everything that decided one version of an
+alias (``registry._client_release``), signs it as an in-toto statement in a DSSE envelope
+(``attest.release``) and writes it, with a Markdown and/or HTML rendering. ``verify``
+re-checks a record offline against a pinned TUF root: no network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from modelward.attest.cli._common import fail
+from modelward.registry._cli_client import AliasRef, AsJson, PassphraseEnvOpt
+
+__all__ = ["record", "release_app", "verify"]
+
+release_app = typer.Typer(
+    name="release",
+    help="Release records: one signed document per promotion, verified offline.",
+    no_args_is_help=True,
+)
+
+MAX_ROOT_BYTES = 1 << 20
+
+
+def _write(path: Path, data: bytes, what: str) -> None:
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        fail(f"{what} {path}: cannot write: {exc.strerror or exc}")
+
+
+@release_app.command("record")
+def record(
+    ref: AliasRef,
+    *,
+    key: Annotated[
+        Path,
+        typer.Option("--key", metavar="FILE", exists=True, dir_okay=False,
+                     help="Private key that signs the record (a key of the alias's TUF role "
+                     "or of the top-level targets, for `release verify` to trust it)"),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="FILE", dir_okay=False,
+                           help="Where to write the signed record (a DSSE envelope)")
+    ],
+    version: Annotated[
+        int | None,
+        typer.Option("--version", metavar="N", min=1,
+                     help="The alias-history version to record (default: the current one)"),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", metavar="FILE.md", dir_okay=False,
+                     help="Also write a Markdown rendering"),
+    ] = None,
+    html_out: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="FILE.html", dir_okay=False,
+                     help="Also write an HTML rendering"),
+    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
+    as_json: AsJson = False,
+) -> None:
+    """Export the signed release record of REPO@ALIAS at one version of its history."""
+    from modelward.attest.release import (
+        build_predicate,
+        make_record_statement,
+        render_html,
+        render_markdown,
+        write_record,
+    )
+    from modelward.registry._cli_client import _client, _reported
+    from modelward.registry._cli_trust import load_key
+    from modelward.registry._client_config import parse_reference
+    from modelward.registry._client_release import ReleaseInputError, collect_release
+
+    private = load_key(key, passphrase_env)  # a bad key: nothing is fetched
+    target = parse_reference(ref, require="alias")
+    assert target.alias is not None  # noqa: S101 - required above
+    with _reported(), _client() as client:
+        try:
+            inputs = collect_release(client, target.repo, target.alias, version)
+        except ReleaseInputError as exc:
+            fail(str(exc))
+    predicate = build_predicate(**inputs)
+    data = write_record(make_record_statement(predicate), [private])
+    _write(out, data, "--out")
+    if markdown is not None:
+        _write(markdown, render_markdown(predicate).encode("utf-8"), "--markdown")
+    if html_out is not None:
+        _write(html_out, render_html(predicate).encode("utf-8"), "--html")
+    rec = predicate["record"]
+    if as_json:
+        answer = {"file": str(out), "repository": rec["repository"], "alias": rec["alias"],
+                  "version": rec["version"], "digest": rec["digest"],
+                  "rollback": predicate["rollback"],
+                  "evaluations": len(predicate["evaluations"]),
+                  "baselines": len(predicate["baselines"]), "replays": len(predicate["replays"]),
+                  "audit_events": len(predicate["audit"]["events"]),
+                  "markdown": str(markdown) if markdown else None,
+                  "html": str(html_out) if html_out else None}
+        typer.echo(json.dumps(answer, indent=2, sort_keys=True))
+        return
+    typer.echo(f"wrote the release record of {rec['repository']}@{rec['alias']} version "
+               f"{rec['version']} ({rec['digest']}) to {out}")
+
+
+def _read(path: Path, what: str, limit: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        fail(f"{what} {path}: cannot read: {exc.strerror or exc}", code=2)
+    if len(data) > limit:
+        fail(f"{what} {path}: larger than {limit} bytes")
+    return data
+
+
+@release_app.command("verify")
+def verify(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A release record file")],
+    *,
+    trust_root: Annotated[
+        Path, typer.Option("--trust-root", metavar="FILE",
+                           help="The registry's root.json, pinned out of band")
+    ],
+    public_key: Annotated[
+        list[Path] | None,
+        typer.Option("--public-key", metavar="PEM",
+                     help="A key you trust to have signed the record, besides the keys of the "
+                     "top-level targets and the alias's role (repeatable)"),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Re-check a release record offline against a trust root (no network)."""
+    from modelward.attest.errors import KeyError_
+    from modelward.attest.keys import load_public_key
+    from modelward.attest.release import RecordLimits, ReleaseRecordInvalid, verify_record
+
+    limits = RecordLimits()
+    root = _read(trust_root, "--trust-root", MAX_ROOT_BYTES)
+    keys = []
+    for pem in public_key or []:
+        try:
+            keys.append(load_public_key(_read(pem, "--public-key", 1 << 16), str(pem)))
+        except KeyError_ as exc:
+            fail(f"--public-key {exc}", code=2)
+    data = _read(file, "record", limits.max_bytes)
+    try:
+        verified = verify_record(data, root, keys, limits)
+    except ValueError as exc:
+        fail(f"--trust-root {trust_root}: {exc}", code=2)
+    except ReleaseRecordInvalid as exc:
+        if as_json:
+            typer.echo(json.dumps({"file": str(file), "valid": False, "check": exc.check,
+                                   "check_name": exc.check_name, "field": exc.field,
+                                   "error": str(exc)}, indent=2, sort_keys=True))
+        fail(f"{file}: {exc}")
+    if as_json:
+        typer.echo(json.dumps({"file": str(file), "valid": True,
+                               "repository": verified.repository, "alias": verified.alias,
+                               "version": verified.version, "digest": verified.digest,
+                               "signers": list(verified.signers), "notes": list(verified.notes)},
+                              indent=2, sort_keys=True))
+        return
+    typer.echo(f"{file}: valid: {verified.repository}@{verified.alias} version "
+               f"{verified.version} is {verified.digest}, signed by "
+               f"{', '.join(k[:16] for k in verified.signers)}")
+    for note in verified.notes:
+        typer.echo(f"  note: {note}")
