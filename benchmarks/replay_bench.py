@@ -1,0 +1,149 @@
+"""Replay benchmark: `modelward replay --runs N` against a bare vLLM loop doing the same
+generation.
+
+    VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python benchmarks/replay_bench.py [--runs 1000]
+        [--repeat 3] [--compiled]
+
+Starts a local registry (`modelward serve` on a free loopback port, SQLite), pushes the tiny
+Llama signed by a fresh publisher key, writes 3 short greedy requests (8 tokens each), then
+measures, N times each, in fresh processes:
+
+- bare:      `vllm.LLM(model=DIR, enforce_eager=True)` and `runs` × `llm.generate` of the
+             3 requests (boot and generation, nothing else);
+- modelward: `modelward replay REQUESTS --bundle REPO@canary --runs N --concurrency 3 --json
+             -- --enforce-eager` (pull, verify, boot, replay in batches of 3 as the bare loop
+             does, the comparison, progress, sign and attach the result);
+- with --compiled, once: the same replay without `--enforce-eager` (vLLM's default graph
+  compilation), the configuration a user got before replay took engine arguments.
+
+Prints the medians, the per-execution cost and the ratio of medians. Record the table in
+docs/performance.md. A benchmark, not a test: nothing asserts on times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+BARE = """
+import json, sys, time, vllm
+if __name__ == "__main__":
+    start = time.monotonic()
+    llm = vllm.LLM(model=sys.argv[1], dtype="float32", max_model_len=256, seed=0,
+                   enforce_eager=True)
+    booted = time.monotonic()
+    rows = [json.loads(line) for line in open(sys.argv[2])]
+    params = [vllm.SamplingParams(temperature=0, max_tokens=r["max_tokens"], seed=r["seed"])
+              for r in rows]
+    for _ in range(int(sys.argv[3])):
+        llm.generate([r["prompt"] for r in rows], params, use_tqdm=False)
+    result = {"boot": booted - start, "replay": time.monotonic() - booted}
+    with open(sys.argv[4], "w") as fh:  # stdout carries vLLM's logs
+        json.dump(result, fh)
+"""
+
+PROMPTS = ["hello world", "the quick brown fox", "a model release"]
+
+
+def bare_replay(model: Path, requests: Path, runs: int, env: dict[str, str]
+                ) -> tuple[float, dict[str, float]]:
+    out = requests.with_name("bare.json")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", BARE, str(model), str(requests), str(runs), str(out)],
+                   env=env, check=True, capture_output=True)
+    return time.monotonic() - start, json.loads(out.read_text())
+
+
+def modelward_replay(env: dict[str, str], args: list[str]) -> tuple[float, dict[str, object]]:
+    from tests.registry.conftest import MODELWARD
+
+    start = time.monotonic()
+    proc = subprocess.run([MODELWARD, "replay", *args], env=env, capture_output=True,
+                          text=True, check=False)
+    total = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"modelward replay failed:\n{proc.stderr[-3000:]}")
+    report: dict[str, object] = json.loads(proc.stdout)
+    return total, report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time one replay without --enforce-eager")
+    args = parser.parse_args()
+
+    from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
+    from modelward.attest.spec import render_spec_template
+    from tests.registry.conftest import new_publisher, start_registry
+    from tests.tinymodel import make_tiny_llama
+
+    work = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    model = make_tiny_llama(work / "model")
+    (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
+                                                               max_model_len=256))
+    requests = work / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"id": f"r{i}", "prompt": p, "max_tokens": 8,
+                                            "seed": i, "temperature": 0}) + "\n"
+                                for i, p in enumerate(PROMPTS)))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    reg = start_registry("sqlite", work / "registry", None)
+    try:
+        pub = new_publisher(reg)
+        repo = reg.repo(pub)
+        pub.actor.client.push(model, repo, sign=pub.sign, alias="canary")
+        pem = work / "publisher.pem"
+        pem.write_bytes(public_key_pem(pub.key.public_key()))
+        worker = reg.actor("reader")
+        key = generate_private_key()
+        save_private_key(key, work / "worker.key")
+        reg.admin.register_key(public_key_pem(key.public_key()).decode(), principal=worker.name)
+        wenv = {**env, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": worker.token}
+        common = [str(requests), "--bundle", f"{repo}@canary", "--public-key", str(pem),
+                  "--unsigned-aliases", "--cache-dir", str(work / "cache"),
+                  "--worker-key", str(work / "worker.key"), "--runs", str(args.runs),
+                  "--concurrency", str(len(PROMPTS)), "--json"]
+        bare, bare_parts, ours = [], [], []
+        report: dict[str, object] = {}
+        for _ in range(args.repeat):
+            total, parts = bare_replay(model, requests, args.runs, env)
+            bare.append(total)
+            bare_parts.append(parts)
+            total, report = modelward_replay(wenv, [*common, "--", "--enforce-eager"])
+            ours.append(total)
+        compiled = modelward_replay(wenv, common)[0] if args.compiled else None
+    finally:
+        reg.close()
+        reg.server.stop()
+    executions = args.runs * len(PROMPTS)
+    print(f"| {args.runs} runs × {len(PROMPTS)} requests | median s (n={args.repeat}) |")
+    print("|---|---:|")
+    print(f"| bare vllm.LLM boot + loop (process) | {statistics.median(bare):.2f} |")
+    print(f"| - boot | {statistics.median(p['boot'] for p in bare_parts):.2f} |")
+    print(f"| - generation loop | {statistics.median(p['replay'] for p in bare_parts):.2f} |")
+    print(f"| modelward replay -- --enforce-eager (process) | {statistics.median(ours):.2f} |")
+    if compiled is not None:
+        print(f"| modelward replay, compiled graphs (process, n=1) | {compiled:.2f} |")
+    print(f"| ratio modelward / bare | {statistics.median(ours) / statistics.median(bare):.2f} |")
+    loop = statistics.median(p["replay"] for p in bare_parts)
+    print(f"| bare ms per execution | {1000 * loop / executions:.2f} |")
+    print(f"consecutive_matches {report.get('consecutive_matches')} of {executions}, "
+          f"attached {report.get('attached')}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
