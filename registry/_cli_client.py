@@ -301,7 +301,9 @@ def push(
     repo: RepoArg,
     *,
     alias: Annotated[
-        str | None, typer.Option(metavar="ALIAS", help="Move this alias to the pushed bundle")
+        str | None, typer.Option(
+            metavar="ALIAS", help="Move this alias to the pushed bundle (a protected alias "
+            "short of approvals: propose the move for its reviewers to sign)")
     ] = None,
     attestation: Annotated[
         list[Path] | None,
@@ -377,6 +379,7 @@ def push(
             kwargs: dict[str, Any] = {
                 "alias": alias, "attestations": attestations, "sign": signer, "reason": reason,
                 "preflight": preflight, "own_trust": own, "exclude": tuple(ignore_path or ()),
+                "propose_alias": True,
             }
             try:
                 if show_progress():
@@ -439,7 +442,9 @@ def _report_push(repo: str, result: Any, names: dict[str, str], as_json: bool) -
     console.print(f"pushed {repo}@{result.digest}", markup=False)
     console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present",
                   markup=False)
-    if result.alias is not None:
+    if result.alias is not None and result.alias.get("pending"):
+        console.print(_alias_line(repo)(result.alias), markup=False)
+    elif result.alias is not None:
         console.print(
             f"{repo}@{result.alias['alias']} -> {result.digest} (v{result.alias['version']})",
             markup=False,

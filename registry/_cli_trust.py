@@ -377,11 +377,16 @@ TargetsKeys = Annotated[list[Path] | None, typer.Option(
 
 def _rotate(root_key: list[Path], root_threshold: int, old_root_key: list[Path] | None, *,
             targets_key: list[Path] | None, targets_threshold: int, days: int,
-            passphrase_env: str | None, as_json: bool, online: bool = False) -> None:
+            passphrase_env: str | None, as_json: bool, online: bool = False,
+            init: bool = False) -> None:
     roots = [load_key(p, passphrase_env) for p in root_key]
     olds = [load_key(p, passphrase_env) for p in old_root_key or []]
     targets = [load_key(p, passphrase_env) for p in targets_key or []]
     with _reported(), _client() as client:
+        if init and "root" not in (client.tuf_status().get("online_keys") or []):
+            fail("the registry's root key is already offline: `trust init` ran before",
+                 hint="make the next root version with `modelward trust rotate --old-root-key "
+                 "CURRENT.key --root-key NEW.key` (docs/guides/tuf-ceremony.md)")
         data, version = _next_root(client, root_keys=roots, root_threshold=root_threshold,
                                    old_root_keys=olds, targets_keys=targets,
                                    targets_threshold=targets_threshold, days=days,
@@ -407,7 +412,7 @@ def trust_init(
     """Replace the embedded online root (and targets) keys with your offline keys (admins)."""
     _rotate(root_key, root_threshold, None, targets_key=targets_key,
             targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
-            as_json=as_json)
+            as_json=as_json, init=True)
 
 
 @trust_app.command("rotate")

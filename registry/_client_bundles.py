@@ -77,6 +77,7 @@ def push_bundle(
     preflight: bool = False,
     own_trust: TrustSet | None = None,
     exclude: Sequence[str] = (),
+    propose_alias: bool = False,
 ) -> PushResult:
     """Build the bundle at ``root``, upload missing blobs, PUT the manifest, move ``alias``.
 
@@ -86,6 +87,8 @@ def push_bundle(
     (registry._client_preflight; ``own_trust``: the key ``sign`` signs with) and nothing is
     uploaded when the registry would certainly refuse. Paths in ``exclude`` are left out of
     the bundle (``build_bundle(exclude=...)``: never hashed, uploaded or materialized).
+    ``propose_alias``: a protected ``alias`` short of approvals becomes a proposal its
+    reviewers sign (``set_alias(propose=True)``; ``alias["pending"]``) instead of a refusal.
     Raises ``TreeRuleError`` (bad tree), ``PreflightRefused`` (refused before uploading),
     ``TransportError``/``APIError`` (refused).
     """
@@ -135,7 +138,8 @@ def push_bundle(
     # (5) the manifest and attestations, checked by the server before it records anything.
     answer = client.put_bundle(repo, manifest.digest, manifest.raw, sent)
     # (6) the alias, by compare-and-swap on the version just read.
-    moved = client.set_alias(repo, alias, manifest.digest, reason=reason) if alias else None
+    moved = (client.set_alias(repo, alias, manifest.digest, reason=reason, propose=propose_alias)
+             if alias else None)
     return PushResult(
         digest=manifest.digest,
         decision=answer.get("decision"),

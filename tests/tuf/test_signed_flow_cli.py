@@ -135,3 +135,21 @@ def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
     actions = [e["action"] for e in registry.admin.iter_audit()
                if e["subject"].startswith(f"{flow.repo}@") or "proposal" in e["details"]]
     assert {"alias.propose", "tuf.sign", "tuf.publish", "alias.rollback"} <= set(actions)
+
+
+def test_push_to_a_protected_alias_proposes_the_move(registry: Registry, tmp_path: Path) -> None:
+    from tests.registry.conftest import make_bundle_dir
+
+    flow = Flow(registry, tmp_path)
+    bundle = make_bundle_dir(tmp_path / "bundle")
+    pushed = flow.cli(flow.pub, "push", str(bundle), flow.repo, "--sign", "--key",
+                      str(flow.keys[flow.pub.name]), "--alias", "prod")
+    assert pushed.returncode == 0, pushed.stderr
+    assert "proposed #" in pushed.stdout
+    assert f" {flow.repo}@prod: (unset) -> sha256:" in pushed.stdout
+    assert f"modelward approve {flow.repo}@sha256:" in pushed.stdout
+    unset = flow.cli(None, "alias", "get", f"{flow.repo}@prod")
+    assert unset.returncode == 1  # a proposal, not a move
+    assert "has no aliases yet" in unset.stderr
+    listed = flow.cli(None, "alias", "pending", flow.repo)
+    assert f"{flow.repo}@prod" in listed.stdout

@@ -116,6 +116,10 @@ def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
     status = json.loads(_ok(fresh.cli("trust", "status", "--json")).stdout)
     assert status["embedded"] is False
     assert {"root", "targets"}.isdisjoint(status["online_keys"])  # deleted from the registry
+    again = fresh.cli("trust", "init", "--root-key", str(roots[0]))
+    assert again.returncode == 1
+    assert "root key is already offline: `trust init` ran before" in again.stderr
+    assert "trust rotate --old-root-key" in again.stderr
     # a worker that saw v1, and one that only has v1 pinned, both follow to v2
     for cache in ("warm", "cold"):
         pulled = _pull(fresh, dev.worker_token, f"{dev.repo}@dev", dev.root, dev.pem,
