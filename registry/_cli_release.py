@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from modelward.attest.cli._common import fail
+from modelward.attest.cli._common import fail, read_bounded
 from modelward.registry._cli_client import AliasRef, AsJson, PassphraseEnvOpt
 
 __all__ = ["record", "release_app", "verify"]
@@ -111,17 +111,6 @@ def record(
                f"{rec['version']} ({rec['digest']}) to {out}")
 
 
-def _read(path: Path, what: str, limit: int) -> bytes:
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        fail(f"{what} {path}: cannot read: {exc.strerror or exc}", code=2)
-    if len(data) > limit:
-        fail(f"{what} {path}: larger than {limit} bytes")
-    return data
-
-
 @release_app.command("verify")
 def verify(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A release record file")],
@@ -144,14 +133,14 @@ def verify(
     from modelward.attest.release import RecordLimits, ReleaseRecordInvalid, verify_record
 
     limits = RecordLimits()
-    root = _read(trust_root, "--trust-root", MAX_ROOT_BYTES)
+    root = read_bounded(trust_root, "--trust-root", MAX_ROOT_BYTES)
     keys = []
     for pem in public_key or []:
         try:
-            keys.append(load_public_key(_read(pem, "--public-key", 1 << 16), str(pem)))
+            keys.append(load_public_key(read_bounded(pem, "--public-key", 1 << 16), str(pem)))
         except KeyError_ as exc:
             fail(f"--public-key {exc}", code=2)
-    data = _read(file, "record", limits.max_bytes)
+    data = read_bounded(file, "record", limits.max_bytes)
     try:
         verified = verify_record(data, root, keys, limits)
     except ValueError as exc:

@@ -61,6 +61,19 @@ def fail(message: str, *, code: int = 1, hint: str | None = None) -> NoReturn:
     raise typer.Exit(code)
 
 
+def read_bounded(path: Path, what: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``; exit 2 naming ``what`` and the file when it cannot
+    be read or is larger."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        fail(f"{what} {path}: cannot read: {exc.strerror or exc}", code=2)
+    if len(data) > limit:
+        fail(f"{what} {path}: larger than {limit} bytes", code=2)
+    return data
+
+
 def show_progress() -> bool:
     """Progress bars only on an interactive terminal."""
     return sys.stderr.isatty()

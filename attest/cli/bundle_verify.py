@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from modelward.attest.cli._apps import bundle_app
-from modelward.attest.cli._common import console, err_console, fail
+from modelward.attest.cli._common import console, err_console, fail, read_bounded
 from modelward.attest.cli._trust_flags import (
     CertificateChainOpt,
     IdentityOpt,
@@ -44,17 +44,6 @@ _TRUST_HELP = (
     "give --policy, or one or more of --public-key, --certificate-chain, "
     "--identity/--issuer (docs/policy.md#trust-flags)"
 )
-
-def _read_file(path: Path, what: str, limit: int) -> bytes:
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        fail(f"{what} {path}: cannot read: {exc.strerror or exc}", code=2)
-    if len(data) > limit:
-        fail(f"{what} {path}: larger than {limit} bytes", code=2)
-    return data
-
 
 def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
     return {
@@ -182,7 +171,7 @@ def verify(
         policy, trust = policy_from_flags(flags)
     except PolicyError as exc:
         fail(str(exc), code=2, hint=_TRUST_HELP)
-    signatures = [_read_file(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]
+    signatures = [read_bounded(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]
     excluded = _excluded_present(directory, ignores)
 
     def refuse(message: str) -> NoReturn:
