@@ -46,11 +46,17 @@ class World:
         self.base = base
         self.reg: Registry = start_registry("sqlite", base / "registry", None)
         publisher = new_publisher(self.reg)
+        self.publisher = publisher
         self.repo = self.reg.repo(publisher)
         self.digest = publisher.actor.client.push(with_spec(model), self.repo,
-                                                  sign=publisher.sign, alias="canary").digest
+                                                  sign=publisher.sign).digest
         self.pem = base / "publisher.pem"
         self.pem.write_bytes(public_key_pem(publisher.key.public_key()))
+        self.publisher_key = base / "publisher.key"
+        save_private_key(publisher.key, self.publisher_key)
+        # canary, signed by the publisher (the repository's publishers' TUF role)
+        self.reg.cli("alias", "set", f"{self.repo}@canary", self.digest, "--key",
+                     str(self.publisher_key), token=publisher.actor.token, check=True)
         self.worker = self.reg.actor("reader")
         self.worker_key = base / "worker.key"
         self.worker_private = generate_private_key()
@@ -258,15 +264,26 @@ def test_byte_flipped_in_cache_after_pull_is_caught_at_boot(
         flip_byte(directory / "model.safetensors")
 
 
-def test_replay_cli_counts_and_attaches_signed_result(
-        world: World, first_boot: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def replayed(world: World, first_boot: subprocess.CompletedProcess[str],
+             tmp_path_factory: pytest.TempPathFactory,
+             ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One replay of 100 requests × 3 runs through canary, its signed result attached (after
+    the first boot, which registers the worker key); (the result, the capture file)."""
     from tests.loader.conftest import write_requests
 
-    requests = write_requests(tmp_path / "requests.jsonl", 100)
-    capture = tmp_path / "out.jsonl"
+    tmp = tmp_path_factory.mktemp("replayed")
+    requests = write_requests(tmp / "requests.jsonl", 100)
+    capture = tmp / "out.jsonl"
     result = world.cli("replay", str(requests), "--bundle", f"{world.repo}@canary",
                        "--runs", "3", "--concurrency", "25", "--capture", str(capture),
                        "--json", "--", "--enforce-eager")
+    return result, capture
+
+
+def test_replay_cli_counts_and_attaches_signed_result(
+        world: World, replayed: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, capture = replayed
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert set(report) == REPLAY_JSON_KEYS  # docs/loader.md#json-output
@@ -475,3 +492,30 @@ def test_sequential_replay_finds_the_same_tool_call_divergences(
     assert report["side_effect_divergence_count"] == len(report["side_effect_divergences"])
     captured = {row["id"]: row for row in map(json.loads, capture.read_text().splitlines())}
     assert captured["tool0"]["text"].startswith(TOOL_PREFIX)
+
+
+def test_release_record_carries_the_boot_baseline_and_replay_result(
+        world: World, replayed: tuple[subprocess.CompletedProcess[str], Path],
+        tmp_path: Path) -> None:
+    """canary's release record (signed by the publisher, whose role signs canary) embeds the
+    baseline the first boot recorded and the replay's signed result, and verifies offline."""
+    assert replayed[0].returncode == 0, replayed[0].stderr[-3000:]
+    root, record = tmp_path / "root.json", tmp_path / "canary.release.json"
+    assert world.reg.cli("trust", "root", "--out", str(root)).returncode == 0
+    made = world.reg.cli("release", "record", f"{world.repo}@canary", "--key",
+                         str(world.publisher_key), "--out", str(record), "--json")
+    assert made.returncode == 0, made.stderr
+    summary = json.loads(made.stdout)
+    assert summary["digest"] == world.digest
+    assert summary["baselines"] >= 1
+    assert summary["replays"] >= 1
+    predicate = json.loads(base64.b64decode(json.loads(record.read_bytes())["payload"]))[
+        "predicate"]
+    replays = [json.loads(base64.b64decode(json.loads(base64.b64decode(r["data"]))["payload"]))
+               for r in predicate["replays"]]
+    assert {r["predicate"]["bundle_digest"] for r in replays} == {world.digest}
+    assert any(r["predicate"]["engine_args"] == ["--enforce-eager"] for r in replays)
+    verified = world.reg.cli("release", "verify", str(record), "--trust-root", str(root),
+                             "--json")
+    assert verified.returncode == 0, verified.stderr
+    assert json.loads(verified.stdout)["valid"] is True
