@@ -68,6 +68,7 @@ def record(
     as_json: AsJson = False,
 ) -> None:
     """Export the signed release record of REPO@ALIAS at one version of its history."""
+    from modelward.attest.errors import AttestError
     from modelward.attest.release import (
         build_predicate,
         make_record_statement,
@@ -88,7 +89,11 @@ def record(
             inputs = collect_release(client, target.repo, target.alias, version)
         except ReleaseInputError as exc:
             fail(str(exc))
-    predicate = build_predicate(**inputs)
+    try:
+        predicate = build_predicate(**inputs)
+    except (AttestError, ValueError, KeyError, TypeError) as exc:  # the registry's bytes
+        fail(f"{target.repo}@{target.alias}: the registry's data for the record is "
+             f"malformed: {type(exc).__name__}: {exc}")
     data = write_record(make_record_statement(predicate), [private])
     _write(out, data, "--out")
     if markdown is not None:
@@ -130,7 +135,12 @@ def verify(
     """Re-check a release record offline against a trust root (no network)."""
     from modelward.attest.errors import KeyError_
     from modelward.attest.keys import load_public_key
-    from modelward.attest.release import RecordLimits, ReleaseRecordInvalid, verify_record
+    from modelward.attest.release import (
+        PinnedRootError,
+        RecordLimits,
+        ReleaseRecordInvalid,
+        verify_record,
+    )
 
     limits = RecordLimits()
     root = read_bounded(trust_root, "--trust-root", MAX_ROOT_BYTES)
@@ -143,7 +153,7 @@ def verify(
     data = read_bounded(file, "record", limits.max_bytes)
     try:
         verified = verify_record(data, root, keys, limits)
-    except ValueError as exc:
+    except PinnedRootError as exc:
         fail(f"--trust-root {trust_root}: {exc}", code=2)
     except ReleaseRecordInvalid as exc:
         if as_json:

@@ -63,13 +63,17 @@ def _target_digest(data: bytes, path: str) -> str | None:
 
 
 def _role_version(
-    client: RegistryClient, role: str, current: int, *, path: str, digest: str, occurrence: int
+    client: RegistryClient, role: str, current: int, *, path: str, digest: str,
+    occurrence: int, moves: int,
 ) -> bytes:
     """The role version that set ``path`` to ``digest`` for the ``occurrence``-th time
-    (0-based; the last such version when there are fewer)."""
+    (0-based) of the ``moves`` times the alias history moved there. When the role moved there
+    another number of times (a move the registry recorded unsigned), which signed version
+    records this move is ambiguous: refused rather than guessed."""
     found: list[bytes] = []
     previous: str | None = None
-    for version in range(max(1, current - MAX_ROLE_VERSIONS + 1), current + 1):
+    first = max(1, current - MAX_ROLE_VERSIONS + 1)
+    for version in range(first, current + 1):
         data = client.tuf_file(f"{version}.{role}.json")
         named = _target_digest(data, path)
         if named == digest and previous != digest:
@@ -80,6 +84,11 @@ def _role_version(
             f"{path}: no signed version of TUF role {role} names {digest}: that move is the "
             "registry's word only (unsigned); sign it first (`modelward trust adopt`)"
         )
+    if first == 1 and len(found) != moves:
+        raise ReleaseInputError(
+            f"{path}: the alias history moved to {digest} {moves} time(s) and its signed TUF "
+            f"role {role} {len(found)} time(s): a move was the registry's word only, so which "
+            "signed version records this one is ambiguous")
     return found[min(occurrence, len(found) - 1)]
 
 
@@ -100,8 +109,8 @@ def _targets_for(client: RegistryClient, current: int, role: str, role_data: byt
                             f"signed its version {role_md.signed.version}")
 
 
-def _tuf(client: RegistryClient, repo: str, alias: str, digest: str, occurrence: int
-         ) -> dict[str, Any]:
+def _tuf(client: RegistryClient, repo: str, alias: str, digest: str, *, occurrence: int,
+         moves: int) -> dict[str, Any]:
     from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
 
     from modelward.attest.tuf import alias_path
@@ -123,7 +132,7 @@ def _tuf(client: RegistryClient, repo: str, alias: str, digest: str, occurrence:
     if meta is None:
         raise ReleaseInputError(f"{repo}@{alias}: TUF role {role} has no signed version")
     role_data = _role_version(client, role, meta.version, path=path, digest=digest,
-                              occurrence=occurrence)
+                              occurrence=occurrence, moves=moves)
     return {"roots": roots, "targets": _targets_for(client, targets_version, role, role_data),
             "role": role, "role_metadata": role_data}
 
@@ -179,15 +188,19 @@ def collect_release(client: RegistryClient, repo: str, alias: str, version: int 
         raise ReleaseInputError(f"{repo}@{alias}: --version {version} is out of range (history "
                                 f"has versions {min(versions)} to {max(versions)})")
     digest = str(entry["to_digest"])
-    occurrence = sum(1 for h in history
-                     if h.get("to_digest") == digest and int(h["version"]) < version)
+    # the moves *to* the digest (from another), as the role's versions change to it
+    ordered = sorted(history, key=lambda h: int(h["version"]))
+    arrivals = [int(h["version"]) for prev, h in zip([None, *ordered], ordered, strict=False)
+                if h.get("to_digest") == digest
+                and (prev is None or prev.get("to_digest") != digest)]
+    occurrence = max(0, sum(1 for v in arrivals if v <= version) - 1)
     manifest = client.get_manifest(repo, digest)
     parsed = parse_manifest(manifest)
     config = client.get_blob(parsed.config.digest)
     spec_layer = next((x for x in parsed.layers if x.path == "modelward.yaml"), None)
     spec = client.get_blob(spec_layer.digest) if spec_layer is not None else None
     policy_text = str(client.get_repo(repo)["effective_policy_yaml"])
-    tuf = _tuf(client, repo, alias, digest, occurrence)
+    tuf = _tuf(client, repo, alias, digest, occurrence=occurrence, moves=len(arrivals))
     role_version = Metadata[Targets].from_bytes(tuf["role_metadata"]).signed.version
     events, approvals = _audit(client, repo, alias, digest=digest, version=version,
                                role_subject=f"{tuf['role']} v{role_version}")

@@ -35,6 +35,7 @@ from modelward.attest.release._build import (
 from modelward.attest.release._model import (
     CHECKS,
     PREDICATE_TYPE,
+    PinnedRootError,
     RecordLimits,
     ReleaseRecordInvalid,
     VerifiedRecord,
@@ -45,6 +46,7 @@ from modelward.attest.release._verify import verify_record
 __all__ = [
     "CHECKS",
     "PREDICATE_TYPE",
+    "PinnedRootError",
     "RecordLimits",
     "ReleaseRecordInvalid",
     "VerifiedRecord",

@@ -157,10 +157,23 @@ def _sections(attestations: Sequence[Mapping[str, Any]]
         entry = _attestation(item)
         sections[section].append(entry)
         if section == "evaluations":
-            envelope = strict_json_loads(base64.b64decode(entry["data"]), "evaluation envelope")
-            statement = strict_json_loads(base64.b64decode(envelope["payload"]), "statement")
-            evaluation_predicates.append({"id": entry["id"], "predicate": statement["predicate"]})
+            predicate, keyids = _listed_predicate(base64.b64decode(entry["data"]))
+            entry["signature_keyids"] = keyids
+            if predicate is not None:
+                evaluation_predicates.append({"id": entry["id"], "predicate": predicate})
     return sections, evaluation_predicates
+
+
+def _listed_predicate(data: bytes) -> tuple[Any, list[str]]:
+    """An evaluation envelope's predicate and its signatures' keyids, read as listed (not
+    verified: the registry verified it when it was attached); (None, []) when malformed."""
+    try:
+        envelope = strict_json_loads(data, "evaluation envelope")
+        statement = strict_json_loads(base64.b64decode(str(envelope["payload"])), "statement")
+        keyids = [str(sig.get("keyid", "")) for sig in envelope["signatures"]]
+        return statement["predicate"], keyids
+    except (AttestError, ValueError, KeyError, TypeError, AttributeError):
+        return None, []
 
 
 def build_predicate(

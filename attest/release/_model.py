@@ -29,6 +29,11 @@ class ReleaseRecordInvalid(VerificationError):  # noqa: N818 - the name is the f
         super().__init__(f"check {check} ({self.check_name}): {field_name}: {message}")
 
 
+class PinnedRootError(ValueError):
+    """The caller's ``--trust-root`` is not usable: not TUF root metadata, or not signed by its
+    own root keys (a wrong file given, not a finding about the record)."""
+
+
 @dataclass(frozen=True)
 class RecordLimits:
     """Bounds on an untrusted record file, checked before parsing."""

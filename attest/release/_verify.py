@@ -43,6 +43,7 @@ from modelward.attest.release._digests import check_digests
 from modelward.attest.release._model import (
     ATTESTATION_SECTIONS,
     PREDICATE_TYPE,
+    PinnedRootError,
     RecordLimits,
     ReleaseRecordInvalid,
     VerifiedRecord,
@@ -52,7 +53,7 @@ from modelward.attest.release._model import (
 )
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Subject, TrustedKey, TrustSet, VerifiedStatement
-from modelward.attest.tuf import alias_path, public_key_of
+from modelward.attest.tuf import alias_path, online_role, public_key_of
 
 __all__ = ["verify_record"]
 
@@ -88,20 +89,20 @@ def verify_record(
     ``public_keys`` the caller trusts besides the chain's. Checks 1-5 in order
     (docs/release.md#modelward-release-verify); returns what was established.
 
-    Raises ReleaseRecordInvalid naming the check and the field at fault; ValueError when
-    ``trust_root`` is not TUF root metadata (caller misuse: a wrong file given).
+    Raises ReleaseRecordInvalid naming the check and the field at fault; PinnedRootError
+    when ``trust_root`` is not TUF root metadata signed by its own keys (a wrong file given).
     """
     try:
         pinned: Metadata[Root] = Metadata[Root].from_bytes(trust_root)
     except DeserializationError as exc:
-        raise ValueError(f"not TUF root metadata: {exc}") from None
+        raise PinnedRootError(f"not TUF root metadata: {exc}") from None
     if not isinstance(pinned.signed, Root):
-        raise ValueError("not TUF root metadata")  # noqa: TRY004 - a wrong file, not a type
+        raise PinnedRootError("not TUF root metadata")
     try:  # as python-tuf loads its trusted root: signed by its own threshold
         pinned.verify_delegate(Root.type, pinned)
     except RepositoryError as exc:
-        raise ValueError(f"root version {pinned.signed.version} is not signed by its own "
-                         f"root keys: {exc}") from None
+        raise PinnedRootError(f"root version {pinned.signed.version} is not signed by its own "
+                              f"root keys: {exc}") from None
     extra = {keyid(k): k for k in public_keys}
     notes: list[str] = []
     # (1): file: within the limit, and exactly its canonical form.
@@ -272,10 +273,15 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
                                    f"names {named} for {path}, not the subject "
                                    f"{statement.digest}")
     root, delegated = trusted.signed, delegations.keys or {}
+    # The registry's own online alias key signs an ``@online`` role: it may vouch for the
+    # alias (a worker accepts that only with --online-alias), never for a whole record, which
+    # would then be the registry's word about its own evidence, approvals and audit log.
+    record_roles = [] if role_name == online_role(statement.repository) else [role_name]
     return _Chain(
         role=role_name,
         record_keys={**_usable(root.roles[Targets.type].keyids, root.keys),
-                     **_usable(delegations.roles[role_name].keyids, delegated)},
+                     **{k: v for r in record_roles
+                        for k, v in _usable(delegations.roles[r].keyids, delegated).items()}},
         metadata_keys={**_usable(root.keys, root.keys), **_usable(delegated, delegated)},
     )
 

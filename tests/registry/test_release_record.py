@@ -397,9 +397,50 @@ def test_public_surface_of_attest_release() -> None:
     import modelward.attest.release as release
 
     assert sorted(release.__all__) == [
-        "CHECKS", "PREDICATE_TYPE", "RecordLimits", "ReleaseRecordInvalid", "VerifiedRecord",
+        "CHECKS", "PREDICATE_TYPE", "PinnedRootError", "RecordLimits", "ReleaseRecordInvalid",
+        "VerifiedRecord",
         "build_predicate", "classify_files", "gate_decisions", "make_record_statement",
         "render_html", "render_markdown", "verify_record", "write_record",
     ]
     assert release.CHECKS == {1: "file", 2: "tuf", 3: "signature", 4: "envelopes",
                               5: "digests"}
+
+
+def test_record_signed_by_the_registry_online_alias_key_is_refused(story: Story,
+                                                                    tmp_path: Path) -> None:
+    """The registry's online key may sign an ``online: true`` alias, never a whole record:
+    a compromised registry would vouch for its own evidence, approvals and audit log."""
+    repo = story.reg.repo(story.pub, policy_yaml=(
+        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "  - {pattern: live, roles: [publisher], online: true}\n"))
+    digest = push_new(story.pub, repo, tmp_path)
+    moved = story.cli(story.pub, "alias", "set", f"{repo}@live", digest, "--json")
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(moved.stdout)["signed"] is True
+    online_key = story.tmp / "registry" / "data" / "tuf-keys" / "aliases.key"
+    assert online_key.exists()
+    out = tmp_path / "live.release.json"
+    made = story.reg.cli("release", "record", f"{repo}@live", "--key", str(online_key),
+                         "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    refused = story.reg.cli("release", "verify", str(out), "--trust-root", str(story.root))
+    assert refused.returncode == 1
+    assert "check 3 (signature)" in refused.stderr
+
+
+def test_a_move_recorded_unsigned_between_two_signed_ones_is_refused_not_guessed(
+        story: Story, tmp_path: Path) -> None:
+    """v1 -> d1 signed, v2 -> d2 and v3 -> d1 the registry's word only: the signed role never
+    left d1, so which signed version records v3 (or v1) cannot be told."""
+    key = str(story.keys[story.pub.name])
+    ref = f"{story.repo}@beta"
+    for digest, signed in ((story.d1, True), (story.d2, False), (story.d1, False)):
+        moved = story.cli(story.pub, "alias", "set", ref, digest, "--json",
+                          *(("--key", key) if signed else ()))
+        assert moved.returncode == 0, moved.stderr
+    made = story.reg.cli("release", "record", ref, "--version", "3", "--key", key, "--out",
+                         str(tmp_path / "beta.json"))
+    assert made.returncode == 1
+    assert "moved to" in made.stderr
+    assert "ambiguous" in made.stderr
+    assert not (tmp_path / "beta.json").exists()
