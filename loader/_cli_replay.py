@@ -86,14 +86,14 @@ def _print_report(digest: str, run: Any) -> None:
 
 def _checked_input(requests_file: Path, expected: Path | None, *, against: str | None,
                    kvcache: int | None, extra_args: tuple[str, ...],
-                   ) -> tuple[list[Any], Any, dict[str, Any]]:
+                   ) -> tuple[list[Any], str, Any, dict[str, Any]]:
     """The requests, the expected outputs and the extra engine arguments, checked; exit 2
     naming the file and line (or the flag) at fault, 1 for an argument the allowlist
     refuses. Imports no vLLM."""
     from modelward.loader._cli_commands import _allowed_hint
     from modelward.loader.errors import InputError, UnsafeArgument
     from modelward.loader.hardening import check_extra_args, cpu_kv_cache
-    from modelward.loader.replay import load_expected, load_requests
+    from modelward.loader.replay import load_expected, load_requests_file
 
     if against is not None and expected is not None:
         fail("give at most one of --against and --expected", code=2)
@@ -102,18 +102,17 @@ def _checked_input(requests_file: Path, expected: Path | None, *, against: str |
     except UnsafeArgument as exc:
         fail(str(exc), hint=_allowed_hint(False))
     try:
-        requests = load_requests(requests_file)
+        requests, requests_sha256 = load_requests_file(requests_file)
         reference = load_expected(expected, requests) if expected is not None else None
         cpu_kv_cache(os.environ, option=kvcache, available_bytes=None)
     except InputError as exc:
         fail(str(exc), code=2)
-    return requests, reference, extra
+    return requests, requests_sha256, reference, extra
 
 
-def _predicate(digest: str, against: str | None, *, requests_file: Path, concurrency: int,
+def _predicate(digest: str, against: str | None, *, requests_sha256: str, concurrency: int,
                extra_args: tuple[str, ...], run: Any) -> dict[str, Any]:
     """The replay-result predicate (docs/loader.md#replay-result)."""
-    requests_sha256 = "sha256:" + hashlib.sha256(requests_file.read_bytes()).hexdigest()
     return {
         "version": 1, "bundle_digest": digest, "against": against,
         "requests_sha256": requests_sha256, "concurrency": concurrency,
@@ -231,9 +230,9 @@ def replay(
     2 usage (a malformed requests or outputs file is named with its line).
     """
     extra_args = tuple(ctx.args)
-    requests, reference, extra = _checked_input(requests_file, expected, against=against,
-                                                kvcache=cpu_kvcache_space,
-                                                extra_args=extra_args)
+    requests, requests_sha256, reference, extra = _checked_input(
+        requests_file, expected, against=against, kvcache=cpu_kvcache_space,
+        extra_args=extra_args)
     if sequential and against is None:
         fail("--sequential needs --against", code=2)
 
@@ -276,7 +275,7 @@ def replay(
                 write_capture(capture, requests, run.first_run)
             report = run.report
             predicate = _predicate(pulled.digest, other[0].digest if other else None,
-                                   requests_file=requests_file, concurrency=concurrency,
+                                   requests_sha256=requests_sha256, concurrency=concurrency,
                                    extra_args=extra_args, run=run)
             if key is not None:
                 envelope = sign_predicate(key, pulled.repo, pulled.digest,

@@ -103,9 +103,19 @@ def check_engine_version(pinned: str, *, enforce: bool) -> str | None:
     return f"warning: bundle pins vllm {pinned} but this worker runs vllm {running}"
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available now (``MemAvailable`` in /proc/meminfo, else the free
-    physical pages), or None when neither can be read."""
+def available_memory(cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes of memory available now: ``MemAvailable`` in /proc/meminfo (else the free
+    physical pages), capped by this process's cgroup limit less its usage (``cgroup``: the
+    cgroup v2 mount, or v1's ``memory`` controller below it), which a container's memory
+    limit sets and /proc/meminfo does not show; None when nothing can be read."""
+    host = _meminfo_available()
+    limited = _cgroup_available(cgroup)
+    if host is None or limited is None:
+        return host if limited is None else limited
+    return min(host, limited)
+
+
+def _meminfo_available() -> int | None:
     try:
         with Path("/proc/meminfo").open(encoding="ascii") as fh:
             for line in fh:
@@ -118,6 +128,29 @@ def available_memory() -> int | None:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _cgroup_available(cgroup: Path) -> int | None:
+    """The cgroup's memory limit less its usage, or None without a limit (v2 ``max``; v1's
+    "unlimited", a number past any machine) or when the files cannot be read."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        try:
+            limit_text = (cgroup / limit_file).read_text(encoding="ascii").strip()
+            usage = int((cgroup / usage_file).read_text(encoding="ascii").strip())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if limit_text == "max":
+            return None
+        try:
+            limit = int(limit_text)
+        except ValueError:
+            return None
+        if limit >= 1 << 60:  # v1 spells "no limit" as a huge page-rounded number
+            return None
+        return max(0, limit - usage)
+    return None
 
 
 def _on_cpu() -> bool:

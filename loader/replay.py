@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = [
     "SideEffectDivergence",
     "load_expected",
     "load_requests",
+    "load_requests_file",
     "replay_once",
     "run_replay",
     "summarize",
@@ -62,6 +64,7 @@ __all__ = [
 
 MAX_REPORTED_DIVERGENCES = 100
 MAX_STRUCTURED_BYTES = 64 * 1024
+MAX_FILE_BYTES = 1 << 30  # a requests or expected-outputs file
 _FIELDS = frozenset({"id", "prompt", "prompt_token_ids", "max_tokens", "seed", "temperature",
                      "top_p", "top_k", "tool_call_format", "structured_output"})
 
@@ -147,32 +150,58 @@ def _parse_request(line_no: int, obj: Any, source: str) -> ReplayRequest:
             seed=None if obj.get("seed") is None else int(obj["seed"]),
             structured=_structured(obj.get("structured_output"), where),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"{where}: {exc}") from None
+    if not (math.isfinite(request.temperature) and math.isfinite(request.top_p)):
+        raise InputError(f"{where}: 'temperature' and 'top_p' must be finite numbers")
     if request.max_tokens < 1:
         raise InputError(f"{where}: 'max_tokens' must be >= 1")
     return ReplayRequest(str(rid), request, tool_format)
 
 
-def _json_lines(path: Path) -> list[tuple[int, Any]]:
+def _read(path: Path) -> bytes:
+    """The file's bytes, read once, at most ``MAX_FILE_BYTES``."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def _json_lines(path: Path, data: bytes) -> list[tuple[int, Any]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     rows: list[tuple[int, Any]] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append((line_no, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{line_no}: not JSON: {exc.msg}") from None
+            rows.append((line_no, json.loads(line, parse_constant=_no_constant)))
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise InputError(f"{path}:{line_no}: not JSON: "
+                             f"{getattr(exc, 'msg', None) or exc}") from None
     return rows
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def load_requests(path: Path) -> list[ReplayRequest]:
     """Parse a requests JSONL file; ``InputError`` names the file, line and field."""
-    requests = [_parse_request(n, obj, str(path)) for n, obj in _json_lines(path)]
+    return load_requests_file(path)[0]
+
+
+def load_requests_file(path: Path) -> tuple[list[ReplayRequest], str]:
+    """``load_requests``, and the ``sha256:`` digest of the very bytes parsed (read once:
+    the digest a signed result names is the file that was replayed)."""
+    data = _read(path)
+    requests = [_parse_request(n, obj, str(path)) for n, obj in _json_lines(path, data)]
     if not requests:
         raise InputError(f"{path}: no requests")
     seen: set[str] = set()
@@ -180,7 +209,7 @@ def load_requests(path: Path) -> list[ReplayRequest]:
         if req.id in seen:
             raise InputError(f"{path}: duplicate request id {req.id!r}")
         seen.add(req.id)
-    return requests
+    return requests, "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def load_expected(path: Path, requests: Sequence[ReplayRequest] = ()) -> dict[str, Completion]:
@@ -189,27 +218,41 @@ def load_expected(path: Path, requests: Sequence[ReplayRequest] = ()) -> dict[st
     ``requests`` that declares a side-effect log needs its expected ``text``."""
     by_id = {req.id: req for req in requests}
     expected: dict[str, Completion] = {}
-    for line_no, obj in _json_lines(path):
+    for line_no, obj in _json_lines(path, _read(path)):
         where = f"{path}:{line_no}"
         if not isinstance(obj, dict) or not isinstance(obj.get("token_ids"), list):
             raise InputError(f"{where}: expected an object with 'id' and 'token_ids'")
-        ids = tuple(int(t) for t in obj["token_ids"])
+        rid = obj.get("id")
+        if not isinstance(rid, str | int) or isinstance(rid, bool):
+            raise InputError(f"{where}: 'id' must be a string")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                   for t in obj["token_ids"]):
+            raise InputError(f"{where}: 'token_ids' must be a list of token ids")
+        ids = tuple(obj["token_ids"])
         if "sha256" in obj and obj["sha256"] != token_hash(ids):
             raise InputError(f"{where}: 'sha256' does not match 'token_ids'")
         text = obj.get("text")
-        if text is not None and not isinstance(text, str):
-            raise InputError(f"{where}: 'text' must be a string")
-        rid = str(obj["id"])
-        req = by_id.get(rid)
+        if text is not None and not (isinstance(text, str) and _is_utf8(text)):
+            raise InputError(f"{where}: 'text' must be a string of Unicode text")
+        req = by_id.get(str(rid))
         if req is not None and req.has_side_effects:
             if text is None:
-                raise InputError(f"{where}: request {rid!r} declares a side-effect log; its "
-                                 "expected 'text' is needed (capture it again)")
+                raise InputError(f"{where}: request {str(rid)!r} declares a side-effect log; "
+                                 "its expected 'text' is needed (capture it again)")
             if "side_effects" in obj and canonical_log(obj["side_effects"]) != canonical_log(
                     req.side_effects(text)):
                 raise InputError(f"{where}: 'side_effects' does not match 'text'")
-        expected[rid] = Completion(ids, text)
+        expected[str(rid)] = Completion(ids, text)
     return expected
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` is Unicode text (no lone surrogates, which JSON can spell)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def write_capture(path: Path, requests: Sequence[ReplayRequest],

@@ -117,9 +117,16 @@ def side_effect_log(text: str, *, tool_call_format: str | None,
     return log or None
 
 
-def canonical_log(log: Mapping[str, Any] | None) -> bytes:
-    """The canonical JSON bytes of a log (RFC 8785); ``b"null"`` for none."""
-    return bytes(rfc8785.dumps(log))
+def canonical_log(log: Any) -> bytes:
+    """The canonical JSON bytes of a log (RFC 8785); ``b"null"`` for none. A value RFC 8785
+    cannot spell (a lone surrogate in a completion's text, a number past 2**53 in a file) is
+    written as sorted, ASCII-escaped JSON instead: still one spelling per value, and never
+    equal to another value's RFC 8785 bytes (equal JSON bytes parse to equal values)."""
+    try:
+        return bytes(rfc8785.dumps(log))
+    except rfc8785.CanonicalizationError:
+        return json.dumps(log, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
+                          allow_nan=False).encode("ascii")
 
 
 def first_difference_path(a: Any, b: Any, path: str = "") -> str:

@@ -195,3 +195,85 @@ def test_second_engine_fits_only_on_cpu_with_memory(tmp_path: Path) -> None:
     assert second_engine_fits(10 * GIB, None, dirs) == (
         False, "not on a CPU: one engine claims the accelerator's memory")
     assert second_engine_fits(None, kv, dirs)[0] is False
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"token_ids": [1]}, "'id' must be a string"),
+    ({"id": "a", "token_ids": [-5, 1]}, "'token_ids' must be a list of token ids"),
+    ({"id": "a", "token_ids": [1.7]}, "'token_ids' must be a list of token ids"),
+    ({"id": "a", "token_ids": [True]}, "'token_ids' must be a list of token ids"),
+    ({"id": "a", "token_ids": ["a"]}, "'token_ids' must be a list of token ids"),
+    ({"id": "a", "token_ids": [1], "text": "x\ud800"}, "'text' must be a string of Unicode"),
+])
+def test_malformed_expected_lines_are_named(tmp_path: Path, row: dict[str, Any],
+                                            message: str) -> None:
+    path = tmp_path / "out.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(InputError, match=rf"out\.jsonl:1: {message}"):
+        load_expected(path)
+
+
+def test_expected_side_effects_beyond_canonical_json_are_compared_not_crashed(
+        tmp_path: Path) -> None:
+    requests = load_requests(_tool_requests(tmp_path))
+    out = tmp_path / "out.jsonl"
+    out.write_text(json.dumps({"id": "tool", "token_ids": [2], "text": CALL,
+                               "side_effects": {"a": 9007199254740993}}) + "\n")
+    with pytest.raises(InputError, match="'side_effects' does not match 'text'"):
+        load_expected(out, requests)
+
+
+def test_non_finite_numbers_in_requests_are_named(tmp_path: Path) -> None:
+    for line, message in (('{"id": "a", "prompt": "x", "seed": Infinity}', "not JSON"),
+                          ('{"id": "a", "prompt": "x", "max_tokens": 1e400}', "r.jsonl:1: "),
+                          ('{"id": "a", "prompt": "x", "temperature": 1e400}', "finite")):
+        (tmp_path / "r.jsonl").write_text(line + "\n")
+        with pytest.raises(InputError, match=message):
+            load_requests(tmp_path / "r.jsonl")
+
+
+def test_a_lone_surrogate_in_a_completion_is_compared_not_crashed(tmp_path: Path) -> None:
+    requests = load_requests(_tool_requests(tmp_path))
+    odd = "<tool_call>\ud800</tool_call>"
+    tally = ReplayTally(requests, None)
+    tally.add_run([Completion((1,), "a"), Completion((2,), odd), Completion((3,), "\ud800")])
+    tally.add_run([Completion((1,), "a"), Completion((2,), odd), Completion((3,), "\ud800")])
+    tally.add_run([Completion((1,), "a"), Completion((2,), "<tool_call>\ud801</tool_call>"),
+                   Completion((3,), "{}")])
+    report = tally.report()
+    assert report.consecutive_matches == 7  # run 3's "plain" still matches
+    assert [d.path for d in report.side_effect_divergences] == ["tool_calls[0].unparsed",
+                                                                "structured_output"]
+
+
+def test_the_digest_names_the_bytes_parsed(tmp_path: Path) -> None:
+    import hashlib
+
+    from modelward.loader.replay import load_requests_file
+
+    path = _tool_requests(tmp_path)
+    requests, digest = load_requests_file(path)
+    assert digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [r.id for r in requests] == ["plain", "tool", "form"]
+
+
+def test_available_memory_is_capped_by_the_cgroup_limit(tmp_path: Path) -> None:
+    from modelward.loader.engine import _cgroup_available, available_memory
+
+    assert available_memory(tmp_path / "none") is not None  # no cgroup: the host's figure
+    assert _cgroup_available(tmp_path / "none") is None
+    (tmp_path / "memory.max").write_text(f"{3 * GIB}\n")
+    (tmp_path / "memory.current").write_text(f"{1 * GIB}\n")
+    assert _cgroup_available(tmp_path) == 2 * GIB
+    limited = available_memory(tmp_path)
+    assert limited is not None
+    assert limited <= 2 * GIB
+    (tmp_path / "memory.max").write_text("max\n")
+    assert _cgroup_available(tmp_path) is None
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{GIB}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{2 * GIB}\n")
+    assert available_memory(tmp_path / "v1") == 0
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1: no limit
+    assert _cgroup_available(tmp_path / "v1") is None
