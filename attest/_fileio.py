@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,6 +51,21 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     stream, _ = opened
     with stream:
         return stream.read(limit)
+
+
+def read_bounded(path: Path, limit: int, *, what: str,
+                 error: Callable[[str], Exception]) -> bytes:
+    """At most ``limit`` bytes of ``path``, read once; ``error(message)`` is raised, the
+    message naming ``what``, when it cannot be read or is larger (each caller its own error
+    type: a key file, a policy flag, a trust root, a replay input)."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise error(f"{what}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise error(f"{what}: larger than {limit} bytes")
+    return data
 
 
 def write_output(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 
+from modelward.attest._fileio import read_bounded
 from modelward.attest.errors import KeyError_
 from modelward.attest.trust import TrustedKey
 
@@ -201,14 +202,7 @@ def _write_file(path: Path, data: bytes, mode: int, *, overwrite: bool) -> None:
 
 
 def _read_key_file(path: Path) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)
-    except OSError as exc:
-        raise KeyError_(f"{path}: cannot read key file: {exc.strerror or exc}") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise KeyError_(f"{path}: not a key file (larger than {MAX_KEY_FILE_BYTES} bytes)")
-    return data
+    return read_bounded(path, MAX_KEY_FILE_BYTES, what=f"{path}: key file", error=KeyError_)
 
 
 def load_private_key(path: Path, passphrase: bytes | None = None) -> SigningKey:

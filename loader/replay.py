@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import rfc8785
 
+from modelward.attest._fileio import read_bounded
 from modelward.loader.baseline import Generator, first_difference, token_hash
 from modelward.loader.engine import Completion, GenerationRequest
 from modelward.loader.errors import InputError
@@ -161,14 +162,7 @@ def _parse_request(line_no: int, obj: Any, source: str) -> ReplayRequest:
 
 def _read(path: Path) -> bytes:
     """The file's bytes, read once, at most ``MAX_FILE_BYTES``."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise InputError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-    return data
+    return read_bounded(path, MAX_FILE_BYTES, what=str(path), error=InputError)
 
 
 def _json_lines(path: Path, data: bytes) -> list[tuple[int, Any]]:

@@ -31,6 +31,7 @@ from tuf.api.exceptions import RepositoryError
 from tuf.api.metadata import Metadata, Snapshot, Targets
 from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
+from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
 
@@ -210,29 +211,24 @@ class AliasTrust:
     root: Path | None = None
     online_aliases: tuple[str, ...] = ()
     unsigned: bool = False
+    root_source: str = "--trust-root"  # what gave ``root``, for messages
 
     def with_policy(self, policy: Policy, policy_file: Path | None) -> AliasTrust:
         """Fill what the flags left out from the worker policy (paths relative to it)."""
-        root = self.root
+        root, source = self.root, self.root_source
         if root is None and policy.tuf.root is not None:
-            root = Path(policy.tuf.root)
+            root, source = Path(policy.tuf.root), "the worker policy's tuf.root"
             if not root.is_absolute() and policy_file is not None:
                 root = policy_file.parent / root
         online = self.online_aliases or tuple(policy.tuf.online_aliases)
-        return AliasTrust(root=root, online_aliases=online, unsigned=self.unsigned)
+        return AliasTrust(root=root, online_aliases=online, unsigned=self.unsigned,
+                          root_source=source)
 
 
-def _root_bytes(path: Path | None) -> bytes | None:
+def _root_bytes(path: Path | None, source: str) -> bytes | None:
     if path is None:
         return None
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_ROOT_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"--trust-root {path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_ROOT_BYTES:
-        raise InputError(f"--trust-root {path}: larger than {MAX_ROOT_BYTES} bytes")
-    return data
+    return read_bounded(path, MAX_ROOT_BYTES, what=f"{source} {path}", error=InputError)
 
 
 def resolve_reference(
@@ -243,7 +239,7 @@ def resolve_reference(
     ``cache_dir``: where the updater keeps what it trusts, one directory per registry."""
     key = hashlib.sha256(client.base_url.encode()).hexdigest()[:16]
     metadata = cache_dir / "tuf" / key
-    root = _root_bytes(trust.root)
+    root = _root_bytes(trust.root, trust.root_source)
     if ref.digest is not None:
         if root is not None:
             check_not_quarantined(ref.digest, metadata_url=client.tuf_url, cache_dir=metadata,

@@ -64,14 +64,16 @@ def fail(message: str, *, code: int = 1, hint: str | None = None) -> NoReturn:
 def read_bounded(path: Path, what: str, limit: int) -> bytes:
     """At most ``limit`` bytes of ``path``; exit 2 naming ``what`` and the file when it cannot
     be read or is larger."""
+    from modelward.attest._fileio import read_bounded as read
+
     try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        fail(f"{what} {path}: cannot read: {exc.strerror or exc}", code=2)
-    if len(data) > limit:
-        fail(f"{what} {path}: larger than {limit} bytes", code=2)
-    return data
+        return read(path, limit, what=f"{what} {path}", error=_UnreadableError)
+    except _UnreadableError as exc:
+        fail(str(exc), code=2)
+
+
+class _UnreadableError(Exception):
+    """A CLI input that cannot be read (read_bounded)."""
 
 
 def show_progress() -> bool:

@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
+from modelward.attest._fileio import read_bounded
 from modelward.attest.errors import PolicyError
 from modelward.attest.policy._load import load_policy, policy_trust_set
 from modelward.attest.policy._model import CASigner, IdentitySigner, KeySigner, Policy, Signers
@@ -62,14 +63,7 @@ class TrustFlags:
 
 
 def _read(path: Path, flag: str) -> bytes:
-    try:
-        with path.open("rb") as f:
-            data = f.read(_MAX_FLAG_FILE_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > _MAX_FLAG_FILE_BYTES:
-        raise PolicyError(f"{flag} {path}: larger than {_MAX_FLAG_FILE_BYTES} bytes")
-    return data
+    return read_bounded(path, _MAX_FLAG_FILE_BYTES, what=f"{flag} {path}", error=PolicyError)
 
 
 def _unique_name(wanted: str, taken: set[str]) -> str:

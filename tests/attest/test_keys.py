@@ -148,7 +148,7 @@ def test_not_a_key_file(tmp_path: Path, content: bytes, message: str) -> None:
 
 
 def test_missing_key_file(tmp_path: Path) -> None:
-    with pytest.raises(KeyError_, match="cannot read key file") as info:
+    with pytest.raises(KeyError_, match="key file: cannot read") as info:
         keys.load_private_key(tmp_path / "absent.pem")
     assert "absent.pem" in str(info.value)
 

@@ -314,3 +314,19 @@ def test_unreadable_trust_flag_is_refused_before_vllm_is_imported(tmp_path: Path
     assert result.returncode == 1
     assert f"--public-key {tmp_path / 'missing.pem'}: cannot read" in result.stderr
     assert heavy(modules) == set()
+
+
+def test_unreadable_trust_root_named_by_where_it_came_from(tmp_path: Path) -> None:
+    from modelward.attest.keys import generate_private_key, public_key_pem
+
+    (tmp_path / "pub.pem").write_bytes(public_key_pem(generate_private_key().public_key()))
+    policy = tmp_path / "worker.yaml"
+    policy.write_text("version: 1\nsigners:\n  keys:\n    - {name: pub, path: pub.pem}\n"
+                      "tuf: {root: missing-root.json}\n")
+    from_policy, _ = run_traced("pull", "acme/tiny@prod", "--policy", str(policy))
+    assert from_policy.returncode == 1
+    assert (f"the worker policy's tuf.root {tmp_path / 'missing-root.json'}: cannot read"
+            in from_policy.stderr)
+    from_flag, _ = run_traced("pull", "acme/tiny@prod", "--policy", str(policy),
+                              "--trust-root", str(tmp_path / "other.json"))
+    assert f"--trust-root {tmp_path / 'other.json'}: cannot read" in from_flag.stderr
