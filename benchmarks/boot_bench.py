@@ -71,9 +71,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
+    from benchmarks._worker_setup import published_for_a_worker
     from modelward.attest.spec import render_spec_template
-    from tests.registry.conftest import new_publisher, start_registry
     from tests.tinymodel import make_tiny_llama
 
     work = Path(tempfile.mkdtemp(prefix="boot-bench-"))
@@ -86,27 +85,15 @@ def main() -> None:
         (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
                                                                    max_model_len=256))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    reg = start_registry("sqlite", work / "registry", None)
-    try:
-        pub = new_publisher(reg)
-        repo = reg.repo(pub)
-        pub.actor.client.push(model, repo, sign=pub.sign, alias="canary")
-        pem = work / "publisher.pem"
-        pem.write_bytes(public_key_pem(pub.key.public_key()))
-        worker = reg.actor("reader")
-        key = generate_private_key()
-        save_private_key(key, work / "worker.key")
-        reg.admin.register_key(public_key_pem(key.public_key()).decode(), principal=worker.name)
+    with published_for_a_worker(work, model) as published:
         bare, ours, phases = [], [], []
         for _ in range(args.repeat):
             bare.append(bare_boot(model, "float32", env))
-            total, phase = modelward_boot(reg.url, worker.token, repo, pem, work / "worker.key",
-                                          work / "cache", env)
+            total, phase = modelward_boot(published.url, published.worker_token,
+                                          published.repo, published.publisher_pem,
+                                          published.worker_key, work / "cache", env)
             ours.append(total)
             phases.append(phase)
-    finally:
-        reg.close()
-        reg.server.stop()
     print(f"| phase | median s (n={args.repeat}) |")
     print("|---|---|")
     print(f"| bare vllm.LLM boot (process) | {statistics.median(bare):.2f} |")

@@ -86,9 +86,8 @@ def main() -> None:
                         help="also time one replay without --enforce-eager")
     args = parser.parse_args()
 
-    from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
+    from benchmarks._worker_setup import published_for_a_worker
     from modelward.attest.spec import render_spec_template
-    from tests.registry.conftest import new_publisher, start_registry
     from tests.tinymodel import make_tiny_llama
 
     work = Path(tempfile.mkdtemp(prefix="replay-bench-"))
@@ -100,22 +99,12 @@ def main() -> None:
                                             "seed": i, "temperature": 0}) + "\n"
                                 for i, p in enumerate(PROMPTS)))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    reg = start_registry("sqlite", work / "registry", None)
-    try:
-        pub = new_publisher(reg)
-        repo = reg.repo(pub)
-        pub.actor.client.push(model, repo, sign=pub.sign, alias="canary")
-        pem = work / "publisher.pem"
-        pem.write_bytes(public_key_pem(pub.key.public_key()))
-        worker = reg.actor("reader")
-        key = generate_private_key()
-        save_private_key(key, work / "worker.key")
-        reg.admin.register_key(public_key_pem(key.public_key()).decode(), principal=worker.name)
-        wenv = {**env, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": worker.token}
-        common = [str(requests), "--bundle", f"{repo}@canary", "--public-key", str(pem),
-                  "--unsigned-aliases", "--cache-dir", str(work / "cache"),
-                  "--worker-key", str(work / "worker.key"), "--runs", str(args.runs),
-                  "--concurrency", str(len(PROMPTS)), "--json"]
+    with published_for_a_worker(work, model) as published:
+        wenv = {**env, "MODELWARD_URL": published.url, "MODELWARD_TOKEN": published.worker_token}
+        common = [str(requests), "--bundle", f"{published.repo}@canary", "--public-key",
+                  str(published.publisher_pem), "--unsigned-aliases", "--cache-dir",
+                  str(work / "cache"), "--worker-key", str(published.worker_key),
+                  "--runs", str(args.runs), "--concurrency", str(len(PROMPTS)), "--json"]
         bare, bare_parts, ours = [], [], []
         report: dict[str, object] = {}
         for _ in range(args.repeat):
@@ -125,9 +114,6 @@ def main() -> None:
             total, report = modelward_replay(wenv, [*common, "--", "--enforce-eager"])
             ours.append(total)
         compiled = modelward_replay(wenv, common)[0] if args.compiled else None
-    finally:
-        reg.close()
-        reg.server.stop()
     executions = args.runs * len(PROMPTS)
     print(f"| {args.runs} runs × {len(PROMPTS)} requests | median s (n={args.repeat}) |")
     print("|---|---:|")

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import rfc8785
 
 from modelward.attest._fileio import read_bounded
-from modelward.loader.baseline import Generator, first_difference, token_hash
+from modelward.loader.baseline import first_difference, token_hash
 from modelward.loader.engine import Completion, GenerationRequest
 from modelward.loader.errors import InputError
 from modelward.loader.side_effects import (
@@ -278,20 +278,14 @@ def replay_once(engine: Completer, requests: Sequence[ReplayRequest], *,
     return outputs
 
 
-def run_replay(engine: Generator, requests: Sequence[ReplayRequest], *, runs: int,
+def run_replay(engine: Completer, requests: Sequence[ReplayRequest], *, runs: int,
                concurrency: int) -> list[list[tuple[int, ...]]]:
-    """Replay every request ``runs`` times, ``concurrency`` per engine batch; return the
-    output token ids as ``[run][request index]`` (no text: baselines' engines)."""
-    if runs < 1 or concurrency < 1:
-        raise ValueError("runs and concurrency must be >= 1")
-    results: list[list[tuple[int, ...]]] = []
-    for _ in range(runs):
-        outputs: list[tuple[int, ...]] = []
-        for start in range(0, len(requests), concurrency):
-            group = requests[start:start + concurrency]
-            outputs.extend(engine.generate([r.request for r in group]))
-        results.append(outputs)
-    return results
+    """Replay every request ``runs`` times (``replay_once``); return the output token ids as
+    ``[run][request index]``."""
+    if runs < 1:
+        raise ValueError("runs must be >= 1")
+    return [[c.token_ids for c in replay_once(engine, requests, concurrency=concurrency)]
+            for _ in range(runs)]
 
 
 @dataclass(frozen=True)

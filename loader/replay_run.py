@@ -74,11 +74,6 @@ def second_engine_fits(available: int | None, kv_cache: KvCacheChoice | None,
     return True, f"{available / GIB:.1f} GiB available holds both engines"
 
 
-def _boot(config: ServingConfig, extra: Mapping[str, Any],
-          kv_cache: KvCacheChoice | None) -> Engine:
-    return boot_engine(config, extra, kv_cache=kv_cache)
-
-
 def _as_map(requests: Sequence[ReplayRequest], run: Sequence[Completion]
             ) -> dict[str, Completion]:
     return {req.id: out for req, out in zip(requests, run, strict=True)}
@@ -106,25 +101,24 @@ def replay_bundle(
     if runs < 1:
         raise ValueError("runs must be >= 1")
     mode, reason = "single", None
-    if reference is not None:
+    if reference is not None and sequential:
+        mode, reason = "sequential", "asked for (--sequential)"
+    elif reference is not None:
         fits, reason = second_engine_fits(available_memory(), kv_cache,
                                           [candidate.model_dir, reference.model_dir])
-        if sequential:
-            mode, reason = "sequential", "asked for (--sequential)"
-        else:
-            mode = "interleaved" if fits else "sequential"
+        mode = "interleaved" if fits else "sequential"
     if mode == "sequential" and reference is not None:
-        engine = _boot(reference, extra, kv_cache)
+        engine = boot_engine(reference, extra, kv_cache=kv_cache)
         try:
             expected = _as_map(requests, replay_once(engine, requests, concurrency=concurrency))
         finally:
             engine.shutdown()
-    engine = _boot(candidate, extra, kv_cache)
+    engine = boot_engine(candidate, extra, kv_cache=kv_cache)
     other: Engine | None = None
     try:
         fingerprint = collect_fingerprint(candidate, os.environ, llm=engine.llm)
         if mode == "interleaved" and reference is not None:
-            other = _boot(reference, extra, kv_cache)
+            other = boot_engine(reference, extra, kv_cache=kv_cache)
         tally: ReplayTally | None = None
         drift: ReplayTally | None = None
         first_run: list[Completion] = []
