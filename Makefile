@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 
+LINT_PATHS := modelward/__init__.py modelward/cli.py attest registry loader policies migrations demo tests benchmarks docs/generate.py reliability
+
+# ruff's rules and its formatter: `ruff format $(LINT_PATHS)` fixes what the second line refuses.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check modelward/__init__.py modelward/cli.py attest registry loader policies migrations demo tests benchmarks docs/generate.py reliability
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -53,8 +53,7 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         return stream.read(limit)
 
 
-def read_bounded(path: Path, limit: int, *, what: str,
-                 error: Callable[[str], Exception]) -> bytes:
+def read_bounded(path: Path, limit: int, *, what: str, error: Callable[[str], Exception]) -> bytes:
     """At most ``limit`` bytes of ``path``, read once; ``error(message)`` is raised, the
     message naming ``what``, when it cannot be read or is larger (each caller its own error
     type: a key file, a policy flag, a trust root, a replay input)."""

@@ -179,7 +179,9 @@ def _v1(predicate: Mapping[str, Any], subjects: Sequence[Subject]) -> Signed:
 
 
 def _v02(
-    predicate_type: str, predicate: Mapping[str, Any], statement: Mapping[str, Any],
+    predicate_type: str,
+    predicate: Mapping[str, Any],
+    statement: Mapping[str, Any],
     subjects: Sequence[Subject],
 ) -> Signed:
     sharded = predicate_type in (PREDICATE_SHARD_DIGESTS, PREDICATE_DIGEST_OF_SHARDS)
@@ -273,9 +275,7 @@ def _shards_match(file: BundleFile, items: Sequence[Item], shard_size: int) -> b
     return True
 
 
-def compare(
-    signed: Signed, files: Sequence[BundleFile]
-) -> tuple[list[str], list[str], list[str]]:
+def compare(signed: Signed, files: Sequence[BundleFile]) -> tuple[list[str], list[str], list[str]]:
     """(6): (missing, extra, mismatched) paths of the tree ``files`` against ``signed``.
 
     ``files`` is the model as walked, ignored paths already left out (never walked): a
@@ -303,8 +303,7 @@ def compare(
     extra = sorted(
         f.path
         for f in files
-        if f.path not in by_path
-        and not (signed.shard_size is not None and f.size == 0)
+        if f.path not in by_path and not (signed.shard_size is not None and f.size == 0)
     )
     return missing, extra, mismatched
 

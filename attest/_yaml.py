@@ -32,11 +32,15 @@ class _StrictLoader(SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            problem = ("unhashable key" if isinstance(key, list | dict) else
-                       f"duplicate key {key!r}" if key in seen else None)
+            problem = (
+                "unhashable key"
+                if isinstance(key, list | dict)
+                else f"duplicate key {key!r}"
+                if key in seen
+                else None
+            )
             if problem is not None:
-                raise yaml.constructor.ConstructorError(None, None, problem,
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -50,7 +54,8 @@ def _refuse_anchors(text: str | bytes) -> None:
         anchor = getattr(event, "anchor", None)
         if isinstance(event, yaml.AliasEvent) or anchor is not None:
             raise StrictYAMLError(
-                f"{_where(event.start_mark)}YAML anchors and aliases are not allowed")
+                f"{_where(event.start_mark)}YAML anchors and aliases are not allowed"
+            )
 
 
 def load_strict_yaml(text: str | bytes) -> Any:

@@ -165,8 +165,9 @@ class Paired:
 
     def scaled(self, n: float) -> Paired:
         k = n / self.n
-        return Paired(self.both * k, self.candidate_only * k, self.baseline_only * k,
-                      self.neither * k)
+        return Paired(
+            self.both * k, self.candidate_only * k, self.baseline_only * k, self.neither * k
+        )
 
     def add(self, candidate: bool, baseline: bool) -> Paired:
         return Paired(
@@ -311,13 +312,15 @@ def _header(value: Any, where: str, results: Results) -> None:
     if header["format"] != RESULTS_FORMAT:
         raise _fail(f"{where}: format", f"must be {RESULTS_FORMAT!r}, got {header['format']!r}")
     if "suite" in header:
-        suite = _object(header["suite"], f"{where}: suite", {"name", "version"},
-                        {"name", "version"})
-        results.suite = Suite(_name(suite["name"], f"{where}: suite.name"),
-                              _name(suite["version"], f"{where}: suite.version"))
+        suite = _object(
+            header["suite"], f"{where}: suite", {"name", "version"}, {"name", "version"}
+        )
+        results.suite = Suite(
+            _name(suite["name"], f"{where}: suite.name"),
+            _name(suite["version"], f"{where}: suite.version"),
+        )
     if "metrics" in header:
-        metrics = _object(header["metrics"], f"{where}: metrics", {"candidate", "baseline"},
-                          set())
+        metrics = _object(header["metrics"], f"{where}: metrics", {"candidate", "baseline"}, set())
         for side, figures in metrics.items():
             got = _object(figures, f"{where}: metrics.{side}", set(METRICS), set())
             results.metrics[side] = {
@@ -326,8 +329,12 @@ def _header(value: Any, where: str, results: Results) -> None:
 
 
 def _case(value: Any, where: str, results: Results, seen: dict[str, str]) -> None:
-    case = _object(value, where, {"case", "slice", "kind", "candidate", "baseline"},
-                   {"case", "slice", "kind", "candidate", "baseline"})
+    case = _object(
+        value,
+        where,
+        {"case", "slice", "kind", "candidate", "baseline"},
+        {"case", "slice", "kind", "candidate", "baseline"},
+    )
     case_id = _name(case["case"], f"{where}: case")
     if case_id in seen:
         raise _fail(f"{where} (case {case_id!r})", f"case id repeated (first at {seen[case_id]})")
@@ -338,12 +345,15 @@ def _case(value: Any, where: str, results: Results, seen: dict[str, str]) -> Non
         raise _fail(f"{where}: kind", f"must be one of {', '.join(KINDS)}, got {case['kind']!r}")
     outcomes: dict[str, tuple[bool, bool]] = {}
     for side in ("candidate", "baseline"):
-        outcome = _object(case[side], f"{where}: {side}", {"pass", "critical_safety_failure"},
-                          {"pass"})
+        outcome = _object(
+            case[side], f"{where}: {side}", {"pass", "critical_safety_failure"}, {"pass"}
+        )
         outcomes[side] = (
             _bool(outcome["pass"], f"{where}: {side}.pass"),
-            _bool(outcome.get("critical_safety_failure", False),
-                  f"{where}: {side}.critical_safety_failure"),
+            _bool(
+                outcome.get("critical_safety_failure", False),
+                f"{where}: {side}.critical_safety_failure",
+            ),
         )
     (cand, cand_critical), (base, base_critical) = outcomes["candidate"], outcomes["baseline"]
     results.cases += 1
@@ -360,8 +370,9 @@ def _case(value: Any, where: str, results: Results, seen: dict[str, str]) -> Non
 
 def _loads(data: bytes, where: str) -> Any:
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=reject_duplicates,
-                          parse_constant=_no_constant)
+        return json.loads(
+            data.decode("utf-8"), object_pairs_hook=reject_duplicates, parse_constant=_no_constant
+        )
     except UnicodeDecodeError:
         raise _fail(where, "not UTF-8") from None
     except (ValueError, RecursionError) as exc:  # DuplicateKeyError is a ValueError
@@ -401,8 +412,11 @@ def parse_results(
     seen: dict[str, str] = {}
     first = stream.readline(limits.max_line_bytes + 2)
     if not first.strip():
-        raise _fail(f"{source}:1", "empty: the first line must be the header object "
-                    f'{{"format": "{RESULTS_FORMAT}", ...}}')
+        raise _fail(
+            f"{source}:1",
+            "empty: the first line must be the header object "
+            f'{{"format": "{RESULTS_FORMAT}", ...}}',
+        )
     header: Any = None
     if len(first) <= limits.max_line_bytes + 1:
         try:
@@ -503,8 +517,10 @@ def build_predicate(
             )
         named = given
     if named is None:
-        raise ResultsError(f"{results.source}: no suite: give it in the header (suite: "
-                           "{name, version}) or as --suite NAME --suite-version V")
+        raise ResultsError(
+            f"{results.source}: no suite: give it in the header (suite: "
+            "{name, version}) or as --suite NAME --suite-version V"
+        )
     det = results.deterministic
     deterministic: dict[str, Any] | None = None
     if det.n:
@@ -526,8 +542,7 @@ def build_predicate(
         "deterministic": deterministic,
         "overall": _paired_json(results.human) if results.human.n else None,
         "slices": [
-            {"slice": name, **_paired_json(table)}
-            for name, table in sorted(results.slices.items())
+            {"slice": name, **_paired_json(table)} for name, table in sorted(results.slices.items())
         ],
         "critical_safety_failures": {
             "candidate": sorted(results.critical_candidate),
@@ -557,10 +572,12 @@ def _p_count(value: Any, where: str) -> int:
 def _p_table(value: Any, where: str) -> Paired:
     if not isinstance(value, dict):
         raise _p_fail(where, "must be an object")
-    table = Paired(*(
-        _p_count(value.get(k), f"{where}.{k}")
-        for k in ("both_pass", "candidate_only", "baseline_only", "neither")
-    ))
+    table = Paired(
+        *(
+            _p_count(value.get(k), f"{where}.{k}")
+            for k in ("both_pass", "candidate_only", "baseline_only", "neither")
+        )
+    )
     if table.n == 0 or value.get("cases") != table.n:
         raise _p_fail(f"{where}.cases", "must be the sum of the four cells, at least 1")
     return table
@@ -728,23 +745,35 @@ def _regression_gate(
     name: str, table: Paired | None, bound: float, what: str, slice_name: str | None = None
 ) -> GateResult:
     if table is None:
-        return GateResult(name, "fail", None, bound, f"{what}: no human-rated cases",
-                          slice=slice_name)
+        return GateResult(
+            name, "fail", None, bound, f"{what}: no human-rated cases", slice=slice_name
+        )
     lo, hi = newcombe_paired_interval(table)
     regression = _points(-table.difference)
     interval = (_points(-hi), _points(-lo))
-    text = (f"{what}: regression {_f(regression)} points (95% interval {_f(interval[0])} to "
-            f"{_f(interval[1])}) on {int(table.n)} paired cases; at most {_f(bound)} allowed")
+    text = (
+        f"{what}: regression {_f(regression)} points (95% interval {_f(interval[0])} to "
+        f"{_f(interval[1])}) on {int(table.n)} paired cases; at most {_f(bound)} allowed"
+    )
     if interval[1] <= bound:
-        return GateResult(name, "pass", regression, bound, text, interval=interval,
-                          slice=slice_name)
+        return GateResult(
+            name, "pass", regression, bound, text, interval=interval, slice=slice_name
+        )
     if interval[0] > bound:
-        return GateResult(name, "fail", regression, bound, text, interval=interval,
-                          slice=slice_name)
+        return GateResult(
+            name, "fail", regression, bound, text, interval=interval, slice=slice_name
+        )
     more = more_cases_paired(table, bound)
-    return GateResult(name, "inconclusive", regression, bound,
-                      text + ": the interval crosses the bound" + _resolve_hint(more),
-                      more_cases=more, interval=interval, slice=slice_name)
+    return GateResult(
+        name,
+        "inconclusive",
+        regression,
+        bound,
+        text + ": the interval crosses the bound" + _resolve_hint(more),
+        more_cases=more,
+        interval=interval,
+        slice=slice_name,
+    )
 
 
 def _deterministic_gate(evaluation: Evaluation, bound: float) -> GateResult:
@@ -755,16 +784,24 @@ def _deterministic_gate(evaluation: Evaluation, bound: float) -> GateResult:
     rate = passed / checks
     lo, hi = wilson_interval(passed, checks)
     interval = (round(lo, 6), round(hi, 6))
-    text = (f"{passed} of {checks} deterministic checks pass ({_f(rate * 100)}%, 95% interval "
-            f"{_f(lo * 100)}% to {_f(hi * 100)}%); at least {_f(bound * 100)}% required")
+    text = (
+        f"{passed} of {checks} deterministic checks pass ({_f(rate * 100)}%, 95% interval "
+        f"{_f(lo * 100)}% to {_f(hi * 100)}%); at least {_f(bound * 100)}% required"
+    )
     if lo >= bound:
         return GateResult(name, "pass", round(rate, 6), bound, text, interval=interval)
     if hi < bound:
         return GateResult(name, "fail", round(rate, 6), bound, text, interval=interval)
     more = more_cases_rate(passed, checks, bound)
-    return GateResult(name, "inconclusive", round(rate, 6), bound,
-                      text + ": the interval crosses the bound" + _resolve_hint(more),
-                      more_cases=more, interval=interval)
+    return GateResult(
+        name,
+        "inconclusive",
+        round(rate, 6),
+        bound,
+        text + ": the interval crosses the bound" + _resolve_hint(more),
+        more_cases=more,
+        interval=interval,
+    )
 
 
 def _metric_gate(
@@ -779,8 +816,9 @@ def _metric_gate(
         label += f" (baseline {_f(baseline)})"
     if ratio:
         if not baseline:
-            return GateResult(name, "fail", None, bound,
-                              f"{label}: no baseline figure above 0 to compare with")
+            return GateResult(
+                name, "fail", None, bound, f"{label}: no baseline figure above 0 to compare with"
+            )
         observed = round(candidate / baseline, 6)
         label += f", ratio {_f(observed)}"
     ok = observed <= bound if upper else observed >= bound
@@ -800,29 +838,52 @@ def evaluate_gates(gates: Gates, predicate: Mapping[str, Any]) -> list[GateResul
         out.append(_deterministic_gate(ev, gates.min_deterministic_pass_rate))
     # (2): the overall human-rated regression, paired with the baseline.
     if gates.max_overall_regression_points is not None:
-        out.append(_regression_gate("max_overall_regression_points", ev.overall,
-                                    gates.max_overall_regression_points, "overall"))
+        out.append(
+            _regression_gate(
+                "max_overall_regression_points",
+                ev.overall,
+                gates.max_overall_regression_points,
+                "overall",
+            )
+        )
     # (3): each required slice's regression (every slice of the evaluation when none named).
     if gates.max_slice_regression_points is not None:
         names = list(gates.required_slices) or sorted(ev.slices)
         if not names:
-            out.append(GateResult("max_slice_regression_points", "fail", None,
-                                  gates.max_slice_regression_points,
-                                  "the evaluation has no human-rated slices"))
+            out.append(
+                GateResult(
+                    "max_slice_regression_points",
+                    "fail",
+                    None,
+                    gates.max_slice_regression_points,
+                    "the evaluation has no human-rated slices",
+                )
+            )
         for slice_name in names:
-            out.append(_regression_gate(
-                "max_slice_regression_points", ev.slices.get(slice_name),
-                gates.max_slice_regression_points, f"slice {slice_name!r}", slice_name,
-            ))
+            out.append(
+                _regression_gate(
+                    "max_slice_regression_points",
+                    ev.slices.get(slice_name),
+                    gates.max_slice_regression_points,
+                    f"slice {slice_name!r}",
+                    slice_name,
+                )
+            )
     # (4): critical safety failures: an exact count, no sampling interval.
     if gates.max_critical_safety_failures is not None:
         bound = gates.max_critical_safety_failures
         count = len(ev.critical)
         shown = ", ".join(ev.critical[:20]) + (", ..." if count > 20 else "")
         text = f"{count} critical safety failure(s)" + (f" ({shown})" if count else "")
-        out.append(GateResult("max_critical_safety_failures",
-                              "pass" if count <= bound else "fail", count, bound,
-                              f"{text}; at most {bound} allowed"))
+        out.append(
+            GateResult(
+                "max_critical_safety_failures",
+                "pass" if count <= bound else "fail",
+                count,
+                bound,
+                f"{text}; at most {bound} allowed",
+            )
+        )
     # (5): serving figures, measured once each: pass or fail.
     for name, metric, ratio, upper in (
         ("max_p95_ttft_ms", "p95_ttft_ms", False, True),
@@ -964,9 +1025,12 @@ def judge_evaluations(
         if about != digest:
             not_counted.append(NotCounted(signers, f"evaluates {about}, not {digest}"))
         elif baseline is not None and compared != baseline:
-            not_counted.append(NotCounted(
-                signers, f"its baseline is {compared}, not {baseline}, the bundle on the "
-                "alias now"))
+            not_counted.append(
+                NotCounted(
+                    signers,
+                    f"its baseline is {compared}, not {baseline}, the bundle on the alias now",
+                )
+            )
         else:
             counted.append(stmt)
     # (3): no evidence at all: every gate fails for want of it.
@@ -986,11 +1050,13 @@ def judge_evaluations(
         except EvaluationError as exc:
             results = [GateResult("evaluation", "fail", None, 0, str(exc))]
         suite = predicate.get("suite") if isinstance(predicate, Mapping) else None
-        judged.append(JudgedEvaluation(
-            signers=tuple(s.name for s in stmt.signers),
-            suite=suite if isinstance(suite, Mapping) else None,
-            baseline=_predicate_digest(predicate, "baseline"),
-            gates=tuple(results),
-        ))
+        judged.append(
+            JudgedEvaluation(
+                signers=tuple(s.name for s in stmt.signers),
+                suite=suite if isinstance(suite, Mapping) else None,
+                baseline=_predicate_digest(predicate, "baseline"),
+                gates=tuple(results),
+            )
+        )
     blocking = next((j for j in judged if not j.decision.promote), judged[0])
     return GatesJudgement(blocking.gates, tuple(judged), tuple(not_counted))

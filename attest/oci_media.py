@@ -56,10 +56,16 @@ SIGSTORE_BUNDLE: Final = "application/vnd.dev.sigstore.bundle.v0.3+json"
 # from other Sigstore bundles; its layer keeps the Sigstore bundle media type.
 OMS_MODEL_SIG: Final = "application/vnd.dev.modelward.oms.model-sig.v1+json"
 
-ARTIFACT_TYPE_BY_KIND: Final = {"dsse": INTOTO_DSSE, "sigstore": SIGSTORE_BUNDLE,
-                                "oms": OMS_MODEL_SIG}
-LAYER_MEDIA_TYPE_BY_KIND: Final = {"dsse": INTOTO_DSSE, "sigstore": SIGSTORE_BUNDLE,
-                                   "oms": SIGSTORE_BUNDLE}
+ARTIFACT_TYPE_BY_KIND: Final = {
+    "dsse": INTOTO_DSSE,
+    "sigstore": SIGSTORE_BUNDLE,
+    "oms": OMS_MODEL_SIG,
+}
+LAYER_MEDIA_TYPE_BY_KIND: Final = {
+    "dsse": INTOTO_DSSE,
+    "sigstore": SIGSTORE_BUNDLE,
+    "oms": SIGSTORE_BUNDLE,
+}
 # The artifactTypes a pushed referrer may declare for each verified kind (an OMS signature
 # is a Sigstore bundle too, so it may arrive under either name).
 KINDS_BY_ARTIFACT_TYPE: Final = {

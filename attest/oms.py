@@ -146,8 +146,10 @@ def _extra_hint(extra: Sequence[str], statement: Mapping[str, Any]) -> str | Non
     if not named:
         return None
     flags = " ".join(f"--ignore-path {p}" for p in named)
-    return (f"hint: the signature's own ignore_paths name {', '.join(named)}; only the "
-            f"verifier's list counts: pass {flags} to leave them out of the bundle")
+    return (
+        f"hint: the signature's own ignore_paths name {', '.join(named)}; only the "
+        f"verifier's list counts: pass {flags} to leave them out of the bundle"
+    )
 
 
 def _dedup(signers: Sequence[Signer]) -> tuple[Signer, ...]:
@@ -188,8 +190,7 @@ def verify_oms(
     ]
     skipped = sorted(f.path for f in files if f.path not in set(checked))
     if skipped:
-        notes.append(f"present, not signed (empty in a sharded signature): "
-                     f"{', '.join(skipped)}")
+        notes.append(f"present, not signed (empty in a sharded signature): {', '.join(skipped)}")
     if ignores:
         notes.append(f"excluded (--ignore-path), not part of the model: {', '.join(ignores)}")
     return VerifiedStatement(

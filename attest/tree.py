@@ -186,8 +186,11 @@ def _walk(
         other = seen.get(key)
         if other is not None:
             violations.append(
-                TreeViolation(path, "tree.collision", f"collides with {other!r} under "
-                              "case-folding or Unicode normalization")
+                TreeViolation(
+                    path,
+                    "tree.collision",
+                    f"collides with {other!r} under case-folding or Unicode normalization",
+                )
             )
         else:
             seen[key] = path

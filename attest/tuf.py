@@ -56,6 +56,7 @@ __all__ = [
 
 QUARANTINE_ROLE = "quarantine"
 
+
 def alias_path(repo: str, alias: str) -> str:
     """The target path naming what ``repo@alias`` points at."""
     return f"{repo}/aliases/{alias}"
@@ -86,6 +87,7 @@ def online_role(repo: str) -> str:
 def open_role(repo: str) -> str:
     """The role the publishers of ``repo`` sign for its unprotected aliases."""
     return f"{_role_prefix(repo)}@*"
+
 
 # securesystemslib's scheme names for the key types attest.keys accepts.
 _SCHEMES = {"ed25519": "ed25519", "ecdsa-p256": "ecdsa-sha2-nistp256"}
@@ -129,10 +131,12 @@ def public_key_of(key: Key) -> PublicKeyTypes | None:
         expected = tuf_key(found)
     except (KeyError_, ValueError):
         return None
-    same = (key.keyid, key.keytype, key.scheme) == (expected.keyid, expected.keytype,
-                                                     expected.scheme)
+    same = (key.keyid, key.keytype, key.scheme) == (
+        expected.keyid,
+        expected.keytype,
+        expected.scheme,
+    )
     return found if same else None
-
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,15 @@ def proposal_changes(payload: bytes, previous: bytes | None) -> list[TargetChang
 def delegation_changes(payload: bytes, previous: bytes | None) -> list[str]:
     """What a proposed top-level targets changes in its delegations against ``previous``:
     one line per role added, removed or given other keys, threshold or paths."""
+
     def roles(data: bytes | None) -> dict[str, tuple[list[str], int, list[str]]]:
         if data is None:
             return {}
         delegations = Metadata[Targets].from_bytes(data).signed.delegations
-        return {name: (sorted(r.keyids), r.threshold, list(r.paths or []))
-                for name, r in ((delegations.roles or {}) if delegations else {}).items()}
+        return {
+            name: (sorted(r.keyids), r.threshold, list(r.paths or []))
+            for name, r in ((delegations.roles or {}) if delegations else {}).items()
+        }
 
     before, after = roles(previous), roles(payload)
     lines = []
@@ -186,8 +193,10 @@ def delegation_changes(payload: bytes, previous: bytes | None) -> list[str]:
             continue
         keys, threshold, paths = after[name]
         verb = "added" if name not in before else "changed"
-        lines.append(f"role {name}: {verb}: {threshold} of {len(keys)} key(s) "
-                     f"{', '.join(k[:12] for k in keys) or '(none)'}; paths {', '.join(paths)}")
+        lines.append(
+            f"role {name}: {verb}: {threshold} of {len(keys)} key(s) "
+            f"{', '.join(k[:12] for k in keys) or '(none)'}; paths {', '.join(paths)}"
+        )
     return lines
 
 
@@ -202,5 +211,9 @@ def root_summary(data: bytes) -> dict[str, Any]:
     Raises ``ValueError`` for bytes that are not root metadata."""
     root = Metadata[Root].from_bytes(data).signed
     role = root.roles[Root.type]
-    return {"version": root.version, "root_keys": list(role.keyids),
-            "root_threshold": role.threshold, "expires": root.expires.isoformat()}
+    return {
+        "version": root.version,
+        "root_keys": list(role.keyids),
+        "root_threshold": role.threshold,
+        "expires": root.expires.isoformat(),
+    }

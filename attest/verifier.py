@@ -246,8 +246,11 @@ def verify_bundle_result(
     """
     if labels is not None and len(labels) != len(attestations):
         raise ValueError("labels must name every attestation, one label each")
-    names = list(labels) if labels is not None else [f"attestation {i}" for i in range(
-        len(attestations))]
+    names = (
+        list(labels)
+        if labels is not None
+        else [f"attestation {i}" for i in range(len(attestations))]
+    )
     # (1): the bytes within the policy's limit, the digest, the strict parse.
     manifest = parse_manifest(
         manifest_bytes, ManifestLimits(max_bytes=policy.limits.max_manifest_bytes)

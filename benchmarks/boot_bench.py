@@ -38,22 +38,46 @@ if __name__ == "__main__":
 
 def bare_boot(model: Path, dtype: str, env: dict[str, str]) -> float:
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", BARE, str(model), dtype], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", BARE, str(model), dtype], env=env, check=True, capture_output=True
+    )
     return time.monotonic() - start
 
 
-def modelward_boot(reg_url: str, token: str, repo: str, pem: Path, worker_key: Path,
-                   cache: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
+def modelward_boot(
+    reg_url: str,
+    token: str,
+    repo: str,
+    pem: Path,
+    worker_key: Path,
+    cache: Path,
+    env: dict[str, str],
+) -> tuple[float, dict[str, float]]:
     from tests.registry.conftest import MODELWARD
 
     shutil.rmtree(cache, ignore_errors=True)
     full_env = {**env, "MODELWARD_URL": reg_url, "MODELWARD_TOKEN": token}
     start = time.monotonic()
     proc = subprocess.run(
-        [MODELWARD, "boot", f"{repo}@canary", "--public-key", str(pem), "--cache-dir", str(cache),
-         "--worker-key", str(worker_key), "--timings", "--", "--enforce-eager"],
-        env=full_env, capture_output=True, text=True, check=False)
+        [
+            MODELWARD,
+            "boot",
+            f"{repo}@canary",
+            "--public-key",
+            str(pem),
+            "--cache-dir",
+            str(cache),
+            "--worker-key",
+            str(worker_key),
+            "--timings",
+            "--",
+            "--enforce-eager",
+        ],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     total = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"modelward boot failed:\n{proc.stderr[-3000:]}")
@@ -82,16 +106,23 @@ def main() -> None:
     else:
         make_tiny_llama(model)
     if not (model / "modelward.yaml").exists():
-        (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
-                                                                   max_model_len=256))
+        (model / "modelward.yaml").write_text(
+            render_spec_template(dtype="float32", max_model_len=256)
+        )
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with published_for_a_worker(work, model) as published:
         bare, ours, phases = [], [], []
         for _ in range(args.repeat):
             bare.append(bare_boot(model, "float32", env))
-            total, phase = modelward_boot(published.url, published.worker_token,
-                                          published.repo, published.publisher_pem,
-                                          published.worker_key, work / "cache", env)
+            total, phase = modelward_boot(
+                published.url,
+                published.worker_token,
+                published.repo,
+                published.publisher_pem,
+                published.worker_key,
+                work / "cache",
+                env,
+            )
             ours.append(total)
             phases.append(phase)
     print(f"| phase | median s (n={args.repeat}) |")

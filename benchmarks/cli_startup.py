@@ -54,8 +54,13 @@ def main() -> None:
         (bundle / "config.json").write_text("{}")
         config = Path(tmp) / "config"
         url = f"http://127.0.0.1:{closed_port()}"
-        env = {**os.environ, "XDG_CONFIG_HOME": str(config), "COLUMNS": "100",
-               "MODELWARD_URL": url, "MODELWARD_TOKEN": "mw_benchmark"}
+        env = {
+            **os.environ,
+            "XDG_CONFIG_HOME": str(config),
+            "COLUMNS": "100",
+            "MODELWARD_URL": url,
+            "MODELWARD_TOKEN": "mw_benchmark",
+        }
         mw = str(BIN / "modelward")
         cases = {
             "python -c pass (floor)": [sys.executable, "-c", "pass"],
@@ -66,8 +71,12 @@ def main() -> None:
             "modelward login --help": [mw, "login", "--help"],
             "modelward alias get (closed port)": [mw, "alias", "get", "acme/x@prod"],
             "model_signing --help (peer)": [str(BIN / "model_signing"), "--help"],
-            "model_signing sign key --help (peer)": [str(BIN / "model_signing"), "sign",
-                                                     "key", "--help"],
+            "model_signing sign key --help (peer)": [
+                str(BIN / "model_signing"),
+                "sign",
+                "key",
+                "--help",
+            ],
         }
         rows = {}
         for name, argv in cases.items():
@@ -80,8 +89,9 @@ def main() -> None:
     floor = rows["python -c pass (floor)"]["median_s"]
     print(f"{'command':42} {'median':>8} {'p90':>8} {'minus floor':>12}")
     for name, row in rows.items():
-        print(f"{name:42} {row['median_s']:8.3f} {row['p90_s']:8.3f} "
-              f"{row['median_s'] - floor:12.3f}")
+        print(
+            f"{name:42} {row['median_s']:8.3f} {row['p90_s']:8.3f} {row['median_s'] - floor:12.3f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -85,10 +85,16 @@ def docker_registry(base: Path) -> Iterator[tuple[str, int]]:
 
     port = free_port()
     config = base / "peer.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {base / 'peer'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([DOCKER_REGISTRY, "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {base / 'peer'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [DOCKER_REGISTRY, "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     import httpx
 
     for _ in range(300):
@@ -153,41 +159,69 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="oci-bench-"))
     mw = start_registry("sqlite", base / "mw", None)
     results: dict[str, dict[str, list[float]]] = {
-        "modelward": {"push": [], "pull": []}, "docker-registry": {"push": [], "pull": []}}
+        "modelward": {"push": [], "pull": []},
+        "docker-registry": {"push": [], "pull": []},
+    }
     try:
         pub = new_publisher(mw)
         repo = mw.repo(pub.actor)
         auth = base / "auth.json"
         skopeo_login(mw, pub.name, pub.actor.token, auth)
         assert mw.server.proc is not None
-        with docker_registry(base) as (peer_host, peer_pid), \
-                PeakRss(os.getpgid(mw.server.proc.pid)) as mw_rss, \
-                PeakRss(os.getpgid(peer_pid)) as peer_rss:
+        with (
+            docker_registry(base) as (peer_host, peer_pid),
+            PeakRss(os.getpgid(mw.server.proc.pid)) as mw_rss,
+            PeakRss(os.getpgid(peer_pid)) as peer_rss,
+        ):
             for i in range(args.repeat):
                 bundle = make_bundle(pub, base / "bundles", size, f"bench-{i}-{time.time_ns()}")
                 layout = write_layout(bundle, base / f"layout-{i}", "v1")  # type: ignore[arg-type]
                 digest = bundle.digest  # type: ignore[attr-defined]
-                for name, host, a in (("modelward", host_of(mw), auth),
-                                      ("docker-registry", peer_host, None)):
+                for name, host, a in (
+                    ("modelward", host_of(mw), auth),
+                    ("docker-registry", peer_host, None),
+                ):
                     ref = f"docker://{host}/{repo}@{digest}"
-                    results[name]["push"].append(timed(
-                        "copy", "--dest-tls-verify=false", "--preserve-digests",
-                        f"oci:{layout}:v1", ref, auth=a))
+                    results[name]["push"].append(
+                        timed(
+                            "copy",
+                            "--dest-tls-verify=false",
+                            "--preserve-digests",
+                            f"oci:{layout}:v1",
+                            ref,
+                            auth=a,
+                        )
+                    )
                     if name == "modelward":  # its signature, so it is a bundle (untimed)
-                        oras_attach(mw, pub.name, pub.actor.token, repo, subject=digest,
-                                    subject_size=len(bundle.built.manifest.raw),  # type: ignore[attr-defined]
-                                    data=bundle.signature, tmp=base,  # type: ignore[attr-defined]
-                                    artifact_type="application/vnd.in-toto+json")
+                        oras_attach(
+                            mw,
+                            pub.name,
+                            pub.actor.token,
+                            repo,
+                            subject=digest,
+                            subject_size=len(bundle.built.manifest.raw),  # type: ignore[attr-defined]
+                            data=bundle.signature,
+                            tmp=base,  # type: ignore[attr-defined]
+                            artifact_type="application/vnd.in-toto+json",
+                        )
                     out = base / f"out-{name}-{i}"
-                    results[name]["pull"].append(timed(
-                        "copy", "--src-tls-verify=false", "--preserve-digests", ref,
-                        f"oci:{out}:v1", auth=a))
+                    results[name]["pull"].append(
+                        timed(
+                            "copy",
+                            "--src-tls-verify=false",
+                            "--preserve-digests",
+                            ref,
+                            f"oci:{out}:v1",
+                            auth=a,
+                        )
+                    )
                     shutil.rmtree(out)
                 shutil.rmtree(layout)
                 shutil.rmtree(bundle.root)  # type: ignore[attr-defined]
         mb = size / 1e6
-        version = subprocess.run(["skopeo", "--version"], capture_output=True, text=True,
-                                 check=False).stdout.strip()
+        version = subprocess.run(
+            ["skopeo", "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip()
         print(f"size {args.size_mib} MiB, {args.repeat} runs each, {version}")
         print(f"{'':18}{'push MB/s (median)':>22}{'pull MB/s (median)':>22}{'peak RSS MiB':>14}")
         medians = {}
@@ -197,11 +231,15 @@ def main() -> None:
             medians[name] = (mb / push, mb / pull)
             runs = ", ".join(f"{mb / t:.0f}" for t in results[name]["push"])
             runs2 = ", ".join(f"{mb / t:.0f}" for t in results[name]["pull"])
-            print(f"{name:18}{mb / push:>14.0f} ({runs}){mb / pull:>14.0f} ({runs2})"
-                  f"{rss / 1024:>10.0f}")
-        print(f"ratio modelward / docker-registry: push "
-              f"{medians['modelward'][0] / medians['docker-registry'][0]:.2f}x, pull "
-              f"{medians['modelward'][1] / medians['docker-registry'][1]:.2f}x")
+            print(
+                f"{name:18}{mb / push:>14.0f} ({runs}){mb / pull:>14.0f} ({runs2})"
+                f"{rss / 1024:>10.0f}"
+            )
+        print(
+            f"ratio modelward / docker-registry: push "
+            f"{medians['modelward'][0] / medians['docker-registry'][0]:.2f}x, pull "
+            f"{medians['modelward'][1] / medians['docker-registry'][1]:.2f}x"
+        )
     finally:
         mw.close()
         mw.server.stop()

@@ -56,8 +56,9 @@ FILEPATH = "org.cncf.model.filepath"
 
 
 # -- the plain client (runs in its own process) ---------------------------------------------
-def plain_pull(url: str, token: str, repo: str, out: Path, workers: int,
-               read_size: int | None = 1 << 20) -> None:
+def plain_pull(
+    url: str, token: str, repo: str, out: Path, workers: int, read_size: int | None = 1 << 20
+) -> None:
     """Resolve, fetch the manifest, then stream + sha256 + write every blob, in pieces of
     ``read_size`` (None: as the transport read them)."""
     import httpx
@@ -65,8 +66,9 @@ def plain_pull(url: str, token: str, repo: str, out: Path, workers: int,
     org, name = repo.split("/")
     headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
     with httpx.Client(base_url=url, headers=headers, timeout=600) as http:
-        digest = http.get(f"/v1/repos/{org}/{name}/aliases/{ALIAS}").raise_for_status().json()[
-            "digest"]
+        digest = (
+            http.get(f"/v1/repos/{org}/{name}/aliases/{ALIAS}").raise_for_status().json()["digest"]
+        )
         raw = http.get(f"/v1/repos/{org}/{name}/bundles/{digest}/manifest").raise_for_status()
         layers = json.loads(raw.content)["layers"]
 
@@ -75,8 +77,10 @@ def plain_pull(url: str, token: str, repo: str, out: Path, workers: int,
             target = out / layer["annotations"][FILEPATH]
             target.parent.mkdir(parents=True, exist_ok=True)
             hasher = hashlib.sha256()
-            with http.stream("GET", f"/v1/blobs/{layer['digest']}") as response, \
-                    target.open("wb") as fh:
+            with (
+                http.stream("GET", f"/v1/blobs/{layer['digest']}") as response,
+                target.open("wb") as fh,
+            ):
                 response.raise_for_status()
                 for block in response.iter_raw(read_size):
                     hasher.update(block)
@@ -107,8 +111,7 @@ def distinct_blobs(client: Any, repo: str, digest: str) -> int:
     """How many blobs pull downloads for ``repo@digest``."""
     from modelward.attest.manifest import parse_manifest
 
-    return len({layer.digest for layer in parse_manifest(client.get_manifest(repo,
-                                                                              digest)).layers})
+    return len({layer.digest for layer in parse_manifest(client.get_manifest(repo, digest)).layers})
 
 
 def _hwm_kib(pid: int) -> int:
@@ -145,17 +148,21 @@ def main() -> None:
     parser.add_argument("--size-gib", type=float, default=2.0)
     parser.add_argument("--files", type=int, default=4, help="safetensors files (default 4)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=4,
-                        help="the parallelism pull is asked for (default 4, as the CLI)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="the parallelism pull is asked for (default 4, as the CLI)",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     parser.add_argument("--unchunked", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--plain", nargs=4, metavar=("URL", "TOKEN", "REPO", "OUT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--plain", nargs=4, metavar=("URL", "TOKEN", "REPO", "OUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.plain:
         url, token, repo, out = args.plain
-        plain_pull(url, token, repo, Path(out), args.workers,
-                   None if args.unchunked else 1 << 20)
+        plain_pull(url, token, repo, Path(out), args.workers, None if args.unchunked else 1 << 20)
         return
 
     sys.path.insert(0, str(REPO_ROOT))
@@ -182,26 +189,50 @@ def main() -> None:
 
         def cmd(kind: str, out: Path) -> list[str]:
             if kind == "modelward pull":
-                return [MODELWARD, "pull", f"{repo}@{ALIAS}", "--public-key", str(key),
-                        "--cache-dir", str(out)]
+                return [
+                    MODELWARD,
+                    "pull",
+                    f"{repo}@{ALIAS}",
+                    "--public-key",
+                    str(key),
+                    "--cache-dir",
+                    str(out),
+                ]
             workers = "1" if kind == "plain (1)" else str(par)
             unchunked = ["--unchunked"] if "unchunked" in kind else []
-            return [py, me, "--workers", workers, *unchunked, "--plain", mw.url,
-                    pub.actor.token, repo, str(out)]
+            return [
+                py,
+                me,
+                "--workers",
+                workers,
+                *unchunked,
+                "--plain",
+                mw.url,
+                pub.actor.token,
+                repo,
+                str(out),
+            ]
 
-        par = download_workers(args.workers, distinct_blobs(pub.actor.client, repo,
-                                                            pushed.digest))
-        kinds = list(dict.fromkeys(["modelward pull", "plain (1)", f"plain ({par})",
-                                    f"plain ({par}, unchunked)"]))
-        where = subprocess.run([py, "-P", "-c", "import modelward; print(modelward.__file__)"],
-                               env=env, capture_output=True, text=True, check=True).stdout
+        par = download_workers(args.workers, distinct_blobs(pub.actor.client, repo, pushed.digest))
+        kinds = list(
+            dict.fromkeys(
+                ["modelward pull", "plain (1)", f"plain ({par})", f"plain ({par}, unchunked)"]
+            )
+        )
+        where = subprocess.run(
+            [py, "-P", "-c", "import modelward; print(modelward.__file__)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         run_timed(cmd("plain (1)", base / "warm"), env)  # the server's page cache, untimed
         shutil.rmtree(base / "warm")
         times: dict[str, list[float]] = {k: [] for k in kinds}
         rss: dict[str, int] = dict.fromkeys(kinds, 0)
         for i in range(args.repeat):
             # Each round starts with the next client, so none always follows the same one.
-            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+            for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 out = base / f"out-{i}-{kinds.index(kind)}"
                 os.sync()  # no run pays for the write-back of the previous run's files
                 elapsed, peak = run_timed(cmd(kind, out), env)
@@ -216,19 +247,31 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
     load = os.getloadavg()
-    print(f"\n{total / GiB:.2f} GiB ({total} bytes, {args.files} safetensors + 3 configs), "
-          f"digest {pushed.digest[:19]}..., {args.repeat} runs each, nproc {os.cpu_count()}, "
-          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\nmodelward pull ran {where.strip()}")
+    print(
+        f"\n{total / GiB:.2f} GiB ({total} bytes, {args.files} safetensors + 3 configs), "
+        f"digest {pushed.digest[:19]}..., {args.repeat} runs each, nproc {os.cpu_count()}, "
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\nmodelward pull ran {where.strip()}"
+    )
     print("| client | MB/s (median) | runs | vs pull | peak RSS MiB |\n|---|---|---|---|---|")
     pull_mbs = total / statistics.median(times["modelward pull"]) / 1e6
-    report: dict[str, Any] = {"bytes": total, "files": args.files, "repeat": args.repeat,
-                              "nproc": os.cpu_count(), "load": load, "clients": {}}
+    report: dict[str, Any] = {
+        "bytes": total,
+        "files": args.files,
+        "repeat": args.repeat,
+        "nproc": os.cpu_count(),
+        "load": load,
+        "clients": {},
+    }
     for kind in kinds:
         mbs = total / statistics.median(times[kind]) / 1e6
         runs = ", ".join(f"{total / t / 1e6:.0f}" for t in times[kind])
         print(f"| {kind} | {mbs:.0f} | {runs} | {mbs / pull_mbs:.2f}x | {rss[kind] / 1024:.0f} |")
-        report["clients"][kind] = {"mb_s": mbs, "seconds": times[kind],
-                                   "ratio_to_pull": mbs / pull_mbs, "peak_rss_kib": rss[kind]}
+        report["clients"][kind] = {
+            "mb_s": mbs,
+            "seconds": times[kind],
+            "ratio_to_pull": mbs / pull_mbs,
+            "peak_rss_kib": rss[kind],
+        }
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
 

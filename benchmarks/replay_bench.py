@@ -56,12 +56,17 @@ if __name__ == "__main__":
 PROMPTS = ["hello world", "the quick brown fox", "a model release"]
 
 
-def bare_replay(model: Path, requests: Path, runs: int, env: dict[str, str]
-                ) -> tuple[float, dict[str, float]]:
+def bare_replay(
+    model: Path, requests: Path, runs: int, env: dict[str, str]
+) -> tuple[float, dict[str, float]]:
     out = requests.with_name("bare.json")
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", BARE, str(model), str(requests), str(runs), str(out)],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", BARE, str(model), str(requests), str(runs), str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return time.monotonic() - start, json.loads(out.read_text())
 
 
@@ -69,8 +74,9 @@ def modelward_replay(env: dict[str, str], args: list[str]) -> tuple[float, dict[
     from tests.registry.conftest import MODELWARD
 
     start = time.monotonic()
-    proc = subprocess.run([MODELWARD, "replay", *args], env=env, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [MODELWARD, "replay", *args], env=env, capture_output=True, text=True, check=False
+    )
     total = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"modelward replay failed:\n{proc.stderr[-3000:]}")
@@ -82,8 +88,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--compiled", action="store_true",
-                        help="also time one replay without --enforce-eager")
+    parser.add_argument(
+        "--compiled", action="store_true", help="also time one replay without --enforce-eager"
+    )
     args = parser.parse_args()
 
     from benchmarks._worker_setup import published_for_a_worker
@@ -92,19 +99,35 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="replay-bench-"))
     model = make_tiny_llama(work / "model")
-    (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
-                                                               max_model_len=256))
+    (model / "modelward.yaml").write_text(render_spec_template(dtype="float32", max_model_len=256))
     requests = work / "requests.jsonl"
-    requests.write_text("".join(json.dumps({"id": f"r{i}", "prompt": p, "max_tokens": 8,
-                                            "seed": i, "temperature": 0}) + "\n"
-                                for i, p in enumerate(PROMPTS)))
+    requests.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "prompt": p, "max_tokens": 8, "seed": i, "temperature": 0})
+            + "\n"
+            for i, p in enumerate(PROMPTS)
+        )
+    )
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with published_for_a_worker(work, model) as published:
         wenv = {**env, "MODELWARD_URL": published.url, "MODELWARD_TOKEN": published.worker_token}
-        common = [str(requests), "--bundle", f"{published.repo}@canary", "--public-key",
-                  str(published.publisher_pem), "--unsigned-aliases", "--cache-dir",
-                  str(work / "cache"), "--worker-key", str(published.worker_key),
-                  "--runs", str(args.runs), "--concurrency", str(len(PROMPTS)), "--json"]
+        common = [
+            str(requests),
+            "--bundle",
+            f"{published.repo}@canary",
+            "--public-key",
+            str(published.publisher_pem),
+            "--unsigned-aliases",
+            "--cache-dir",
+            str(work / "cache"),
+            "--worker-key",
+            str(published.worker_key),
+            "--runs",
+            str(args.runs),
+            "--concurrency",
+            str(len(PROMPTS)),
+            "--json",
+        ]
         bare, bare_parts, ours = [], [], []
         report: dict[str, object] = {}
         for _ in range(args.repeat):
@@ -126,8 +149,10 @@ def main() -> None:
     print(f"| ratio modelward / bare | {statistics.median(ours) / statistics.median(bare):.2f} |")
     loop = statistics.median(p["replay"] for p in bare_parts)
     print(f"| bare ms per execution | {1000 * loop / executions:.2f} |")
-    print(f"consecutive_matches {report.get('consecutive_matches')} of {executions}, "
-          f"attached {report.get('attached')}")
+    print(
+        f"consecutive_matches {report.get('consecutive_matches')} of {executions}, "
+        f"attached {report.get('attached')}"
+    )
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -144,9 +144,9 @@ def metadata_paths(client: RegistryClient, repos: list[str], online: bool) -> li
     over every repository's delegated alias role (URL paths as python-tuf quotes role names)."""
     timestamp = Metadata[Timestamp].from_bytes(client.tuf_file("timestamp.json")).signed
     snapshot_version = timestamp.snapshot_meta.version
-    snapshot = Metadata[Snapshot].from_bytes(
-        client.tuf_file(f"{snapshot_version}.snapshot.json")
-    ).signed
+    snapshot = (
+        Metadata[Snapshot].from_bytes(client.tuf_file(f"{snapshot_version}.snapshot.json")).signed
+    )
     top = [
         "/tuf/timestamp.json",
         f"/tuf/{snapshot_version}.snapshot.json",
@@ -175,8 +175,9 @@ def wrk_paths(
         "  return wrk.format(nil, paths[i])\n"
         "end\n"
     )
-    return wrk(base + paths[0], {"Authorization": f"Bearer {token}"}, duration, conns,
-               script=script)
+    return wrk(
+        base + paths[0], {"Authorization": f"Bearer {token}"}, duration, conns, script=script
+    )
 
 
 def bump_timestamp(database_url: str, keys_dir: Path) -> None:
@@ -207,9 +208,15 @@ def refresh_times(
     def resolve(repo: str, alias: str, digest: str, cache: Path) -> tuple[float, int, int]:
         fetcher = CountingFetcher(client.tuf_fetcher())
         start = time.perf_counter()
-        got = resolve_alias(repo, alias, metadata_url=client.tuf_url, cache_dir=cache,
-                            trust_root=root, fetcher=fetcher,
-                            online_aliases=("*",) if online else ())
+        got = resolve_alias(
+            repo,
+            alias,
+            metadata_url=client.tuf_url,
+            cache_dir=cache,
+            trust_root=root,
+            fetcher=fetcher,
+            online_aliases=("*",) if online else (),
+        )
         elapsed = time.perf_counter() - start
         if got.digest != digest:
             raise RuntimeError(f"{repo}@{alias} resolved to {got.digest}, not {digest}")
@@ -243,8 +250,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--aliases", type=int, default=1000)
     parser.add_argument("--repos", type=int, default=100)
-    parser.add_argument("--setup", choices=("publisher", "online"), default="publisher",
-                        help="who signs the aliases' TUF roles (default: the publisher)")
+    parser.add_argument(
+        "--setup",
+        choices=("publisher", "online"),
+        default="publisher",
+        help="who signs the aliases' TUF roles (default: the publisher)",
+    )
     parser.add_argument("--runs", type=int, default=20, help="refreshes per median")
     parser.add_argument("--duration", type=int, default=15, help="seconds per wrk row")
     parser.add_argument("--connections", type=int, default=50)
@@ -293,15 +304,21 @@ def main() -> None:
             print(f"timestamp.json: {results['metadata_timestamp']}", file=sys.stderr)
             keys_dir = work / f"serve-{serve.port}" / "tuf-keys"
             results["refresh"] = refresh_times(
-                work, client, made, opts.runs, opts.setup == "online",
+                work,
+                client,
+                made,
+                opts.runs,
+                opts.setup == "online",
                 lambda: bump_timestamp(database_url, keys_dir),
             )
             client.close()
         finally:
             serve.stop()
         opts.out.write_text(json.dumps(results, indent=2))
-        results["alias_mlflow"] = None if opts.skip_mlflow else _guarded(
-            bench_mlflow, work, pg, opts.mlflow_venv, opts.duration, opts.connections
+        results["alias_mlflow"] = (
+            None
+            if opts.skip_mlflow
+            else _guarded(bench_mlflow, work, pg, opts.mlflow_venv, opts.duration, opts.connections)
         )
         results["machine"]["loadavg_end"] = os.getloadavg()
     finally:
@@ -331,8 +348,7 @@ def render(r: dict[str, Any]) -> str:
         if not x:
             return "not run"
         errors = f", {x['non_2xx']} non-2xx" if x.get("non_2xx") else ""
-        return (f"{x['rps']:.0f} req/s, p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
-                f"{errors}")
+        return f"{x['rps']:.0f} req/s, p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms{errors}"
 
     def met(value: bool | None) -> str:
         return "not run" if value is None else ("met" if value else "**not met**")

@@ -70,14 +70,18 @@ class Runner:
         return self.redact(text)
 
     def _echo_output(self, text: str) -> None:
-        lines = [line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
-                 for line in self.redact(text).splitlines() if line.strip()]
+        lines = [
+            line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
+            for line in self.redact(text).splitlines()
+            if line.strip()
+        ]
         if len(lines) > MAX_SHOWN_LINES:
             hidden = len(lines) - MAX_SHOWN_LINES
             lines = [*lines[: MAX_SHOWN_LINES - 2], f"... ({hidden} more lines)", *lines[-2:]]
         for line in lines:
-            self.console.print(f"    {line}", style="dim", markup=False, highlight=False,
-                               soft_wrap=True)
+            self.console.print(
+                f"    {line}", style="dim", markup=False, highlight=False, soft_wrap=True
+            )
 
     # -- commands --------------------------------------------------------------------------
     def modelward(self) -> str:
@@ -112,15 +116,28 @@ class Runner:
         """
         display_env = dict(env or {})
         program = "python" if python else "modelward"
-        self.console.print(f"  $ {self.shown([program, *argv], display_env)}", style="bold cyan",
-                           markup=False, highlight=False, soft_wrap=True)
+        self.console.print(
+            f"  $ {self.shown([program, *argv], display_env)}",
+            style="bold cyan",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         real = [sys.executable if python else self.modelward(), *map(self.unredact, argv)]
         try:
-            proc = subprocess.run(real, cwd=self.repo_root, env=self.env_for(display_env),
-                                  capture_output=True, text=True, timeout=timeout, check=False)
+            proc = subprocess.run(
+                real,
+                cwd=self.repo_root,
+                env=self.env_for(display_env),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise StepFailedError(
-                f"`{program} {argv[0]}` did not finish in {timeout:.0f} s") from exc
+                f"`{program} {argv[0]}` did not finish in {timeout:.0f} s"
+            ) from exc
         if secret_last_line and proc.returncode == 0:
             lines = proc.stdout.strip().splitlines()
             if lines and lines[-1].strip():
@@ -136,17 +153,28 @@ class Runner:
         self.console.print(f"    -> exit {proc.returncode} ({status})", style="green")
         return proc
 
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path,
-              python: bool = False) -> subprocess.Popen[bytes]:
+    def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, python: bool = False
+    ) -> subprocess.Popen[bytes]:
         """Start ``modelward ARGV`` in the background (output to ``log``); stopped at the end."""
         program = "python" if python else "modelward"
-        self.console.print(f"  $ {self.shown([program, *argv], env)} &", style="bold cyan",
-                           markup=False, highlight=False, soft_wrap=True)
+        self.console.print(
+            f"  $ {self.shown([program, *argv], env)} &",
+            style="bold cyan",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         real = [sys.executable if python else self.modelward(), *map(self.unredact, argv)]
         with log.open("wb") as out:
-            proc = subprocess.Popen(real, cwd=self.repo_root, env=self.env_for(env),
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                real,
+                cwd=self.repo_root,
+                env=self.env_for(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.background.append(proc)
         return proc
 
@@ -180,17 +208,20 @@ class Runner:
         try:
             outcome = body()
         except StepSkippedError as exc:
-            self.console.print(f"  SKIPPED: {exc}", style="bold yellow", markup=False,
-                               soft_wrap=True)
+            self.console.print(
+                f"  SKIPPED: {exc}", style="bold yellow", markup=False, soft_wrap=True
+            )
             self.results.append(StepResult(number, title, "skipped", str(exc)))
         except StepFailedError as exc:
-            self.console.print(f"  FAILED: {self.redact(str(exc))}", style="bold red",
-                               markup=False, soft_wrap=True)
+            self.console.print(
+                f"  FAILED: {self.redact(str(exc))}", style="bold red", markup=False, soft_wrap=True
+            )
             self.results.append(StepResult(number, title, "failed", self.redact(str(exc))))
             self.aborted = True
         else:
-            self.console.print(f"  OK: {self.redact(outcome)}", style="bold green",
-                               markup=False, soft_wrap=True)
+            self.console.print(
+                f"  OK: {self.redact(outcome)}", style="bold green", markup=False, soft_wrap=True
+            )
             self.results.append(StepResult(number, title, "ok", self.redact(outcome)))
 
     def summary(self) -> bool:
@@ -202,8 +233,7 @@ class Runner:
         table.add_column("outcome", overflow="fold")
         styles = {"ok": "green", "failed": "bold red", "skipped": "yellow", "not run": "dim"}
         for r in self.results:
-            table.add_row(str(r.number), r.title, f"[{styles[r.status]}]{r.status}[/]",
-                          r.outcome)
+            table.add_row(str(r.number), r.title, f"[{styles[r.status]}]{r.status}[/]", r.outcome)
         self.console.print()
         self.console.print(table)
         failed = [r for r in self.results if r.status in ("failed", "not run")]

@@ -20,8 +20,12 @@ REPO = "acme/tiny-llama"
 PRINCIPALS = (
     ("alice", "publisher", "$ALICE_TOKEN", "publisher: builds, signs and pushes bundles"),
     ("bob", "publisher", "$BOB_TOKEN", "release manager: moves the prod alias"),
-    ("carol", "reviewer", "$CAROL_TOKEN", "security reviewer: signs prod moves, quarantines, "
-     "audits"),
+    (
+        "carol",
+        "reviewer",
+        "$CAROL_TOKEN",
+        "security reviewer: signs prod moves, quarantines, audits",
+    ),
     ("dave", "reviewer", "$DAVE_TOKEN", "second reviewer: prod needs two signatures"),
     ("worker-1", "reader", "$WORKER_TOKEN", "serving worker: pulls, verifies, boots vLLM"),
 )
@@ -51,8 +55,16 @@ def _expect(text: str, *needles: str) -> None:
 class Story:
     """The state the steps share: URLs, digests, paths."""
 
-    def __init__(self, runner: Runner, *, workdir: Path, port: int, serve_port: int,
-                 admin_token: str, skip_vllm: bool) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        workdir: Path,
+        port: int,
+        serve_port: int,
+        admin_token: str,
+        skip_vllm: bool,
+    ) -> None:
         self.r = runner
         self.workdir = workdir
         self.data = workdir / "data"
@@ -75,8 +87,13 @@ class Story:
     def has(self, *words: str) -> bool:
         """Does this modelward have the command ``words``?"""
         if words not in self._commands:
-            proc = subprocess.run([self.r.modelward(), *words, "--help"], capture_output=True,
-                                  env=self.r.base_env, check=False, timeout=120)
+            proc = subprocess.run(
+                [self.r.modelward(), *words, "--help"],
+                capture_output=True,
+                env=self.r.base_env,
+                check=False,
+                timeout=120,
+            )
             self._commands[words] = proc.returncode == 0
         return self._commands[words]
 
@@ -94,19 +111,34 @@ class Story:
     def trust(self, cache: str = "cache") -> list[str]:
         """The worker's own trust, pinned out of band: the publisher's public key and the
         registry's TUF root."""
-        return ["--public-key", str(self.keys / "alice.key.pub"),
-                "--trust-root", str(self.workdir / "root.json"),
-                "--cache-dir", str(self.workdir / cache)]
+        return [
+            "--public-key",
+            str(self.keys / "alice.key.pub"),
+            "--trust-root",
+            str(self.workdir / "root.json"),
+            "--cache-dir",
+            str(self.workdir / cache),
+        ]
 
     def reviewers_sign(self, digest: str) -> None:
         """carol, then dave, sign the pending prod proposal for ``digest`` with their keys."""
         for name in ("carol", "dave"):
-            self.r.run(["approve", f"{REPO}@{digest}", "--alias", "prod", "--key",
-                        str(self.keys / f"{name}.key")], env=self.as_(name))
+            self.r.run(
+                [
+                    "approve",
+                    f"{REPO}@{digest}",
+                    "--alias",
+                    "prod",
+                    "--key",
+                    str(self.keys / f"{name}.key"),
+                ],
+                env=self.as_(name),
+            )
 
     def note(self, text: str) -> None:
-        self.r.console.print(f"  {self.r.redact(text)}", style="magenta", markup=False,
-                             soft_wrap=True)
+        self.r.console.print(
+            f"  {self.r.redact(text)}", style="magenta", markup=False, soft_wrap=True
+        )
 
     def add_publisher(self, principal: str) -> None:
         """An admin lets ``principal`` publish to REPO (the CLI command, or the HTTP API)."""
@@ -115,63 +147,131 @@ class Story:
             return
         path = f"/v1/repos/{REPO}/publishers"
         self.note("(no `modelward repo add-publisher` command yet; the HTTP API call:)")
-        self.note(f"curl -s -X POST $MODELWARD_URL{path} -H \"Authorization: Bearer "
-                  f"$ADMIN_TOKEN\" -H 'Content-Type: application/json' "
-                  f"-d '{{\"principal\": \"{principal}\"}}'")
-        answer = httpx.post(f"{self.url}{path}", json={"principal": principal}, timeout=30,
-                            headers={"Authorization": f"Bearer {self.admin_token}"})
+        self.note(
+            f'curl -s -X POST $MODELWARD_URL{path} -H "Authorization: Bearer '
+            f"$ADMIN_TOKEN\" -H 'Content-Type: application/json' "
+            f'-d \'{{"principal": "{principal}"}}\''
+        )
+        answer = httpx.post(
+            f"{self.url}{path}",
+            json={"principal": principal},
+            timeout=30,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+        )
         if answer.status_code != 201:
             raise StepFailedError(
-                f"adding publisher {principal}: {answer.status_code} {answer.text}")
+                f"adding publisher {principal}: {answer.status_code} {answer.text}"
+            )
         self.r.console.print(f"    {answer.text}", style="dim", markup=False)
 
     # -- the story -------------------------------------------------------------------------
     def play(self) -> None:
         steps = [
-            ("Start a registry", "modelward serve: SQLite and local blobs under $DEMO/data, "
-             "admin token from MODELWARD_BOOTSTRAP_TOKEN.", self.start_registry),
-            ("Principals and tokens", "Five people and machines, each with their own role "
-             "and API token, created over the API by the admin (tokens are shown once, "
-             "stored hashed).", self.principals),
-            ("Build a bundle", "A tiny random Llama; modelward.yaml pins its serving inputs; "
-             "the content scan admits only safe formats; one digest names it all.",
-             self.build_bundle),
-            ("Signing keys", "alice (publisher), carol and dave (reviewers) generate signing "
-             "keys and register their public halves; the worker gets a key for its baselines. "
-             "Private keys never leave their owners' machines.", self.keys_step),
-            ("Sign provenance", "alice signs SLSA provenance about this exact digest (DSSE) "
-             "and checks it locally.", self.sign),
-            ("Push", "the admin makes alice an owner of the org acme, whose floor protects "
-             "prod; alice creates the repository with a policy whose prod needs two "
-             "reviewers' signatures, the admin lets bob publish there too; alice uploads "
-             "blobs, manifest and provenance and points staging at it.", self.push),
-            ("Refused alias moves", "prod is protected: a reader may not move it at all, and "
-             "the publisher may not approve her own bundle, neither by token nor by key.",
-             self.refused_moves),
-            ("prod proposed", "bob, the release manager, moves prod: a protected alias "
-             "becomes a proposal (the next version of prod's TUF role), not a move.",
-             self.propose_prod),
-            ("Reviewers sign", "carol and dave each see what changes and sign it on their own "
-             "machine; at two signatures the registry verifies them and publishes.",
-             self.sign_prod),
-            ("Worker pulls and verifies", "worker-1 pins the registry's TUF root and resolves "
-             "prod through signed metadata, then checks digest, signatures against ITS "
-             "policy, scan, and makes a read-only materialized copy.", self.pull),
-            ("Boot vLLM and record a baseline", "Re-hash right before the engine opens the "
-             "files, boot with pinned arguments, record a signed determinism baseline.",
-             self.boot),
-            ("Generate a reply", "`modelward boot --serve` runs vLLM's OpenAI-compatible "
-             "server from the verified directory; ask it something.", self.reply),
-            ("Tampered blob refused", "An attacker flips one byte in the worker's cache: "
-             "verify and boot both refuse it.", self.tamper),
-            ("Release v2", "alice pushes a second bundle (signed during push), bob proposes "
-             "it for prod, carol and dave sign.", self.release_v2),
-            ("Quarantine", "carol finds a problem in v2 and quarantines it, signing the "
-             "quarantine role: no worker will load it anywhere.", self.quarantine),
-            ("prod rolled back", "bob proposes rolling prod back to v1, both reviewers sign; "
-             "the history records the rollback and workers pull v1 again.", self.rollback),
-            ("Audit", "carol pages through the audit log and recomputes its hash chain, "
-             "through the API and straight from the database.", self.audit),
+            (
+                "Start a registry",
+                "modelward serve: SQLite and local blobs under $DEMO/data, "
+                "admin token from MODELWARD_BOOTSTRAP_TOKEN.",
+                self.start_registry,
+            ),
+            (
+                "Principals and tokens",
+                "Five people and machines, each with their own role "
+                "and API token, created over the API by the admin (tokens are shown once, "
+                "stored hashed).",
+                self.principals,
+            ),
+            (
+                "Build a bundle",
+                "A tiny random Llama; modelward.yaml pins its serving inputs; "
+                "the content scan admits only safe formats; one digest names it all.",
+                self.build_bundle,
+            ),
+            (
+                "Signing keys",
+                "alice (publisher), carol and dave (reviewers) generate signing "
+                "keys and register their public halves; the worker gets a key for its baselines. "
+                "Private keys never leave their owners' machines.",
+                self.keys_step,
+            ),
+            (
+                "Sign provenance",
+                "alice signs SLSA provenance about this exact digest (DSSE) and checks it locally.",
+                self.sign,
+            ),
+            (
+                "Push",
+                "the admin makes alice an owner of the org acme, whose floor protects "
+                "prod; alice creates the repository with a policy whose prod needs two "
+                "reviewers' signatures, the admin lets bob publish there too; alice uploads "
+                "blobs, manifest and provenance and points staging at it.",
+                self.push,
+            ),
+            (
+                "Refused alias moves",
+                "prod is protected: a reader may not move it at all, and "
+                "the publisher may not approve her own bundle, neither by token nor by key.",
+                self.refused_moves,
+            ),
+            (
+                "prod proposed",
+                "bob, the release manager, moves prod: a protected alias "
+                "becomes a proposal (the next version of prod's TUF role), not a move.",
+                self.propose_prod,
+            ),
+            (
+                "Reviewers sign",
+                "carol and dave each see what changes and sign it on their own "
+                "machine; at two signatures the registry verifies them and publishes.",
+                self.sign_prod,
+            ),
+            (
+                "Worker pulls and verifies",
+                "worker-1 pins the registry's TUF root and resolves "
+                "prod through signed metadata, then checks digest, signatures against ITS "
+                "policy, scan, and makes a read-only materialized copy.",
+                self.pull,
+            ),
+            (
+                "Boot vLLM and record a baseline",
+                "Re-hash right before the engine opens the "
+                "files, boot with pinned arguments, record a signed determinism baseline.",
+                self.boot,
+            ),
+            (
+                "Generate a reply",
+                "`modelward boot --serve` runs vLLM's OpenAI-compatible "
+                "server from the verified directory; ask it something.",
+                self.reply,
+            ),
+            (
+                "Tampered blob refused",
+                "An attacker flips one byte in the worker's cache: verify and boot both refuse it.",
+                self.tamper,
+            ),
+            (
+                "Release v2",
+                "alice pushes a second bundle (signed during push), bob proposes "
+                "it for prod, carol and dave sign.",
+                self.release_v2,
+            ),
+            (
+                "Quarantine",
+                "carol finds a problem in v2 and quarantines it, signing the "
+                "quarantine role: no worker will load it anywhere.",
+                self.quarantine,
+            ),
+            (
+                "prod rolled back",
+                "bob proposes rolling prod back to v1, both reviewers sign; "
+                "the history records the rollback and workers pull v1 again.",
+                self.rollback,
+            ),
+            (
+                "Audit",
+                "carol pages through the audit log and recomputes its hash chain, "
+                "through the API and straight from the database.",
+                self.audit,
+            ),
         ]
         for title, why, body in steps:
             self.r.step(title, why, body)
@@ -179,8 +279,9 @@ class Story:
     def start_registry(self) -> str:
         self.need("serve")
         self.r.secrets[self.admin_token] = "$ADMIN_TOKEN"
-        self.note("export ADMIN_TOKEN=$(python -c "
-                  "'import secrets; print(secrets.token_urlsafe(32))')")
+        self.note(
+            "export ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
         proc = self.r.start(
             ["serve", "--data-dir", str(self.data), "--port", str(self.port)],
             env={"MODELWARD_BOOTSTRAP_TOKEN": "$ADMIN_TOKEN"},
@@ -201,8 +302,7 @@ class Story:
             time.sleep(0.3)
         self.r.base_env["MODELWARD_URL"] = self.url
         self.note(f"export MODELWARD_URL={self.url}")
-        proc2 = self.r.run(["login", self.url, "--token", "$ADMIN_TOKEN"],
-                           env=self.as_("admin"))
+        proc2 = self.r.run(["login", self.url, "--token", "$ADMIN_TOKEN"], env=self.as_("admin"))
         _expect(proc2.stdout, "admin")
         return f"registry ready at {self.url}; the admin token works"
 
@@ -218,8 +318,10 @@ class Story:
             self.note(f"{var[1:]}=<the last line above>")
         listed = self.r.run(["admin", "principal", "list"], env=admin).stdout
         _expect(listed, *(p[0] for p in PRINCIPALS))
-        return ("alice (publisher), bob (release manager), carol and dave (reviewers), "
-                "worker-1 (reader)")
+        return (
+            "alice (publisher), bob (release manager), carol and dave (reviewers), "
+            "worker-1 (reader)"
+        )
 
     def build_bundle(self) -> str:
         model = str(self.workdir / "model")
@@ -238,36 +340,79 @@ class Story:
             raise StepFailedError(f"private key mode is {oct(mode)}, not 0600")
         self.need("key", "register")
         for name in ("alice", "carol", "dave"):
-            self.r.run(["key", "register", str(self.keys / f"{name}.key.pub")],
-                       env=self.as_(name))
-        self.r.run(["key", "register", str(self.keys / "worker-1.key.pub"),
-                    "--principal", "worker-1"], env=self.as_("admin"))
-        return ("alice, carol and dave registered their own keys; worker-1's key registered "
-                "by the admin")
+            self.r.run(["key", "register", str(self.keys / f"{name}.key.pub")], env=self.as_(name))
+        self.r.run(
+            ["key", "register", str(self.keys / "worker-1.key.pub"), "--principal", "worker-1"],
+            env=self.as_("admin"),
+        )
+        return (
+            "alice, carol and dave registered their own keys; worker-1's key registered "
+            "by the admin"
+        )
 
     def sign(self) -> str:
         model = str(self.workdir / "model")
         out = str(self.workdir / "provenance.dsse.json")
-        self.r.run(["bundle", "sign", model, "--key", str(self.keys / "alice.key"),
-                    "--out", out, "--source", "hf://acme/tiny-llama",
-                    "--source-revision", SOURCE_REVISION])
-        self.r.run(["bundle", "verify", model, "--signature", out,
-                    "--public-key", str(self.keys / "alice.key.pub")])
+        self.r.run(
+            [
+                "bundle",
+                "sign",
+                model,
+                "--key",
+                str(self.keys / "alice.key"),
+                "--out",
+                out,
+                "--source",
+                "hf://acme/tiny-llama",
+                "--source-revision",
+                SOURCE_REVISION,
+            ]
+        )
+        self.r.run(
+            [
+                "bundle",
+                "verify",
+                model,
+                "--signature",
+                out,
+                "--public-key",
+                str(self.keys / "alice.key.pub"),
+            ]
+        )
         return "SLSA provenance signed by alice and verified locally"
 
     def push(self) -> str:
         self.need("push")
         if self.has("org", "create"):  # publishers create repositories only in orgs they own
-            self.r.run(["org", "create", REPO.partition("/")[0], "--owner", "alice",
-                        "--protect", "prod:1"], env=self.as_("admin"))
+            self.r.run(
+                [
+                    "org",
+                    "create",
+                    REPO.partition("/")[0],
+                    "--owner",
+                    "alice",
+                    "--protect",
+                    "prod:1",
+                ],
+                env=self.as_("admin"),
+            )
         policy = self.workdir / "repo-policy.yaml"
         default = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
         policy.write_text(default.read_text().replace("approvals: 1", "approvals: 2"))
         self.r.run(["repo", "create", REPO, "--policy", str(policy)], env=self.as_("alice"))
         self.add_publisher("bob")
-        pushed = self.r.run(["push", str(self.workdir / "model"), REPO, "--attestation",
-                             str(self.workdir / "provenance.dsse.json"), "--alias", "staging"],
-                            env=self.as_("alice"))
+        pushed = self.r.run(
+            [
+                "push",
+                str(self.workdir / "model"),
+                REPO,
+                "--attestation",
+                str(self.workdir / "provenance.dsse.json"),
+                "--alias",
+                "staging",
+            ],
+            env=self.as_("alice"),
+        )
         if self.v1 not in pushed.stdout:
             raise StepFailedError(f"push did not report {self.v1}")
         shown = self.r.run(["bundle", "show", f"{REPO}@staging"], env=self.as_("worker-1"))
@@ -277,8 +422,7 @@ class Story:
     def refused_moves(self) -> str:
         self.need("alias", "set")
         ref = f"{REPO}@prod"
-        by_reader = self.r.run(["alias", "set", ref, self.v1], env=self.as_("worker-1"),
-                               expect=1)
+        by_reader = self.r.run(["alias", "set", ref, self.v1], env=self.as_("worker-1"), expect=1)
         _expect(by_reader.stderr + by_reader.stdout, "forbidden")
         self.need("approve")
         own = f"{REPO}@{self.v1}"
@@ -287,14 +431,25 @@ class Story:
 
     def propose_prod(self) -> str:
         ref = f"{REPO}@prod"
-        proposed = self.r.run(["alias", "set", ref, self.v1, "--reason", "release 1"],
-                              env=self.as_("bob"))
+        proposed = self.r.run(
+            ["alias", "set", ref, self.v1, "--reason", "release 1"], env=self.as_("bob")
+        )
         _expect(proposed.stdout, "proposed", "signatures 0/2")
         self.need("alias", "pending")
         pending = self.r.run(["alias", "pending", REPO], env=self.as_("carol"))
         _expect(pending.stdout, "pending")
-        by_alice = self.r.run(["approve", f"{REPO}@{self.v1}", "--alias", "prod", "--key",
-                               str(self.keys / "alice.key")], env=self.as_("alice"), expect=1)
+        by_alice = self.r.run(
+            [
+                "approve",
+                f"{REPO}@{self.v1}",
+                "--alias",
+                "prod",
+                "--key",
+                str(self.keys / "alice.key"),
+            ],
+            env=self.as_("alice"),
+            expect=1,
+        )
         _expect(by_alice.stderr, "not one of the keys")
         return f"{ref} -> v1 proposed; it waits for two reviewers' signatures"
 
@@ -309,8 +464,9 @@ class Story:
     def pull(self) -> str:
         self.need("pull")
         self.need("trust", "root")
-        self.r.run(["trust", "root", "--out", str(self.workdir / "root.json")],
-                   env=self.as_("worker-1"))
+        self.r.run(
+            ["trust", "root", "--out", str(self.workdir / "root.json")], env=self.as_("worker-1")
+        )
         pulled = self.r.run(["pull", f"{REPO}@prod", *self.trust()], env=self.as_("worker-1"))
         lines = pulled.stdout.strip().splitlines()
         if len(lines) < 2 or lines[-2].strip() != self.v1:
@@ -323,39 +479,77 @@ class Story:
 
     def boot(self) -> str:
         self.need_vllm()
-        booted = self.r.run(["boot", f"{REPO}@prod", *self.trust(), "--worker-key",
-                             str(self.keys / "worker-1.key"), "--", "--enforce-eager"],
-                            env=self.as_("worker-1"), timeout=1200)
+        booted = self.r.run(
+            [
+                "boot",
+                f"{REPO}@prod",
+                *self.trust(),
+                "--worker-key",
+                str(self.keys / "worker-1.key"),
+                "--",
+                "--enforce-eager",
+            ],
+            env=self.as_("worker-1"),
+            timeout=1200,
+        )
         _expect(booted.stdout, "baseline", "recorded")
-        shown = self.r.run(["baseline", "show", f"{REPO}@prod", "--trust-root",
-                            str(self.workdir / "root.json"), "--worker-public-key",
-                            str(self.keys / "worker-1.key.pub")], env=self.as_("carol"))
+        shown = self.r.run(
+            [
+                "baseline",
+                "show",
+                f"{REPO}@prod",
+                "--trust-root",
+                str(self.workdir / "root.json"),
+                "--worker-public-key",
+                str(self.keys / "worker-1.key.pub"),
+            ],
+            env=self.as_("carol"),
+        )
         _expect(shown.stdout, "1 baseline")
         aggregate = re.search(r"baseline (\S+) recorded", booted.stdout)
         return f"vLLM booted; baseline {aggregate.group(1)[:20] if aggregate else ''}... recorded"
 
     def reply(self) -> str:
         self.need_vllm()
-        proc = self.r.start(["boot", f"{REPO}@prod", *self.trust(), "--serve", "--port",
-                             str(self.serve_port), "--", "--enforce-eager",
-                             "--served-model-name", "tiny-llama"],
-                            env=self.as_("worker-1"), log=self.workdir / "vllm-serve.log")
+        proc = self.r.start(
+            [
+                "boot",
+                f"{REPO}@prod",
+                *self.trust(),
+                "--serve",
+                "--port",
+                str(self.serve_port),
+                "--",
+                "--enforce-eager",
+                "--served-model-name",
+                "tiny-llama",
+            ],
+            env=self.as_("worker-1"),
+            log=self.workdir / "vllm-serve.log",
+        )
         base = f"http://127.0.0.1:{self.serve_port}"
         try:
             model = self._wait_for_models(proc, base)
             prompt = "the quick brown fox"
-            self.note(f"curl -s {base}/v1/completions -H 'Content-Type: application/json' "
-                      f"-d '{{\"model\": \"{model}\", \"prompt\": \"{prompt}\", "
-                      f"\"max_tokens\": 12, \"temperature\": 0}}'")
-            answer = httpx.post(f"{base}/v1/completions", timeout=300, json={
-                "model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0})
+            self.note(
+                f"curl -s {base}/v1/completions -H 'Content-Type: application/json' "
+                f'-d \'{{"model": "{model}", "prompt": "{prompt}", '
+                f'"max_tokens": 12, "temperature": 0}}\''
+            )
+            answer = httpx.post(
+                f"{base}/v1/completions",
+                timeout=300,
+                json={"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0},
+            )
             if answer.status_code != 200:
                 raise StepFailedError(
-                    f"completion failed: {answer.status_code} {answer.text[:300]}")
+                    f"completion failed: {answer.status_code} {answer.text[:300]}"
+                )
             text = str(answer.json()["choices"][0]["text"])
             self.note(f"reply: {prompt!r} -> {text!r}")
-            self.note("(random weights: the words are noise; what matters is which bytes "
-                      "produced them)")
+            self.note(
+                "(random weights: the words are noise; what matters is which bytes produced them)"
+            )
         finally:
             code = self.r.stop(proc, timeout=60)
         self.note(f"SIGTERM forwarded to vLLM; modelward boot --serve exited {code}")
@@ -388,9 +582,20 @@ class Story:
             self.need_vllm()
         except StepSkippedError as exc:
             return f"{outcome}; boot not tried ({exc})"
-        booted = self.r.run(["boot", f"{REPO}@prod", *self.trust(), "--worker-key",
-                             str(self.keys / "worker-1.key"), "--", "--enforce-eager"],
-                            env=self.as_("worker-1"), expect=1, timeout=1200)
+        booted = self.r.run(
+            [
+                "boot",
+                f"{REPO}@prod",
+                *self.trust(),
+                "--worker-key",
+                str(self.keys / "worker-1.key"),
+                "--",
+                "--enforce-eager",
+            ],
+            env=self.as_("worker-1"),
+            expect=1,
+            timeout=1200,
+        )
         _expect(booted.stderr + booted.stdout, "model.safetensors")
         return f"{outcome}; boot refused it before vLLM opened a file"
 
@@ -398,32 +603,53 @@ class Story:
         model = str(self.workdir / "model-v2")
         self.r.run(["-m", "demo.make_model", model, "--seed", "1"], python=True, timeout=600)
         self.r.run(["bundle", "init", model])
-        pushed = self.r.run(["push", model, REPO, "--sign", "--key",
-                             str(self.keys / "alice.key"), "--alias", "staging"],
-                            env=self.as_("alice"))
+        pushed = self.r.run(
+            [
+                "push",
+                model,
+                REPO,
+                "--sign",
+                "--key",
+                str(self.keys / "alice.key"),
+                "--alias",
+                "staging",
+            ],
+            env=self.as_("alice"),
+        )
         self.v2 = _digest(pushed.stdout, "push")
         if self.v2 == self.v1:
             raise StepFailedError("v2 has the same digest as v1")
-        self.r.run(["alias", "set", f"{REPO}@prod", self.v2, "--reason", "release 2"],
-                   env=self.as_("bob"))
+        self.r.run(
+            ["alias", "set", f"{REPO}@prod", self.v2, "--reason", "release 2"], env=self.as_("bob")
+        )
         self.reviewers_sign(self.v2)
         return f"bundle v2 = {self.v2[:19]}...; prod -> v2, signed by carol and dave"
 
     def quarantine(self) -> str:
         self.need("quarantine")
-        self.r.run(["quarantine", f"{REPO}@{self.v2}", "--reason",
-                    "reviewer found an unexpected weight change", "--key",
-                    str(self.keys / "carol.key")], env=self.as_("carol"))
-        refused = self.r.run(["pull", f"{REPO}@prod", *self.trust("cache-2")],
-                             env=self.as_("worker-1"), expect=1)
+        self.r.run(
+            [
+                "quarantine",
+                f"{REPO}@{self.v2}",
+                "--reason",
+                "reviewer found an unexpected weight change",
+                "--key",
+                str(self.keys / "carol.key"),
+            ],
+            env=self.as_("carol"),
+        )
+        refused = self.r.run(
+            ["pull", f"{REPO}@prod", *self.trust("cache-2")], env=self.as_("worker-1"), expect=1
+        )
         _expect(refused.stderr + refused.stdout, "quarantin")
         return "v2 quarantined; the worker refuses to pull prod while it points at v2"
 
     def rollback(self) -> str:
         self.need("alias", "rollback")
         ref = f"{REPO}@prod"
-        rolled = self.r.run(["alias", "rollback", ref, self.v1, "--reason", "v2 quarantined"],
-                            env=self.as_("bob"))
+        rolled = self.r.run(
+            ["alias", "rollback", ref, self.v1, "--reason", "v2 quarantined"], env=self.as_("bob")
+        )
         _expect(rolled.stdout, "proposed", self.v1)
         self.reviewers_sign(self.v1)
         history = self.r.run(["alias", "history", ref, "--json"], env=self.as_("carol"))

@@ -42,24 +42,35 @@ def free_port() -> int:
 
 def _base_env(workdir: Path) -> dict[str, str]:
     """The environment every command runs under: isolated config and cache, no verbose."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MODELWARD_") and k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
-    env.update({
-        "XDG_CONFIG_HOME": str(workdir / "config"),
-        "XDG_CACHE_HOME": str(workdir / "xdg-cache"),
-        "PYTHONPATH": str(REPO_ROOT),
-        "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-        "COLUMNS": "120",
-        "NO_COLOR": "1",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MODELWARD_") and k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+    }
+    env.update(
+        {
+            "XDG_CONFIG_HOME": str(workdir / "config"),
+            "XDG_CACHE_HOME": str(workdir / "xdg-cache"),
+            "PYTHONPATH": str(REPO_ROOT),
+            "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "COLUMNS": "120",
+            "NO_COLOR": "1",
+        }
+    )
     return env
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--skip-vllm", action="store_true",
-                        help="skip the steps that boot vLLM (everything else still runs)")
+    parser = argparse.ArgumentParser(
+        prog="python -m demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--skip-vllm",
+        action="store_true",
+        help="skip the steps that boot vLLM (everything else still runs)",
+    )
     parser.add_argument("--workdir", type=Path, help="use this (empty) directory as $DEMO")
     parser.add_argument("--keep", action="store_true", help="keep $DEMO afterwards")
     parser.add_argument("--summary-json", type=Path, help="also write the step results here")
@@ -78,21 +89,29 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir.resolve()
     else:
         workdir = Path(tempfile.mkdtemp(prefix="modelward-demo-"))
-    runner = Runner(repo_root=REPO_ROOT, workdir=workdir, console=console,
-                    base_env=_base_env(workdir))
+    runner = Runner(
+        repo_root=REPO_ROOT, workdir=workdir, console=console, base_env=_base_env(workdir)
+    )
     console.rule("[bold]modelward: a model release as a software release")
     console.print(f"DEMO={workdir}   (every path below is under $DEMO)")
     console.print("Commands run from the repository root; tokens are shown as $VARS.")
-    story = _story.Story(runner, workdir=workdir, port=free_port(), serve_port=free_port(),
-                         admin_token=secrets.token_urlsafe(32), skip_vllm=args.skip_vllm)
+    story = _story.Story(
+        runner,
+        workdir=workdir,
+        port=free_port(),
+        serve_port=free_port(),
+        admin_token=secrets.token_urlsafe(32),
+        skip_vllm=args.skip_vllm,
+    )
     try:
         with cleanup(runner):
             story.play()
     finally:
         ok = runner.summary()
         if args.summary_json is not None:
-            args.summary_json.write_text(json.dumps(
-                [vars(r) for r in runner.results], indent=2) + "\n", encoding="utf-8")
+            args.summary_json.write_text(
+                json.dumps([vars(r) for r in runner.results], indent=2) + "\n", encoding="utf-8"
+            )
         if args.keep or not ok:
             console.print(f"kept {workdir} (registry log: $DEMO/registry.log)")
         else:

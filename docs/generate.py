@@ -55,8 +55,16 @@ def _type_of(prop: Mapping[str, Any]) -> str:
 
 
 def _constraints(prop: Mapping[str, Any]) -> str:
-    keys = ("minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "pattern",
-            "minItems", "maxItems")
+    keys = (
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+    )
     parts = [f"{k} {json.dumps(prop[k])}" for k in keys if k in prop]
     for sub in prop.get("anyOf", ()):
         parts.extend(f"{k} {json.dumps(sub[k])}" for k in keys if k in sub)
@@ -67,8 +75,10 @@ def _constraints(prop: Mapping[str, Any]) -> str:
 
 def _object_table(obj: Mapping[str, Any]) -> list[str]:
     required = set(obj.get("required", ()))
-    lines = ["| field | type | required | default | constraints | description |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| field | type | required | default | constraints | description |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, prop in sorted(obj.get("properties", {}).items()):
         default = f"`{json.dumps(prop['default'])}`" if "default" in prop else ""
         lines.append(
@@ -136,8 +146,10 @@ def _schema_name(schema: Mapping[str, Any] | None) -> str:
 
 def _body(op: Mapping[str, Any]) -> str:
     content = op.get("requestBody", {}).get("content", {})
-    return "; ".join(f"{_schema_name(c.get('schema'))} ({mt})" if c.get("schema") else mt
-                     for mt, c in sorted(content.items()))
+    return "; ".join(
+        f"{_schema_name(c.get('schema'))} ({mt})" if c.get("schema") else mt
+        for mt, c in sorted(content.items())
+    )
 
 
 def _params(op: Mapping[str, Any]) -> str:
@@ -185,8 +197,10 @@ def render_http_api(doc: Mapping[str, Any]) -> str:
             required = set(schema.get("required", ()))
             out += ["| field | type | required |", "|---|---|---|"]
             for field, prop in sorted(schema["properties"].items()):
-                out.append(f"| `{field}` | {_cell(_schema_name(prop))} | "
-                           f"{'yes' if field in required else ''} |")
+                out.append(
+                    f"| `{field}` | {_cell(_schema_name(prop))} | "
+                    f"{'yes' if field in required else ''} |"
+                )
         else:
             out.append(f"Type: {_cell(_schema_name(schema))}")
     return HEADER.format(source="registry.app.create_app().openapi()") + "\n".join(out) + "\n"
@@ -208,11 +222,13 @@ def _shown(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--check", action="store_true", help="fail when a file is stale")
-    parser.add_argument("--out", type=Path, default=REFERENCE,
-                        help="reference directory (default docs/reference)")
+    parser.add_argument(
+        "--out", type=Path, default=REFERENCE, help="reference directory (default docs/reference)"
+    )
     args = parser.parse_args(argv)
     stale: list[Path] = []
     for path, text in generate(args.out.resolve()).items():

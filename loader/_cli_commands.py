@@ -44,25 +44,46 @@ if TYPE_CHECKING:
 
 __all__ = ["baseline_app", "boot", "pull", "verify"]
 
-baseline_app = typer.Typer(name="baseline", help="Determinism baselines recorded at boot.",
-                           no_args_is_help=True)
+baseline_app = typer.Typer(
+    name="baseline", help="Determinism baselines recorded at boot.", no_args_is_help=True
+)
 
-RefArg = Annotated[str, typer.Argument(metavar="REPO@REF",
-                                       help="REPO@ALIAS or REPO@sha256:...")]
-CacheOpt = Annotated[Path | None, typer.Option(
-    "--cache-dir", metavar="DIR",
-    help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)")]
-WorkerKeyOpt = Annotated[Path | None, typer.Option(
-    "--worker-key", metavar="KEY",
-    help="The worker's private key: signs baselines and replay results (register its .pub "
-    "with `modelward key register` so the registry accepts them)")]
-JsonOpt = Annotated[bool, typer.Option(
-    "--json", help="Print one JSON document on stdout (docs/loader.md#json-output); "
-    "messages go to stderr")]
-KvCacheOpt = Annotated[int | None, typer.Option(
-    "--cpu-kvcache-space", metavar="GIB", min=1,
-    help="On a CPU: the KV cache in GiB (default: VLLM_CPU_KVCACHE_SPACE, else min(4, 25% "
-    "of available memory))")]
+RefArg = Annotated[str, typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:...")]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        metavar="DIR",
+        help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)",
+    ),
+]
+WorkerKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--worker-key",
+        metavar="KEY",
+        help="The worker's private key: signs baselines and replay results (register its .pub "
+        "with `modelward key register` so the registry accepts them)",
+    ),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON document on stdout (docs/loader.md#json-output); "
+        "messages go to stderr",
+    ),
+]
+KvCacheOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--cpu-kvcache-space",
+        metavar="GIB",
+        min=1,
+        help="On a CPU: the KV cache in GiB (default: VLLM_CPU_KVCACHE_SPACE, else min(4, 25% "
+        "of available memory))",
+    ),
+]
 
 
 def _cache(cache_dir: Path | None) -> Cache:
@@ -80,8 +101,9 @@ def _client() -> RegistryClient:
 
 
 @contextmanager
-def _progress(label: str) -> Iterator[tuple[Callable[[int], None] | None,
-                                            Callable[[int], None] | None]]:
+def _progress(
+    label: str,
+) -> Iterator[tuple[Callable[[int], None] | None, Callable[[int], None] | None]]:
     """(advance, set_total) callbacks drawing a progress bar on a terminal, else Nones."""
     if not show_progress():
         yield None, None
@@ -93,8 +115,14 @@ def _progress(label: str) -> Iterator[tuple[Callable[[int], None] | None,
         TransferSpeedColumn,
     )
 
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=err_console, transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
         task = bar.add_task(label, total=None)
         yield (lambda n: bar.advance(task, n)), (lambda t: bar.update(task, total=t))
 
@@ -123,8 +151,10 @@ def emit_json(document: Any) -> None:
     typer.echo(json.dumps(document, indent=2, sort_keys=True))
 
 
-_REPAIR_HINT = ("a cached bundle that no longer matches its manifest is repaired by: "
-                "modelward pull --repair REPO@REF [trust flags]")
+_REPAIR_HINT = (
+    "a cached bundle that no longer matches its manifest is repaired by: "
+    "modelward pull --repair REPO@REF [trust flags]"
+)
 
 
 def _log(message: str) -> None:
@@ -140,12 +170,16 @@ def pull_report(reference: str, pulled: PulledBundle) -> dict[str, Any]:
         "directory": str(pulled.directory),
         "decision": pulled.decision.as_dict(),
         "statements": [
-            {"kind": str(s.kind), "predicate_type": s.predicate_type,
-             "signers": [signer.name for signer in s.signers]}
+            {
+                "kind": str(s.kind),
+                "predicate_type": s.predicate_type,
+                "signers": [signer.name for signer in s.signers],
+            }
             for s in pulled.statements
         ],
-        "ignored": [{"label": a.label, "sha256": a.sha256, "reason": a.reason}
-                    for a in pulled.ignored],
+        "ignored": [
+            {"label": a.label, "sha256": a.sha256, "reason": a.reason} for a in pulled.ignored
+        ],
         "repaired": list(pulled.repaired),
     }
 
@@ -153,15 +187,24 @@ def pull_report(reference: str, pulled: PulledBundle) -> dict[str, Any]:
 def pull(
     reference: RefArg,
     *,
-    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
     unsigned_aliases: UnsignedAliasesOpt = False,
     cache_dir: CacheOpt = None,
-    repair: Annotated[bool, typer.Option(
-        "--repair", help="Re-hash the cached blobs first, download again any that do not "
-        "match, and rebuild the materialized directory")] = False,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Re-hash the cached blobs first, download again any that do not "
+            "match, and rebuild the materialized directory",
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Pull, verify locally and materialize a bundle read-only; print digest and directory.
@@ -171,13 +214,26 @@ def pull(
     from modelward.loader.pull import pull_bundle
 
     with _client() as client, _progress("pull") as (advance, total):
-        flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                            identity=identity, issuer=issuer,
-                            sigstore_trust_root=sigstore_trust_root,
-                        trust_root=trust_root, online_alias=online_alias,
-                        unsigned_aliases=unsigned_aliases)
-        pulled = pull_bundle(client, reference, _cache(cache_dir), flags,
-                             progress=advance, on_total=total, repair=repair)
+        flags = trust_flags(
+            policy,
+            public_key=public_key,
+            certificate_chain=certificate_chain,
+            identity=identity,
+            issuer=issuer,
+            sigstore_trust_root=sigstore_trust_root,
+            trust_root=trust_root,
+            online_alias=online_alias,
+            unsigned_aliases=unsigned_aliases,
+        )
+        pulled = pull_bundle(
+            client,
+            reference,
+            _cache(cache_dir),
+            flags,
+            progress=advance,
+            on_total=total,
+            repair=repair,
+        )
     for digest in pulled.repaired:
         _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
     for aside in pulled.ignored:
@@ -190,11 +246,13 @@ def pull(
 
 
 def verify(
-    target: Annotated[str, typer.Argument(metavar="DIR|REPO@REF",
-                                          help="A materialized bundle DIR, or REPO@REF")],
+    target: Annotated[
+        str, typer.Argument(metavar="DIR|REPO@REF", help="A materialized bundle DIR, or REPO@REF")
+    ],
     *,
     cache_dir: CacheOpt = None,
-    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
     unsigned_aliases: UnsignedAliasesOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
@@ -215,13 +273,22 @@ def verify(
 
         ref = parse_reference(target)
         with _client() as client:
-            digest = resolve_reference(client, ref, _cache(cache_dir).root, AliasTrust(
-                root=trust_root, online_aliases=tuple(online_alias or ()),
-                unsigned=unsigned_aliases))
+            digest = resolve_reference(
+                client,
+                ref,
+                _cache(cache_dir).root,
+                AliasTrust(
+                    root=trust_root,
+                    online_aliases=tuple(online_alias or ()),
+                    unsigned=unsigned_aliases,
+                ),
+            )
         path = _cache(cache_dir).bundle_dir(digest)
         if not path.is_dir():
-            fail(f"{target} ({digest}) is not materialized in {path.parent}",
-                 hint=f"run: modelward pull {target} ...")
+            fail(
+                f"{target} ({digest}) is not materialized in {path.parent}",
+                hint=f"run: modelward pull {target} ...",
+            )
         manifest = read_local_manifest(path, digest)
     error: str | None = None
     try:
@@ -229,8 +296,16 @@ def verify(
     except (DigestMismatch, TreeRuleError) as exc:
         error = str(exc)
     if json_output:
-        emit_json({"target": target, "digest": manifest.digest, "directory": str(path),
-                   "files": len(manifest.layers), "verified": error is None, "error": error})
+        emit_json(
+            {
+                "target": target,
+                "digest": manifest.digest,
+                "directory": str(path),
+                "files": len(manifest.layers),
+                "verified": error is None,
+                "error": error,
+            }
+        )
     if error is not None:
         fail(error, hint=_REPAIR_HINT)
     if not json_output:
@@ -248,8 +323,7 @@ def _allowed_hint(serve: bool) -> str:
     return text + " (docs/loader.md#hardening)"
 
 
-def _check_boot_input(extra_args: tuple[str, ...], *, serve: bool,
-                      kvcache: int | None) -> None:
+def _check_boot_input(extra_args: tuple[str, ...], *, serve: bool, kvcache: int | None) -> None:
     """Refuse bad engine arguments and KV-cache settings before vLLM is imported."""
     from modelward.loader.errors import InputError, UnsafeArgument
     from modelward.loader.hardening import check_extra_args, cpu_kv_cache
@@ -272,12 +346,16 @@ def _print_boot(result: Any, timings: bool) -> None:
     if result.fingerprint is not None:
         console.print(f"fingerprint {result.fingerprint.id}")
     if result.baseline is not None:
-        state = {"recorded": "recorded", "matched": "matches", "diverged": "diverges (warn)",
-                 "attach_refused": "not attached (kept locally)",
-                 }.get(baseline_state(result), "not recorded")
+        state = {
+            "recorded": "recorded",
+            "matched": "matches",
+            "diverged": "diverges (warn)",
+            "attach_refused": "not attached (kept locally)",
+        }.get(baseline_state(result), "not recorded")
         console.print(f"baseline {result.baseline.aggregate} {state}")
-        console.print("batch-invariant" if result.baseline.batch_invariant
-                      else "not batch-invariant")
+        console.print(
+            "batch-invariant" if result.baseline.batch_invariant else "not batch-invariant"
+        )
     if result.kv_cache is not None:
         console.print(f"cpu_kvcache {result.kv_cache.gib} GiB ({result.kv_cache.source})")
     if timings:
@@ -289,29 +367,43 @@ def boot(
     ctx: typer.Context,
     reference: RefArg,
     *,
-    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
     unsigned_aliases: UnsignedAliasesOpt = False,
-    cache_dir: CacheOpt = None, worker_key: WorkerKeyOpt = None,
-    serve: Annotated[bool, typer.Option("--serve", help="Run the OpenAI-compatible server")]
-    = False,
-    host: Annotated[str, typer.Option(metavar="ADDR", help="--serve: listen address")]
-    = "127.0.0.1",
+    cache_dir: CacheOpt = None,
+    worker_key: WorkerKeyOpt = None,
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Run the OpenAI-compatible server")
+    ] = False,
+    host: Annotated[
+        str, typer.Option(metavar="ADDR", help="--serve: listen address")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(metavar="PORT", help="--serve: port")] = 8000,
     ready_file: Annotated[
         Path | None,
-        typer.Option("--ready-file", metavar="PATH",
-                     help="--serve: written once the baseline passed and the "
-                     "server is serving; removed when it exits (for readiness probes)"),
+        typer.Option(
+            "--ready-file",
+            metavar="PATH",
+            help="--serve: written once the baseline passed and the "
+            "server is serving; removed when it exits (for readiness probes)",
+        ),
     ] = None,
-    timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")]
-    = False,
-    audit_key: Annotated[str | None, typer.Option(
-        "--audit-key", metavar="VERIFIER",
-        help="The registry's audit checkpoint verifier key (`modelward audit key`): the "
-        "checkpoint recorded in the boot record must verify with it")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")] = False,
+    audit_key: Annotated[
+        str | None,
+        typer.Option(
+            "--audit-key",
+            metavar="VERIFIER",
+            help="The registry's audit checkpoint verifier key (`modelward audit key`): the "
+            "checkpoint recorded in the boot record must verify with it",
+        ),
+    ] = None,
     cpu_kvcache_space: KvCacheOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -337,23 +429,36 @@ def boot(
     from modelward.loader.worker import BootOptions, boot_bundle, boot_report
 
     key = load_worker_key(worker_key) if worker_key else None
-    flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                        identity=identity, issuer=issuer,
-                        sigstore_trust_root=sigstore_trust_root,
-                        trust_root=trust_root, online_alias=online_alias,
-                        unsigned_aliases=unsigned_aliases)
+    flags = trust_flags(
+        policy,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+        trust_root=trust_root,
+        online_alias=online_alias,
+        unsigned_aliases=unsigned_aliases,
+    )
     policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
     options = BootOptions(
-        serve=serve, host=host, port=port, extra_args=extra_args, ready_file=ready_file,
-        worker_key=key, worker_key_path=worker_key, audit_key=audit_key,
+        serve=serve,
+        host=host,
+        port=port,
+        extra_args=extra_args,
+        ready_file=ready_file,
+        worker_key=key,
+        worker_key_path=worker_key,
+        audit_key=audit_key,
         cpu_kvcache_gib=cpu_kvcache_space,
     )
     with stdout_reserved(json_output):
         require_vllm()
         with _client() as client, _progress("pull") as (advance, _total):
             try:
-                result = boot_bundle(client, reference, _cache(cache_dir), flags, options,
-                                     log=_log, progress=advance)
+                result = boot_bundle(
+                    client, reference, _cache(cache_dir), flags, options, log=_log, progress=advance
+                )
             except (DigestMismatch, TreeRuleError) as exc:
                 fail(str(exc), hint=_REPAIR_HINT)
     if json_output:
@@ -373,8 +478,7 @@ def baseline_entry(item: Any) -> dict[str, Any]:
         "aggregate": b.aggregate,
         "probes": len(b.probes),
         "batch_invariant": b.batch_invariant,
-        "batch_divergences": [{"probe": d.probe_id, "index": d.index}
-                              for d in b.batch_divergences],
+        "batch_divergences": [{"probe": d.probe_id, "index": d.index} for d in b.batch_divergences],
         "engine": (fp.get("engine") or {}).get("version"),
         "dtype": fp.get("dtype"),
         "device": {"type": device.get("type"), "name": device.get("name")},
@@ -388,15 +492,24 @@ def baseline_entry(item: Any) -> dict[str, Any]:
 def baseline_show(
     reference: RefArg,
     *,
-    policy: PolicyOpt = None, public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None, identity: IdentityOpt = None,
-    issuer: IssuerOpt = None, sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None, online_alias: OnlineAliasOpt = None,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
     unsigned_aliases: UnsignedAliasesOpt = False,
     worker_key: WorkerKeyOpt = None,
-    worker_public_key: Annotated[list[Path] | None, typer.Option(
-        "--worker-public-key", metavar="PEM",
-        help="Trust baselines signed by this worker key (PEM; repeatable)")] = None,
+    worker_public_key: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--worker-public-key",
+            metavar="PEM",
+            help="Trust baselines signed by this worker key (PEM; repeatable)",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """List the trusted baselines of a bundle, one per runtime fingerprint.
@@ -411,10 +524,17 @@ def baseline_show(
     from modelward.registry.client import parse_reference
 
     trust = TrustSet()
-    flags = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root,
-                        trust_root=trust_root, online_alias=online_alias,
-                        unsigned_aliases=unsigned_aliases)
+    flags = trust_flags(
+        policy,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+        trust_root=trust_root,
+        online_alias=online_alias,
+        unsigned_aliases=unsigned_aliases,
+    )
     if flags.given():
         trust = policy_from_flags(flags)[1]
     if worker_key:
@@ -425,17 +545,27 @@ def baseline_show(
         fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
     ref = parse_reference(reference)
     with _client() as client:
-        digest = resolve_reference(client, ref, _cache(None).root, AliasTrust(
-            root=trust_root, online_aliases=tuple(online_alias or ()),
-            unsigned=unsigned_aliases))
-        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust,
-                                        digest)
+        digest = resolve_reference(
+            client,
+            ref,
+            _cache(None).root,
+            AliasTrust(
+                root=trust_root, online_aliases=tuple(online_alias or ()), unsigned=unsigned_aliases
+            ),
+        )
+        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust, digest)
     for note in skipped:
         _log(f"note: {note}")
     if json_output:
-        emit_json({"reference": reference, "repo": ref.repo, "digest": digest,
-                   "baselines": [baseline_entry(item) for item in found],
-                   "skipped": list(skipped)})
+        emit_json(
+            {
+                "reference": reference,
+                "repo": ref.repo,
+                "digest": digest,
+                "baselines": [baseline_entry(item) for item in found],
+                "skipped": list(skipped),
+            }
+        )
         return
     console.print(f"bundle {digest}: {len(found)} baseline(s)")
     for item in found:

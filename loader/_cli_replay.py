@@ -49,8 +49,9 @@ def _pulled_config(client: Any, reference: str, cache: Any, trust: Any) -> tuple
 
     pulled = pull_bundle(client, reference, cache, trust)
     spec = load_bundle_spec(pulled.directory)
-    warning = check_engine_version(spec.engine.version,
-                                   enforce=pulled.policy.engine_version == "enforce")
+    warning = check_engine_version(
+        spec.engine.version, enforce=pulled.policy.engine_version == "enforce"
+    )
     if warning:
         err_console.print(warning, markup=False)
     verify_tree(pulled.directory, pulled.manifest)
@@ -67,16 +68,23 @@ def _print_report(digest: str, run: Any) -> None:
     console.print(f"divergences {report.divergence_count}")
     console.print(f"output_divergences {report.output_divergence_count}")
     for div in report.divergences[:20]:
-        console.print(f"  run {div.run} request {div.request_id} first differing token "
-                      f"index {div.index}")
-    console.print(f"side_effect_divergences {report.side_effect_divergence_count} "
-                  f"(of {report.side_effect_requests} requests with a side-effect log)")
+        console.print(
+            f"  run {div.run} request {div.request_id} first differing token index {div.index}"
+        )
+    console.print(
+        f"side_effect_divergences {report.side_effect_divergence_count} "
+        f"(of {report.side_effect_requests} requests with a side-effect log)"
+    )
     for sdiv in report.side_effect_divergences[:20]:
-        console.print(f"  run {sdiv.run} request {sdiv.request_id} side effects differ at "
-                      f"{sdiv.path or '(the whole log)'}")
+        console.print(
+            f"  run {sdiv.run} request {sdiv.request_id} side effects differ at "
+            f"{sdiv.path or '(the whole log)'}"
+        )
     if run.reference_report is not None:
-        console.print(f"reference_divergences {run.reference_report.divergence_count} "
-                      "(the reference against its own first run)")
+        console.print(
+            f"reference_divergences {run.reference_report.divergence_count} "
+            "(the reference against its own first run)"
+        )
     uniques = sorted(report.unique_completions.items(), key=lambda kv: (-kv[1], kv[0]))
     console.print(f"max_unique_completions {max(report.unique_completions.values())}")
     for rid, count in uniques[:10]:
@@ -84,9 +92,14 @@ def _print_report(digest: str, run: Any) -> None:
             console.print(f"  {rid}: {count} unique completions")
 
 
-def _checked_input(requests_file: Path, expected: Path | None, *, against: str | None,
-                   kvcache: int | None, extra_args: tuple[str, ...],
-                   ) -> tuple[list[Any], str, Any, dict[str, Any]]:
+def _checked_input(
+    requests_file: Path,
+    expected: Path | None,
+    *,
+    against: str | None,
+    kvcache: int | None,
+    extra_args: tuple[str, ...],
+) -> tuple[list[Any], str, Any, dict[str, Any]]:
     """The requests, the expected outputs and the extra engine arguments, checked; exit 2
     naming the file and line (or the flag) at fault, 1 for an argument the allowlist
     refuses. Imports no vLLM."""
@@ -110,22 +123,36 @@ def _checked_input(requests_file: Path, expected: Path | None, *, against: str |
     return requests, requests_sha256, reference, extra
 
 
-def _predicate(digest: str, against: str | None, *, requests_sha256: str, concurrency: int,
-               extra_args: tuple[str, ...], run: Any) -> dict[str, Any]:
+def _predicate(
+    digest: str,
+    against: str | None,
+    *,
+    requests_sha256: str,
+    concurrency: int,
+    extra_args: tuple[str, ...],
+    run: Any,
+) -> dict[str, Any]:
     """The replay-result predicate (docs/loader.md#replay-result)."""
     return {
-        "version": 1, "bundle_digest": digest, "against": against,
-        "requests_sha256": requests_sha256, "concurrency": concurrency,
-        "engine_args": list(extra_args), "mode": run.mode,
-        "reference_divergence_count": (run.reference_report.divergence_count
-                                       if run.reference_report else None),
+        "version": 1,
+        "bundle_digest": digest,
+        "against": against,
+        "requests_sha256": requests_sha256,
+        "concurrency": concurrency,
+        "engine_args": list(extra_args),
+        "mode": run.mode,
+        "reference_divergence_count": (
+            run.reference_report.divergence_count if run.reference_report else None
+        ),
         "fingerprint_id": run.fingerprint.id,
-        "fingerprint": dict(run.fingerprint.data), **run.report.to_predicate(),
+        "fingerprint": dict(run.fingerprint.data),
+        **run.report.to_predicate(),
     }
 
 
-def _announce(bundle: str, attach_error: str | None, kept: Path | None,
-              registry_url: str) -> str | None:
+def _announce(
+    bundle: str, attach_error: str | None, kept: Path | None, registry_url: str
+) -> str | None:
     """Say on stderr whether the signed result was attached, and where; return where."""
     from modelward.loader._cli_commands import _log
 
@@ -133,11 +160,15 @@ def _announce(bundle: str, attach_error: str | None, kept: Path | None,
         err_console.print("no --worker-key: result not signed or attached", markup=False)
         return None
     if attach_error is not None:
-        _log(f"warning: {attach_error}\n  the signed result is kept at {kept}; attach it "
-             f"once the key is registered: modelward attestation add {bundle} {kept}")
+        _log(
+            f"warning: {attach_error}\n  the signed result is kept at {kept}; attach it "
+            f"once the key is registered: modelward attestation add {bundle} {kept}"
+        )
         return None
-    _log(f"attached the signed replay result to {bundle} at {registry_url} "
-         f"(modelward attestation list {bundle})")
+    _log(
+        f"attached the signed replay result to {bundle} at {registry_url} "
+        f"(modelward attestation list {bundle})"
+    )
     return f"{registry_url} {bundle}"
 
 
@@ -148,15 +179,25 @@ def _replay_progress(runs: int) -> Iterator[Callable[[Any], None]]:
     if show_progress():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
-                      transient=True) as bar:
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
             task = bar.add_task("replay", total=runs)
 
             def draw(tally: Any) -> None:
-                bar.update(task, completed=tally.runs, description=(
-                    f"replay: {tally.consecutive_matches} consecutive matches, "
-                    f"{tally.divergence_count} divergences"))
+                bar.update(
+                    task,
+                    completed=tally.runs,
+                    description=(
+                        f"replay: {tally.consecutive_matches} consecutive matches, "
+                        f"{tally.divergence_count} divergences"
+                    ),
+                )
 
             yield draw
         return
@@ -164,38 +205,62 @@ def _replay_progress(runs: int) -> Iterator[Callable[[Any], None]]:
 
     def log(tally: Any) -> None:
         if tally.runs % step == 0 or tally.runs == runs:
-            err_console.print(f"replay: run {tally.runs}/{runs}: {tally.consecutive_matches} "
-                              f"consecutive matches, {tally.divergence_count} divergences",
-                              markup=False, highlight=False)
+            err_console.print(
+                f"replay: run {tally.runs}/{runs}: {tally.consecutive_matches} "
+                f"consecutive matches, {tally.divergence_count} divergences",
+                markup=False,
+                highlight=False,
+            )
 
     yield log
 
 
 def replay(
     ctx: typer.Context,
-    requests_file: Annotated[Path, typer.Argument(
-        metavar="REQUESTS.jsonl", help="Captured requests, JSONL (docs/loader.md#replay)")],
+    requests_file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="REQUESTS.jsonl", help="Captured requests, JSONL (docs/loader.md#replay)"
+        ),
+    ],
     *,
-    bundle: Annotated[str, typer.Option("--bundle", metavar="REPO@REF",
-                                        help="The bundle to replay through")],
-    against: Annotated[str | None, typer.Option(
-        "--against", metavar="REPO@REF",
-        help="Compare with this bundle's outputs (verified under the same trust flags)")
+    bundle: Annotated[
+        str, typer.Option("--bundle", metavar="REPO@REF", help="The bundle to replay through")
+    ],
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            metavar="REPO@REF",
+            help="Compare with this bundle's outputs (verified under the same trust flags)",
+        ),
     ] = None,
-    expected: Annotated[Path | None, typer.Option(
-        "--expected", metavar="OUT.jsonl",
-        help="Compare with these outputs (JSONL, as --capture writes)")] = None,
-    runs: Annotated[int, typer.Option(min=1, metavar="N", help="Replays of the whole file")]
-    = 1,
-    concurrency: Annotated[int, typer.Option(min=1, metavar="C",
-                                             help="Requests per engine batch")] = 1,
-    capture: Annotated[Path | None, typer.Option(
-        "--capture", metavar="OUT.jsonl", help="Write the first run's outputs here (JSONL)")
+    expected: Annotated[
+        Path | None,
+        typer.Option(
+            "--expected",
+            metavar="OUT.jsonl",
+            help="Compare with these outputs (JSONL, as --capture writes)",
+        ),
     ] = None,
-    sequential: Annotated[bool, typer.Option(
-        "--sequential",
-        help="With --against: boot one engine at a time (the reference runs once first), "
-        "even when memory holds both for an interleaved replay")] = False,
+    runs: Annotated[int, typer.Option(min=1, metavar="N", help="Replays of the whole file")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(min=1, metavar="C", help="Requests per engine batch")
+    ] = 1,
+    capture: Annotated[
+        Path | None,
+        typer.Option(
+            "--capture", metavar="OUT.jsonl", help="Write the first run's outputs here (JSONL)"
+        ),
+    ] = None,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="With --against: boot one engine at a time (the reference runs once first), "
+            "even when memory holds both for an interleaved replay",
+        ),
+    ] = False,
     policy: PolicyOpt = None,
     public_key: PublicKeyOpt = None,
     certificate_chain: CertificateChainOpt = None,
@@ -206,10 +271,15 @@ def replay(
     online_alias: OnlineAliasOpt = None,
     unsigned_aliases: UnsignedAliasesOpt = False,
     cache_dir: CacheOpt = None,
-    worker_key: Annotated[Path | None, typer.Option(
-        "--worker-key", metavar="KEY",
-        help="Sign the result and attach it to the bundle (the key must be registered: "
-        "`modelward key register KEY.pub`)")] = None,
+    worker_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--worker-key",
+            metavar="KEY",
+            help="Sign the result and attach it to the bundle (the key must be registered: "
+            "`modelward key register KEY.pub`)",
+        ),
+    ] = None,
     cpu_kvcache_space: KvCacheOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -231,8 +301,8 @@ def replay(
     """
     extra_args = tuple(ctx.args)
     requests, requests_sha256, reference, extra = _checked_input(
-        requests_file, expected, against=against, kvcache=cpu_kvcache_space,
-        extra_args=extra_args)
+        requests_file, expected, against=against, kvcache=cpu_kvcache_space, extra_args=extra_args
+    )
     if sequential and against is None:
         fail("--sequential needs --against", code=2)
 
@@ -246,10 +316,17 @@ def replay(
     from modelward.loader.worker import attach_or_keep
 
     key = load_worker_key(worker_key) if worker_key else None
-    trust = trust_flags(policy, public_key=public_key, certificate_chain=certificate_chain,
-                        identity=identity, issuer=issuer, sigstore_trust_root=sigstore_trust_root,
-                        trust_root=trust_root, online_alias=online_alias,
-                        unsigned_aliases=unsigned_aliases)
+    trust = trust_flags(
+        policy,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+        trust_root=trust_root,
+        online_alias=online_alias,
+        unsigned_aliases=unsigned_aliases,
+    )
     policy_from_flags(trust)  # unreadable or missing trust: refused before vLLM loads
     cache = _cache(cache_dir)
     attach_error: str | None = None
@@ -263,41 +340,72 @@ def replay(
             kv_cache = choose_kv_cache(cpu_kvcache_space)
             if kv_cache is not None:
                 _log(kv_cache.describe())
-            name = (f"{other[0].repo}@{other[0].digest}" if other is not None
-                    else str(expected) if expected else "")
+            name = (
+                f"{other[0].repo}@{other[0].digest}"
+                if other is not None
+                else str(expected)
+                if expected
+                else ""
+            )
             with _replay_progress(runs) as progress:
-                run = replay_bundle(config, requests, runs=runs, concurrency=concurrency,
-                                    extra=extra, kv_cache=kv_cache,
-                                    reference=other[2] if other is not None else None,
-                                    reference_name=name, expected=reference,
-                                    sequential=sequential, progress=progress)
+                run = replay_bundle(
+                    config,
+                    requests,
+                    runs=runs,
+                    concurrency=concurrency,
+                    extra=extra,
+                    kv_cache=kv_cache,
+                    reference=other[2] if other is not None else None,
+                    reference_name=name,
+                    expected=reference,
+                    sequential=sequential,
+                    progress=progress,
+                )
             if capture is not None:
                 write_capture(capture, requests, run.first_run)
             report = run.report
-            predicate = _predicate(pulled.digest, other[0].digest if other else None,
-                                   requests_sha256=requests_sha256, concurrency=concurrency,
-                                   extra_args=extra_args, run=run)
+            predicate = _predicate(
+                pulled.digest,
+                other[0].digest if other else None,
+                requests_sha256=requests_sha256,
+                concurrency=concurrency,
+                extra_args=extra_args,
+                run=run,
+            )
             if key is not None:
-                envelope = sign_predicate(key, pulled.repo, pulled.digest,
-                                          PredicateType.REPLAY, predicate)
+                envelope = sign_predicate(
+                    key, pulled.repo, pulled.digest, PredicateType.REPLAY, predicate
+                )
                 statement_name = f"replay-{hashlib.sha256(envelope).hexdigest()[:16]}.dsse.json"
                 attach_error, kept = attach_or_keep(
-                    client, pulled.repo, pulled.digest, envelope,
-                    what="the signed replay result", name=statement_name,
-                    cache=cache, key=key, key_path=worker_key)
+                    client,
+                    pulled.repo,
+                    pulled.digest,
+                    envelope,
+                    what="the signed replay result",
+                    name=statement_name,
+                    cache=cache,
+                    key=key,
+                    key_path=worker_key,
+                )
                 registry_url = client.base_url
     if key is None:
         attach_error = "no --worker-key: the result was not signed"
     attached_to = _announce(f"{pulled.repo}@{pulled.digest}", attach_error, kept, registry_url)
     if json_output:
-        emit_json({"repo": pulled.repo, **predicate,
-                   "mode_reason": run.mode_reason,
-                   "attached": key is not None and attach_error is None,
-                   "attached_to": attached_to,
-                   "attach_error": attach_error,
-                   "statement_file": str(kept) if kept else None,
-                   "capture": str(capture) if capture else None,
-                   "kv_cache": kv_cache.as_dict() if kv_cache else None})
+        emit_json(
+            {
+                "repo": pulled.repo,
+                **predicate,
+                "mode_reason": run.mode_reason,
+                "attached": key is not None and attach_error is None,
+                "attached_to": attached_to,
+                "attach_error": attach_error,
+                "statement_file": str(kept) if kept else None,
+                "capture": str(capture) if capture else None,
+                "kv_cache": kv_cache.as_dict() if kv_cache else None,
+            }
+        )
     else:
         _print_report(pulled.digest, run)
     raise typer.Exit(1 if report.divergence_count else 0)

@@ -108,8 +108,12 @@ class Baseline:
                 {"probe": d.probe_id, "index": d.index} for d in self.batch_divergences
             ],
             "probes": [
-                {"id": r.probe_id, "prompt": r.prompt, "token_ids": list(r.token_ids),
-                 "sha256": r.sha256}
+                {
+                    "id": r.probe_id,
+                    "prompt": r.prompt,
+                    "token_ids": list(r.token_ids),
+                    "sha256": r.sha256,
+                }
                 for r in self.probes
             ],
         }
@@ -122,21 +126,28 @@ class Baseline:
             if predicate["version"] != PREDICATE_VERSION:
                 raise ValueError(f"unsupported baseline version {predicate['version']!r}")
             probes = tuple(
-                ProbeResult(str(p["id"]), str(p["prompt"]),
-                            tuple(int(t) for t in p["token_ids"]), str(p["sha256"]))
+                ProbeResult(
+                    str(p["id"]),
+                    str(p["prompt"]),
+                    tuple(int(t) for t in p["token_ids"]),
+                    str(p["sha256"]),
+                )
                 for p in predicate["probes"]
             )
             fp = Fingerprint(dict(predicate["fingerprint"]), str(predicate["fingerprint_id"]))
             sampling = predicate["sampling"]
             baseline = cls(
-                bundle_digest=str(predicate["bundle_digest"]), fingerprint=fp, probes=probes,
+                bundle_digest=str(predicate["bundle_digest"]),
+                fingerprint=fp,
+                probes=probes,
                 aggregate=str(predicate["aggregate"]),
                 batch_invariant=bool(predicate["batch_invariant"]),
                 batch_divergences=tuple(
                     Divergence(str(d["probe"]), int(d["index"]), "", "")
                     for d in predicate["batch_divergences"]
                 ),
-                max_tokens=int(sampling["max_tokens"]), seed=int(sampling["seed"]),
+                max_tokens=int(sampling["max_tokens"]),
+                seed=int(sampling["seed"]),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed baseline predicate: missing or bad {exc}") from None
@@ -165,29 +176,45 @@ class Comparison:
 
 
 def _requests(probes: Sequence[Probe], max_tokens: int, seed: int) -> list[GenerationRequest]:
-    return [GenerationRequest(prompt=p.prompt, max_tokens=max_tokens, temperature=0.0, seed=seed)
-            for p in probes]
+    return [
+        GenerationRequest(prompt=p.prompt, max_tokens=max_tokens, temperature=0.0, seed=seed)
+        for p in probes
+    ]
 
 
-def record_baseline(engine: Generator, probes: Sequence[Probe], *, bundle_digest: str,
-                    fingerprint: Fingerprint, max_tokens: int = 16, seed: int = 0) -> Baseline:
+def record_baseline(
+    engine: Generator,
+    probes: Sequence[Probe],
+    *,
+    bundle_digest: str,
+    fingerprint: Fingerprint,
+    max_tokens: int = 16,
+    seed: int = 0,
+) -> Baseline:
     """Run ``probes`` one at a time, then as one batch; return the baseline."""
     if not probes:
         raise ValueError("a baseline needs at least one probe")
     requests = _requests(probes, max_tokens, seed)
     serial = [engine.generate([req])[0] for req in requests]
     batched = engine.generate(requests)
-    results = tuple(ProbeResult(p.id, p.prompt, ids, token_hash(ids))
-                    for p, ids in zip(probes, serial, strict=True))
+    results = tuple(
+        ProbeResult(p.id, p.prompt, ids, token_hash(ids))
+        for p, ids in zip(probes, serial, strict=True)
+    )
     batch_div: list[Divergence] = []
     for result, ids in zip(results, batched, strict=True):
         index = first_difference(result.token_ids, ids)
         if index is not None:
             batch_div.append(Divergence(result.probe_id, index, result.sha256, token_hash(ids)))
     return Baseline(
-        bundle_digest=bundle_digest, fingerprint=fingerprint, probes=results,
-        aggregate=aggregate_hash(results), batch_invariant=not batch_div,
-        batch_divergences=tuple(batch_div), max_tokens=max_tokens, seed=seed,
+        bundle_digest=bundle_digest,
+        fingerprint=fingerprint,
+        probes=results,
+        aggregate=aggregate_hash(results),
+        batch_invariant=not batch_div,
+        batch_divergences=tuple(batch_div),
+        max_tokens=max_tokens,
+        seed=seed,
     )
 
 
@@ -203,7 +230,9 @@ def compare_baselines(recorded: Baseline, current: Baseline) -> Comparison:
         index = first_difference(old.token_ids, new.token_ids)
         if index is not None:
             divergences.append(Divergence(probe_id, index, old.sha256, new.sha256))
-    missing = tuple(sorted(set(ours) ^ set(theirs)) + sorted(
-        p for p in set(ours) & set(theirs) if ours[p].prompt != theirs[p].prompt))
+    missing = tuple(
+        sorted(set(ours) ^ set(theirs))
+        + sorted(p for p in set(ours) & set(theirs) if ours[p].prompt != theirs[p].prompt)
+    )
     matched = not divergences and not missing
     return Comparison(matched=matched, divergences=tuple(divergences), missing=missing)

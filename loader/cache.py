@@ -76,26 +76,39 @@ class Cache:
         """Distinct blobs in the cache (by digest and size; their bytes are not checked)."""
         return [blob for blob in _distinct(blobs) if self.has_blob(blob)]
 
-    def drop_corrupt(self, blobs: Sequence[BlobRequest], options: HashOptions = HashOptions(),
-                     progress: Progress | None = None) -> list[str]:
+    def drop_corrupt(
+        self,
+        blobs: Sequence[BlobRequest],
+        options: HashOptions = HashOptions(),
+        progress: Progress | None = None,
+    ) -> list[str]:
         """Re-hash the ``present`` blobs (in parallel, ``progress`` counting bytes); remove
         every cached blob whose size or bytes do not match its digest, so the next
         ``fetch`` downloads it again.
 
         Returns the removed digests, sorted. Blobs not in the cache are left to ``fetch``.
         """
-        wrong_size = [blob.digest for blob in self.missing(blobs)
-                      if self.blob_path(blob.digest).is_file()]
-        intact = [BundleFile(blob.digest, self.blob_path(blob.digest), blob.size)
-                  for blob in self.present(blobs)]
+        wrong_size = [
+            blob.digest for blob in self.missing(blobs) if self.blob_path(blob.digest).is_file()
+        ]
+        intact = [
+            BundleFile(blob.digest, self.blob_path(blob.digest), blob.size)
+            for blob in self.present(blobs)
+        ]
         actual = hash_files(intact, options, progress)
         bad = wrong_size + [digest for digest, got in actual.items() if got != digest]
         for digest in bad:
             self.blob_path(digest).unlink(missing_ok=True)
         return sorted(bad)
 
-    def fetch(self, client: RegistrySource, blobs: Sequence[BlobRequest], *, workers: int = 4,
-              progress: Progress | None = None) -> None:
+    def fetch(
+        self,
+        client: RegistrySource,
+        blobs: Sequence[BlobRequest],
+        *,
+        workers: int = 4,
+        progress: Progress | None = None,
+    ) -> None:
         """Download every missing blob in parallel (verified, resumable), read-only: the
         largest first, ``download_workers(workers, ...)`` at a time.
 

@@ -133,9 +133,10 @@ def _meminfo_available() -> int | None:
 def _cgroup_available(cgroup: Path) -> int | None:
     """The cgroup's memory limit less its usage, or None without a limit (v2 ``max``; v1's
     "unlimited", a number past any machine) or when the files cannot be read."""
-    for limit_file, usage_file in (("memory.max", "memory.current"),
-                                   ("memory/memory.limit_in_bytes",
-                                    "memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
         try:
             limit_text = (cgroup / limit_file).read_text(encoding="ascii").strip()
             usage = int((cgroup / usage_file).read_text(encoding="ascii").strip())
@@ -217,16 +218,24 @@ class Engine:
             if req.structured is not None:
                 kind, value = req.structured
                 structured = StructuredOutputsParams(**{kind: json.loads(value)})
-            params.append(vllm.SamplingParams(
-                temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                max_tokens=req.max_tokens, seed=req.seed, structured_outputs=structured,
-            ))
+            params.append(
+                vllm.SamplingParams(
+                    temperature=req.temperature,
+                    top_p=req.top_p,
+                    top_k=req.top_k,
+                    max_tokens=req.max_tokens,
+                    seed=req.seed,
+                    structured_outputs=structured,
+                )
+            )
         try:
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except Exception as exc:  # vLLM raises anything; report it as ours
             raise EngineFailed(f"generation failed: {exc}") from exc
-        return [Completion(tuple(int(t) for t in out.outputs[0].token_ids),
-                           str(out.outputs[0].text)) for out in outputs]
+        return [
+            Completion(tuple(int(t) for t in out.outputs[0].token_ids), str(out.outputs[0].text))
+            for out in outputs
+        ]
 
     def shutdown(self) -> None:
         """Stop the engine's worker processes (best effort) and drop the engine."""
@@ -238,8 +247,12 @@ class Engine:
         gc.collect()
 
 
-def boot_engine(config: ServingConfig, extra: Mapping[str, Any] | None = None, *,
-                kv_cache: KvCacheChoice | None = None) -> Engine:
+def boot_engine(
+    config: ServingConfig,
+    extra: Mapping[str, Any] | None = None,
+    *,
+    kv_cache: KvCacheChoice | None = None,
+) -> Engine:
     """Boot ``vllm.LLM`` from ``config.model_dir`` under the hardened environment.
 
     ``extra`` are keywords from ``hardening.check_extra_args``; ``kv_cache`` the CPU
@@ -254,6 +267,5 @@ def boot_engine(config: ServingConfig, extra: Mapping[str, Any] | None = None, *
         llm = vllm.LLM(**kwargs)
     except Exception as exc:  # vLLM raises anything; report it as ours
         hint = f"; {kv_cache.failure_hint()}" if kv_cache is not None else ""
-        raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}{hint}"
-                           ) from exc
+        raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}{hint}") from exc
     return Engine(llm, config)

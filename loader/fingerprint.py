@@ -80,8 +80,13 @@ def _device() -> dict[str, Any]:
             driver = str(pynvml.nvmlSystemGetDriverVersion())
         except Exception:  # noqa: BLE001 - driver version is best effort
             driver = None
-        return {"type": "cuda", "name": ", ".join(names), "count": count,
-                "cuda": cuda, "driver": driver}
+        return {
+            "type": "cuda",
+            "name": ", ".join(names),
+            "count": count,
+            "cuda": cuda,
+            "driver": driver,
+        }
     return {"type": "cpu", "name": _cpu_name(), "count": 1, "cuda": cuda, "driver": None}
 
 
@@ -108,8 +113,9 @@ def _engine_dtype(llm: Any, fallback: str) -> str:
         return fallback
 
 
-def collect_fingerprint(config: ServingConfig, env: Mapping[str, str], *,
-                        llm: Any = None, entrypoint: str = "llm") -> Fingerprint:
+def collect_fingerprint(
+    config: ServingConfig, env: Mapping[str, str], *, llm: Any = None, entrypoint: str = "llm"
+) -> Fingerprint:
     """Collect the fingerprint of this runtime; ``llm`` (a booted ``vllm.LLM``) adds what
     only the engine knows (resolved dtype, attention backend). ``entrypoint`` is how the
     engine was started: ``llm`` (in-process) or ``openai-server`` (``boot --serve``); the

@@ -124,8 +124,9 @@ class ServingConfig:
 
     def __post_init__(self) -> None:
         if self.generation_config not in {"auto", "vllm"}:
-            raise ValueError(f"generation_config must be 'auto' or 'vllm', "
-                             f"not {self.generation_config!r}")
+            raise ValueError(
+                f"generation_config must be 'auto' or 'vllm', not {self.generation_config!r}"
+            )
         if self.tensor_parallel_size < 1:
             raise ValueError("tensor_parallel_size must be >= 1")
 
@@ -172,19 +173,33 @@ def engine_kwargs(config: ServingConfig, extra: Mapping[str, Any] | None = None)
     return kwargs
 
 
-def serve_argv(config: ServingConfig, python: str, host: str, port: int,
-               extra_args: Sequence[str] = ()) -> list[str]:
+def serve_argv(
+    config: ServingConfig, python: str, host: str, port: int, extra_args: Sequence[str] = ()
+) -> list[str]:
     """The OpenAI-compatible server command line; ``extra_args`` must already be checked."""
     model = str(config.model_dir)
     argv = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model, "--tokenizer", model,
-        "--load-format", "safetensors",
-        "--dtype", config.dtype,
-        "--seed", str(config.seed),
-        "--generation-config", config.generation_config,
-        "--tensor-parallel-size", str(config.tensor_parallel_size),
-        "--host", host, "--port", str(port),
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--tokenizer",
+        model,
+        "--load-format",
+        "safetensors",
+        "--dtype",
+        config.dtype,
+        "--seed",
+        str(config.seed),
+        "--generation-config",
+        config.generation_config,
+        "--tensor-parallel-size",
+        str(config.tensor_parallel_size),
+        "--host",
+        host,
+        "--port",
+        str(port),
     ]
     if config.max_model_len is not None:
         argv += ["--max-model-len", str(config.max_model_len)]
@@ -208,19 +223,25 @@ def check_extra_args(args: Sequence[str], *, serve: bool) -> dict[str, Any]:
         flag, eq, inline = arg.partition("=")
         flag = flag.replace("_", "-") if flag.startswith("--") else flag
         if not flag.startswith("--"):
-            problems.append((arg, "positional arguments are not accepted "
-                                  "(the model is the verified bundle)"))
+            problems.append(
+                (arg, "positional arguments are not accepted (the model is the verified bundle)")
+            )
             continue
         if flag == "--load-format":
             value = inline if eq else (args[index] if index < len(args) else "")
             index += 0 if eq else 1
             if value != "safetensors":
-                problems.append((arg if eq else f"{arg} {value}",
-                                 "the load format is pinned to safetensors"))
+                problems.append(
+                    (arg if eq else f"{arg} {value}", "the load format is pinned to safetensors")
+                )
             continue
         if flag in _REFUSED:
-            if (not eq and flag not in _REFUSED_SWITCHES and index < len(args)
-                    and not args[index].startswith("--")):
+            if (
+                not eq
+                and flag not in _REFUSED_SWITCHES
+                and index < len(args)
+                and not args[index].startswith("--")
+            ):
                 index += 1  # the refused flag's value
             problems.append((arg, _REFUSED[flag]))
             continue
@@ -256,8 +277,7 @@ def check_extra_args(args: Sequence[str], *, serve: bool) -> dict[str, Any]:
 
 def allowed_extra_args(*, serve: bool) -> tuple[str, ...]:
     """The extra engine arguments ``check_extra_args`` accepts (with ``--serve``: more)."""
-    return tuple(flag for flag, (_, keyword) in _ALLOWED.items()
-                 if serve or keyword is not None)
+    return tuple(flag for flag, (_, keyword) in _ALLOWED.items() if serve or keyword is not None)
 
 
 def _convert(keyword: str, value: str | None) -> Any:
@@ -292,25 +312,31 @@ class KvCacheChoice:
         where = {
             "option": "from --cpu-kvcache-space",
             "env": f"from {CPU_KVCACHE_ENV}",
-            "default": ("default: min(4 GiB, 25% of available memory"
-                        + (f" {self.available_bytes / _GIB:.1f} GiB" if self.available_bytes
-                           else "") + ")"),
+            "default": (
+                "default: min(4 GiB, 25% of available memory"
+                + (f" {self.available_bytes / _GIB:.1f} GiB" if self.available_bytes else "")
+                + ")"
+            ),
         }[self.source]
-        return (f"cpu kv cache: {self.gib} GiB ({where}; change it with --cpu-kvcache-space "
-                f"or {CPU_KVCACHE_ENV})")
+        return (
+            f"cpu kv cache: {self.gib} GiB ({where}; change it with --cpu-kvcache-space "
+            f"or {CPU_KVCACHE_ENV})"
+        )
 
     def failure_hint(self) -> str:
         """Appended to an engine failure on a CPU: names the setting to lower."""
-        return (f"the CPU KV cache was {self.gib} GiB ({self.source}); if vLLM ran out of "
-                f"memory, lower it with --cpu-kvcache-space GIB or {CPU_KVCACHE_ENV}=GIB")
+        return (
+            f"the CPU KV cache was {self.gib} GiB ({self.source}); if vLLM ran out of "
+            f"memory, lower it with --cpu-kvcache-space GIB or {CPU_KVCACHE_ENV}=GIB"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"device": "cpu", "gib": self.gib, "source": self.source,
-                "env": CPU_KVCACHE_ENV}
+        return {"device": "cpu", "gib": self.gib, "source": self.source, "env": CPU_KVCACHE_ENV}
 
 
-def cpu_kv_cache(env: Mapping[str, str], *, option: int | None,
-                 available_bytes: int | None) -> KvCacheChoice:
+def cpu_kv_cache(
+    env: Mapping[str, str], *, option: int | None, available_bytes: int | None
+) -> KvCacheChoice:
     """Choose the CPU KV-cache size: ``option``, else ``env[VLLM_CPU_KVCACHE_SPACE]``, else
     ``min(4, 25% of available_bytes)`` GiB, at least 1 (4 when the memory is unknown).
 
@@ -319,8 +345,7 @@ def cpu_kv_cache(env: Mapping[str, str], *, option: int | None,
     """
     if option is not None:
         if isinstance(option, bool) or option < 1:
-            raise InputError(f"--cpu-kvcache-space {option}: must be a whole number of GiB "
-                             ">= 1")
+            raise InputError(f"--cpu-kvcache-space {option}: must be a whole number of GiB >= 1")
         return KvCacheChoice(option, "option")
     text = env.get(CPU_KVCACHE_ENV, "").strip()
     if text:
@@ -329,12 +354,13 @@ def cpu_kv_cache(env: Mapping[str, str], *, option: int | None,
         except ValueError:
             gib = 0
         if gib < 1:
-            raise InputError(f"{CPU_KVCACHE_ENV}={text!r}: must be a whole number of GiB >= 1 "
-                             "(or unset it: modelward then chooses min(4 GiB, 25% of "
-                             "available memory))")
+            raise InputError(
+                f"{CPU_KVCACHE_ENV}={text!r}: must be a whole number of GiB >= 1 "
+                "(or unset it: modelward then chooses min(4 GiB, 25% of "
+                "available memory))"
+            )
         return KvCacheChoice(gib, "env")
     if available_bytes is None or available_bytes <= 0:
         return KvCacheChoice(DEFAULT_CPU_KVCACHE_GIB, "default")
     share = int(available_bytes * DEFAULT_CPU_KVCACHE_SHARE) // _GIB
-    return KvCacheChoice(max(1, min(DEFAULT_CPU_KVCACHE_GIB, share)), "default",
-                         available_bytes)
+    return KvCacheChoice(max(1, min(DEFAULT_CPU_KVCACHE_GIB, share)), "default", available_bytes)

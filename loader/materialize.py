@@ -101,8 +101,9 @@ def read_local_manifest(root: Path, expected_digest: str | None = None) -> Manif
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise InputError(f"{root}: not a materialized bundle ({MANIFEST_NAME}: "
-                         f"{exc.strerror})") from None
+        raise InputError(
+            f"{root}: not a materialized bundle ({MANIFEST_NAME}: {exc.strerror})"
+        ) from None
     actual = bundle_digest(raw)
     expected = expected_digest or f"sha256:{root.name}"
     if actual != expected:

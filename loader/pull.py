@@ -73,10 +73,17 @@ class PulledBundle:
     repaired: tuple[str, ...] = field(default=())
 
 
-def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: TrustFlags, *,
-                workers: int = 4, progress: Progress | None = None,
-                on_total: Callable[[int], None] | None = None,
-                repair: bool = False) -> PulledBundle:
+def pull_bundle(
+    client: RegistrySource,
+    reference: str,
+    cache: Cache,
+    flags: TrustFlags,
+    *,
+    workers: int = 4,
+    progress: Progress | None = None,
+    on_total: Callable[[int], None] | None = None,
+    repair: bool = False,
+) -> PulledBundle:
     """Pull, verify and materialize ``reference`` (``org/name@alias`` or ``@sha256:...``).
 
     ``flags`` are the worker's trust flags (attest.policy.policy_from_flags: the same policy
@@ -91,14 +98,16 @@ def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: Tru
     policy, trust = policy_from_flags(flags)
     ref = parse_reference(reference)
     # (1): resolve the reference: an alias through the registry's verified TUF metadata.
-    alias_trust = AliasTrust(root=flags.tuf_root, online_aliases=flags.online_aliases,
-                             unsigned=flags.unsigned_aliases).with_policy(policy, flags.policy)
+    alias_trust = AliasTrust(
+        root=flags.tuf_root, online_aliases=flags.online_aliases, unsigned=flags.unsigned_aliases
+    ).with_policy(policy, flags.policy)
     digest = resolve_reference(client, ref, cache.root, alias_trust)
     # (2): quarantined or tombstoned bundles are unloadable everywhere.
     record = client.get_bundle(ref.repo, digest)
     if record.get("quarantined") or record.get("tombstoned"):
-        reason = record.get("quarantine_reason") or ("tombstoned" if record.get("tombstoned")
-                                                     else "no reason given")
+        reason = record.get("quarantine_reason") or (
+            "tombstoned" if record.get("tombstoned") else "no reason given"
+        )
         raise BundleQuarantined(digest, str(reason))
     # (3): the manifest bytes hash to the digest (checked here, not taken on trust), and its
     # stated sizes are within the policy's limits before anything is downloaded.
@@ -134,9 +143,15 @@ def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: Tru
         attestations = [_b64decode(a.get("data"), a.get("id")) for a in listed]
         try:
             trusted = verify_bundle(
-                raw, attestations, policy=policy, trust=trust,
-                reader=DirectoryReader(staging), expected_digest=digest,
-                labels=[f"attestation {a.get('id')}" for a in listed], alias=ref.alias)
+                raw,
+                attestations,
+                policy=policy,
+                trust=trust,
+                reader=DirectoryReader(staging),
+                expected_digest=digest,
+                labels=[f"attestation {a.get('id')}" for a in listed],
+                alias=ref.alias,
+            )
         except PolicyDenied as exc:
             raise _refused(exc, f"{ref.repo}@{digest}") from None
         # (7): read-only, renamed into place.
@@ -144,10 +159,18 @@ def pull_bundle(client: RegistrySource, reference: str, cache: Cache, flags: Tru
     except BaseException:
         discard(staging)
         raise
-    return PulledBundle(repo=ref.repo, digest=digest, manifest=manifest, directory=directory,
-                        policy=policy, trust=trust, decision=trusted.decision,
-                        statements=trusted.statements, ignored=trusted.ignored,
-                        repaired=tuple(repaired))
+    return PulledBundle(
+        repo=ref.repo,
+        digest=digest,
+        manifest=manifest,
+        directory=directory,
+        policy=policy,
+        trust=trust,
+        decision=trusted.decision,
+        statements=trusted.statements,
+        ignored=trusted.ignored,
+        repaired=tuple(repaired),
+    )
 
 
 def _refused(exc: PolicyDenied, what: str) -> RefusedError:
@@ -162,5 +185,7 @@ def _b64decode(text: object, attestation_id: object) -> bytes:
             return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         pass
-    raise RefusedError(f"the registry listed attestation {attestation_id} with data that is "
-                       "not base64: refusing to guess what was signed")
+    raise RefusedError(
+        f"the registry listed attestation {attestation_id} with data that is "
+        "not base64: refusing to guess what was signed"
+    )

@@ -66,8 +66,20 @@ __all__ = [
 MAX_REPORTED_DIVERGENCES = 100
 MAX_STRUCTURED_BYTES = 64 * 1024
 MAX_FILE_BYTES = 1 << 30  # a requests or expected-outputs file
-_FIELDS = frozenset({"id", "prompt", "prompt_token_ids", "max_tokens", "seed", "temperature",
-                     "top_p", "top_k", "tool_call_format", "structured_output"})
+_FIELDS = frozenset(
+    {
+        "id",
+        "prompt",
+        "prompt_token_ids",
+        "max_tokens",
+        "seed",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tool_call_format",
+        "structured_output",
+    }
+)
 
 
 class Completer(Protocol):
@@ -87,8 +99,7 @@ class ReplayRequest:
     def side_effects(self, text: str) -> dict[str, Any] | None:
         """This request's side-effect log of a completion ``text`` (loader.side_effects)."""
         kind = self.request.structured[0] if self.request.structured else None
-        return side_effect_log(text, tool_call_format=self.tool_call_format,
-                               structured_kind=kind)
+        return side_effect_log(text, tool_call_format=self.tool_call_format, structured_kind=kind)
 
 
 def _structured(value: Any, where: str) -> tuple[str, str] | None:
@@ -97,23 +108,27 @@ def _structured(value: Any, where: str) -> tuple[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in STRUCTURED_KINDS:
-        raise InputError(f"{where}: 'structured_output' must be an object with exactly one of "
-                         f"{', '.join(STRUCTURED_KINDS)}")
+        raise InputError(
+            f"{where}: 'structured_output' must be an object with exactly one of "
+            f"{', '.join(STRUCTURED_KINDS)}"
+        )
     kind, spec = next(iter(value.items()))
     if kind == "json" and not isinstance(spec, dict):
         raise InputError(f"{where}: 'structured_output.json' must be a JSON schema object")
     if kind == "regex" and not (isinstance(spec, str) and spec):
         raise InputError(f"{where}: 'structured_output.regex' must be a non-empty string")
-    if kind == "choice" and not (isinstance(spec, list) and spec
-                                 and all(isinstance(c, str) for c in spec)):
+    if kind == "choice" and not (
+        isinstance(spec, list) and spec and all(isinstance(c, str) for c in spec)
+    ):
         raise InputError(f"{where}: 'structured_output.choice' must be a list of strings")
     try:
         canonical = rfc8785.dumps(spec)
     except rfc8785.CanonicalizationError as exc:
         raise InputError(f"{where}: 'structured_output': {exc}") from None
     if len(canonical) > MAX_STRUCTURED_BYTES:
-        raise InputError(f"{where}: 'structured_output' is larger than "
-                         f"{MAX_STRUCTURED_BYTES} bytes")
+        raise InputError(
+            f"{where}: 'structured_output' is larger than {MAX_STRUCTURED_BYTES} bytes"
+        )
     return kind, canonical.decode("utf-8")
 
 
@@ -133,13 +148,16 @@ def _parse_request(line_no: int, obj: Any, source: str) -> ReplayRequest:
         raise InputError(f"{where}: give exactly one of 'prompt' and 'prompt_token_ids'")
     if prompt is not None and not isinstance(prompt, str):
         raise InputError(f"{where}: 'prompt' must be a string")
-    if ids is not None and (not isinstance(ids, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+    if ids is not None and (
+        not isinstance(ids, list)
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+    ):
         raise InputError(f"{where}: 'prompt_token_ids' must be a list of token ids")
     tool_format = obj.get("tool_call_format")
     if tool_format is not None and tool_format not in TOOL_CALL_FORMATS:
-        raise InputError(f"{where}: 'tool_call_format' must be one of "
-                         f"{', '.join(TOOL_CALL_FORMATS)}")
+        raise InputError(
+            f"{where}: 'tool_call_format' must be one of {', '.join(TOOL_CALL_FORMATS)}"
+        )
     try:
         request = GenerationRequest(
             prompt=prompt,
@@ -177,8 +195,9 @@ def _json_lines(path: Path, data: bytes) -> list[tuple[int, Any]]:
         try:
             rows.append((line_no, json.loads(line, parse_constant=_no_constant)))
         except (json.JSONDecodeError, ValueError) as exc:
-            raise InputError(f"{path}:{line_no}: not JSON: "
-                             f"{getattr(exc, 'msg', None) or exc}") from None
+            raise InputError(
+                f"{path}:{line_no}: not JSON: {getattr(exc, 'msg', None) or exc}"
+            ) from None
     return rows
 
 
@@ -219,8 +238,9 @@ def load_expected(path: Path, requests: Sequence[ReplayRequest] = ()) -> dict[st
         rid = obj.get("id")
         if not isinstance(rid, str | int) or isinstance(rid, bool):
             raise InputError(f"{where}: 'id' must be a string")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                   for t in obj["token_ids"]):
+        if not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in obj["token_ids"]
+        ):
             raise InputError(f"{where}: 'token_ids' must be a list of token ids")
         ids = tuple(obj["token_ids"])
         if "sha256" in obj and obj["sha256"] != token_hash(ids):
@@ -231,10 +251,13 @@ def load_expected(path: Path, requests: Sequence[ReplayRequest] = ()) -> dict[st
         req = by_id.get(str(rid))
         if req is not None and req.has_side_effects:
             if text is None:
-                raise InputError(f"{where}: request {str(rid)!r} declares a side-effect log; "
-                                 "its expected 'text' is needed (capture it again)")
+                raise InputError(
+                    f"{where}: request {str(rid)!r} declares a side-effect log; "
+                    "its expected 'text' is needed (capture it again)"
+                )
             if "side_effects" in obj and canonical_log(obj["side_effects"]) != canonical_log(
-                    req.side_effects(text)):
+                req.side_effects(text)
+            ):
                 raise InputError(f"{where}: 'side_effects' does not match 'text'")
         expected[str(rid)] = Completion(ids, text)
     return expected
@@ -249,16 +272,20 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def write_capture(path: Path, requests: Sequence[ReplayRequest],
-                  outputs: Sequence[Completion | tuple[int, ...]]) -> None:
+def write_capture(
+    path: Path, requests: Sequence[ReplayRequest], outputs: Sequence[Completion | tuple[int, ...]]
+) -> None:
     """Write one run's outputs as JSONL (atomically, or in place for a device: _fileio)."""
     from modelward.attest._fileio import write_output
 
     lines = []
     for req, out in zip(requests, outputs, strict=True):
         done = _as_completion(out)
-        row: dict[str, Any] = {"id": req.id, "token_ids": list(done.token_ids),
-                               "sha256": token_hash(done.token_ids)}
+        row: dict[str, Any] = {
+            "id": req.id,
+            "token_ids": list(done.token_ids),
+            "sha256": token_hash(done.token_ids),
+        }
         if done.text is not None:
             row["text"] = done.text
             if req.has_side_effects:
@@ -267,25 +294,29 @@ def write_capture(path: Path, requests: Sequence[ReplayRequest],
     write_output(path, "".join(lines).encode("utf-8"))
 
 
-def replay_once(engine: Completer, requests: Sequence[ReplayRequest], *,
-                concurrency: int) -> list[Completion]:
+def replay_once(
+    engine: Completer, requests: Sequence[ReplayRequest], *, concurrency: int
+) -> list[Completion]:
     """One run of every request, ``concurrency`` per engine batch."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     outputs: list[Completion] = []
     for start in range(0, len(requests), concurrency):
-        outputs.extend(engine.complete([r.request for r in requests[start:start + concurrency]]))
+        outputs.extend(engine.complete([r.request for r in requests[start : start + concurrency]]))
     return outputs
 
 
-def run_replay(engine: Completer, requests: Sequence[ReplayRequest], *, runs: int,
-               concurrency: int) -> list[list[tuple[int, ...]]]:
+def run_replay(
+    engine: Completer, requests: Sequence[ReplayRequest], *, runs: int, concurrency: int
+) -> list[list[tuple[int, ...]]]:
     """Replay every request ``runs`` times (``replay_once``); return the output token ids as
     ``[run][request index]``."""
     if runs < 1:
         raise ValueError("runs must be >= 1")
-    return [[c.token_ids for c in replay_once(engine, requests, concurrency=concurrency)]
-            for _ in range(runs)]
+    return [
+        [c.token_ids for c in replay_once(engine, requests, concurrency=concurrency)]
+        for _ in range(runs)
+    ]
 
 
 @dataclass(frozen=True)
@@ -328,16 +359,22 @@ class ReplayReport:
 
     def to_predicate(self) -> dict[str, Any]:
         return {
-            "runs": self.runs, "requests": self.requests, "executions": self.executions,
-            "consecutive_matches": self.consecutive_matches, "matches": self.matches,
+            "runs": self.runs,
+            "requests": self.requests,
+            "executions": self.executions,
+            "consecutive_matches": self.consecutive_matches,
+            "matches": self.matches,
             "divergence_count": self.divergence_count,
             "output_divergence_count": self.output_divergence_count,
-            "divergences": [{"run": d.run, "request": d.request_id, "index": d.index}
-                            for d in self.divergences],
+            "divergences": [
+                {"run": d.run, "request": d.request_id, "index": d.index} for d in self.divergences
+            ],
             "side_effect_requests": self.side_effect_requests,
             "side_effect_divergence_count": self.side_effect_divergence_count,
-            "side_effect_divergences": [{"run": d.run, "request": d.request_id, "path": d.path}
-                                        for d in self.side_effect_divergences],
+            "side_effect_divergences": [
+                {"run": d.run, "request": d.request_id, "path": d.path}
+                for d in self.side_effect_divergences
+            ],
             "unique_completions": dict(self.unique_completions),
             "max_unique_completions": max(self.unique_completions.values(), default=0),
             "reference": self.reference,
@@ -375,8 +412,11 @@ class ReplayTally:
     _unique: dict[str, set[bytes]] = field(default_factory=dict)
     _streak_open: bool = True
 
-    def add_run(self, run: Sequence[Completion | Sequence[int]],
-                reference: Mapping[str, Completion] | None = None) -> None:
+    def add_run(
+        self,
+        run: Sequence[Completion | Sequence[int]],
+        reference: Mapping[str, Completion] | None = None,
+    ) -> None:
         done = [_as_completion(c) for c in run]
         if self.reference is None:
             self.reference = {req.id: out for req, out in zip(self.requests, done, strict=True)}
@@ -403,11 +443,13 @@ class ReplayTally:
                 self.side_effect_divergence_count += 1
                 if len(self.side_effect_divergences) < MAX_REPORTED_DIVERGENCES:
                     self.side_effect_divergences.append(
-                        SideEffectDivergence(self.runs, req.id, path))
+                        SideEffectDivergence(self.runs, req.id, path)
+                    )
 
     @staticmethod
-    def _side_effect_difference(req: ReplayRequest, want: Completion | None,
-                                got: Completion) -> str | None:
+    def _side_effect_difference(
+        req: ReplayRequest, want: Completion | None, got: Completion
+    ) -> str | None:
         """The path where the side-effect logs differ, or None when they match (or the
         request declares none). Fails closed: a missing text diverges."""
         if not req.has_side_effects:
@@ -418,12 +460,14 @@ class ReplayTally:
 
     def report(self) -> ReplayReport:
         return ReplayReport(
-            runs=self.runs, requests=len(self.requests),
+            runs=self.runs,
+            requests=len(self.requests),
             executions=self.runs * len(self.requests),
-            consecutive_matches=self.consecutive_matches, matches=self.matches,
-            divergences=tuple(self.divergences), divergence_count=self.divergence_count,
-            unique_completions={req.id: len(self._unique.get(req.id, ()))
-                                for req in self.requests},
+            consecutive_matches=self.consecutive_matches,
+            matches=self.matches,
+            divergences=tuple(self.divergences),
+            divergence_count=self.divergence_count,
+            unique_completions={req.id: len(self._unique.get(req.id, ())) for req in self.requests},
             reference=self.reference_name,
             output_divergence_count=self.output_divergence_count,
             side_effect_divergences=tuple(self.side_effect_divergences),
@@ -432,10 +476,13 @@ class ReplayTally:
         )
 
 
-def summarize(requests: Sequence[ReplayRequest],
-              outputs: Sequence[Sequence[Completion | Sequence[int]]],
-              reference: Mapping[str, Completion | Sequence[int]] | None, *,
-              reference_name: str) -> ReplayReport:
+def summarize(
+    requests: Sequence[ReplayRequest],
+    outputs: Sequence[Sequence[Completion | Sequence[int]]],
+    reference: Mapping[str, Completion | Sequence[int]] | None,
+    *,
+    reference_name: str,
+) -> ReplayReport:
     """Compare every execution of ``outputs`` (``[run][request index]``) with ``reference``
     (by request id; None: run 1's outputs): a ``ReplayTally`` over all runs at once."""
     ref = None if reference is None else {k: _as_completion(v) for k, v in reference.items()}

@@ -59,23 +59,24 @@ def _weights_bytes(model_dir: Path) -> int:
     return total
 
 
-def second_engine_fits(available: int | None, kv_cache: KvCacheChoice | None,
-                       model_dirs: Sequence[Path]) -> tuple[bool, str]:
+def second_engine_fits(
+    available: int | None, kv_cache: KvCacheChoice | None, model_dirs: Sequence[Path]
+) -> tuple[bool, str]:
     """Whether two engines (one per ``model_dirs``) fit in ``available`` bytes, and why."""
     if kv_cache is None:
         return False, "not on a CPU: one engine claims the accelerator's memory"
     if available is None:
         return False, "the memory available cannot be read"
-    need = sum(kv_cache.gib * GIB + _weights_bytes(d) + ENGINE_HEADROOM_BYTES
-               for d in model_dirs)
+    need = sum(kv_cache.gib * GIB + _weights_bytes(d) + ENGINE_HEADROOM_BYTES for d in model_dirs)
     if available < need:
-        return False, (f"two engines need about {need / GIB:.1f} GiB and "
-                       f"{available / GIB:.1f} GiB is available")
+        return False, (
+            f"two engines need about {need / GIB:.1f} GiB and "
+            f"{available / GIB:.1f} GiB is available"
+        )
     return True, f"{available / GIB:.1f} GiB available holds both engines"
 
 
-def _as_map(requests: Sequence[ReplayRequest], run: Sequence[Completion]
-            ) -> dict[str, Completion]:
+def _as_map(requests: Sequence[ReplayRequest], run: Sequence[Completion]) -> dict[str, Completion]:
     return {req.id: out for req, out in zip(requests, run, strict=True)}
 
 
@@ -104,8 +105,9 @@ def replay_bundle(
     if reference is not None and sequential:
         mode, reason = "sequential", "asked for (--sequential)"
     elif reference is not None:
-        fits, reason = second_engine_fits(available_memory(), kv_cache,
-                                          [candidate.model_dir, reference.model_dir])
+        fits, reason = second_engine_fits(
+            available_memory(), kv_cache, [candidate.model_dir, reference.model_dir]
+        )
         mode = "interleaved" if fits else "sequential"
     if mode == "sequential" and reference is not None:
         engine = boot_engine(reference, extra, kv_cache=kv_cache)
@@ -143,7 +145,11 @@ def replay_bundle(
         engine.shutdown()
     if tally is None:  # unreachable: runs >= 1
         raise ValueError("runs must be >= 1")
-    return ReplayRun(report=tally.report(), fingerprint=fingerprint, mode=mode,
-                     mode_reason=reason,
-                     reference_report=drift.report() if drift is not None else None,
-                     first_run=first_run)
+    return ReplayRun(
+        report=tally.report(),
+        fingerprint=fingerprint,
+        mode=mode,
+        mode_reason=reason,
+        reference_report=drift.report() if drift is not None else None,
+        first_run=first_run,
+    )

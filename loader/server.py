@@ -47,23 +47,29 @@ def _api_key(extra_args: Sequence[str], env: dict[str, str]) -> str | None:
 class ServedEngine:
     """A running OpenAI-compatible vLLM server (the child) and an HTTP client to it."""
 
-    def __init__(self, child: subprocess.Popen[bytes], base_url: str,
-                 api_key: str | None) -> None:
+    def __init__(self, child: subprocess.Popen[bytes], base_url: str, api_key: str | None) -> None:
         import httpx
 
         self.child = child
         self.base_url = base_url
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=600.0,
-                                  trust_env=False)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=600.0, trust_env=False
+        )
         self._model: str | None = None
         self._previous: dict[int, Any] = {}
         self.kv_cache: KvCacheChoice | None = None
 
     @classmethod
-    def start(cls, config: ServingConfig, *, host: str, port: int,
-              extra_args: Sequence[str] = (),
-              kv_cache: KvCacheChoice | None = None) -> ServedEngine:
+    def start(
+        cls,
+        config: ServingConfig,
+        *,
+        host: str,
+        port: int,
+        extra_args: Sequence[str] = (),
+        kv_cache: KvCacheChoice | None = None,
+    ) -> ServedEngine:
         """Start the server child; ``extra_args`` must have passed ``check_extra_args``;
         ``kv_cache`` is the CPU KV-cache size it gets (``engine.choose_kv_cache``)."""
         require_vllm()
@@ -95,8 +101,9 @@ class ServedEngine:
             code = self.child.poll()
             if code is not None:
                 hint = f"; {self.kv_cache.failure_hint()}" if self.kv_cache else ""
-                raise EngineFailed(f"the vLLM server exited with status {code} before it "
-                                   f"was ready{hint}")
+                raise EngineFailed(
+                    f"the vLLM server exited with status {code} before it was ready{hint}"
+                )
             try:
                 answer = self._http.get("/v1/models", timeout=5.0)
                 if answer.status_code == 200:
@@ -105,8 +112,9 @@ class ServedEngine:
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
                 pass
             if time.monotonic() >= deadline:
-                raise EngineFailed(f"the vLLM server at {self.base_url} was not ready "
-                                   f"after {timeout:.0f} s")
+                raise EngineFailed(
+                    f"the vLLM server at {self.base_url} was not ready after {timeout:.0f} s"
+                )
             time.sleep(0.5)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[tuple[int, ...]]:
@@ -121,17 +129,21 @@ class ServedEngine:
             return []
         first = requests[0]
         params = (first.max_tokens, first.temperature, first.top_p, first.top_k, first.seed)
-        if any((r.max_tokens, r.temperature, r.top_p, r.top_k, r.seed) != params
-               for r in requests):
+        if any((r.max_tokens, r.temperature, r.top_p, r.top_k, r.seed) != params for r in requests):
             raise ValueError("one server request needs one set of sampling parameters")
         texts = [r.prompt for r in requests if r.prompt is not None]
         if texts and len(texts) != len(requests):
             raise ValueError("one server request needs all text or all token-id prompts")
         prompts: list[Any] = texts or [list(r.prompt_token_ids or ()) for r in requests]
         body = {
-            "model": self._model, "prompt": prompts, "max_tokens": first.max_tokens,
-            "temperature": first.temperature, "top_p": first.top_p, "top_k": first.top_k,
-            "seed": first.seed, "return_token_ids": True,
+            "model": self._model,
+            "prompt": prompts,
+            "max_tokens": first.max_tokens,
+            "temperature": first.temperature,
+            "top_p": first.top_p,
+            "top_k": first.top_k,
+            "seed": first.seed,
+            "return_token_ids": True,
         }
         try:
             answer = self._http.post("/v1/completions", json=body)
@@ -141,8 +153,9 @@ class ServedEngine:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise EngineFailed(f"generation on the vLLM server failed: {exc}") from exc
         if len(outputs) != len(requests):
-            raise EngineFailed(f"the vLLM server answered {len(outputs)} completions for "
-                               f"{len(requests)} prompts")
+            raise EngineFailed(
+                f"the vLLM server answered {len(outputs)} completions for {len(requests)} prompts"
+            )
         return outputs
 
     def wait(self) -> int:

@@ -88,7 +88,7 @@ def _tool_calls(text: str, fmt: str) -> list[dict[str, Any]]:
     else:  # mistral
         if not body.startswith(_MISTRAL_TAG):
             return []
-        body = body[len(_MISTRAL_TAG):].strip()
+        body = body[len(_MISTRAL_TAG) :].strip()
     if not body:
         return []
     parsed = _parse(body)
@@ -98,8 +98,9 @@ def _tool_calls(text: str, fmt: str) -> list[dict[str, Any]]:
     return [_call(c, json.dumps(c)) for c in calls]
 
 
-def side_effect_log(text: str, *, tool_call_format: str | None,
-                    structured_kind: str | None) -> dict[str, Any] | None:
+def side_effect_log(
+    text: str, *, tool_call_format: str | None, structured_kind: str | None
+) -> dict[str, Any] | None:
     """The side-effect log of ``text``, or None when the request declares none."""
     log: dict[str, Any] = {}
     if tool_call_format is not None:
@@ -125,8 +126,9 @@ def canonical_log(log: Any) -> bytes:
     try:
         return bytes(rfc8785.dumps(log))
     except rfc8785.CanonicalizationError:
-        return json.dumps(log, sort_keys=True, ensure_ascii=True, separators=(",", ":"),
-                          allow_nan=False).encode("ascii")
+        return json.dumps(
+            log, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False
+        ).encode("ascii")
 
 
 def first_difference_path(a: Any, b: Any, path: str = "") -> str:
@@ -140,8 +142,12 @@ def first_difference_path(a: Any, b: Any, path: str = "") -> str:
                     return first_difference_path(a[key], b[key], child)
                 return child
         return path
-    if (isinstance(a, Sequence) and isinstance(b, Sequence)
-            and not isinstance(a, str) and not isinstance(b, str)):
+    if (
+        isinstance(a, Sequence)
+        and isinstance(b, Sequence)
+        and not isinstance(a, str)
+        and not isinstance(b, str)
+    ):
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
             if canonical_log(x) != canonical_log(y):
                 return first_difference_path(x, y, f"{path}[{i}]")

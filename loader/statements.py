@@ -41,8 +41,9 @@ def load_worker_key(path: Path) -> WorkerKey:
     return WorkerKey(key, TrustSet(keys=(trusted_key(f"worker:{path.name}", key.public_key()),)))
 
 
-def sign_predicate(worker: WorkerKey, repo: str, digest: str, predicate_type: str,
-                   predicate: dict[str, Any]) -> bytes:
+def sign_predicate(
+    worker: WorkerKey, repo: str, digest: str, predicate_type: str, predicate: dict[str, Any]
+) -> bytes:
     """A DSSE envelope over an in-toto statement about ``repo@digest``."""
     from modelward.attest.dsse import sign_envelope
     from modelward.attest.statement import make_statement
@@ -51,8 +52,9 @@ def sign_predicate(worker: WorkerKey, repo: str, digest: str, predicate_type: st
     return sign_envelope(payload, [worker.key])
 
 
-def find_baselines(attestations: Sequence[dict[str, Any]], trust: TrustSet,
-                   digest: str) -> tuple[list[SignedBaseline], list[str]]:
+def find_baselines(
+    attestations: Sequence[dict[str, Any]], trust: TrustSet, digest: str
+) -> tuple[list[SignedBaseline], list[str]]:
     """Every trusted baseline statement about ``digest``; and one note per skipped one."""
     from modelward.attest.statement import PredicateType
     from modelward.attest.verify import verify_attestation

@@ -153,17 +153,24 @@ def resolve_alias(
     worker's token); python-tuf's default fetcher otherwise.
     """
     what = f"{repo}@{alias}"
-    updater = _updater(metadata_url=metadata_url, cache_dir=cache_dir, trust_root=trust_root,
-                       fetcher=fetcher, config=config, what=what)
+    updater = _updater(
+        metadata_url=metadata_url,
+        cache_dir=cache_dir,
+        trust_root=trust_root,
+        fetcher=fetcher,
+        config=config,
+        what=what,
+    )
     path = alias_path(repo, alias)
     deciding = _deciding_role(cache_dir, path)
     unsigned = TrustMetadataRefused(
         f"{what}: no signed target names this alias in the registry's TUF metadata (never "
         "published, or not yet signed by its role's keys: `modelward alias pending`)"
     )
-    if deciding is not None and f"{deciding}.json" not in _trusted(
-        cache_dir, Snapshot.type
-    ).signed.meta:
+    if (
+        deciding is not None
+        and f"{deciding}.json" not in _trusted(cache_dir, Snapshot.type).signed.meta
+    ):
         raise unsigned  # its role has no signed version at all yet
     try:
         target = updater.get_targetinfo(path)
@@ -197,8 +204,14 @@ def check_not_quarantined(
 ) -> None:
     """Refuse ``digest`` when the verified quarantine role lists it (a pull by digest with a
     pinned root)."""
-    updater = _updater(metadata_url=metadata_url, cache_dir=cache_dir, trust_root=trust_root,
-                       fetcher=fetcher, config=None, what=digest)
+    updater = _updater(
+        metadata_url=metadata_url,
+        cache_dir=cache_dir,
+        trust_root=trust_root,
+        fetcher=fetcher,
+        config=None,
+        what=digest,
+    )
     _check_quarantine(updater, cache_dir, digest, digest)
 
 
@@ -221,8 +234,9 @@ class AliasTrust:
             if not root.is_absolute() and policy_file is not None:
                 root = policy_file.parent / root
         online = self.online_aliases or tuple(policy.tuf.online_aliases)
-        return AliasTrust(root=root, online_aliases=online, unsigned=self.unsigned,
-                          root_source=source)
+        return AliasTrust(
+            root=root, online_aliases=online, unsigned=self.unsigned, root_source=source
+        )
 
 
 def _root_bytes(path: Path | None, source: str) -> bytes | None:
@@ -242,16 +256,30 @@ def resolve_reference(
     root = _root_bytes(trust.root, trust.root_source)
     if ref.digest is not None:
         if root is not None:
-            check_not_quarantined(ref.digest, metadata_url=client.tuf_url, cache_dir=metadata,
-                                  trust_root=root, fetcher=client.tuf_fetcher())
+            check_not_quarantined(
+                ref.digest,
+                metadata_url=client.tuf_url,
+                cache_dir=metadata,
+                trust_root=root,
+                fetcher=client.tuf_fetcher(),
+            )
         return ref.digest
     assert ref.alias is not None  # noqa: S101 - a Reference holds one of the two
     if trust.unsigned and root is None:
-        log.warning("%s@%s resolved by the registry's word (--unsigned-aliases): "
-                    "nothing signed says which bundle it names", ref.repo, ref.alias)
+        log.warning(
+            "%s@%s resolved by the registry's word (--unsigned-aliases): "
+            "nothing signed says which bundle it names",
+            ref.repo,
+            ref.alias,
+        )
         return client.resolve(ref)
     resolved = resolve_alias(
-        ref.repo, ref.alias, metadata_url=client.tuf_url, cache_dir=metadata, trust_root=root,
-        online_aliases=trust.online_aliases, fetcher=client.tuf_fetcher(),
+        ref.repo,
+        ref.alias,
+        metadata_url=client.tuf_url,
+        cache_dir=metadata,
+        trust_root=root,
+        online_aliases=trust.online_aliases,
+        fetcher=client.tuf_fetcher(),
     )
     return resolved.digest

@@ -106,27 +106,48 @@ def load_bundle_spec(directory: Path) -> Any:
 
     path = directory / SPEC_FILENAME
     if not path.is_file():
-        raise InputError(f"{directory}: the bundle has no {SPEC_FILENAME}; the serving "
-                         "configuration must be pinned in the bundle")
+        raise InputError(
+            f"{directory}: the bundle has no {SPEC_FILENAME}; the serving "
+            "configuration must be pinned in the bundle"
+        )
     return load_spec(path.read_bytes(), f"{path}")
 
 
-def _report(client: Any, pulled: PulledBundle, fingerprint: Fingerprint | None, *,
-            outcome: str, detail: Any, log: Log) -> None:
+def _report(
+    client: Any,
+    pulled: PulledBundle,
+    fingerprint: Fingerprint | None,
+    *,
+    outcome: str,
+    detail: Any,
+    log: Log,
+) -> None:
     from modelward.registry.client import RegistryClientError
 
-    fp = fingerprint or collect_fingerprint(
-        ServingConfig(pulled.directory, "unknown"), os.environ)
+    fp = fingerprint or collect_fingerprint(ServingConfig(pulled.directory, "unknown"), os.environ)
     try:
-        client.report_boot(pulled.repo, pulled.digest, fingerprint_id=fp.id,
-                           fingerprint=dict(fp.data), outcome=outcome, detail=detail)
+        client.report_boot(
+            pulled.repo,
+            pulled.digest,
+            fingerprint_id=fp.id,
+            fingerprint=dict(fp.data),
+            outcome=outcome,
+            detail=detail,
+        )
     except RegistryClientError as exc:
         log(f"warning: could not record the boot in the registry: {exc}")
 
 
-def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: TrustFlags,
-                options: BootOptions, *, log: Log,
-                progress: Callable[[int], None] | None = None) -> BootResult:
+def boot_bundle(
+    client: RegistrySource,
+    reference: str,
+    cache: Cache,
+    trust: TrustFlags,
+    options: BootOptions,
+    *,
+    log: Log,
+    progress: Callable[[int], None] | None = None,
+) -> BootResult:
     """Pull, verify, boot and baseline ``reference`` (see the module doc for the steps).
 
     Raises ``UnsafeArgument``, ``RefusedError`` subclasses, ``IntegrityError``, attest
@@ -139,8 +160,9 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
     # (2): the audit checkpoint this boot saw, then pull and verify.
     seen = _witness(client, options, log=log)
     clock = time.monotonic()
-    pulled = pull_bundle(client, reference, cache, trust, workers=options.workers,
-                         progress=progress)
+    pulled = pull_bundle(
+        client, reference, cache, trust, workers=options.workers, progress=progress
+    )
     result = BootResult(pulled=pulled, audit_checkpoint=seen)
     result.timings["pull"] = time.monotonic() - clock
     fingerprint: Fingerprint | None = None
@@ -150,7 +172,8 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
         config = ServingConfig.from_spec(pulled.directory, spec)
         # (4): the engine version.
         warning = check_engine_version(
-            spec.engine.version, enforce=pulled.policy.engine_version == "enforce")
+            spec.engine.version, enforce=pulled.policy.engine_version == "enforce"
+        )
         if warning:
             result.warnings.append(warning)
             log(warning)
@@ -164,25 +187,34 @@ def boot_bundle(client: RegistrySource, reference: str, cache: Cache, trust: Tru
         if result.kv_cache is not None:
             log(result.kv_cache.describe())
         if options.serve:
-            return _serve(client, pulled, spec, config, options=options, result=result,
-                          cache=cache, log=log)
+            return _serve(
+                client, pulled, spec, config, options=options, result=result, cache=cache, log=log
+            )
         clock = time.monotonic()
         engine = boot_engine(config, extra, kv_cache=result.kv_cache)
         result.timings["engine_boot"] = time.monotonic() - clock
         try:
             fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
             # (7): baseline.
-            baseline = _baseline(engine, fingerprint, pulled, spec, config, options=options,
-                                 result=result)
+            baseline = _baseline(
+                engine, fingerprint, pulled, spec, config, options=options, result=result
+            )
         finally:
             engine.shutdown()
         clock = time.monotonic()
-        _compare_and_record(client, pulled, baseline, options=options, result=result,
-                            cache=cache, log=log)
+        _compare_and_record(
+            client, pulled, baseline, options=options, result=result, cache=cache, log=log
+        )
         result.timings["record"] = time.monotonic() - clock
     except (LoaderError, AttestError) as exc:
-        _report(client, pulled, result.fingerprint or fingerprint, outcome="refused",
-                detail={"reason": str(exc), "audit_checkpoint": seen}, log=log)
+        _report(
+            client,
+            pulled,
+            result.fingerprint or fingerprint,
+            outcome="refused",
+            detail={"reason": str(exc), "audit_checkpoint": seen},
+            log=log,
+        )
         raise
     # (8): the boot record.
     _report(client, pulled, fingerprint, outcome="ok", detail=_detail(result), log=log)
@@ -259,40 +291,71 @@ def baseline_state(result: BootResult) -> str:
     return "unrecorded"
 
 
-def _baseline(engine: Any, fingerprint: Fingerprint, pulled: PulledBundle, spec: Any,
-              config: ServingConfig, *, options: BootOptions, result: BootResult) -> Baseline:
+def _baseline(
+    engine: Any,
+    fingerprint: Fingerprint,
+    pulled: PulledBundle,
+    spec: Any,
+    config: ServingConfig,
+    *,
+    options: BootOptions,
+    result: BootResult,
+) -> Baseline:
     clock = time.monotonic()
     baseline = record_baseline(
-        engine, resolve_probes(spec.probes), bundle_digest=pulled.digest,
-        fingerprint=fingerprint, max_tokens=options.max_tokens, seed=config.seed)
+        engine,
+        resolve_probes(spec.probes),
+        bundle_digest=pulled.digest,
+        fingerprint=fingerprint,
+        max_tokens=options.max_tokens,
+        seed=config.seed,
+    )
     result.fingerprint = fingerprint
     result.baseline = baseline
     result.timings["baseline"] = time.monotonic() - clock
     return baseline
 
 
-def _serve(client: Any, pulled: PulledBundle, spec: Any, config: ServingConfig, *,
-           options: BootOptions, result: BootResult, cache: Cache, log: Log) -> BootResult:
+def _serve(
+    client: Any,
+    pulled: PulledBundle,
+    spec: Any,
+    config: ServingConfig,
+    *,
+    options: BootOptions,
+    result: BootResult,
+    cache: Cache,
+    log: Log,
+) -> BootResult:
     """Steps 6-8 with ``--serve``: the baseline runs on the server itself before the boot is
     reported ``serving``; any failure or enforced divergence stops the server."""
     clock = time.monotonic()
-    served = ServedEngine.start(config, host=options.host, port=options.port,
-                                extra_args=options.extra_args, kv_cache=result.kv_cache)
+    served = ServedEngine.start(
+        config,
+        host=options.host,
+        port=options.port,
+        extra_args=options.extra_args,
+        kv_cache=result.kv_cache,
+    )
     try:
         served.wait_ready(options.ready_timeout)
         result.timings["engine_boot"] = time.monotonic() - clock
         fingerprint = collect_fingerprint(config, os.environ, entrypoint="openai-server")
-        baseline = _baseline(served, fingerprint, pulled, spec, config, options=options,
-                             result=result)
-        _compare_and_record(client, pulled, baseline, options=options, result=result,
-                            cache=cache, log=log)
+        baseline = _baseline(
+            served, fingerprint, pulled, spec, config, options=options, result=result
+        )
+        _compare_and_record(
+            client, pulled, baseline, options=options, result=result, cache=cache, log=log
+        )
     except BaseException:
         served.stop()
         raise
     result.outcome = "serving"
     _report(client, pulled, fingerprint, outcome="serving", detail=_detail(result), log=log)
-    log(f"baseline {baseline.aggregate} {baseline_state(result)}; serving "
-        f"{pulled.repo}@{pulled.digest} at {served.base_url}")
+    log(
+        f"baseline {baseline.aggregate} {baseline_state(result)}; serving "
+        f"{pulled.repo}@{pulled.digest} at {served.base_url}"
+    )
     try:
         if options.ready_file is not None:
             _write_ready_file(options.ready_file, pulled, result)
@@ -320,9 +383,16 @@ def _write_ready_file(path: Path, pulled: PulledBundle, result: BootResult) -> N
         raise InputError(f"--ready-file {path}: cannot write it: {exc.strerror}") from exc
 
 
-def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *,
-                        options: BootOptions, result: BootResult, cache: Cache,
-                        log: Log) -> None:
+def _compare_and_record(
+    client: Any,
+    pulled: PulledBundle,
+    baseline: Baseline,
+    *,
+    options: BootOptions,
+    result: BootResult,
+    cache: Cache,
+    log: Log,
+) -> None:
     from modelward.attest.statement import PredicateType
 
     if not baseline.batch_invariant:
@@ -343,8 +413,10 @@ def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *
         comparison = next((c for c in comparisons if not c.matched), comparisons[0])
         result.comparison = comparison
         if not comparison.matched:
-            message = (f"{pulled.repo}@{pulled.digest}: {comparison.describe()} "
-                       f"(fingerprint {baseline.fingerprint.id})")
+            message = (
+                f"{pulled.repo}@{pulled.digest}: {comparison.describe()} "
+                f"(fingerprint {baseline.fingerprint.id})"
+            )
             if pulled.policy.baseline == "enforce":
                 raise BaselineDivergence(message)
             result.warnings.append("warning: " + message)
@@ -358,24 +430,38 @@ def _compare_and_record(client: Any, pulled: PulledBundle, baseline: Baseline, *
         result.baseline_attach_error = "no --worker-key: the baseline was not signed"
         log(result.warnings[-1])
         return
-    envelope = sign_predicate(options.worker_key, pulled.repo, pulled.digest,
-                              PredicateType.BASELINE, baseline.to_predicate())
+    envelope = sign_predicate(
+        options.worker_key,
+        pulled.repo,
+        pulled.digest,
+        PredicateType.BASELINE,
+        baseline.to_predicate(),
+    )
     name = f"baseline-{baseline.fingerprint.id.removeprefix('sha256:')[:16]}.dsse.json"
-    error, kept = attach_or_keep(client, pulled.repo, pulled.digest, envelope,
-                                 what="this boot's signed baseline", name=name, cache=cache,
-                                 key=options.worker_key, key_path=options.worker_key_path)
+    error, kept = attach_or_keep(
+        client,
+        pulled.repo,
+        pulled.digest,
+        envelope,
+        what="this boot's signed baseline",
+        name=name,
+        cache=cache,
+        key=options.worker_key,
+        key_path=options.worker_key_path,
+    )
     if error is None:
         result.recorded = result.baseline_attached = True
         return
     result.baseline_attach_error = error
     result.baseline_file = kept
     result.warnings.append(f"warning: the baseline is not attached: {error}")
-    log(f"warning: {error}\n  the boot counts: the bundle was verified and booted; the "
-        f"signed baseline is kept at {kept}\n  {_attach_hint(client, pulled, kept, options)}")
+    log(
+        f"warning: {error}\n  the boot counts: the bundle was verified and booted; the "
+        f"signed baseline is kept at {kept}\n  {_attach_hint(client, pulled, kept, options)}"
+    )
 
 
-def _attach_hint(client: Any, pulled: PulledBundle, kept: Path | None,
-                 options: BootOptions) -> str:
+def _attach_hint(client: Any, pulled: PulledBundle, kept: Path | None, options: BootOptions) -> str:
     """What to run to attach a kept statement: register the key, then attach the file."""
     principal = "<this worker's principal>"
     whoami = getattr(client, "whoami", None)
@@ -385,14 +471,25 @@ def _attach_hint(client: Any, pulled: PulledBundle, kept: Path | None,
         with contextlib.suppress(RegistryClientError, KeyError, TypeError):
             principal = str(whoami()["principal"])
     pub = f"{options.worker_key_path}.pub" if options.worker_key_path else "WORKER_KEY.pub"
-    return (f"to attach it: an admin registers the worker key (modelward key register {pub} "
-            f"--principal {principal}), then: modelward attestation add "
-            f"{pulled.repo}@{pulled.digest} {kept}")
+    return (
+        f"to attach it: an admin registers the worker key (modelward key register {pub} "
+        f"--principal {principal}), then: modelward attestation add "
+        f"{pulled.repo}@{pulled.digest} {kept}"
+    )
 
 
-def attach_or_keep(client: Any, repo: str, digest: str, envelope: bytes, *, what: str,
-                   name: str, cache: Cache, key: WorkerKey, key_path: Path | None,
-                   ) -> tuple[str | None, Path | None]:
+def attach_or_keep(
+    client: Any,
+    repo: str,
+    digest: str,
+    envelope: bytes,
+    *,
+    what: str,
+    name: str,
+    cache: Cache,
+    key: WorkerKey,
+    key_path: Path | None,
+) -> tuple[str | None, Path | None]:
     """Attach a worker statement; when the registry refuses it (or cannot be reached), keep
     the signed envelope under ``<cache>/statements/sha256/<hex>/name`` instead.
 
@@ -405,14 +502,18 @@ def attach_or_keep(client: Any, repo: str, digest: str, envelope: bytes, *, what
         client.add_attestation(repo, digest, envelope)
     except RegistryClientError as exc:
         reason = f"the registry refused {what}: {exc}"
-        if isinstance(exc, APIError) and exc.code in {"attestation_untrusted",
-                                                       "attestation_rejected"}:
+        if isinstance(exc, APIError) and exc.code in {
+            "attestation_untrusted",
+            "attestation_rejected",
+        }:
             signer = key.trust.keys[0] if key.trust.keys else None
             label = str(key_path) if key_path else "--worker-key"
             keyid = f" (keyid {signer.keyid[:16]})" if signer is not None else ""
-            reason += (f"; the worker key {label}{keyid} is not registered to this worker's "
-                       "principal (or not trusted by the repository): register it with "
-                       "modelward key register")
+            reason += (
+                f"; the worker key {label}{keyid} is not registered to this worker's "
+                "principal (or not trusted by the repository): register it with "
+                "modelward key register"
+            )
         elif not isinstance(exc, APIError):
             reason = f"could not attach {what}: {exc}"
         return reason, _keep(cache, digest, name, envelope)

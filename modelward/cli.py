@@ -108,8 +108,7 @@ COMMANDS: dict[str, Entry] = {
                 "modelward.registry._cli_oci:bundle_export",
             ),
             "import": Entry(
-                "Push a bundle and its attestations from an OCI image layout into a "
-                "repository.",
+                "Push a bundle and its attestations from an OCI image layout into a repository.",
                 "modelward.registry._cli_oci:bundle_import",
             ),
         },
@@ -279,8 +278,11 @@ def main() -> None:
     """
     verbose = os.environ.get("MODELWARD_VERBOSE") == "1"
     handler = logging.StreamHandler()
-    handler.setFormatter(_LogLines("%(levelname)s: %(message)s" if not verbose else
-                                   "%(levelname)s: %(name)s: %(message)s"))
+    handler.setFormatter(
+        _LogLines(
+            "%(levelname)s: %(message)s" if not verbose else "%(levelname)s: %(name)s: %(message)s"
+        )
+    )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])
     try:
         app.main(prog_name="modelward")

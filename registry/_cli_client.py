@@ -113,8 +113,7 @@ def valid_digest(value: str | None) -> str | None:
             parse_reference(f"a/b@{value}", require="digest")
         except InvalidReference:
             raise typer.BadParameter(
-                f"{value!r} is not a digest: expected sha256: followed by 64 lowercase hex "
-                "digits"
+                f"{value!r} is not a digest: expected sha256: followed by 64 lowercase hex digits"
             ) from None
     return value
 
@@ -124,15 +123,11 @@ AliasRef = Annotated[
 ]
 DigestRef = Annotated[
     str,
-    typer.Argument(
-        metavar="REPO@DIGEST", help="REPO@sha256:<hex>", callback=_valid_digest_ref
-    ),
+    typer.Argument(metavar="REPO@DIGEST", help="REPO@sha256:<hex>", callback=_valid_digest_ref),
 ]
 AnyRef = Annotated[
     str,
-    typer.Argument(
-        metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref
-    ),
+    typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref),
 ]
 RepoArg = Annotated[
     str, typer.Argument(metavar="ORG/NAME", help="ORG/NAME", callback=repo_argument)
@@ -207,8 +202,9 @@ def login(
 
         with _reported(), RegistryClient(url, token) as client:
             who = client.whoami()
-        console.print(f"logged in to {url} as {who.get('principal')} ({who.get('role')})",
-                      markup=False)
+        console.print(
+            f"logged in to {url} as {who.get('principal')} ({who.get('role')})", markup=False
+        )
     path = save_login(url, token)
     console.print(f"saved {path}", markup=False)
 
@@ -301,14 +297,19 @@ def push(
     repo: RepoArg,
     *,
     alias: Annotated[
-        str | None, typer.Option(
-            metavar="ALIAS", help="Move this alias to the pushed bundle (a protected alias "
-            "short of approvals: propose the move for its reviewers to sign)")
+        str | None,
+        typer.Option(
+            metavar="ALIAS",
+            help="Move this alias to the pushed bundle (a protected alias "
+            "short of approvals: propose the move for its reviewers to sign)",
+        ),
     ] = None,
     attestation: Annotated[
         list[Path] | None,
         typer.Option(
-            metavar="FILE", exists=True, dir_okay=False,
+            metavar="FILE",
+            exists=True,
+            dir_okay=False,
             help="Attestation file to attach (repeatable)",
         ),
     ] = None,
@@ -327,20 +328,17 @@ def push(
     ] = None,
     source_revision: Annotated[
         str | None,
-        typer.Option(
-            "--source-revision", metavar="REV", help="--sign: the source's 40-hex commit"
-        ),
+        typer.Option("--source-revision", metavar="REV", help="--sign: the source's 40-hex commit"),
     ] = None,
     reason: Annotated[
         str | None, typer.Option(metavar="TEXT", help="Reason recorded with the alias move")
     ] = None,
-    workers: Annotated[
-        int, typer.Option(metavar="N", min=1, max=64, help="Parallel uploads")
-    ] = 4,
+    workers: Annotated[int, typer.Option(metavar="N", min=1, max=64, help="Parallel uploads")] = 4,
     ignore_path: Annotated[
         list[str] | None,
         typer.Option(
-            "--ignore-path", metavar="PATH",
+            "--ignore-path",
+            metavar="PATH",
             help="Leave PATH (a file or directory, relative to DIR) out of the bundle, as "
             "`bundle sign --format oms --ignore-path` did (repeatable)",
         ),
@@ -372,13 +370,20 @@ def push(
         if sign and key is not None
         else (None, None)
     )
-    names = {f"sha256:{hashlib.sha256(data).hexdigest()}": str(path)
-             for path, data in zip(attestation or [], attestations, strict=True)}
+    names = {
+        f"sha256:{hashlib.sha256(data).hexdigest()}": str(path)
+        for path, data in zip(attestation or [], attestations, strict=True)
+    }
     try:
         with _reported(), _client(workers) as client:
             kwargs: dict[str, Any] = {
-                "alias": alias, "attestations": attestations, "sign": signer, "reason": reason,
-                "preflight": preflight, "own_trust": own, "exclude": tuple(ignore_path or ()),
+                "alias": alias,
+                "attestations": attestations,
+                "sign": signer,
+                "reason": reason,
+                "preflight": preflight,
+                "own_trust": own,
+                "exclude": tuple(ignore_path or ()),
                 "propose_alias": True,
             }
             try:
@@ -394,8 +399,7 @@ def push(
                 # the key that signed the provenance signs the alias move too
                 from modelward.registry._cli_trust import load_key
 
-                _sign_move(client, result.alias, repo, str(alias),
-                           load_key(key, passphrase_env))
+                _sign_move(client, result.alias, repo, str(alias), load_key(key, passphrase_env))
     except PreflightRefused as exc:
         err_console.print("error:", style="bold red", end=" ")
         err_console.print(str(exc), markup=False)
@@ -420,28 +424,37 @@ def _report_push(repo: str, result: Any, names: dict[str, str], as_json: bool) -
     ignored = []
     for item in result.ignored:
         shown = names.get(item.get("sha256", ""), item.get("sha256", "?"))
-        err_console.print(f"warning: attestation {shown} not recorded: {item.get('reason')}",
-                          markup=False)
-        ignored.append({"sha256": item.get("sha256"), "file": names.get(item.get("sha256", "")),
-                        "reason": item.get("reason")})
+        err_console.print(
+            f"warning: attestation {shown} not recorded: {item.get('reason')}", markup=False
+        )
+        ignored.append(
+            {
+                "sha256": item.get("sha256"),
+                "file": names.get(item.get("sha256", "")),
+                "reason": item.get("reason"),
+            }
+        )
     if as_json:
-        _print_json({
-            "repository": repo,
-            "digest": result.digest,
-            "uploaded": result.uploaded,
-            "skipped": result.skipped,
-            "bytes": result.total_bytes,
-            "decision": result.decision,
-            "alias": result.alias,
-            "ignored_attestations": ignored,
-            "preflight": (
-                "off" if checked is None else "skipped" if checked.skipped else "passed"
-            ),
-        })
+        _print_json(
+            {
+                "repository": repo,
+                "digest": result.digest,
+                "uploaded": result.uploaded,
+                "skipped": result.skipped,
+                "bytes": result.total_bytes,
+                "decision": result.decision,
+                "alias": result.alias,
+                "ignored_attestations": ignored,
+                "preflight": (
+                    "off" if checked is None else "skipped" if checked.skipped else "passed"
+                ),
+            }
+        )
         return
     console.print(f"pushed {repo}@{result.digest}", markup=False)
-    console.print(f"blobs: {result.uploaded} uploaded, {result.skipped} already present",
-                  markup=False)
+    console.print(
+        f"blobs: {result.uploaded} uploaded, {result.skipped} already present", markup=False
+    )
     if result.alias is not None and result.alias.get("pending"):
         console.print(_alias_line(repo)(result.alias), markup=False)
     elif result.alias is not None:
@@ -478,15 +491,24 @@ def _alias_line(repo: str) -> Callable[[Any], str]:
         if pending:
             from modelward.registry._cli_trust import describe
 
-            return (f"proposed {describe(pending)}\nreviewers sign it with: modelward approve "
-                    f"{repo}@{pending.get('to_digest')} --alias {state.get('alias')} --key KEY")
+            return (
+                f"proposed {describe(pending)}\nreviewers sign it with: modelward approve "
+                f"{repo}@{pending.get('to_digest')} --alias {state.get('alias')} --key KEY"
+            )
         if not state.get("digest"):
             return f"{repo}@{state.get('alias')} is not set (v{state.get('version', 0)})"
-        unsigned = "" if state.get("signed", True) else (
-            "  UNSIGNED: the registry's word only; workers resolving through TUF do not see it "
-            "(`modelward alias pending`)")
-        return (f"{repo}@{state.get('alias')} -> {state.get('digest')} "
-                f"(v{state.get('version')}){unsigned}")
+        unsigned = (
+            ""
+            if state.get("signed", True)
+            else (
+                "  UNSIGNED: the registry's word only; workers resolving through TUF do not see it "
+                "(`modelward alias pending`)"
+            )
+        )
+        return (
+            f"{repo}@{state.get('alias')} -> {state.get('digest')} "
+            f"(v{state.get('version')}){unsigned}"
+        )
 
     return line
 
@@ -512,9 +534,7 @@ def alias_set(
     ] = None,
     expected_version: Annotated[
         int | None,
-        typer.Option(
-            metavar="N", help="Compare-and-swap on this version (default: read it now)"
-        ),
+        typer.Option(metavar="N", help="Compare-and-swap on this version (default: read it now)"),
     ] = None,
     key: Annotated[
         Path | None,
@@ -531,7 +551,11 @@ def alias_set(
     private = load_key(key, passphrase_env) if key is not None else None
     with _reported(), _client() as client:
         state = client.set_alias(
-            r.repo, str(r.alias), digest, expected_version=expected_version, reason=reason,
+            r.repo,
+            str(r.alias),
+            digest,
+            expected_version=expected_version,
+            reason=reason,
             propose=True,
         )
         _sign_move(client, state, r.repo, str(r.alias), private)
@@ -547,9 +571,13 @@ def _sign_move(
     proposal = state.get("proposal")
     if private is None or proposal is None or state.get("signed"):
         return
-    signed = sign_proposal(client, int(proposal), private,
-                           expect_target=f"{repo}/aliases/{alias}",
-                           expect_digest=state.get("digest"))
+    signed = sign_proposal(
+        client,
+        int(proposal),
+        private,
+        expect_target=f"{repo}/aliases/{alias}",
+        expect_digest=state.get("digest"),
+    )
     state["signed"] = signed.get("state") == "published"
 
 
@@ -695,8 +723,10 @@ def approve(
     ] = None,
     key: Annotated[
         Path | None,
-        typer.Option(metavar="FILE", help="Sign the pending move with your key: the approval "
-                     "workers verify (docs/tuf.md)"),
+        typer.Option(
+            metavar="FILE",
+            help="Sign the pending move with your key: the approval workers verify (docs/tuf.md)",
+        ),
     ] = None,
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
@@ -707,8 +737,9 @@ def approve(
         fail("--reason is recorded only with --withdraw", code=2)
     r = parse_reference(ref, require="digest")
     if key is not None and not withdraw:
-        _approve_signed(r.repo, str(r.digest), alias, key, passphrase_env=passphrase_env,
-                        as_json=as_json)
+        _approve_signed(
+            r.repo, str(r.digest), alias, key, passphrase_env=passphrase_env, as_json=as_json
+        )
         return
     if withdraw:
         if reason is None or not reason.strip():
@@ -733,10 +764,13 @@ def _approve_signed(
     with _reported(), _client() as client:
         pending = find_pending(client, repo=repo, alias=alias, target=target, digest=digest)
         if pending is None:
-            fail(f"no pending proposal moves {repo}@{alias} to {digest}",
-                 hint=f"the publisher proposes it: modelward alias set {repo}@{alias} {digest}")
-        answer = sign_proposal(client, int(pending["id"]), private, expect_target=target,
-                               expect_digest=digest)
+            fail(
+                f"no pending proposal moves {repo}@{alias} to {digest}",
+                hint=f"the publisher proposes it: modelward alias set {repo}@{alias} {digest}",
+            )
+        answer = sign_proposal(
+            client, int(pending["id"]), private, expect_target=target, expect_digest=digest
+        )
     from modelward.registry._cli_trust import signed_line
 
     emit(answer, as_json, signed_line)
@@ -749,8 +783,11 @@ def quarantine(
     ],
     key: Annotated[
         Path | None,
-        typer.Option(metavar="FILE", help="Sign the quarantine with your key, so workers "
-                     "verifying through TUF refuse the bundle too"),
+        typer.Option(
+            metavar="FILE",
+            help="Sign the quarantine with your key, so workers "
+            "verifying through TUF refuse the bundle too",
+        ),
     ] = None,
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
@@ -767,15 +804,19 @@ def quarantine(
             proposal = record.get("proposal")
         except Conflict:
             # already quarantined on the registry's word: sign its pending proposal
-            pending = find_pending(client, repo=None, alias=None, target=target,
-                                   digest=str(r.digest)) if private is not None else None
+            pending = (
+                find_pending(client, repo=None, alias=None, target=target, digest=str(r.digest))
+                if private is not None
+                else None
+            )
             if pending is None:
                 raise
             record, proposal = dict(client.get_bundle(r.repo, str(r.digest))), pending["id"]
         signed = None
         if private is not None and proposal is not None:
-            signed = sign_proposal(client, int(proposal), private, expect_target=target,
-                                   expect_digest=str(r.digest))
+            signed = sign_proposal(
+                client, int(proposal), private, expect_target=target, expect_digest=str(r.digest)
+            )
     shown = {
         "repository": r.repo,
         "digest": record.get("digest"),
@@ -884,16 +925,23 @@ def audit_verify(
     except SQLAlchemyError as exc:
         fail(f"cannot read the audit log from the database: {exc.__class__.__name__}: {exc}")
     if as_json:
-        def shown(c: Any) -> dict[str, Any]:
-            return {"origin": c.origin, "size": c.size, "root": c.root_b64,
-                    "verified_by": c.verified_by}
 
-        _print_json({
-            "ok": True,
-            "events": report.events,
-            "checkpoints": [shown(c) for c in report.checkpoints],
-            "grew_since": None if report.since is None else shown(report.since),
-        })
+        def shown(c: Any) -> dict[str, Any]:
+            return {
+                "origin": c.origin,
+                "size": c.size,
+                "root": c.root_b64,
+                "verified_by": c.verified_by,
+            }
+
+        _print_json(
+            {
+                "ok": True,
+                "events": report.events,
+                "checkpoints": [shown(c) for c in report.checkpoints],
+                "grew_since": None if report.since is None else shown(report.since),
+            }
+        )
         if verifier is None:
             err_console.print("note: no --key: no checkpoint signature was checked", markup=False)
         return
@@ -945,9 +993,7 @@ def audit_checkpoint(
         answer = client.audit_checkpoint()
     try:
         note = checkpoint_from_answer(answer)
-        checkpoint = (
-            open_checkpoint(note, verifier) if verifier else unsafe_read_checkpoint(note)
-        )
+        checkpoint = open_checkpoint(note, verifier) if verifier else unsafe_read_checkpoint(note)
     except (RegistryError, ValueError) as exc:
         fail(f"the registry's checkpoint is refused: {exc}")
     if out is None:

@@ -82,19 +82,31 @@ def attach(
     results: Annotated[
         Path,
         typer.Option(
-            "--results", metavar="FILE", exists=True, dir_okay=False,
+            "--results",
+            metavar="FILE",
+            exists=True,
+            dir_okay=False,
             help="Per-case results, JSONL or JSON (docs/evaluation.md#results)",
         ),
     ],
     key: Annotated[
         Path,
-        typer.Option("--key", metavar="FILE", exists=True, dir_okay=False,
-                     help="Private key that signs the statement (an evidence signer's)"),
+        typer.Option(
+            "--key",
+            metavar="FILE",
+            exists=True,
+            dir_okay=False,
+            help="Private key that signs the statement (an evidence signer's)",
+        ),
     ],
     baseline: Annotated[
         str | None,
-        typer.Option("--baseline", metavar="REPO@REF", callback=valid_ref,
-                     help="The baseline bundle the results compare against"),
+        typer.Option(
+            "--baseline",
+            metavar="REPO@REF",
+            callback=valid_ref,
+            help="The baseline bundle the results compare against",
+        ),
     ] = None,
     suite: Annotated[
         str | None, typer.Option("--suite", metavar="NAME", help="Suite name (else the file's)")
@@ -143,8 +155,12 @@ def attach(
         envelope = sign_envelope(statement, [private])
         summary = client.add_attestation(target.repo, digest, envelope)
     if as_json:
-        answer = {"repository": target.repo, "digest": digest, "attestation": summary,
-                  "predicate": predicate}
+        answer = {
+            "repository": target.repo,
+            "digest": digest,
+            "attestation": summary,
+            "predicate": predicate,
+        }
         typer.echo(json.dumps(answer, indent=2, sort_keys=True))
         return
     against = f"against {base[0]}@{base[1]}" if base else "with no baseline bundle"

@@ -26,9 +26,22 @@ quota_app = typer.Typer(
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 RepoArg = Annotated[str, typer.Argument(help="Repository ORG/NAME")]
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 10**6, "mb": 10**6, "g": 10**9,
-         "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-         "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 MAX_QUOTA = 2**62
 
 
@@ -45,7 +58,7 @@ def parse_bytes(text: str) -> int:
     """``1000``, ``10GB``, ``1.5GiB`` ... -> bytes; a usage error (exit 2) naming it otherwise."""
     raw = text.strip().lower().replace("_", "")
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(number):]
+    unit = raw[len(number) :]
     value: float | None = None
     if unit in UNITS and number:
         try:
@@ -58,8 +71,7 @@ def parse_bytes(text: str) -> int:
             param_hint="BYTES",
         )
     if not 0 <= value <= MAX_QUOTA:
-        raise typer.BadParameter(f"{text!r} is out of range (0 to 2^62 bytes)",
-                                 param_hint="BYTES")
+        raise typer.BadParameter(f"{text!r} is out of range (0 to 2^62 bytes)", param_hint="BYTES")
     return int(value)
 
 
@@ -81,8 +93,10 @@ def _show_quota(answer: dict[str, Any], as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(answer, indent=2, sort_keys=True))
         return
-    typer.echo(f"{answer['repository']}\n  quota: {_human(answer['quota_bytes'])}\n"
-               f"  used:  {_human(answer['usage_bytes'])}")
+    typer.echo(
+        f"{answer['repository']}\n  quota: {_human(answer['quota_bytes'])}\n"
+        f"  used:  {_human(answer['usage_bytes'])}"
+    )
 
 
 def gc(
@@ -120,8 +134,7 @@ def show(repo: RepoArg, as_json: AsJson = False) -> None:
 @quota_app.command("set")
 def set_(
     repo: RepoArg,
-    size: Annotated[str, typer.Argument(metavar="BYTES",
-                                        help="Bytes, or e.g. 500MB, 10GiB")],
+    size: Annotated[str, typer.Argument(metavar="BYTES", help="Bytes, or e.g. 500MB, 10GiB")],
     as_json: AsJson = False,
 ) -> None:
     """Set a repository's quota (admins); new uploads past it are refused with 413."""

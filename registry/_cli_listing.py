@@ -33,9 +33,7 @@ Limit = Annotated[
 ]
 Cursor = Annotated[
     str | None,
-    typer.Option(
-        "--cursor", metavar="NEXT", help="Continue after a previous listing (its next)"
-    ),
+    typer.Option("--cursor", metavar="NEXT", help="Continue after a previous listing (its next)"),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 

@@ -58,12 +58,14 @@ def describe_org(org: dict[str, Any]) -> str:
     for entry in (floor or {}).get("aliases", []):
         extra = ", baseline" if entry.get("require_baseline") else ""
         entries.append(f"{entry['pattern']} (protected, >= {entry['approvals']} approvals{extra})")
-    return "\n".join([
-        str(org.get("name")),
-        f"  owners: {', '.join(org.get('owners') or []) or '(none: admins only)'}",
-        f"  floor: {'; '.join(entries) or '(none)'}",
-        f"  repositories: {org.get('repositories')}",
-    ])
+    return "\n".join(
+        [
+            str(org.get("name")),
+            f"  owners: {', '.join(org.get('owners') or []) or '(none: admins only)'}",
+            f"  floor: {'; '.join(entries) or '(none)'}",
+            f"  repositories: {org.get('repositories')}",
+        ]
+    )
 
 
 def _show(value: Any, as_json: bool) -> None:
@@ -89,9 +91,12 @@ def create(
     ] = None,
     floor: Annotated[
         Path | None,
-        typer.Option("--floor", exists=True, dir_okay=False,
-                     help="The floor as YAML/JSON: aliases: [{pattern, approvals, "
-                          "require_baseline}]"),
+        typer.Option(
+            "--floor",
+            exists=True,
+            dir_okay=False,
+            help="The floor as YAML/JSON: aliases: [{pattern, approvals, require_baseline}]",
+        ),
     ] = None,
     no_floor: Annotated[bool, typer.Option("--no-floor", help="Remove the floor")] = False,
     as_json: AsJson = False,
@@ -136,9 +141,7 @@ def owner_add(
 
 
 @owner_app.command("remove")
-def owner_remove(
-    org: OrgArg, principal: Annotated[str, typer.Argument(help="An owner")]
-) -> None:
+def owner_remove(org: OrgArg, principal: Annotated[str, typer.Argument(help="An owner")]) -> None:
     """Remove an owner (admins); the repositories it created stay, and it stays their
     publisher."""
     with _reported(), _client() as client:

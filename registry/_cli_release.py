@@ -41,28 +41,44 @@ def record(
     *,
     key: Annotated[
         Path,
-        typer.Option("--key", metavar="FILE", exists=True, dir_okay=False,
-                     help="Private key that signs the record (a key of the alias's TUF role "
-                     "or of the top-level targets, for `release verify` to trust it)"),
+        typer.Option(
+            "--key",
+            metavar="FILE",
+            exists=True,
+            dir_okay=False,
+            help="Private key that signs the record (a key of the alias's TUF role "
+            "or of the top-level targets, for `release verify` to trust it)",
+        ),
     ],
     out: Annotated[
-        Path, typer.Option("--out", metavar="FILE", dir_okay=False,
-                           help="Where to write the signed record (a DSSE envelope)")
+        Path,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            dir_okay=False,
+            help="Where to write the signed record (a DSSE envelope)",
+        ),
     ],
     version: Annotated[
         int | None,
-        typer.Option("--version", metavar="N", min=1,
-                     help="The alias-history version to record (default: the current one)"),
+        typer.Option(
+            "--version",
+            metavar="N",
+            min=1,
+            help="The alias-history version to record (default: the current one)",
+        ),
     ] = None,
     markdown: Annotated[
         Path | None,
-        typer.Option("--markdown", metavar="FILE.md", dir_okay=False,
-                     help="Also write a Markdown rendering"),
+        typer.Option(
+            "--markdown", metavar="FILE.md", dir_okay=False, help="Also write a Markdown rendering"
+        ),
     ] = None,
     html_out: Annotated[
         Path | None,
-        typer.Option("--html", metavar="FILE.html", dir_okay=False,
-                     help="Also write an HTML rendering"),
+        typer.Option(
+            "--html", metavar="FILE.html", dir_okay=False, help="Also write an HTML rendering"
+        ),
     ] = None,
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
@@ -92,8 +108,10 @@ def record(
     try:
         predicate = build_predicate(**inputs)
     except (AttestError, ValueError, KeyError, TypeError) as exc:  # the registry's bytes
-        fail(f"{target.repo}@{target.alias}: the registry's data for the record is "
-             f"malformed: {type(exc).__name__}: {exc}")
+        fail(
+            f"{target.repo}@{target.alias}: the registry's data for the record is "
+            f"malformed: {type(exc).__name__}: {exc}"
+        )
     data = write_record(make_record_statement(predicate), [private])
     _write(out, data, "--out")
     if markdown is not None:
@@ -102,18 +120,26 @@ def record(
         _write(html_out, render_html(predicate).encode("utf-8"), "--html")
     rec = predicate["record"]
     if as_json:
-        answer = {"file": str(out), "repository": rec["repository"], "alias": rec["alias"],
-                  "version": rec["version"], "digest": rec["digest"],
-                  "rollback": predicate["rollback"],
-                  "evaluations": len(predicate["evaluations"]),
-                  "baselines": len(predicate["baselines"]), "replays": len(predicate["replays"]),
-                  "audit_events": len(predicate["audit"]["events"]),
-                  "markdown": str(markdown) if markdown else None,
-                  "html": str(html_out) if html_out else None}
+        answer = {
+            "file": str(out),
+            "repository": rec["repository"],
+            "alias": rec["alias"],
+            "version": rec["version"],
+            "digest": rec["digest"],
+            "rollback": predicate["rollback"],
+            "evaluations": len(predicate["evaluations"]),
+            "baselines": len(predicate["baselines"]),
+            "replays": len(predicate["replays"]),
+            "audit_events": len(predicate["audit"]["events"]),
+            "markdown": str(markdown) if markdown else None,
+            "html": str(html_out) if html_out else None,
+        }
         typer.echo(json.dumps(answer, indent=2, sort_keys=True))
         return
-    typer.echo(f"wrote the release record of {rec['repository']}@{rec['alias']} version "
-               f"{rec['version']} ({rec['digest']}) to {out}")
+    typer.echo(
+        f"wrote the release record of {rec['repository']}@{rec['alias']} version "
+        f"{rec['version']} ({rec['digest']}) to {out}"
+    )
 
 
 @release_app.command("verify")
@@ -121,14 +147,19 @@ def verify(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A release record file")],
     *,
     trust_root: Annotated[
-        Path, typer.Option("--trust-root", metavar="FILE",
-                           help="The registry's root.json, pinned out of band")
+        Path,
+        typer.Option(
+            "--trust-root", metavar="FILE", help="The registry's root.json, pinned out of band"
+        ),
     ],
     public_key: Annotated[
         list[Path] | None,
-        typer.Option("--public-key", metavar="PEM",
-                     help="A key you trust to have signed the record, besides the keys of the "
-                     "top-level targets and the alias's role (repeatable)"),
+        typer.Option(
+            "--public-key",
+            metavar="PEM",
+            help="A key you trust to have signed the record, besides the keys of the "
+            "top-level targets and the alias's role (repeatable)",
+        ),
     ] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -157,19 +188,43 @@ def verify(
         fail(f"--trust-root {trust_root}: {exc}", code=2)
     except ReleaseRecordInvalid as exc:
         if as_json:
-            typer.echo(json.dumps({"file": str(file), "valid": False, "check": exc.check,
-                                   "check_name": exc.check_name, "field": exc.field,
-                                   "error": str(exc)}, indent=2, sort_keys=True))
+            typer.echo(
+                json.dumps(
+                    {
+                        "file": str(file),
+                        "valid": False,
+                        "check": exc.check,
+                        "check_name": exc.check_name,
+                        "field": exc.field,
+                        "error": str(exc),
+                    },
+                    indent=2,
+                    sort_keys=True,
+                )
+            )
         fail(f"{file}: {exc}")
     if as_json:
-        typer.echo(json.dumps({"file": str(file), "valid": True,
-                               "repository": verified.repository, "alias": verified.alias,
-                               "version": verified.version, "digest": verified.digest,
-                               "signers": list(verified.signers), "notes": list(verified.notes)},
-                              indent=2, sort_keys=True))
+        typer.echo(
+            json.dumps(
+                {
+                    "file": str(file),
+                    "valid": True,
+                    "repository": verified.repository,
+                    "alias": verified.alias,
+                    "version": verified.version,
+                    "digest": verified.digest,
+                    "signers": list(verified.signers),
+                    "notes": list(verified.notes),
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
         return
-    typer.echo(f"{file}: valid: {verified.repository}@{verified.alias} version "
-               f"{verified.version} is {verified.digest}, signed by "
-               f"{', '.join(k[:16] for k in verified.signers)}")
+    typer.echo(
+        f"{file}: valid: {verified.repository}@{verified.alias} version "
+        f"{verified.version} is {verified.digest}, signed by "
+        f"{', '.join(k[:16] for k in verified.signers)}"
+    )
     for note in verified.notes:
         typer.echo(f"  note: {note}")

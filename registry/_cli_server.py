@@ -50,9 +50,7 @@ def _require_free_port(host: str, port: int) -> None:
 
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        infos = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
         _fail(f"cannot listen on {where}: {exc}", code=EXIT_CANNOT_LISTEN)
     family, kind, proto, _, address = infos[0]
@@ -262,9 +260,7 @@ AdminDataDir = Annotated[
 ]
 AdminDbUrl = Annotated[
     str | None,
-    typer.Option(
-        "--database-url", help="Work straight on this database (bootstrap, recovery)"
-    ),
+    typer.Option("--database-url", help="Work straight on this database (bootstrap, recovery)"),
 ]
 AdminConfig = Annotated[
     Path | None,

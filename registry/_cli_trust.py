@@ -24,8 +24,15 @@ from modelward.registry._cli_client import PassphraseEnvOpt, _client, _reported,
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
 
-__all__ = ["alias_pending", "describe", "find_pending", "load_key", "sign_proposal",
-           "signed_line", "trust_app"]
+__all__ = [
+    "alias_pending",
+    "describe",
+    "find_pending",
+    "load_key",
+    "sign_proposal",
+    "signed_line",
+    "trust_app",
+]
 
 trust_app = typer.Typer(
     name="trust", help="The registry's TUF keys and metadata (docs/tuf.md).", no_args_is_help=True
@@ -55,16 +62,21 @@ def _previous(client: RegistryClient, role: str, version: int) -> bytes | None:
 
 def describe(proposal: dict[str, Any]) -> str:
     """One line for a proposal: what, from -> to, role version, signatures so far."""
-    what = (f"{proposal.get('repository')}@{proposal.get('alias')}" if proposal.get("alias")
-            else str(proposal.get("target")))
+    what = (
+        f"{proposal.get('repository')}@{proposal.get('alias')}"
+        if proposal.get("alias")
+        else str(proposal.get("target"))
+    )
     change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
     if proposal.get("role") == "targets":
         change = "new delegations"
     signed = len(proposal.get("signatures") or [])
-    return (f"#{proposal.get('id')} {what}: {change} ({proposal.get('role')} "
-            f"v{proposal.get('version')}, {proposal.get('state')}, signatures "
-            f"{signed}/{proposal.get('threshold')}, proposed by {proposal.get('proposed_by')}, "
-            f"expires {proposal.get('expires')})")
+    return (
+        f"#{proposal.get('id')} {what}: {change} ({proposal.get('role')} "
+        f"v{proposal.get('version')}, {proposal.get('state')}, signatures "
+        f"{signed}/{proposal.get('threshold')}, proposed by {proposal.get('proposed_by')}, "
+        f"expires {proposal.get('expires')})"
+    )
 
 
 def sign_proposal(
@@ -99,14 +111,15 @@ def sign_proposal(
         if expect_target is not None and (unexpected or not changes):
             fail(
                 f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
-                "it changes " + (", ".join(f"{c.path} ({c.before} -> {c.after})"
-                                            for c in changes) or "nothing")
+                "it changes "
+                + (", ".join(f"{c.path} ({c.before} -> {c.after})" for c in changes) or "nothing")
                 + "; nothing was signed",
             )
         for change in changes:
             err_console.print(
                 f"signing {role} v{version}: {change.path}: {change.before or '(unset)'} -> "
-                f"{change.after} (expires {proposal.get('expires')})", markup=False,
+                f"{change.after} (expires {proposal.get('expires')})",
+                markup=False,
             )
     signature = sign_proposal_payload(payload, key)
     answer: dict[str, Any] = client.tuf_sign(proposal_id, signature.keyid, signature.signature)
@@ -120,7 +133,11 @@ def signed_line(answer: dict[str, Any]) -> str:
 
 
 def find_pending(
-    client: RegistryClient, *, repo: str | None, alias: str | None, target: str,
+    client: RegistryClient,
+    *,
+    repo: str | None,
+    alias: str | None,
+    target: str,
     digest: str | None,
 ) -> dict[str, Any] | None:
     """The newest pending proposal setting ``target`` to ``digest``, if any."""
@@ -131,17 +148,19 @@ def find_pending(
 
 
 def alias_pending(
-    ref: Annotated[str | None, typer.Argument(
-        metavar="[REPO[@ALIAS]]", help="Only this repository (and alias)")] = None,
-    all_states: Annotated[bool, typer.Option(
-        "--all", help="Published, stale and superseded proposals too")] = False,
+    ref: Annotated[
+        str | None,
+        typer.Argument(metavar="[REPO[@ALIAS]]", help="Only this repository (and alias)"),
+    ] = None,
+    all_states: Annotated[
+        bool, typer.Option("--all", help="Published, stale and superseded proposals too")
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """List alias moves waiting for signatures (TUF proposals), newest first."""
     repo, _, alias = (ref or "").partition("@")
     with _reported(), _client() as client:
-        items = client.tuf_proposals(pending=not all_states, repo=repo or None,
-                                     alias=alias or None)
+        items = client.tuf_proposals(pending=not all_states, repo=repo or None, alias=alias or None)
     emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
 
 
@@ -149,13 +168,21 @@ def alias_pending(
 def _status_lines(status: dict[str, Any]) -> str:
     out = []
     if status.get("embedded"):
-        out.append("warning: the root key is ONLINE (the embedded default); run "
-                   "`modelward trust init` with offline keys (docs/tuf.md#keys)")
+        out.append(
+            "warning: the root key is ONLINE (the embedded default); run "
+            "`modelward trust init` with offline keys (docs/tuf.md#keys)"
+        )
     for role in status.get("roles") or []:
-        flag = " EXPIRED" if role.get("expired") else " expires soon" if role.get(
-            "expires_soon") else ""
-        out.append(f"{role.get('role'):<40} v{role.get('version'):<6} expires "
-                   f"{role.get('expires')}{flag}")
+        flag = (
+            " EXPIRED"
+            if role.get("expired")
+            else " expires soon"
+            if role.get("expires_soon")
+            else ""
+        )
+        out.append(
+            f"{role.get('role'):<40} v{role.get('version'):<6} expires {role.get('expires')}{flag}"
+        )
     out.append(f"online keys: {', '.join(status.get('online_keys') or []) or 'none'}")
     out.append(f"pending proposals: {status.get('pending_proposals')}")
     return "\n".join(out)
@@ -170,8 +197,9 @@ def trust_status(as_json: AsJson = False) -> None:
 
 
 def _root_version(client: RegistryClient) -> int:
-    versions = [int(r["version"]) for r in client.tuf_status().get("roles") or []
-                if r.get("role") == "root"]
+    versions = [
+        int(r["version"]) for r in client.tuf_status().get("roles") or [] if r.get("role") == "root"
+    ]
     if not versions:
         fail("the registry has no TUF root yet")
     return versions[0]
@@ -180,8 +208,9 @@ def _root_version(client: RegistryClient) -> int:
 @trust_app.command("root")
 def trust_root(
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write root.json")],
-    version: Annotated[int | None, typer.Option(
-        metavar="N", help="This root version (default: the latest)")] = None,
+    version: Annotated[
+        int | None, typer.Option(metavar="N", help="This root version (default: the latest)")
+    ] = None,
 ) -> None:
     """Save the registry's TUF root, for workers to pin (--trust-root); check its keys
     out of band before trusting it."""
@@ -193,9 +222,12 @@ def trust_root(
     summary = root_summary(data)
     write_output(out, data)
     keys = ", ".join(summary["root_keys"])
-    err_console.print(f"saved root v{summary['version']} to {out}; its root keys {keys} "
-                      f"(threshold {summary['root_threshold']}): compare them with the ones "
-                      "your admins hold before pinning", markup=False)
+    err_console.print(
+        f"saved root v{summary['version']} to {out}; its root keys {keys} "
+        f"(threshold {summary['root_threshold']}): compare them with the ones "
+        "your admins hold before pinning",
+        markup=False,
+    )
 
 
 @trust_app.command("pending")
@@ -211,8 +243,10 @@ def trust_sign(
     proposal_id: Annotated[int, typer.Argument(metavar="ID", help="The proposal's id")],
     *,
     key: KeyOpt,
-    yes: Annotated[bool, typer.Option(
-        "--yes", help="Sign a proposal of several changes (targets, adopt) as shown")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Sign a proposal of several changes (targets, adopt) as shown"),
+    ] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -226,17 +260,28 @@ def trust_sign(
 
             payload = base64.b64decode(proposal["payload"])
             previous = _previous(client, str(proposal["role"]), int(proposal["version"]))
-            lines = (delegation_changes(payload, previous) if proposal["role"] == "targets"
-                     else [f"{c.path}: {c.before or '(unset)'} -> {c.after}"
-                           for c in proposal_changes(payload, previous)])
+            lines = (
+                delegation_changes(payload, previous)
+                if proposal["role"] == "targets"
+                else [
+                    f"{c.path}: {c.before or '(unset)'} -> {c.after}"
+                    for c in proposal_changes(payload, previous)
+                ]
+            )
             for line in lines:
                 err_console.print(f"  {line}", markup=False)
-            fail(f"proposal {proposal_id} ({proposal['target']}) changes several things; "
-                 "read them (above, or `modelward trust pending`) and sign with --yes",
-                 code=2)
-        answer = sign_proposal(client, proposal_id, private,
-                               expect_target=str(proposal["target"]) if single else None,
-                               expect_digest=proposal.get("to_digest"))
+            fail(
+                f"proposal {proposal_id} ({proposal['target']}) changes several things; "
+                "read them (above, or `modelward trust pending`) and sign with --yes",
+                code=2,
+            )
+        answer = sign_proposal(
+            client,
+            proposal_id,
+            private,
+            expect_target=str(proposal["target"]) if single else None,
+            expect_digest=proposal.get("to_digest"),
+        )
     emit(answer, as_json, signed_line)
 
 
@@ -246,8 +291,13 @@ def trust_adopt(as_json: AsJson = False) -> None:
     its signers to sign (admins; the migration step)."""
     with _reported(), _client() as client:
         made = client.tuf_adopt()
-    emit(made, as_json, lambda ps: "\n".join(describe(p) for p in ps)
-         or "every alias is signed or already proposed")
+    emit(
+        made,
+        as_json,
+        lambda ps: (
+            "\n".join(describe(p) for p in ps) or "every alias is signed or already proposed"
+        ),
+    )
 
 
 def export_files(client: RegistryClient, directory: Path) -> int:
@@ -294,8 +344,11 @@ def trust_export(
     serve with the registry out of the path (run it again after every change)."""
     with _reported(), _client() as client:
         written = export_files(client, directory)
-    emit({"directory": str(directory), "written": written}, as_json,
-         lambda a: f"wrote {a['written']} file(s) to {a['directory']}")
+    emit(
+        {"directory": str(directory), "written": written},
+        as_json,
+        lambda a: f"wrote {a['written']} file(s) to {a['directory']}",
+    )
 
 
 @trust_app.command("sync")
@@ -303,8 +356,14 @@ def trust_sync(as_json: AsJson = False) -> None:
     """Re-make the delegations from the registry's database now (admins)."""
     with _reported(), _client() as client:
         answer = client.tuf_sync()
-    emit(answer, as_json, lambda a: ("changed: " if a.get("changed") else "unchanged: ")
-         + f"{a.get('pending_proposals')} pending proposals")
+    emit(
+        answer,
+        as_json,
+        lambda a: (
+            ("changed: " if a.get("changed") else "unchanged: ")
+            + f"{a.get('pending_proposals')} pending proposals"
+        ),
+    )
 
 
 def _next_root(
@@ -326,13 +385,18 @@ def _next_root(
     version = _root_version(client)
     md = Metadata[Root].from_bytes(client.tuf_file(f"{version}.root.json"))
     root = md.signed
-    for role, keys, threshold in (("root", root_keys, root_threshold),
-                                  ("targets", targets_keys, targets_threshold)):
+    for role, keys, threshold in (
+        ("root", root_keys, root_threshold),
+        ("targets", targets_keys, targets_threshold),
+    ):
         if not keys:
             continue
         if not 1 <= threshold <= len(keys):
-            fail(f"--{role}-threshold {threshold} needs between 1 and {len(keys)} "
-                 f"--{role}-key files", code=2)
+            fail(
+                f"--{role}-threshold {threshold} needs between 1 and {len(keys)} "
+                f"--{role}-key files",
+                code=2,
+            )
         for keyid in list(root.roles[role].keyids):
             root.revoke_key(keyid, role)
         for key in keys:
@@ -356,8 +420,9 @@ def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
     if not pending or not targets_keys:
         return
     for key in targets_keys:
-        answer = sign_proposal(client, int(pending[0]["id"]), key, expect_target=None,
-                               expect_digest=None)
+        answer = sign_proposal(
+            client, int(pending[0]["id"]), key, expect_target=None, expect_digest=None
+        )
         if answer.get("state") == "published":
             err_console.print(f"published targets v{answer.get('version')}", markup=False)
             return
@@ -366,36 +431,68 @@ def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
 RootThreshold = Annotated[int, typer.Option(metavar="N", help="Root signatures needed")]
 TargetsThreshold = Annotated[int, typer.Option(metavar="N", help="Targets signatures needed")]
 Days = Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")]
-RootKeys = Annotated[list[Path], typer.Option(
-    "--root-key", metavar="FILE", help="A new root private key (repeat for each admin)")]
-OldRootKeys = Annotated[list[Path] | None, typer.Option(
-    "--old-root-key", metavar="FILE",
-    help="A current root private key (repeat to meet its threshold)")]
-TargetsKeys = Annotated[list[Path] | None, typer.Option(
-    "--targets-key", metavar="FILE", help="A new targets private key (repeat)")]
+RootKeys = Annotated[
+    list[Path],
+    typer.Option(
+        "--root-key", metavar="FILE", help="A new root private key (repeat for each admin)"
+    ),
+]
+OldRootKeys = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--old-root-key",
+        metavar="FILE",
+        help="A current root private key (repeat to meet its threshold)",
+    ),
+]
+TargetsKeys = Annotated[
+    list[Path] | None,
+    typer.Option("--targets-key", metavar="FILE", help="A new targets private key (repeat)"),
+]
 
 
-def _rotate(root_key: list[Path], root_threshold: int, old_root_key: list[Path] | None, *,
-            targets_key: list[Path] | None, targets_threshold: int, days: int,
-            passphrase_env: str | None, as_json: bool, online: bool = False,
-            init: bool = False) -> None:
+def _rotate(
+    root_key: list[Path],
+    root_threshold: int,
+    old_root_key: list[Path] | None,
+    *,
+    targets_key: list[Path] | None,
+    targets_threshold: int,
+    days: int,
+    passphrase_env: str | None,
+    as_json: bool,
+    online: bool = False,
+    init: bool = False,
+) -> None:
     roots = [load_key(p, passphrase_env) for p in root_key]
     olds = [load_key(p, passphrase_env) for p in old_root_key or []]
     targets = [load_key(p, passphrase_env) for p in targets_key or []]
     with _reported(), _client() as client:
         if init and "root" not in (client.tuf_status().get("online_keys") or []):
-            fail("the registry's root key is already offline: `trust init` ran before",
-                 hint="make the next root version with `modelward trust rotate --old-root-key "
-                 "CURRENT.key --root-key NEW.key` (docs/guides/tuf-ceremony.md)")
-        data, version = _next_root(client, root_keys=roots, root_threshold=root_threshold,
-                                   old_root_keys=olds, targets_keys=targets,
-                                   targets_threshold=targets_threshold, days=days,
-                                   online=online)
+            fail(
+                "the registry's root key is already offline: `trust init` ran before",
+                hint="make the next root version with `modelward trust rotate --old-root-key "
+                "CURRENT.key --root-key NEW.key` (docs/guides/tuf-ceremony.md)",
+            )
+        data, version = _next_root(
+            client,
+            root_keys=roots,
+            root_threshold=root_threshold,
+            old_root_keys=olds,
+            targets_keys=targets,
+            targets_threshold=targets_threshold,
+            days=days,
+            online=online,
+        )
         answer = client.tuf_install_root(data)
         _sign_new_targets(client, targets)
-    emit({**answer, "version": version}, as_json,
-         lambda a: f"installed root v{a['version']}; online keys: "
-         f"{', '.join(a.get('online_keys') or [])}")
+    emit(
+        {**answer, "version": version},
+        as_json,
+        lambda a: (
+            f"installed root v{a['version']}; online keys: {', '.join(a.get('online_keys') or [])}"
+        ),
+    )
 
 
 @trust_app.command("init")
@@ -410,9 +507,17 @@ def trust_init(
     as_json: AsJson = False,
 ) -> None:
     """Replace the embedded online root (and targets) keys with your offline keys (admins)."""
-    _rotate(root_key, root_threshold, None, targets_key=targets_key,
-            targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
-            as_json=as_json, init=True)
+    _rotate(
+        root_key,
+        root_threshold,
+        None,
+        targets_key=targets_key,
+        targets_threshold=targets_threshold,
+        days=days,
+        passphrase_env=passphrase_env,
+        as_json=as_json,
+        init=True,
+    )
 
 
 @trust_app.command("rotate")
@@ -424,14 +529,23 @@ def trust_rotate(
     targets_key: TargetsKeys = None,
     targets_threshold: TargetsThreshold = 1,
     days: Days = 365,
-    online: Annotated[bool, typer.Option(
-        "--online", help="Also replace the registry's snapshot and timestamp keys")] = False,
+    online: Annotated[
+        bool,
+        typer.Option("--online", help="Also replace the registry's snapshot and timestamp keys"),
+    ] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
     """Make the next root version, signed by the current root keys and the new ones; workers
     follow the chain of root versions."""
-    _rotate(root_key, root_threshold, old_root_key, targets_key=targets_key,
-            targets_threshold=targets_threshold, days=days, passphrase_env=passphrase_env,
-            as_json=as_json, online=online)
-
+    _rotate(
+        root_key,
+        root_threshold,
+        old_root_key,
+        targets_key=targets_key,
+        targets_threshold=targets_threshold,
+        days=days,
+        passphrase_env=passphrase_env,
+        as_json=as_json,
+        online=online,
+    )

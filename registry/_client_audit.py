@@ -202,9 +202,7 @@ def verify_database(
     checkpoints: list[Checkpoint] = [stored]
     if verifier is not None:  # checkpoints stored as signed by other keys are ignored
         checkpoints += [
-            open_checkpoint(note.encode(), verifier)
-            for key, note in notes
-            if key == verifier.label
+            open_checkpoint(note.encode(), verifier) for key, note in notes if key == verifier.label
         ]
     if old is not None:
         checkpoints.append(old)

@@ -320,9 +320,7 @@ class BlobTransfer:
                 try:
                     for block in _raw_blocks(response, read_size):
                         if have + len(block) > expected_size:
-                            raise BlobIntegrityError(
-                                digest, None, have + len(block), expected_size
-                            )
+                            raise BlobIntegrityError(digest, None, have + len(block), expected_size)
                         out.write(block)
                         hasher.update(block)
                         have += len(block)

@@ -138,8 +138,11 @@ def push_bundle(
     # (5) the manifest and attestations, checked by the server before it records anything.
     answer = client.put_bundle(repo, manifest.digest, manifest.raw, sent)
     # (6) the alias, by compare-and-swap on the version just read.
-    moved = (client.set_alias(repo, alias, manifest.digest, reason=reason, propose=propose_alias)
-             if alias else None)
+    moved = (
+        client.set_alias(repo, alias, manifest.digest, reason=reason, propose=propose_alias)
+        if alias
+        else None
+    )
     return PushResult(
         digest=manifest.digest,
         decision=answer.get("decision"),

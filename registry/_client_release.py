@@ -63,8 +63,14 @@ def _target_digest(data: bytes, path: str) -> str | None:
 
 
 def _role_version(
-    client: RegistryClient, role: str, current: int, *, path: str, digest: str,
-    occurrence: int, moves: int,
+    client: RegistryClient,
+    role: str,
+    current: int,
+    *,
+    path: str,
+    digest: str,
+    occurrence: int,
+    moves: int,
 ) -> bytes:
     """The role version that set ``path`` to ``digest`` for the ``occurrence``-th time
     (0-based) of the ``moves`` times the alias history moved there. When the role moved there
@@ -88,7 +94,8 @@ def _role_version(
         raise ReleaseInputError(
             f"{path}: the alias history moved to {digest} {moves} time(s) and its signed TUF "
             f"role {role} {len(found)} time(s): a move was the registry's word only, so which "
-            "signed version records this one is ambiguous")
+            "signed version records this one is ambiguous"
+        )
     return found[min(occurrence, len(found) - 1)]
 
 
@@ -105,12 +112,15 @@ def _targets_for(client: RegistryClient, current: int, role: str, role_data: byt
         except (RepositoryError, ValueError):
             continue
         return data
-    raise ReleaseInputError(f"no top-level targets version delegates {role} with the keys that "
-                            f"signed its version {role_md.signed.version}")
+    raise ReleaseInputError(
+        f"no top-level targets version delegates {role} with the keys that "
+        f"signed its version {role_md.signed.version}"
+    )
 
 
-def _tuf(client: RegistryClient, repo: str, alias: str, digest: str, *, occurrence: int,
-         moves: int) -> dict[str, Any]:
+def _tuf(
+    client: RegistryClient, repo: str, alias: str, digest: str, *, occurrence: int, moves: int
+) -> dict[str, Any]:
     from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
 
     from modelward.attest.tuf import alias_path
@@ -118,27 +128,38 @@ def _tuf(client: RegistryClient, repo: str, alias: str, digest: str, *, occurren
     roots = _tuf_roots(client)
     timestamp = Metadata[Timestamp].from_bytes(client.tuf_file("timestamp.json"))
     snapshot = Metadata[Snapshot].from_bytes(
-        client.tuf_file(f"{timestamp.signed.snapshot_meta.version}.snapshot.json"))
+        client.tuf_file(f"{timestamp.signed.snapshot_meta.version}.snapshot.json")
+    )
     targets_version = snapshot.signed.meta["targets.json"].version
     targets = Metadata[Targets].from_bytes(client.tuf_file(f"{targets_version}.targets.json"))
     path = alias_path(repo, alias)
     delegations = targets.signed.delegations
-    role = None if delegations is None else next(
-        (name for name, _ in delegations.get_roles_for_target(path)), None)
+    role = (
+        None
+        if delegations is None
+        else next((name for name, _ in delegations.get_roles_for_target(path)), None)
+    )
     if role is None:
-        raise ReleaseInputError(f"{repo}@{alias}: no TUF role is delegated this alias yet "
-                                "(`modelward trust pending`)")
+        raise ReleaseInputError(
+            f"{repo}@{alias}: no TUF role is delegated this alias yet (`modelward trust pending`)"
+        )
     meta = snapshot.signed.meta.get(f"{role}.json")
     if meta is None:
         raise ReleaseInputError(f"{repo}@{alias}: TUF role {role} has no signed version")
-    role_data = _role_version(client, role, meta.version, path=path, digest=digest,
-                              occurrence=occurrence, moves=moves)
-    return {"roots": roots, "targets": _targets_for(client, targets_version, role, role_data),
-            "role": role, "role_metadata": role_data}
+    role_data = _role_version(
+        client, role, meta.version, path=path, digest=digest, occurrence=occurrence, moves=moves
+    )
+    return {
+        "roots": roots,
+        "targets": _targets_for(client, targets_version, role, role_data),
+        "role": role,
+        "role_metadata": role_data,
+    }
 
 
-def _audit(client: RegistryClient, repo: str, alias: str, *, digest: str, version: int,
-           role_subject: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _audit(
+    client: RegistryClient, repo: str, alias: str, *, digest: str, version: int, role_subject: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The audit events around the promotion, and the registry's approvals from them."""
     events: list[dict[str, Any]] = []
     approvals: dict[str, dict[str, Any]] = {}
@@ -147,7 +168,8 @@ def _audit(client: RegistryClient, repo: str, alias: str, *, digest: str, versio
         for event in stream:
             subject, details = event.get("subject"), event.get("details") or {}
             about_alias = subject == f"{repo}@{alias}" and (
-                details.get("to") == digest or details.get("version") in (version, version + 1))
+                details.get("to") == digest or details.get("version") in (version, version + 1)
+            )
             about_bundle = subject == f"{repo}@{digest}"
             about_role = subject == role_subject
             if not (about_alias or about_bundle or about_role):
@@ -156,22 +178,32 @@ def _audit(client: RegistryClient, repo: str, alias: str, *, digest: str, versio
             if about_bundle and details.get("alias") == alias:
                 if event.get("action") == "bundle.approve":
                     approvals[str(event["actor"])] = {
-                        "principal": event["actor"], "at": event["at"], "seq": event["seq"],
-                        "withdrawn": None}
-                elif event.get("action") == "bundle.approval.withdraw" and \
-                        str(event["actor"]) in approvals:
+                        "principal": event["actor"],
+                        "at": event["at"],
+                        "seq": event["seq"],
+                        "withdrawn": None,
+                    }
+                elif (
+                    event.get("action") == "bundle.approval.withdraw"
+                    and str(event["actor"]) in approvals
+                ):
                     approvals[str(event["actor"])]["withdrawn"] = {
-                        "at": event["at"], "reason": details.get("reason"), "seq": event["seq"]}
+                        "at": event["at"],
+                        "reason": details.get("reason"),
+                        "seq": event["seq"],
+                    }
     except APIError as exc:
         if exc.status == 403:
             raise ReleaseInputError(
-                f"reading the audit log needs a reviewer's or an admin's token ({exc})") from None
+                f"reading the audit log needs a reviewer's or an admin's token ({exc})"
+            ) from None
         raise
     return events, list(approvals.values())
 
 
-def collect_release(client: RegistryClient, repo: str, alias: str, version: int | None
-                    ) -> dict[str, Any]:
+def collect_release(
+    client: RegistryClient, repo: str, alias: str, version: int | None
+) -> dict[str, Any]:
     """The keyword arguments of ``attest.release.build_predicate`` for ``repo@alias`` at
     history ``version`` (None: the current one). Raises ReleaseInputError naming what is
     missing (no such alias, a version out of range, an unsigned move)."""
@@ -185,14 +217,18 @@ def collect_release(client: RegistryClient, repo: str, alias: str, version: int 
         version = int(client.get_alias(repo, alias)["version"])
     entry = next((h for h in history if int(h["version"]) == version), None)
     if entry is None or entry.get("to_digest") is None:
-        raise ReleaseInputError(f"{repo}@{alias}: --version {version} is out of range (history "
-                                f"has versions {min(versions)} to {max(versions)})")
+        raise ReleaseInputError(
+            f"{repo}@{alias}: --version {version} is out of range (history "
+            f"has versions {min(versions)} to {max(versions)})"
+        )
     digest = str(entry["to_digest"])
     # the moves *to* the digest (from another), as the role's versions change to it
     ordered = sorted(history, key=lambda h: int(h["version"]))
-    arrivals = [int(h["version"]) for prev, h in zip([None, *ordered], ordered, strict=False)
-                if h.get("to_digest") == digest
-                and (prev is None or prev.get("to_digest") != digest)]
+    arrivals = [
+        int(h["version"])
+        for prev, h in zip([None, *ordered], ordered, strict=False)
+        if h.get("to_digest") == digest and (prev is None or prev.get("to_digest") != digest)
+    ]
     occurrence = max(0, sum(1 for v in arrivals if v <= version) - 1)
     manifest = client.get_manifest(repo, digest)
     parsed = parse_manifest(manifest)
@@ -202,17 +238,32 @@ def collect_release(client: RegistryClient, repo: str, alias: str, version: int 
     policy_text = str(client.get_repo(repo)["effective_policy_yaml"])
     tuf = _tuf(client, repo, alias, digest, occurrence=occurrence, moves=len(arrivals))
     role_version = Metadata[Targets].from_bytes(tuf["role_metadata"]).signed.version
-    events, approvals = _audit(client, repo, alias, digest=digest, version=version,
-                               role_subject=f"{tuf['role']} v{role_version}")
+    events, approvals = _audit(
+        client,
+        repo,
+        alias,
+        digest=digest,
+        version=version,
+        role_subject=f"{tuf['role']} v{role_version}",
+    )
     try:
         checkpoint: dict[str, Any] | None = client.audit_checkpoint()
     except APIError:
         checkpoint = None
     return {
-        "repository": repo, "alias": alias, "version": version,
+        "repository": repo,
+        "alias": alias,
+        "version": version,
         "made_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "registry": client.base_url, "manifest": manifest, "config": config, "spec": spec,
-        "policy_text": policy_text, "attestations": client.list_attestations(repo, digest),
-        **tuf, "history": history, "approvals": approvals, "audit_events": events,
+        "registry": client.base_url,
+        "manifest": manifest,
+        "config": config,
+        "spec": spec,
+        "policy_text": policy_text,
+        "attestations": client.list_attestations(repo, digest),
+        **tuf,
+        "history": history,
+        "approvals": approvals,
+        "audit_events": events,
         "audit_checkpoint": checkpoint,
     }

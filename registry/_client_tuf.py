@@ -37,7 +37,7 @@ class TufFetcher(FetcherInterface):
     def _fetch(self, url: str) -> Iterator[bytes]:
         if not url.startswith(self.metadata_url):
             raise DownloadError(f"{url}: not a TUF file of the registry {self.client.base_url}")
-        path = url[len(self.client.base_url):]
+        path = url[len(self.client.base_url) :]
         try:
             with self.client._stream("GET", path) as response:
                 yield from response.iter_raw(CHUNK)

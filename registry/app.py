@@ -268,11 +268,13 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
     action, subject = "denied", f"{request.method} {path}"
     if caller is None and status == 401:
         # the peer, or what a trusted proxy says it forwarded (never the client's own say)
-        client = throttle_key(client_address(
-            request.client.host if request.client else None,
-            request.headers.getlist("x-forwarded-for"),
-            state.settings.trusted_proxies,
-        ))
+        client = throttle_key(
+            client_address(
+                request.client.host if request.client else None,
+                request.headers.getlist("x-forwarded-for"),
+                state.settings.trusted_proxies,
+            )
+        )
         verdict, earlier = state.denial_throttle.check(client)
         if verdict == "skip":
             return
@@ -280,9 +282,12 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
             limit = state.denial_throttle.per_minute
             log.warning(json.dumps({"event": "audit_throttled", "client": client, "limit": limit}))
             action, subject = "denied.throttled", client
-            details = {"client": client, "limit_per_minute": limit,
-                       "note": "further unauthenticated denials from this client in this "
-                               "minute are counted, not audited"}
+            details = {
+                "client": client,
+                "limit_per_minute": limit,
+                "note": "further unauthenticated denials from this client in this "
+                "minute are counted, not audited",
+            }
         elif earlier:
             details["throttled_before"] = earlier
     with state.db.write() as session:
@@ -387,8 +392,13 @@ def _keep_signing(state: AppState, stop: threading.Event) -> None:
             refresh(state)
         except Exception as exc:  # noqa: BLE001 - logged by type; retried next interval
             log.error(  # noqa: TRY400 - the type and message say it; no payload in logs
-                json.dumps({"event": "tuf_refresh_failed", "exception": type(exc).__name__,
-                            "message": str(exc)[:500]})
+                json.dumps(
+                    {
+                        "event": "tuf_refresh_failed",
+                        "exception": type(exc).__name__,
+                        "message": str(exc)[:500],
+                    }
+                )
             )
         first = False
 
@@ -460,7 +470,11 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         code = codes.get(exc.status_code, "http_error")
         # keep what the framework says with it (405: Allow)
         return await _error_response(
-            request, exc.status_code, code, str(exc.detail), None,
+            request,
+            exc.status_code,
+            code,
+            str(exc.detail),
+            None,
             headers=dict(exc.headers or {}),
         )
 
@@ -484,8 +498,12 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         "/metrics",
         tags=["health"],
         response_class=PlainTextResponse,
-        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}},
-                         "description": "Prometheus text exposition format"}},
+        responses={
+            200: {
+                "content": {CONTENT_TYPE_LATEST.split(";")[0]: {}},
+                "description": "Prometheus text exposition format",
+            }
+        },
     )
     def prometheus(request: Request) -> PlainTextResponse:
         st: AppState = app.state.registry

@@ -67,9 +67,7 @@ class InvalidProof(RegistryError):  # noqa: N818 - the name is the finding
         self.reason = reason
         self.evidence = evidence
         where = ", ".join(f"{k} {v}" for k, v in evidence.items())
-        super().__init__(
-            f"{kind} proof ({where}) does not verify: {reason}", detail=dict(evidence)
-        )
+        super().__init__(f"{kind} proof ({where}) does not verify: {reason}", detail=dict(evidence))
 
 
 def leaf_hash(entry: bytes) -> bytes:

@@ -343,9 +343,7 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("GET", f"{_repo_path(repo)}/bundles/{digest}")
         return result
 
-    def get_manifest(
-        self, repo: str, digest: str, *, max_bytes: int = MAX_MANIFEST_BYTES
-    ) -> bytes:
+    def get_manifest(self, repo: str, digest: str, *, max_bytes: int = MAX_MANIFEST_BYTES) -> bytes:
         """GET the exact manifest bytes of ``repo@digest``, checked against ``digest``.
 
         Streams the answer and stops as soon as more than ``max_bytes`` arrived. Raises
@@ -445,8 +443,12 @@ class RegistryClient(ListingMixin):
         """
         if expected_version is None:
             expected_version = self.alias_version(repo, alias)
-        body: JSON = {"digest": digest, "expected_version": expected_version, "rollback": rollback,
-                      "propose": propose}
+        body: JSON = {
+            "digest": digest,
+            "expected_version": expected_version,
+            "rollback": rollback,
+            "propose": propose,
+        }
         if reason is not None:
             body["reason"] = reason
         path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}"
@@ -460,8 +462,13 @@ class RegistryClient(ListingMixin):
         return result
 
     def rollback(
-        self, repo: str, alias: str, digest: str | None = None, reason: str | None = None,
-        *, propose: bool = False,
+        self,
+        repo: str,
+        alias: str,
+        digest: str | None = None,
+        reason: str | None = None,
+        *,
+        propose: bool = False,
     ) -> JSON:
         """Set the alias back to ``digest`` (default: the digest before the current one);
         ``propose`` as in ``set_alias``."""
@@ -619,7 +626,6 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("GET", "/v1/audit/proof/consistency", params=params)
         return result
 
-
     # -- orgs: owners and policy floors (registry._cli_orgs) ---------------------------
     def put_org(
         self,
@@ -665,6 +671,7 @@ class RegistryClient(ListingMixin):
         path = f"/v1/orgs/{quote(org, safe='')}/owners/{quote(principal, safe='')}"
         result: JSON = self._json("DELETE", path)
         return result
+
 
 def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:
     """The raw body of ``response``, at most ``limit`` bytes, or ``ResponseTooLarge``.

@@ -156,7 +156,8 @@ class UploadSession(Base):
     # the repository the upload is charged to (None: started without naming one)
     repo_id: Mapped[int | None] = mapped_column(
         ForeignKey("repositories.id", name="fk_upload_sessions_repo_id_repositories"),
-        nullable=True, index=True,
+        nullable=True,
+        index=True,
     )
 
 
@@ -172,8 +173,9 @@ class BlobLease(Base):
         ForeignKey("repositories.id"), nullable=True, index=True
     )
     size: Mapped[int] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
-                                                 index=True)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
 
 
 class QuarantinedDigest(Base):
@@ -355,9 +357,7 @@ class OciManifest(Base):
     state: Mapped[str] = mapped_column(String(20))
     manifest: Mapped[bytes] = mapped_column(LargeBinary)
     reasons: Mapped[str] = mapped_column(Text)  # JSON list of failed checks
-    attestation_id: Mapped[int | None] = mapped_column(
-        ForeignKey("attestations.id"), nullable=True
-    )
+    attestation_id: Mapped[int | None] = mapped_column(ForeignKey("attestations.id"), nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

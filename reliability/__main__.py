@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = Path(os.environ.get("MODELWARD_SHARED_FIXTURES")
-                       or REPO_ROOT.parent / "shared" / "fixtures")
+SHARED_FIXTURES = Path(
+    os.environ.get("MODELWARD_SHARED_FIXTURES") or REPO_ROOT.parent / "shared" / "fixtures"
+)
 CAMPAIGNS = ("fuzz", "api", "crash", "contention")
 
 
@@ -34,18 +35,27 @@ def _fuzz(scale: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     runs = args.runs or (10**6 if scale == "full" else 20_000)
     targets = tuple(args.targets.split(",")) if args.targets else ORDER
-    return run(out, runs=runs, max_time=args.max_time or (2100 if scale == "full" else 120),
-               targets=targets, jobs=args.jobs,
-               budget=_budget(args, full=FULL_BUDGET_S["fuzz"], scale=scale))
+    return run(
+        out,
+        runs=runs,
+        max_time=args.max_time or (2100 if scale == "full" else 120),
+        targets=targets,
+        jobs=args.jobs,
+        budget=_budget(args, full=FULL_BUDGET_S["fuzz"], scale=scale),
+    )
 
 
 def _api(scale: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     from reliability.api_fuzz import run
 
     examples = args.examples or (1000 if scale == "full" else 20)
-    return run(out, examples=examples, databases=tuple(args.databases.split(",")),
-               postgres_examples=250 if scale == "full" and not args.examples else None,
-               budget=_budget(args, full=FULL_BUDGET_S["api"], scale=scale))
+    return run(
+        out,
+        examples=examples,
+        databases=tuple(args.databases.split(",")),
+        postgres_examples=250 if scale == "full" and not args.examples else None,
+        budget=_budget(args, full=FULL_BUDGET_S["api"], scale=scale),
+    )
 
 
 def _crash(scale: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -57,9 +67,14 @@ def _crash(scale: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    return run(out, kills=kills, databases=tuple(args.databases.split(",")),
-               cli_every=10 if scale == "full" else 2, progress=progress,
-               max_time_per_database=_budget(args, full=FULL_BUDGET_S["crash"], scale=scale))
+    return run(
+        out,
+        kills=kills,
+        databases=tuple(args.databases.split(",")),
+        cli_every=10 if scale == "full" else 2,
+        progress=progress,
+        max_time_per_database=_budget(args, full=FULL_BUDGET_S["crash"], scale=scale),
+    )
 
 
 def _contention(scale: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -88,10 +103,16 @@ RUNNERS = {"fuzz": _fuzz, "api": _api, "crash": _crash, "contention": _contentio
 
 def _snapshot(out: Path) -> Path:
     """Copy the source tree to ``out/src`` (git ls-files: tracked + untracked unignored)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     dst = out / "src"
     if dst.exists():
         shutil.rmtree(dst)
@@ -101,12 +122,19 @@ def _snapshot(out: Path) -> Path:
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst / rel, follow_symlinks=False)
     (dst / ".venv").symlink_to(REPO_ROOT / ".venv")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, check=False).stdout.strip()
-    status = subprocess.run(["git", "status", "--short"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, check=False).stdout
-    (out / "src.txt").write_text(f"commit {head}\nuncommitted changes (git status --short):\n"
-                                 f"{status}")
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    status = subprocess.run(
+        ["git", "status", "--short"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    ).stdout
+    (out / "src.txt").write_text(
+        f"commit {head}\nuncommitted changes (git status --short):\n{status}"
+    )
     return dst
 
 
@@ -140,11 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=0, help="crash: kills per database")
     parser.add_argument("--writers", type=int, default=0, help="contention: writers")
     parser.add_argument("--rounds", type=int, default=0, help="contention: rounds per writer")
-    parser.add_argument("--budget", type=int, default=0,
-                        help="seconds: fuzz and api in all, crash per database "
-                             f"(full-scale defaults {FULL_BUDGET_S})")
-    parser.add_argument("--snapshot", action=argparse.BooleanOptionalAction, default=None,
-                        help="run from a copy of the source tree (default: with --scale full)")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=0,
+        help="seconds: fuzz and api in all, crash per database "
+        f"(full-scale defaults {FULL_BUDGET_S})",
+    )
+    parser.add_argument(
+        "--snapshot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run from a copy of the source tree (default: with --scale full)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     if args.campaign == "replay":
@@ -154,12 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.snapshot if args.snapshot is not None else args.scale == "full":
         src = _snapshot(args.out)
-        env = {**os.environ, "PYTHONPATH": str(src),
-               "MODELWARD_SHARED_FIXTURES": str(SHARED_FIXTURES)}
-        rest = [a for a in (argv if argv is not None else sys.argv[1:])
-                if not a.startswith("--snapshot")]
-        return subprocess.run([sys.executable, "-m", "reliability", *rest, "--no-snapshot",
-                               "--out", str(args.out)], cwd=src, env=env, check=False).returncode
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(src),
+            "MODELWARD_SHARED_FIXTURES": str(SHARED_FIXTURES),
+        }
+        rest = [
+            a
+            for a in (argv if argv is not None else sys.argv[1:])
+            if not a.startswith("--snapshot")
+        ]
+        return subprocess.run(
+            [sys.executable, "-m", "reliability", *rest, "--no-snapshot", "--out", str(args.out)],
+            cwd=src,
+            env=env,
+            check=False,
+        ).returncode
     failed = False
     for name in chosen:
         summary = RUNNERS[name](args.scale, args.out, args)

@@ -28,8 +28,14 @@ from tests.registry.conftest import (
     start_registry,
 )
 
-__all__ = ["PostgresUnavailable", "descendants", "kill_tree", "pg_cluster", "postgres_for",
-           "registry"]
+__all__ = [
+    "PostgresUnavailable",
+    "descendants",
+    "kill_tree",
+    "pg_cluster",
+    "postgres_for",
+    "registry",
+]
 
 
 class PostgresUnavailable(RuntimeError):  # noqa: N818 - reads as the condition
@@ -51,22 +57,46 @@ def pg_cluster() -> Iterator[PgCluster]:
         shutil.chown(base, user="postgres")
     data, port = base / "data", free_port()
     subprocess.run(
-        [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-         "--no-sync", "-E", "UTF8"],
-        check=True, capture_output=True,
+        [
+            *prefix,
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ],
+        check=True,
+        capture_output=True,
     )
     opts = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
     subprocess.run(
-        [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log"),
-         "-w", "start"],
-        check=True, capture_output=True,
+        [
+            *prefix,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            opts,
+            "-l",
+            str(base / "log"),
+            "-w",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
     )
     try:
         yield PgCluster("127.0.0.1", port)
     finally:
         subprocess.run(
             [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-            check=False, capture_output=True,
+            check=False,
+            capture_output=True,
         )
         shutil.rmtree(base, ignore_errors=True)
 
@@ -80,8 +110,11 @@ def registry(kind: str, base: Path, pg: PgCluster | str | None = None) -> Iterat
     if kind == "postgres" and not isinstance(pg, PgCluster):
         raise PostgresUnavailable(pg or "no PostgreSQL cluster")
     base.mkdir(parents=True, exist_ok=True)
-    reg = start_registry(kind, Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=base)),
-                         pg if isinstance(pg, PgCluster) and kind == "postgres" else None)
+    reg = start_registry(
+        kind,
+        Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=base)),
+        pg if isinstance(pg, PgCluster) and kind == "postgres" else None,
+    )
     try:
         yield reg
     finally:
@@ -108,8 +141,9 @@ def postgres_for(kinds: tuple[str, ...]) -> Iterator[PgCluster | str | None]:
         cluster.__exit__(None, None, None)
 
 
-def each_database(databases: tuple[str, ...], work: Path,
-                  run_one: Callable[[str, Registry], dict[str, Any]]) -> list[dict[str, Any]]:
+def each_database(
+    databases: tuple[str, ...], work: Path, run_one: Callable[[str, Registry], dict[str, Any]]
+) -> list[dict[str, Any]]:
     """``run_one(kind, registry)`` on a fresh registry of each kind, in order; a database
     that cannot start is reported as ``{"database": kind, "skipped": reason}``."""
     results: list[dict[str, Any]] = []

@@ -56,14 +56,15 @@ def _seed(reg: Any, tmp: Path) -> dict[str, Any]:
     spare = reg.actor("reader")  # its token is the example to revoke, not anyone's in use
     spare_token = reg.admin.create_token(spare.name)
     repo = reg.repo(pub)
-    result = pub.actor.client.push(make_bundle_dir(tmp / "bundle"), repo, sign=pub.sign,
-                                   alias="dev")
+    result = pub.actor.client.push(
+        make_bundle_dir(tmp / "bundle"), repo, sign=pub.sign, alias="dev"
+    )
     attestations = reg.admin.list_attestations(repo, result.digest)
     payload = b"reliability upload session\n"
     upload = pub.actor.client._json(  # an open session, so its id exists
-        "POST", "/v1/uploads",
-        json_body={"digest": "sha256:" + hashlib.sha256(payload).hexdigest(),
-                   "size": len(payload)},
+        "POST",
+        "/v1/uploads",
+        json_body={"digest": "sha256:" + hashlib.sha256(payload).hexdigest(), "size": len(payload)},
     )
     keys = pub.actor.client.list_keys()
     org, name = repo.split("/")
@@ -74,8 +75,12 @@ def _seed(reg: Any, tmp: Path) -> dict[str, Any]:
             "reviewer": reviewer.token,
             "reader": reader.token,
         },
-        "principals": {"publisher": pub.name, "reviewer": reviewer.name,
-                       "reader": reader.name, "spare": spare.name},
+        "principals": {
+            "publisher": pub.name,
+            "reviewer": reviewer.name,
+            "reader": reader.name,
+            "spare": spare.name,
+        },
         "values": {
             "org": org,
             "name": name,
@@ -92,74 +97,170 @@ def _seed(reg: Any, tmp: Path) -> dict[str, Any]:
 
 
 _RAW_BODIES = {
-    ("put", "/v1/blobs/{digest}"): ("application/octet-stream", {"type": "string",
-                                                                 "format": "binary"}),
-    ("patch", "/v1/uploads/{upload_id}"): ("application/octet-stream",
-                                           {"type": "string", "format": "binary"}),
+    ("put", "/v1/blobs/{digest}"): (
+        "application/octet-stream",
+        {"type": "string", "format": "binary"},
+    ),
+    ("patch", "/v1/uploads/{upload_id}"): (
+        "application/octet-stream",
+        {"type": "string", "format": "binary"},
+    ),
     ("post", "/v1/repos/{org}/{name}/bundles/{digest}/attestations"): (
-        "application/octet-stream", {"type": "string", "format": "binary"}),
-    ("put", "/v1/repos/{org}/{name}/bundles/{digest}"): ("application/json", {
-        "type": "object",
-        "required": ["manifest"],
-        "properties": {
-            "manifest": {"type": "string", "contentEncoding": "base64"},
-            "attestations": {"type": "array", "items": {"type": "string"}},
+        "application/octet-stream",
+        {"type": "string", "format": "binary"},
+    ),
+    ("put", "/v1/repos/{org}/{name}/bundles/{digest}"): (
+        "application/json",
+        {
+            "type": "object",
+            "required": ["manifest"],
+            "properties": {
+                "manifest": {"type": "string", "contentEncoding": "base64"},
+                "attestations": {"type": "array", "items": {"type": "string"}},
+            },
         },
-    }),
+    ),
 }
 
 
 def _links() -> list[tuple[str, str, str, str, dict[str, Any]]]:
     """(method, path, status, link name, link object) added to the schema."""
     bundle = "/v1/repos/{org}/{name}/bundles/{digest}"
-    same_bundle = {"org": "$request.path.org", "name": "$request.path.name",
-                   "digest": "$request.path.digest"}
+    same_bundle = {
+        "org": "$request.path.org",
+        "name": "$request.path.name",
+        "digest": "$request.path.digest",
+    }
     upload = {"upload_id": "$response.body#/id"}
     out: list[tuple[str, str, str, str, dict[str, Any]]] = []
-    for target, op in (("get", "GetUpload"), ("patch", "PatchUpload"),
-                       ("delete", "CancelUpload")):
-        out.append(("post", "/v1/uploads", "201", op,
-                    {"operationRef": f"#/paths/~1v1~1uploads~1{{upload_id}}/{target}",
-                     "parameters": upload}))
-    out.append(("post", "/v1/uploads", "201", "CommitUpload",
-                {"operationRef": "#/paths/~1v1~1uploads~1{upload_id}~1commit/post",
-                 "parameters": upload}))
-    out.append(("post", "/v1/admin/principals", "201", "CreateToken",
-                {"operationRef": "#/paths/~1v1~1admin~1principals~1{name}~1tokens/post",
-                 "parameters": {"name": "$response.body#/name"}}))
-    out.append(("post", "/v1/admin/principals/{name}/tokens", "201", "RevokeToken",
-                {"operationRef": "#/paths/~1v1~1admin~1tokens~1{token_id}/delete",
-                 "parameters": {"token_id": "$response.body#/id"}}))
-    out.append(("post", "/v1/keys", "201", "RevokeKey",
-                {"operationRef": "#/paths/~1v1~1keys~1{keyid}/delete",
-                 "parameters": {"keyid": "$response.body#/keyid"}}))
+    for target, op in (("get", "GetUpload"), ("patch", "PatchUpload"), ("delete", "CancelUpload")):
+        out.append(
+            (
+                "post",
+                "/v1/uploads",
+                "201",
+                op,
+                {
+                    "operationRef": f"#/paths/~1v1~1uploads~1{{upload_id}}/{target}",
+                    "parameters": upload,
+                },
+            )
+        )
+    out.append(
+        (
+            "post",
+            "/v1/uploads",
+            "201",
+            "CommitUpload",
+            {
+                "operationRef": "#/paths/~1v1~1uploads~1{upload_id}~1commit/post",
+                "parameters": upload,
+            },
+        )
+    )
+    out.append(
+        (
+            "post",
+            "/v1/admin/principals",
+            "201",
+            "CreateToken",
+            {
+                "operationRef": "#/paths/~1v1~1admin~1principals~1{name}~1tokens/post",
+                "parameters": {"name": "$response.body#/name"},
+            },
+        )
+    )
+    out.append(
+        (
+            "post",
+            "/v1/admin/principals/{name}/tokens",
+            "201",
+            "RevokeToken",
+            {
+                "operationRef": "#/paths/~1v1~1admin~1tokens~1{token_id}/delete",
+                "parameters": {"token_id": "$response.body#/id"},
+            },
+        )
+    )
+    out.append(
+        (
+            "post",
+            "/v1/keys",
+            "201",
+            "RevokeKey",
+            {
+                "operationRef": "#/paths/~1v1~1keys~1{keyid}/delete",
+                "parameters": {"keyid": "$response.body#/keyid"},
+            },
+        )
+    )
     escaped = bundle.replace("/", "~1")
-    for suffix, method, name in (("", "get", "GetBundle"), ("~1manifest", "get", "GetManifest"),
-                                 ("~1quarantine", "post", "Quarantine"),
-                                 ("~1approvals", "post", "Approve"),
-                                 ("~1attestations", "get", "ListAttestations")):
-        out.append(("put", bundle, "201", name,
-                    {"operationRef": f"#/paths/{escaped}{suffix}/{method}",
-                     "parameters": same_bundle}))
-    out.append(("post", f"{bundle}/attestations", "201", "Retract",
-                {"operationRef": f"#/paths/{escaped}~1attestations~1{{attestation_id}}/delete",
-                 "parameters": {**same_bundle, "attestation_id": "$response.body#/id"}}))
+    for suffix, method, name in (
+        ("", "get", "GetBundle"),
+        ("~1manifest", "get", "GetManifest"),
+        ("~1quarantine", "post", "Quarantine"),
+        ("~1approvals", "post", "Approve"),
+        ("~1attestations", "get", "ListAttestations"),
+    ):
+        out.append(
+            (
+                "put",
+                bundle,
+                "201",
+                name,
+                {"operationRef": f"#/paths/{escaped}{suffix}/{method}", "parameters": same_bundle},
+            )
+        )
+    out.append(
+        (
+            "post",
+            f"{bundle}/attestations",
+            "201",
+            "Retract",
+            {
+                "operationRef": f"#/paths/{escaped}~1attestations~1{{attestation_id}}/delete",
+                "parameters": {**same_bundle, "attestation_id": "$response.body#/id"},
+            },
+        )
+    )
     alias = "/v1/repos/{org}/{name}/aliases/{alias}"
-    same_alias = {"org": "$request.path.org", "name": "$request.path.name",
-                  "alias": "$request.path.alias"}
+    same_alias = {
+        "org": "$request.path.org",
+        "name": "$request.path.name",
+        "alias": "$request.path.alias",
+    }
     escaped_alias = alias.replace("/", "~1")
-    out.append(("get", alias, "200", "MoveAlias",
-                {"operationRef": f"#/paths/{escaped_alias}/put", "parameters": same_alias,
-                 "requestBody": {"digest": "$response.body#/digest",
-                                 "expected_version": "$response.body#/version"}}))
-    out.append(("put", alias, "200", "History",
-                {"operationRef": f"#/paths/{escaped_alias}~1history/get",
-                 "parameters": same_alias}))
+    out.append(
+        (
+            "get",
+            alias,
+            "200",
+            "MoveAlias",
+            {
+                "operationRef": f"#/paths/{escaped_alias}/put",
+                "parameters": same_alias,
+                "requestBody": {
+                    "digest": "$response.body#/digest",
+                    "expected_version": "$response.body#/version",
+                },
+            },
+        )
+    )
+    out.append(
+        (
+            "put",
+            alias,
+            "200",
+            "History",
+            {"operationRef": f"#/paths/{escaped_alias}~1history/get", "parameters": same_alias},
+        )
+    )
     return out
 
 
-def extend_schema(schema: dict[str, Any], values: dict[str, Any]
-                  ) -> tuple[dict[str, Any], list[str]]:
+def extend_schema(
+    schema: dict[str, Any], values: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     """The schema with seeded examples, raw request bodies and links; and what changed."""
     out = copy.deepcopy(schema)
     changes: list[str] = []
@@ -177,8 +278,10 @@ def extend_schema(schema: dict[str, Any], values: dict[str, Any]
                 media, body_schema = raw
                 op["requestBody"] = {"required": True, "content": {media: {"schema": body_schema}}}
                 changes.append(f"{method.upper()} {path}: added requestBody {media}")
-    changes.append("path parameters: examples naming the seeded repository, bundle, alias, "
-                   "upload session, attestation, key, token and principal")
+    changes.append(
+        "path parameters: examples naming the seeded repository, bundle, alias, "
+        "upload session, attestation, key, token and principal"
+    )
     for method, path, status, name, link in _links():
         op = out["paths"].get(path, {}).get(method)
         if op is None or status not in op.get("responses", {}):
@@ -192,26 +295,51 @@ def extend_schema(schema: dict[str, Any], values: dict[str, Any]
 ALL_PHASES = "examples,coverage,fuzzing,stateful"
 
 
-def _st(schema_file: Path, url: str, token: str, report: Path, *, examples: int,
-        max_time: int, seed: int, phases: str = ALL_PHASES, checks: str = "all"
-        ) -> tuple[int, float, bool]:
+def _st(
+    schema_file: Path,
+    url: str,
+    token: str,
+    report: Path,
+    *,
+    examples: int,
+    max_time: int,
+    seed: int,
+    phases: str = ALL_PHASES,
+    checks: str = "all",
+) -> tuple[int, float, bool]:
     report.mkdir(parents=True, exist_ok=True)
     cmd = [
-        ST, "run", str(schema_file), "--url", url,
-        "-H", f"Authorization: Bearer {token}",
-        "--checks", checks,
-        "--phases", phases,
-        "--max-examples", str(examples),
-        "--seed", str(seed),
-        "--workers", "2",
-        "--request-timeout", "60",
+        ST,
+        "run",
+        str(schema_file),
+        "--url",
+        url,
+        "-H",
+        f"Authorization: Bearer {token}",
+        "--checks",
+        checks,
+        "--phases",
+        phases,
+        "--max-examples",
+        str(examples),
+        "--seed",
+        str(seed),
+        "--workers",
+        "2",
+        "--request-timeout",
+        "60",
         "--continue-on-failure",
-        "--suppress-health-check", "all",
-        "--generation-database", "none",
-        "--report", "ndjson,junit",
-        "--report-dir", str(report),
+        "--suppress-health-check",
+        "all",
+        "--generation-database",
+        "none",
+        "--report",
+        "ndjson,junit",
+        "--report-dir",
+        str(report),
         "--no-color",
-        "--output-sanitize", "true",
+        "--output-sanitize",
+        "true",
     ]
     started = time.monotonic()
     env = {**os.environ, "NO_COLOR": "1"}
@@ -236,8 +364,12 @@ def _st(schema_file: Path, url: str, token: str, report: Path, *, examples: int,
 def declared_operations(schema: dict[str, Any]) -> set[str]:
     """``METHOD /path`` of every operation the schema declares."""
     methods = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
-    return {f"{m.upper()} {path}" for path, ops in schema.get("paths", {}).items()
-            for m in ops if m in methods}
+    return {
+        f"{m.upper()} {path}"
+        for path, ops in schema.get("paths", {}).items()
+        for m in ops
+        if m in methods
+    }
 
 
 def summarize(report: Path, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -268,14 +400,19 @@ def summarize(report: Path, schema: dict[str, Any] | None = None) -> dict[str, A
         "cases": sum(sum(v.values()) for v in operations.values()),
         "undeclared_probes": probes,
         "fuzzing_examples_min_median_max": (
-            [fuzzed[0], fuzzed[len(fuzzed) // 2], fuzzed[-1]] if fuzzed else []),
+            [fuzzed[0], fuzzed[len(fuzzed) // 2], fuzzed[-1]] if fuzzed else []
+        ),
         "failures": sorted(failures.values(), key=lambda f: (f["check"], f["operation"])),
         "statuses": dict(sorted(statuses.items())),
     }
 
 
-def _scenario(body: dict[str, Any], operations: dict[str, dict[str, int]],
-              failures: dict[str, dict[str, Any]], statuses: dict[str, int]) -> None:
+def _scenario(
+    body: dict[str, Any],
+    operations: dict[str, dict[str, int]],
+    failures: dict[str, dict[str, Any]],
+    statuses: dict[str, int],
+) -> None:
     phase = str(body.get("phase", "?"))
     recorder = body.get("recorder") or {}
     cases = recorder.get("cases") or {}
@@ -298,19 +435,25 @@ def _scenario(body: dict[str, Any], operations: dict[str, dict[str, int]],
             where = str(detail.get("operation") or operation)
             key = f"{detail.get('code')}|{where}|{detail.get('title')}"
             request = interaction.get("request") or {}
-            found = failures.setdefault(key, {
-                "check": check.get("name"),
-                "code": detail.get("code"),
-                "title": detail.get("title"),
-                "operation": where,
-                "phase": phase,
-                "message": str(detail.get("message") or "")[:600],
-                "status": status,
-                "request": {"method": request.get("method"), "uri": request.get("uri"),
-                            "body": _body(request.get("body"))},
-                "response": _body(response.get("content")),
-                "count": 0,
-            })
+            found = failures.setdefault(
+                key,
+                {
+                    "check": check.get("name"),
+                    "code": detail.get("code"),
+                    "title": detail.get("title"),
+                    "operation": where,
+                    "phase": phase,
+                    "message": str(detail.get("message") or "")[:600],
+                    "status": status,
+                    "request": {
+                        "method": request.get("method"),
+                        "uri": request.get("uri"),
+                        "body": _body(request.get("body")),
+                    },
+                    "response": _body(response.get("content")),
+                    "count": 0,
+                },
+            )
             found["count"] += 1
 
 
@@ -321,10 +464,20 @@ def _body(value: Any) -> str:
     return str(value or "")[:300]
 
 
-def run_one_database(kind: str, reg: Any, out: Path, *, examples: int, max_time: int,
-                     seed: int = 1, roles: tuple[str, ...] = ROLES,
-                     phases: dict[str, str] | None = None, checks: str = "all",
-                     deadline: float | None = None, roles_after: int = 0) -> dict[str, Any]:
+def run_one_database(
+    kind: str,
+    reg: Any,
+    out: Path,
+    *,
+    examples: int,
+    max_time: int,
+    seed: int = 1,
+    roles: tuple[str, ...] = ROLES,
+    phases: dict[str, str] | None = None,
+    checks: str = "all",
+    deadline: float | None = None,
+    roles_after: int = 0,
+) -> dict[str, Any]:
     """Seed one running registry, extend its schema, run schemathesis as every role."""
     work = out / kind
     work.mkdir(parents=True, exist_ok=True)
@@ -342,27 +495,52 @@ def run_one_database(kind: str, reg: Any, out: Path, *, examples: int, max_time:
             left = len(roles) - i + roles_after
             bound = max(60, min(bound, int((deadline - time.monotonic()) / left)))
         code, seconds, timed_out = _st(
-            schema_file, reg.url, seeded["tokens"][role], report, examples=examples,
-            max_time=bound, seed=seed, phases=(phases or {}).get(role, ALL_PHASES),
+            schema_file,
+            reg.url,
+            seeded["tokens"][role],
+            report,
+            examples=examples,
+            max_time=bound,
+            seed=seed,
+            phases=(phases or {}).get(role, ALL_PHASES),
             checks=checks,
         )
-        by_role[role] = {"exit_code": code, "seconds": seconds, "timed_out": timed_out,
-                         **summarize(report, extended), "server_5xx_in_log": _server_errors(reg)}
-    return {"database": kind, "schema_changes": changes, "seeded": seeded["values"],
-            "roles": by_role}
+        by_role[role] = {
+            "exit_code": code,
+            "seconds": seconds,
+            "timed_out": timed_out,
+            **summarize(report, extended),
+            "server_5xx_in_log": _server_errors(reg),
+        }
+    return {
+        "database": kind,
+        "schema_changes": changes,
+        "seeded": seeded["values"],
+        "roles": by_role,
+    }
 
 
 def _server_errors(reg: Any) -> int:
     log = reg.server.log_path
     if not log.exists():
         return 0
-    return sum(1 for line in log.read_text(errors="replace").splitlines()
-               if '"status": 5' in line or '"event": "error"' in line)
+    return sum(
+        1
+        for line in log.read_text(errors="replace").splitlines()
+        if '"status": 5' in line or '"event": "error"' in line
+    )
 
 
-def run(out: Path, *, examples: int = 1000, databases: tuple[str, ...] = ("sqlite",),
-        max_time: int = 1500, postgres_roles: tuple[str, ...] = ("admin",),
-        postgres_examples: int | None = None, budget: int | None = None) -> dict[str, Any]:
+def run(
+    out: Path,
+    *,
+    examples: int = 1000,
+    databases: tuple[str, ...] = ("sqlite",),
+    max_time: int = 1500,
+    postgres_roles: tuple[str, ...] = ("admin",),
+    postgres_examples: int | None = None,
+    budget: int | None = None,
+) -> dict[str, Any]:
     """The campaign over ``databases``; writes and returns ``out/api.json``.
 
     On SQLite every role runs with ``examples`` per operation. The schema and the handlers
@@ -377,13 +555,19 @@ def run(out: Path, *, examples: int = 1000, databases: tuple[str, ...] = ("sqlit
 
     def run_kind(kind: str, reg: Any) -> dict[str, Any]:
         postgres = kind == "postgres"
-        later = sum(len(postgres_roles if k == "postgres" else ROLES)
-                    for k in databases[databases.index(kind) + 1:])
+        later = sum(
+            len(postgres_roles if k == "postgres" else ROLES)
+            for k in databases[databases.index(kind) + 1 :]
+        )
         return run_one_database(
-            kind, reg, work, max_time=max_time,
+            kind,
+            reg,
+            work,
+            max_time=max_time,
             examples=(postgres_examples or examples) if postgres else examples,
             roles=postgres_roles if postgres else ROLES,
-            deadline=deadline, roles_after=later,
+            deadline=deadline,
+            roles_after=later,
         )
 
     results = each_database(databases, work, run_kind)

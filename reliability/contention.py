@@ -39,8 +39,16 @@ class Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _attempt(client: Any, repo: str, digests: list[str], *, i: int, tag: str, tally: Tally,
-             barrier: threading.Barrier | None) -> bool:
+def _attempt(
+    client: Any,
+    repo: str,
+    digests: list[str],
+    *,
+    i: int,
+    tag: str,
+    tally: Tally,
+    barrier: threading.Barrier | None,
+) -> bool:
     from modelward.registry.client import Conflict, NotFound
 
     try:
@@ -48,7 +56,7 @@ def _attempt(client: Any, repo: str, digests: list[str], *, i: int, tag: str, ta
         version, current = int(state["version"]), state["digest"]
     except NotFound:
         version, current = 0, None
-    target = next(d for d in digests[i % len(digests):] + digests if d != current)
+    target = next(d for d in digests[i % len(digests) :] + digests if d != current)
     if barrier is not None:
         barrier.wait(timeout=300)
     try:
@@ -68,8 +76,9 @@ def _attempt(client: Any, repo: str, digests: list[str], *, i: int, tag: str, ta
     return True
 
 
-def run_one_database(kind: str, reg: Any, out: Path, *, writers: int, rounds: int,
-                     landed: int) -> dict[str, Any]:
+def run_one_database(
+    kind: str, reg: Any, out: Path, *, writers: int, rounds: int, landed: int
+) -> dict[str, Any]:
     """Both phases against one running registry; returns the measured numbers and problems."""
     from tests.registry.conftest import new_publisher, push_new
 
@@ -86,8 +95,15 @@ def run_one_database(kind: str, reg: Any, out: Path, *, writers: int, rounds: in
 
     def rounds_writer(i: int) -> None:
         for r in range(rounds):
-            _attempt(clients[i], repo, digests, i=i, tag=f"round {r} writer {i}", tally=tally,
-                     barrier=barrier)
+            _attempt(
+                clients[i],
+                repo,
+                digests,
+                i=i,
+                tag=f"round {r} writer {i}",
+                tally=tally,
+                barrier=barrier,
+            )
 
     _all(writers, rounds_writer)
     rounds_s = time.monotonic() - started
@@ -97,8 +113,15 @@ def run_one_database(kind: str, reg: Any, out: Path, *, writers: int, rounds: in
         got, attempt = 0, 0
         while got < landed and attempt < landed * writers * 4:
             attempt += 1
-            got += _attempt(clients[i], repo, digests, i=i, tag=f"land writer {i} try {attempt}",
-                            tally=tally, barrier=None)
+            got += _attempt(
+                clients[i],
+                repo,
+                digests,
+                i=i,
+                tag=f"land writer {i} try {attempt}",
+                tally=tally,
+                barrier=None,
+            )
 
     _all(writers, landing_writer)
     landing_s = time.monotonic() - started - rounds_s
@@ -107,18 +130,25 @@ def run_one_database(kind: str, reg: Any, out: Path, *, writers: int, rounds: in
 
     history = reg.admin.alias_history(repo, "race")
     final = reg.admin.get_alias(repo, "race")
-    problems, granted_twice = _problems(reg, repo, tally, history, final,
-                                        writers=writers, landed=landed)
+    problems, granted_twice = _problems(
+        reg, repo, tally, history, final, writers=writers, landed=landed
+    )
     return {
         "database": kind,
         "writers": writers,
         "rounds": rounds,
         "landed_per_writer": landed,
-        "rounds_phase": {"attempts": writers * rounds, "wins": rounds_wins,
-                         "conflicts": rounds_conflicts, "seconds": round(rounds_s, 1)},
-        "landing_phase": {"wins": len(tally.wins) - rounds_wins,
-                          "conflicts": tally.conflicts - rounds_conflicts,
-                          "seconds": round(landing_s, 1)},
+        "rounds_phase": {
+            "attempts": writers * rounds,
+            "wins": rounds_wins,
+            "conflicts": rounds_conflicts,
+            "seconds": round(rounds_s, 1),
+        },
+        "landing_phase": {
+            "wins": len(tally.wins) - rounds_wins,
+            "conflicts": tally.conflicts - rounds_conflicts,
+            "seconds": round(landing_s, 1),
+        },
         "successful_writes": len(tally.wins),
         "history_entries": len(history),
         "final_version": final["version"],
@@ -128,8 +158,16 @@ def run_one_database(kind: str, reg: Any, out: Path, *, writers: int, rounds: in
     }
 
 
-def _problems(reg: Any, repo: str, tally: Tally, history: list[dict[str, Any]],
-              final: dict[str, Any], *, writers: int, landed: int) -> tuple[list[str], list[int]]:
+def _problems(
+    reg: Any,
+    repo: str,
+    tally: Tally,
+    history: list[dict[str, Any]],
+    final: dict[str, Any],
+    *,
+    writers: int,
+    landed: int,
+) -> tuple[list[str], list[int]]:
     """Every check of the module docstring; returns the problems and the doubly granted
     versions."""
     from modelward.registry._client_audit import events_from_database
@@ -145,18 +183,24 @@ def _problems(reg: Any, repo: str, tally: Tally, history: list[dict[str, Any]],
     by_reason = Counter(h["reason"] for h in history)
     for version, reason, digest in tally.wins:
         if by_reason[reason] != 1:
-            problems.append(f"successful write {reason!r} is in the history {by_reason[reason]}"
-                            " times")
-        elif not any(h["reason"] == reason and h["version"] == version
-                     and h["to_digest"] == digest for h in history):
+            problems.append(
+                f"successful write {reason!r} is in the history {by_reason[reason]} times"
+            )
+        elif not any(
+            h["reason"] == reason and h["version"] == version and h["to_digest"] == digest
+            for h in history
+        ):
             problems.append(f"successful write {reason!r} (v{version}) differs in the history")
     if len(history) != len(tally.wins):
-        problems.append(f"history has {len(history)} entries for {len(tally.wins)} successful "
-                        "writes")
+        problems.append(
+            f"history has {len(history)} entries for {len(tally.wins)} successful writes"
+        )
     for prev, cur in itertools.pairwise(history):
         if cur["from_digest"] != prev["to_digest"]:
-            problems.append(f"v{cur['version']} moves from {cur['from_digest']}, not from "
-                            f"v{prev['version']}'s {prev['to_digest']}")
+            problems.append(
+                f"v{cur['version']} moves from {cur['from_digest']}, not from "
+                f"v{prev['version']}'s {prev['to_digest']}"
+            )
             break
     last = max(tally.wins) if tally.wins else None
     if last is None or final["version"] != last[0] or final["digest"] != last[2]:
@@ -169,12 +213,16 @@ def _problems(reg: Any, repo: str, tally: Tally, history: list[dict[str, Any]],
         verify_chain(events_from_database(reg.database_url))
     except Exception as exc:  # noqa: BLE001 - the finding
         problems.append(f"audit chain does not verify: {exc}")
-    events = [e for e in reg.admin.iter_audit(after=0)
-              if e.get("action") in ("alias.set", "alias.rollback")
-              and str(e.get("subject", "")).endswith("@race")]
+    events = [
+        e
+        for e in reg.admin.iter_audit(after=0)
+        if e.get("action") in ("alias.set", "alias.rollback")
+        and str(e.get("subject", "")).endswith("@race")
+    ]
     if len(events) != len(tally.wins):
-        problems.append(f"{len(events)} alias.set/alias.rollback audit events for "
-                        f"{len(tally.wins)} writes")
+        problems.append(
+            f"{len(events)} alias.set/alias.rollback audit events for {len(tally.wins)} writes"
+        )
     return problems, granted_twice
 
 
@@ -186,15 +234,26 @@ def _all(n: int, target: Any) -> None:
         t.join(1800)
 
 
-def run(out: Path, *, writers: int = 64, rounds: int = 20, landed: int = 3,
-        databases: tuple[str, ...] = ("sqlite", "postgres")) -> dict[str, Any]:
+def run(
+    out: Path,
+    *,
+    writers: int = 64,
+    rounds: int = 20,
+    landed: int = 3,
+    databases: tuple[str, ...] = ("sqlite", "postgres"),
+) -> dict[str, Any]:
     """Both phases on every database; writes and returns ``out/contention.json``."""
     from reliability._infra import each_database
 
     work = out / "contention"
     started = time.monotonic()
-    results = each_database(databases, work, lambda kind, reg: run_one_database(
-        kind, reg, work, writers=writers, rounds=rounds, landed=landed))
+    results = each_database(
+        databases,
+        work,
+        lambda kind, reg: run_one_database(
+            kind, reg, work, writers=writers, rounds=rounds, landed=landed
+        ),
+    )
     summary = {
         "campaign": "contention",
         "seconds": round(time.monotonic() - started, 1),

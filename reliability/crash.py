@@ -110,8 +110,13 @@ class RecordingTransport(httpx.BaseTransport):
         finally:
             response.close()
         self._log.add(request.method, request.url.path, response.status_code, body)
-        return httpx.Response(response.status_code, headers=response.headers, content=body,
-                              request=request, extensions=response.extensions)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=body,
+            request=request,
+            extensions=response.extensions,
+        )
 
     def close(self) -> None:
         self._inner.close()
@@ -135,8 +140,9 @@ class Kill:
 class Campaign:
     """One registry, its actors and the state the checks compare against."""
 
-    def __init__(self, reg: Any, work: Path, rng: random.Random, cli_every: int,
-                 calibrations: int = 3) -> None:
+    def __init__(
+        self, reg: Any, work: Path, rng: random.Random, cli_every: int, calibrations: int = 3
+    ) -> None:
         from tests.registry.conftest import new_publisher
 
         self.reg = reg
@@ -167,11 +173,18 @@ class Campaign:
     def _client(self, token: str) -> Any:
         from modelward.registry.client import RegistryClient, TransferOptions
 
-        options = TransferOptions(chunk_threshold=2**20, chunk_size=256 * 2**10,
-                                  read_size=64 * 2**10, workers=2, max_retries=1,
-                                  retry_backoff=0.05, state_dir=self.state_dir)
-        return RegistryClient(self.reg.url, token, timeout=60, options=options,
-                              transport=RecordingTransport(self.log))
+        options = TransferOptions(
+            chunk_threshold=2**20,
+            chunk_size=256 * 2**10,
+            read_size=64 * 2**10,
+            workers=2,
+            max_retries=1,
+            retry_backoff=0.05,
+            state_dir=self.state_dir,
+        )
+        return RegistryClient(
+            self.reg.url, token, timeout=60, options=options, transport=RecordingTransport(self.log)
+        )
 
     def _new_bundle_dir(self) -> Path:
         from tests.registry.conftest import make_bundle_dir
@@ -180,8 +193,9 @@ class Campaign:
         root = self.work / "bundles" / f"b{self.counter}"
         if root.exists():
             return root
-        make_bundle_dir(root, nonce=f"crash-{self.counter}-{self.rng.random()}",
-                        big=(3 * 2**20) // 2)
+        make_bundle_dir(
+            root, nonce=f"crash-{self.counter}-{self.rng.random()}", big=(3 * 2**20) // 2
+        )
         return root
 
     def prepare_push(self) -> Callable[[], None]:
@@ -193,8 +207,9 @@ class Campaign:
         self.bundles[digest] = built.manifest.raw
 
         def op() -> None:
-            result = self.pub_client.push(root, self.repo, sign=self.pub.sign, alias="latest",
-                                          reason=f"push {digest}")
+            result = self.pub_client.push(
+                root, self.repo, sign=self.pub.sign, alias="latest", reason=f"push {digest}"
+            )
             if result.digest != digest:
                 raise AssertionError(f"push answered {result.digest}, built {digest}")
             if digest not in self.pushed:
@@ -229,12 +244,15 @@ class Campaign:
             except NotFound:
                 version, current = 0, None
             # the retry after a crash: the first attempt may have committed unacknowledged
-            if version and any(h.get("reason") == reason for h in
-                               self.pub_client.alias_history(self.repo, "moving")):
+            if version and any(
+                h.get("reason") == reason
+                for h in self.pub_client.alias_history(self.repo, "moving")
+            ):
                 return
             target = self.rng.choice([d for d in self.pool if d != current])
-            self.pub_client.set_alias(self.repo, "moving", target, expected_version=version,
-                                      reason=reason)
+            self.pub_client.set_alias(
+                self.repo, "moving", target, expected_version=version, reason=reason
+            )
 
         op.reason = reason  # type: ignore[attr-defined]
         return op
@@ -272,7 +290,9 @@ class Campaign:
                 # it is this client's own quarantine when its principal and reason match
                 detail = exc.detail if isinstance(exc.detail, dict) else {}
                 if (detail.get("quarantined_by"), detail.get("reason")) != (
-                        self.reviewer.name, reason):
+                    self.reviewer.name,
+                    reason,
+                ):
                     raise
                 self.requarantine_409 += 1
                 answer = {"quarantined": True}
@@ -320,16 +340,20 @@ class Campaign:
     def _checkpoint_key(self) -> str | None:
         self.reg.cli("audit", "checkpoint")  # the registry makes its key on first use
         probe = self.reg.cli("audit", "key", "--data-dir", str(self.reg.server.data_dir))
-        key = probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout \
+        key = (
+            probe.stdout.strip().splitlines()[-1]
+            if probe.returncode == 0 and probe.stdout
             else None
+        )
         return key if key and "+" in key else None
 
     def _save_checkpoint(self) -> None:
         if self.checkpoint_key is None:
             return
         path = self.work / "checkpoint.txt"
-        result = self.reg.cli("audit", "checkpoint", "--out", str(path),
-                              "--key", self.checkpoint_key)
+        result = self.reg.cli(
+            "audit", "checkpoint", "--out", str(path), "--key", self.checkpoint_key
+        )
         self.checkpoint = path if result.returncode == 0 else None
 
     def audit_problems(self, *, cli: bool) -> list[str]:
@@ -344,16 +368,21 @@ class Campaign:
         if cli:
             result = self.reg.cli("audit", "verify", "--database-url", self.reg.database_url)
             if result.returncode != 0:
-                problems.append(f"modelward audit verify --database-url exited "
-                                f"{result.returncode}: {result.stdout[-400:]}"
-                                f"{result.stderr[-400:]}")
+                problems.append(
+                    f"modelward audit verify --database-url exited "
+                    f"{result.returncode}: {result.stdout[-400:]}"
+                    f"{result.stderr[-400:]}"
+                )
         if cli and self.checkpoint is not None and self.checkpoint_key is not None:
-            result = self.reg.cli("audit", "verify", "--since", str(self.checkpoint),
-                                  "--key", self.checkpoint_key)
+            result = self.reg.cli(
+                "audit", "verify", "--since", str(self.checkpoint), "--key", self.checkpoint_key
+            )
             if result.returncode != 0:
-                problems.append(f"modelward audit verify --since (the log only grew across "
-                                f"the crashes since the checkpoint) exited {result.returncode}: "
-                                f"{result.stdout[-400:]}{result.stderr[-400:]}")
+                problems.append(
+                    f"modelward audit verify --since (the log only grew across "
+                    f"the crashes since the checkpoint) exited {result.returncode}: "
+                    f"{result.stdout[-400:]}{result.stderr[-400:]}"
+                )
             self._save_checkpoint()
         return problems
 
@@ -361,8 +390,9 @@ class Campaign:
         return list(self.reg.admin.iter_audit(after=0))
 
     # -- the checks --------------------------------------------------------------------------
-    def ack_problems(self, acks: list[Ack], events: list[dict[str, Any]] | None = None
-                     ) -> list[str]:
+    def ack_problems(
+        self, acks: list[Ack], events: list[dict[str, Any]] | None = None
+    ) -> list[str]:
         """Every acknowledged write is still there."""
         from modelward.registry.client import NotFound
 
@@ -385,8 +415,9 @@ class Campaign:
                     problems += self._session_problem(m.group(1), ack)
                 elif path == "/v1/uploads":
                     problems += self._session_problem(str((ack.body or {}).get("id")), ack)
-                elif m := re.fullmatch(r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})",
-                                       path):
+                elif m := re.fullmatch(
+                    r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})", path
+                ):
                     digest = m.group(1)
                     raw = admin.get_manifest(self.repo, digest)
                     if raw != self.bundles.get(digest, raw):
@@ -396,26 +427,33 @@ class Campaign:
                     if alias not in histories:
                         histories[alias] = admin.alias_history(self.repo, alias)
                     body = ack.body or {}
-                    if not any(h["version"] == body.get("version")
-                               and h["to_digest"] == body.get("digest")
-                               for h in histories[alias]):
-                        problems.append(f"acknowledged alias move {alias} -> v{body.get('version')}"
-                                        f" {body.get('digest')} is not in the history")
+                    if not any(
+                        h["version"] == body.get("version") and h["to_digest"] == body.get("digest")
+                        for h in histories[alias]
+                    ):
+                        problems.append(
+                            f"acknowledged alias move {alias} -> v{body.get('version')}"
+                            f" {body.get('digest')} is not in the history"
+                        )
                 elif m := re.fullmatch(
-                        r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})/approvals", path):
-                    if not _has_event(events or [], "bundle.approve", m.group(1),
-                                      self.reviewer.name):
-                        problems.append(f"acknowledged approval of {m.group(1)} has no audit "
-                                        "event")
+                    r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})/approvals", path
+                ):
+                    if not _has_event(
+                        events or [], "bundle.approve", m.group(1), self.reviewer.name
+                    ):
+                        problems.append(f"acknowledged approval of {m.group(1)} has no audit event")
                 elif m := re.fullmatch(
-                        r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})/quarantine", path):
+                    r"/v1/repos/[^/]+/[^/]+/bundles/(sha256:[0-9a-f]{64})/quarantine", path
+                ):
                     record = admin.get_bundle(self.repo, m.group(1))
                     if not record.get("quarantined"):
                         problems.append(f"acknowledged quarantine of {m.group(1)} is undone")
-                    if not _has_event(events or [], "bundle.quarantine", m.group(1),
-                                      self.reviewer.name):
-                        problems.append(f"acknowledged quarantine of {m.group(1)} has no audit "
-                                        "event")
+                    if not _has_event(
+                        events or [], "bundle.quarantine", m.group(1), self.reviewer.name
+                    ):
+                        problems.append(
+                            f"acknowledged quarantine of {m.group(1)} has no audit event"
+                        )
             except NotFound:
                 problems.append(f"acknowledged {ack.method} {path} ({ack.status}): now 404")
         return problems
@@ -432,8 +470,10 @@ class Campaign:
                 return [f"upload session {upload_id} vanished and its blob is not there"]
             return []
         if int(state["offset"]) < int(body.get("offset", 0)):
-            return [f"upload session {upload_id}: offset {state['offset']} is behind the "
-                    f"acknowledged {body.get('offset')}"]
+            return [
+                f"upload session {upload_id}: offset {state['offset']} is behind the "
+                f"acknowledged {body.get('offset')}"
+            ]
         return []
 
     def partial_problems(self, name: str, op: Callable[[], None]) -> list[str]:
@@ -452,12 +492,16 @@ class Campaign:
             if raw != self.bundles[digest]:
                 return [f"bundle {digest}: manifest bytes differ from the ones pushed"]
             manifest = parse_manifest(raw)
-            for d, size in [(manifest.config.digest, manifest.config.size),
-                            *((layer.digest, layer.size) for layer in manifest.layers)]:
+            for d, size in [
+                (manifest.config.digest, manifest.config.size),
+                *((layer.digest, layer.size) for layer in manifest.layers),
+            ]:
                 have = admin.blob_size(d)
                 if have != size:
-                    problems.append(f"bundle {digest} is visible; its blob {d} is "
-                                    f"{'missing' if have is None else f'{have} bytes'}")
+                    problems.append(
+                        f"bundle {digest} is visible; its blob {d} is "
+                        f"{'missing' if have is None else f'{have} bytes'}"
+                    )
             if not admin.list_attestations(self.repo, digest):
                 problems.append(f"bundle {digest} is visible without its attestation")
         elif name == "upload-commit" and digest:
@@ -476,8 +520,11 @@ class Campaign:
             history = admin.alias_history(self.repo, "moving")
             hits = [h for h in history if h.get("reason") == reason]
             versions = [h["version"] for h in history]
-            problems = [] if len(hits) == 1 else [f"alias move {reason!r} is in the history "
-                                                  f"{len(hits)} times"]
+            problems = (
+                []
+                if len(hits) == 1
+                else [f"alias move {reason!r} is in the history {len(hits)} times"]
+            )
             if versions != list(range(1, len(versions) + 1)):
                 problems.append(f"alias history versions are not contiguous: {versions}")
             return problems
@@ -489,8 +536,12 @@ class Campaign:
 
 
 def _has_event(events: list[dict[str, Any]], action: str, digest: str, actor: str) -> bool:
-    return any(e.get("action") == action and e.get("actor") == actor
-               and str(e.get("subject", "")).endswith(f"@{digest}") for e in events)
+    return any(
+        e.get("action") == action
+        and e.get("actor") == actor
+        and str(e.get("subject", "")).endswith(f"@{digest}")
+        for e in events
+    )
 
 
 def _restart(c: Campaign, killed: list[int]) -> float:
@@ -502,8 +553,9 @@ def _restart(c: Campaign, killed: list[int]) -> float:
     proc = c.reg.server.proc
     time.sleep(0.2)
     if not killed or proc is None or proc.poll() is not None:
-        raise RuntimeError(f"the server did not really restart (killed {killed}):\n"
-                           f"{c.reg.server.log()}")
+        raise RuntimeError(
+            f"the server did not really restart (killed {killed}):\n{c.reg.server.log()}"
+        )
     return took
 
 
@@ -537,8 +589,9 @@ def _cycle(c: Campaign, cycle: int, name: str) -> Kill:
         outcome = "interrupted"
     else:
         outcome = f"error: {type(errors[0]).__name__}: {str(errors[0])[:300]}"
-    kill = Kill(cycle, name, round(delay, 4), finished, outcome,
-                acks_before_kill=len(c.log.of_cycle(cycle)))
+    kill = Kill(
+        cycle, name, round(delay, 4), finished, outcome, acks_before_kill=len(c.log.of_cycle(cycle))
+    )
     kill.restart_s = _restart(c, killed)
     problems = kill.problems
     if outcome.startswith("error") and "TransportError" not in outcome:
@@ -561,9 +614,18 @@ def _cycle(c: Campaign, cycle: int, name: str) -> Kill:
     return kill
 
 
-def run_one_database(kind: str, reg: Any, out: Path, *, kills: int, seed: int = 15,
-                     cli_every: int = 10, calibrations: int = 3, max_time: float | None = None,
-                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_one_database(
+    kind: str,
+    reg: Any,
+    out: Path,
+    *,
+    kills: int,
+    seed: int = 15,
+    cli_every: int = 10,
+    calibrations: int = 3,
+    max_time: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """``kills`` cycles against one running registry (fewer if ``max_time`` runs out)."""
     work = out / kind
     work.mkdir(parents=True, exist_ok=True)
@@ -578,8 +640,7 @@ def run_one_database(kind: str, reg: Any, out: Path, *, kills: int, seed: int = 
         kill = _cycle(c, cycle, name)
         results.append(kill)
         if progress is not None and (kill.problems or cycle % 10 == 0):
-            progress(f"{kind} cycle {cycle}/{kills} {name}: {kill.outcome} "
-                     f"{kill.problems or ''}")
+            progress(f"{kind} cycle {cycle}/{kills} {name}: {kill.outcome} {kill.problems or ''}")
     # the whole log again, and the CLI verification, at the end
     c.log.cycle, c.log.op = kills + 1, "final"
     final = c.ack_problems(list(c.log.acks), c._events())
@@ -588,13 +649,26 @@ def run_one_database(kind: str, reg: Any, out: Path, *, kills: int, seed: int = 
     c.rev_client.close()
     by_op: dict[str, dict[str, int]] = {}
     for k in results:
-        entry = by_op.setdefault(k.op, {"kills": 0, "interrupted": 0, "completed_before_kill": 0,
-                                        "interrupted_after_some_2xx": 0, "other": 0,
-                                        "with_problems": 0})
+        entry = by_op.setdefault(
+            k.op,
+            {
+                "kills": 0,
+                "interrupted": 0,
+                "completed_before_kill": 0,
+                "interrupted_after_some_2xx": 0,
+                "other": 0,
+                "with_problems": 0,
+            },
+        )
         entry["kills"] += 1
         entry["interrupted_after_some_2xx"] += k.outcome == "interrupted" and k.acks_before_kill > 0
-        entry["interrupted" if k.outcome == "interrupted" else
-              "completed_before_kill" if k.outcome == "completed" else "other"] += 1
+        entry[
+            "interrupted"
+            if k.outcome == "interrupted"
+            else "completed_before_kill"
+            if k.outcome == "completed"
+            else "other"
+        ] += 1
         entry["with_problems"] += bool(k.problems)
     return {
         "database": kind,
@@ -609,23 +683,42 @@ def run_one_database(kind: str, reg: Any, out: Path, *, kills: int, seed: int = 
         "quarantine_retries_answered_409": c.requarantine_409,
         "final_problems": final,
         "cycles": [asdict(k) for k in results],
-        "findings": [{"cycle": k.cycle, "op": k.op, "problems": k.problems}
-                     for k in results if k.problems]
+        "findings": [
+            {"cycle": k.cycle, "op": k.op, "problems": k.problems} for k in results if k.problems
+        ]
         + ([{"cycle": "final", "op": "all", "problems": final}] if final else []),
     }
 
 
-def run(out: Path, *, kills: int = 200, databases: tuple[str, ...] = ("sqlite", "postgres"),
-        seed: int = 15, cli_every: int = 10, max_time_per_database: float | None = None,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run(
+    out: Path,
+    *,
+    kills: int = 200,
+    databases: tuple[str, ...] = ("sqlite", "postgres"),
+    seed: int = 15,
+    cli_every: int = 10,
+    max_time_per_database: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """The campaign over ``databases``; writes and returns ``out/crash.json``."""
     from reliability._infra import each_database
 
     work = out / "crash"
     started = time.monotonic()
-    results = each_database(databases, work, lambda kind, reg: run_one_database(
-        kind, reg, work, kills=kills, seed=seed, cli_every=cli_every, progress=progress,
-        max_time=max_time_per_database))
+    results = each_database(
+        databases,
+        work,
+        lambda kind, reg: run_one_database(
+            kind,
+            reg,
+            work,
+            kills=kills,
+            seed=seed,
+            cli_every=cli_every,
+            progress=progress,
+            max_time=max_time_per_database,
+        ),
+    )
     summary = {
         "campaign": "crash",
         "kills_per_database": kills,
@@ -640,4 +733,3 @@ def run(out: Path, *, kills: int = 200, databases: tuple[str, ...] = ("sqlite", 
     with contextlib.suppress(OSError):
         (out / "crash-cycles.json").write_text(json.dumps(results, indent=1) + "\n")
     return summary
-

@@ -29,8 +29,9 @@ class _LazyConsole:
         if made is None:
             from rich.console import Console
 
-            made = Console(stderr=object.__getattribute__(self, "_stderr"), highlight=False,
-                           soft_wrap=True)
+            made = Console(
+                stderr=object.__getattribute__(self, "_stderr"), highlight=False, soft_wrap=True
+            )
             object.__setattr__(self, "_console", made)
         return made
 

@@ -32,57 +32,80 @@ _PANEL = "Trust (docs/policy.md#trust-flags)"
 # How a worker resolves aliases (docs/tuf.md#workers): pull, verify, boot, replay, baseline.
 TrustRootOpt = Annotated[
     Path | None,
-    typer.Option("--trust-root", metavar="FILE",
-                 help="The registry's TUF root.json to pin: aliases are resolved through its "
-                      "signed metadata (or the policy's tuf.root); digests need none"),
+    typer.Option(
+        "--trust-root",
+        metavar="FILE",
+        help="The registry's TUF root.json to pin: aliases are resolved through its "
+        "signed metadata (or the policy's tuf.root); digests need none",
+    ),
 ]
 OnlineAliasOpt = Annotated[
     list[str] | None,
-    typer.Option("--online-alias", metavar="PATTERN",
-                 help="Accept aliases matching PATTERN signed only by the registry's online "
-                      "key (repeatable; none by default)"),
+    typer.Option(
+        "--online-alias",
+        metavar="PATTERN",
+        help="Accept aliases matching PATTERN signed only by the registry's online "
+        "key (repeatable; none by default)",
+    ),
 ]
 UnsignedAliasesOpt = Annotated[
     bool,
-    typer.Option("--unsigned-aliases",
-                 help="Without --trust-root: take the registry's word for which bundle an "
-                      "alias names (registries not migrated to TUF; warns every time)"),
+    typer.Option(
+        "--unsigned-aliases",
+        help="Without --trust-root: take the registry's word for which bundle an "
+        "alias names (registries not migrated to TUF; warns every time)",
+    ),
 ]
 PolicyOpt = Annotated[
     Path | None,
-    typer.Option("--policy", metavar="FILE",
-                 help="Trust policy YAML (alone: it names its own signers; "
-                      "docs/policy.md#trust-flags).",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--policy",
+        metavar="FILE",
+        help="Trust policy YAML (alone: it names its own signers; docs/policy.md#trust-flags).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 PublicKeyOpt = Annotated[
     list[Path] | None,
-    typer.Option("--public-key", metavar="PEM",
-                 help="Trusted public key file, PEM (repeatable; never the private key).",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--public-key",
+        metavar="PEM",
+        help="Trusted public key file, PEM (repeatable; never the private key).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 CertificateChainOpt = Annotated[
     list[Path] | None,
-    typer.Option("--certificate-chain", metavar="PEM",
-                 help="Trusted CA certificates file, PEM (repeatable).",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--certificate-chain",
+        metavar="PEM",
+        help="Trusted CA certificates file, PEM (repeatable).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 IdentityOpt = Annotated[
     str | None,
-    typer.Option("--identity", metavar="ID",
-                 help="Trusted Sigstore certificate identity (with --issuer).",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--identity",
+        metavar="ID",
+        help="Trusted Sigstore certificate identity (with --issuer).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 IssuerOpt = Annotated[
     str | None,
-    typer.Option("--issuer", metavar="URL", help="OIDC issuer URL of --identity.",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--issuer", metavar="URL", help="OIDC issuer URL of --identity.", rich_help_panel=_PANEL
+    ),
 ]
 SigstoreTrustRootOpt = Annotated[
     Path | None,
-    typer.Option("--sigstore-trust-root", metavar="FILE",
-                 help="Sigstore trusted_root.json for --identity (default: public good).",
-                 rich_help_panel=_PANEL),
+    typer.Option(
+        "--sigstore-trust-root",
+        metavar="FILE",
+        help="Sigstore trusted_root.json for --identity (default: public good).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 
 

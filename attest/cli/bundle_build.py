@@ -45,8 +45,11 @@ def _require_dir(directory: Path) -> None:
 
 IgnorePathOpt = Annotated[
     list[str] | None,
-    typer.Option("--ignore-path", metavar="PATH",
-                 help="Leave PATH (relative to DIR) out of the bundle; repeatable."),
+    typer.Option(
+        "--ignore-path",
+        metavar="PATH",
+        help="Leave PATH (relative to DIR) out of the bundle; repeatable.",
+    ),
 ]
 
 
@@ -74,8 +77,10 @@ def digest_command(
     directory: DirArg,
     ignore_path: IgnorePathOpt = None,
     as_json: Annotated[
-        bool, typer.Option("--json", metavar="",
-                           help="Print one JSON document: digest, files, bytes, excluded.")
+        bool,
+        typer.Option(
+            "--json", metavar="", help="Print one JSON document: digest, files, bytes, excluded."
+        ),
     ] = False,
 ) -> None:
     """Print the bundle digest (sha256 of the canonical manifest) and nothing else."""
@@ -86,8 +91,11 @@ def digest_command(
         return
     from modelward.attest.tree import normalize_excludes
 
-    excluded = [p for p in normalize_excludes(ignore_path or ())
-                if (directory / p).exists() or (directory / p).is_symlink()]
+    excluded = [
+        p
+        for p in normalize_excludes(ignore_path or ())
+        if (directory / p).exists() or (directory / p).is_symlink()
+    ]
     document = {
         "digest": digest,
         "files": len(built.manifest.layers),
@@ -101,8 +109,8 @@ def digest_command(
 def manifest_command(
     directory: DirArg,
     config: Annotated[
-        bool, typer.Option("--config", metavar="",
-                           help="Print the config blob instead of the manifest.")
+        bool,
+        typer.Option("--config", metavar="", help="Print the config blob instead of the manifest."),
     ] = False,
     ignore_path: IgnorePathOpt = None,
 ) -> None:
@@ -159,8 +167,8 @@ def init_command(
         bool, typer.Option("--force", metavar="", help="Overwrite an existing modelward.yaml.")
     ] = False,
     engine_version: Annotated[
-        str, typer.Option("--engine-version", metavar="VERSION",
-                          help="The exact vLLM version to pin.")
+        str,
+        typer.Option("--engine-version", metavar="VERSION", help="The exact vLLM version to pin."),
     ] = "0.32.0",
 ) -> None:
     """Write a commented modelward.yaml for the model in DIR."""

@@ -47,15 +47,19 @@ def scan(
     ] = False,
     allow: Annotated[
         list[str] | None,
-        typer.Option("--allow", metavar="GLOB",
-                     help="Admit files of unknown format matching GLOB (never a dangerous "
-                          "format). Repeatable."),
+        typer.Option(
+            "--allow",
+            metavar="GLOB",
+            help="Admit files of unknown format matching GLOB (never a dangerous "
+            "format). Repeatable.",
+        ),
     ] = None,
 ) -> None:
     """Classify every file by content; refuse anything not known to be safe."""
     if not directory.is_dir():
-        fail(f"{directory}: no such directory", code=2,
-             hint="pass the directory holding the bundle")
+        fail(
+            f"{directory}: no such directory", code=2, hint="pass the directory holding the bundle"
+        )
     report = scan_tree(directory, ScanLimits(allow_globs=tuple(allow or ())))
     if as_json:
         console.file.write(report_json(directory, report) + "\n")
@@ -64,8 +68,10 @@ def scan(
             console.print(str(finding), markup=False)
     if not report.clean:
         if not as_json:
-            err_console.print(f"{len(report.findings)} finding(s) in "
-                              f"{len(report.files)} file(s) scanned", markup=False)
+            err_console.print(
+                f"{len(report.findings)} finding(s) in {len(report.files)} file(s) scanned",
+                markup=False,
+            )
         raise typer.Exit(1)
     if not as_json:
         err_console.print(f"clean: {len(report.files)} file(s) scanned", markup=False)

@@ -93,6 +93,7 @@ def _serving_inputs(directory: Path, built: BuiltBundle) -> dict[str, Any] | Non
     """
     from modelward.attest.errors import DigestMismatch
     from modelward.attest.spec import MAX_SPEC_BYTES, SPEC_FILENAME, load_spec
+
     try:
         layer = built.manifest.layer(SPEC_FILENAME)
     except KeyError:
@@ -165,8 +166,9 @@ def _provenance(
         fail(str(exc), code=2)
 
 
-def _refuse_unsafe_tree(directory: Path, allow: list[str] | None,
-                        excludes: tuple[str, ...]) -> None:
+def _refuse_unsafe_tree(
+    directory: Path, allow: list[str] | None, excludes: tuple[str, ...]
+) -> None:
     """The scanner's verdict on DIR (less the excluded paths) before anything is signed:
     every finding printed as ``bundle scan`` prints it, then exit 1."""
     from modelward.attest.scanner import ScanLimits, scan_tree
@@ -192,8 +194,15 @@ def _check_provenance_inputs(builder_id: str, source: str | None, revision: str 
     _provenance(builder_id, now, now, source, revision)
 
 
-def _sign_oms(directory: Path, key: Path, passphrase: bytes | None, target: Path, *,
-              allow: list[str] | None, excludes: tuple[str, ...]) -> None:
+def _sign_oms(
+    directory: Path,
+    key: Path,
+    passphrase: bytes | None,
+    target: Path,
+    *,
+    allow: list[str] | None,
+    excludes: tuple[str, ...],
+) -> None:
     """The key first (an EC key, its passphrase), then the scan, then the signature."""
     from modelward.attest.errors import BundleError, KeyError_
     from modelward.attest.oms import load_oms_signing_key, sign_oms
@@ -248,14 +257,20 @@ def sign(
     ] = False,
     ignore_paths: Annotated[
         list[str] | None,
-        typer.Option("--ignore-path", metavar="PATH",
-                     help="(oms) Leave PATH out of the signature and the bundle; repeatable."),
+        typer.Option(
+            "--ignore-path",
+            metavar="PATH",
+            help="(oms) Leave PATH out of the signature and the bundle; repeatable.",
+        ),
     ] = None,
     allow: Annotated[
         list[str] | None,
-        typer.Option("--allow", metavar="GLOB",
-                     help="Admit files of unknown format matching GLOB, as `bundle scan "
-                          "--allow` (never a dangerous format). Repeatable."),
+        typer.Option(
+            "--allow",
+            metavar="GLOB",
+            help="Admit files of unknown format matching GLOB, as `bundle scan "
+            "--allow` (never a dangerous format). Repeatable.",
+        ),
     ] = None,
 ) -> None:
     """Sign DIR: SLSA provenance for its bundle digest (DSSE), or an OMS model.sig."""

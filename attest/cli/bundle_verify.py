@@ -45,6 +45,7 @@ _TRUST_HELP = (
     "--identity/--issuer (docs/policy.md#trust-flags)"
 )
 
+
 def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
     return {
         "signature": name,
@@ -57,22 +58,29 @@ def _statement_json(name: str, stmt: VerifiedStatement) -> dict[str, Any]:
     }
 
 
-def verdict_json(verdict: BundleVerdict | None, excluded: list[str],
-                 error: str | None = None) -> dict[str, Any]:
+def verdict_json(
+    verdict: BundleVerdict | None, excluded: list[str], error: str | None = None
+) -> dict[str, Any]:
     """The ``--json`` document (docs/attestations.md#json-output); ``verdict`` is None when
     the bundle could not be built or its signatures judged (``error`` says why)."""
     if verdict is None:
-        return {"bundle": None, "verified": False, "error": error, "statements": [],
-                "ignored_signatures": [], "rejected": [], "excluded": excluded,
-                "decision": None}
+        return {
+            "bundle": None,
+            "verified": False,
+            "error": error,
+            "statements": [],
+            "ignored_signatures": [],
+            "rejected": [],
+            "excluded": excluded,
+            "decision": None,
+        }
     return {
         "bundle": verdict.digest,
         "verified": verdict.allowed,
         "error": None,
         "statements": [_statement_json(v.label, v.statement) for v in verdict.verified],
         "ignored_signatures": [
-            {"signature": a.label, "sha256": a.sha256, "reason": a.reason}
-            for a in verdict.ignored
+            {"signature": a.label, "sha256": a.sha256, "reason": a.reason} for a in verdict.ignored
         ],
         "rejected": [f"{a.label}: {a.reason}" for a in verdict.rejected],
         "excluded": excluded,
@@ -83,8 +91,9 @@ def verdict_json(verdict: BundleVerdict | None, excluded: list[str],
 def _print_human(verdict: BundleVerdict, excluded: list[str]) -> None:
     console.print(f"bundle {verdict.digest}", markup=False)
     for path in excluded:
-        console.print(f"excluded: {path} (--ignore-path: not in the bundle, not verified)",
-                      markup=False)
+        console.print(
+            f"excluded: {path} (--ignore-path: not in the bundle, not verified)", markup=False
+        )
     for item in verdict.verified:
         stmt = item.statement
         signers = ", ".join(f"{s.name} ({s.kind} {s.detail})" for s in stmt.signers)
@@ -124,8 +133,12 @@ def verify(
     *,
     signature: Annotated[
         list[Path],
-        typer.Option("--signature", "-s", metavar="FILE",
-                     help="DSSE envelope, Sigstore bundle or OMS model.sig (repeatable)."),
+        typer.Option(
+            "--signature",
+            "-s",
+            metavar="FILE",
+            help="DSSE envelope, Sigstore bundle or OMS model.sig (repeatable).",
+        ),
     ],
     policy_file: PolicyOpt = None,
     public_key: PublicKeyOpt = None,
@@ -135,13 +148,18 @@ def verify(
     sigstore_trust_root: SigstoreTrustRootOpt = None,
     ignore_path: Annotated[
         list[str] | None,
-        typer.Option("--ignore-path", metavar="PATH",
-                     help="Leave PATH (relative to DIR) out of the bundle, as model_signing's "
-                          "--ignore-paths does; repeatable."),
+        typer.Option(
+            "--ignore-path",
+            metavar="PATH",
+            help="Leave PATH (relative to DIR) out of the bundle, as model_signing's "
+            "--ignore-paths does; repeatable.",
+        ),
     ] = None,
     json_output: Annotated[
-        bool, typer.Option("--json", metavar="",
-                           help="Print one JSON document on stdout (messages on stderr).")
+        bool,
+        typer.Option(
+            "--json", metavar="", help="Print one JSON document on stdout (messages on stderr)."
+        ),
     ] = False,
 ) -> None:
     """Verify signatures over a bundle directory against a policy or trusted signers."""
@@ -176,8 +194,7 @@ def verify(
 
     def refuse(message: str) -> NoReturn:
         if json_output:
-            typer.echo(json.dumps(verdict_json(None, excluded, message), indent=2,
-                                  sort_keys=True))
+            typer.echo(json.dumps(verdict_json(None, excluded, message), indent=2, sort_keys=True))
         fail(message)
 
     try:

@@ -44,14 +44,18 @@ def generate(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", metavar="FILE",
+            "--out",
+            metavar="FILE",
             help="Private key file to create (mode 0600); public key at FILE.pub.",
         ),
     ],
     key_type: Annotated[
         KeyType,
-        typer.Option("--type", case_sensitive=False,
-                     help="Key type (OMS signing with model_signing needs ecdsa-p256)."),
+        typer.Option(
+            "--type",
+            case_sensitive=False,
+            help="Key type (OMS signing with model_signing needs ecdsa-p256).",
+        ),
     ] = KeyType.ED25519,
     passphrase_env: Annotated[
         str | None,

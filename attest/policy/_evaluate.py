@@ -281,8 +281,10 @@ def _evidence_rule(
         if signer.name not in named or signer.kind not in own.get(signer.name, frozenset()):
             return f"{signer.name} is not an evidence signer of the policy (evidence.signers)"
         if signer.name in publishers:
-            return (f"{signer.name} vouched for this bundle's {publishers[signer.name]}: the "
-                    "bundle's publisher never counts for its evidence")
+            return (
+                f"{signer.name} vouched for this bundle's {publishers[signer.name]}: the "
+                "bundle's publisher never counts for its evidence"
+            )
         return None
 
     return reason
@@ -294,8 +296,7 @@ def _gate_check(result: GateResult) -> Check:
     return Check(
         f"gate {gate_label(result)}",
         result.verdict == "pass",
-        f"{result.verdict} (observed {observed}, bound {result.bound:g}{more}): "
-        f"{result.message}",
+        f"{result.verdict} (observed {observed}, bound {result.bound:g}{more}): {result.message}",
     )
 
 
@@ -309,31 +310,46 @@ def _step_gates(
         what = "no alias rule" if rule is None else f"alias rule {rule.pattern!r} sets no gates"
         return [Check("gates", True, f"{what} for {alias!r}: no release gates")]
     digest = manifest.digest
-    nobody = "" if policy.evidence.signers else (
-        " (evidence.signers names none; evidence.principals and evidence.roles are the "
-        "registry's, a worker counts only its own evidence.signers)")
+    nobody = (
+        ""
+        if policy.evidence.signers
+        else (
+            " (evidence.signers names none; evidence.principals and evidence.roles are the "
+            "registry's, a worker counts only its own evidence.signers)"
+        )
+    )
     judged = judge_evaluations(
-        rule.gates, bound, digest=digest, baseline=None,
+        rule.gates,
+        bound,
+        digest=digest,
+        baseline=None,
         evidence=_evidence_rule(policy, bound),
         missing="no evaluation signed by an evidence signer of the policy counts",
     )
     checks = [_gate_check(g) for g in judged.gates]
     checks.extend(
         Check("gates", False, f"evaluation by {n.signer} not counted: {n.reason}")
-        for n in judged.not_counted if not judged.promote
+        for n in judged.not_counted
+        if not judged.promote
     )
     where = f"alias {alias!r} (rule {rule.pattern!r})"
     if judged.promote:
-        message = (f"promote: {len(judged.evaluations)} evaluation(s) of {digest} by evidence "
-                   f"signers pass every gate of {where}")
+        message = (
+            f"promote: {len(judged.evaluations)} evaluation(s) of {digest} by evidence "
+            f"signers pass every gate of {where}"
+        )
     elif not judged.evaluations:
-        message = (f"do not promote: {where} needs an evaluation statement (`modelward eval "
-                   f"attach`) of {digest} signed by an evidence signer of the policy{nobody}")
+        message = (
+            f"do not promote: {where} needs an evaluation statement (`modelward eval "
+            f"attach`) of {digest} signed by an evidence signer of the policy{nobody}"
+        )
     else:
         blocking = [gate_label(g) for g in judged.gates if g.verdict != "pass"]
         passed = [gate_label(g) for g in judged.gates if g.verdict == "pass"]
-        message = (f"do not promote: {len(blocking)} of {len(judged.gates)} gate(s) of {where} "
-                   f"block ({', '.join(blocking)}); passed: {', '.join(passed) or 'none'}")
+        message = (
+            f"do not promote: {len(blocking)} of {len(judged.gates)} gate(s) of {where} "
+            f"block ({', '.join(blocking)}); passed: {', '.join(passed) or 'none'}"
+        )
     checks.append(Check("gates", judged.promote, message))
     return checks
 

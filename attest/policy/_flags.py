@@ -84,8 +84,9 @@ def _key_signers(paths: Sequence[Path], taken: set[str]) -> list[KeySigner]:
                 f"--public-key {path}: this is a private key; pass its public half "
                 f"(e.g. {path.name}.pub from `modelward key generate`)"
             )
-        signers.append(KeySigner(name=_unique_name(path.name, taken), pem=pem.decode("ascii",
-                                                                                    "replace")))
+        signers.append(
+            KeySigner(name=_unique_name(path.name, taken), pem=pem.decode("ascii", "replace"))
+        )
     return signers
 
 
@@ -95,9 +96,7 @@ def _ca_signer(paths: Sequence[Path], taken: set[str]) -> CASigner:
         try:
             certs.extend(x509.load_pem_x509_certificates(_read(path, "--certificate-chain")))
         except ValueError as exc:
-            raise PolicyError(
-                f"--certificate-chain {path}: not PEM certificates: {exc}"
-            ) from None
+            raise PolicyError(f"--certificate-chain {path}: not PEM certificates: {exc}") from None
     roots = [c for c in certs if c.subject == c.issuer] or certs
     rest = [c for c in certs if c not in roots]
 

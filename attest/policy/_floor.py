@@ -230,8 +230,11 @@ class _Budget:
         return self.left >= 0
 
 
-def _governing(floor_glob: _Glob, rules: Sequence[_Glob], budget: _Budget,
-               ) -> dict[int | None, str] | None:
+def _governing(
+    floor_glob: _Glob,
+    rules: Sequence[_Glob],
+    budget: _Budget,
+) -> dict[int | None, str] | None:
     """For each rule index (None: no rule) that governs some alias name ``floor_glob``
     matches, the shortest such name; None when the walk runs out of ``budget``."""
     everything = [floor_glob, *rules]
@@ -256,16 +259,19 @@ def _governing(floor_glob: _Glob, rules: Sequence[_Glob], budget: _Budget,
             f_next = floor_glob.step(f_states, ch)
             if not f_next:
                 continue  # no name the floor pattern matches continues this way
-            state: _State = (f_next, tuple(r.step(s, ch) for r, s in zip(rules, r_states,
-                                                                          strict=True)))
+            state: _State = (
+                f_next,
+                tuple(r.step(s, ch) for r, s in zip(rules, r_states, strict=True)),
+            )
             if state not in seen:
                 seen.add(state)
                 queue.append((state, name + ch))
     return found
 
 
-def floor_shortfalls(policy: Policy, floor: PolicyFloor,
-                     limits: FloorLimits = FloorLimits()) -> list[Shortfall]:
+def floor_shortfalls(
+    policy: Policy, floor: PolicyFloor, limits: FloorLimits = FloorLimits()
+) -> list[Shortfall]:
     """Every way ``policy`` falls short of ``floor`` (empty: it meets it). See the module
     docstring for the rules; order: floor entries, then rule index (no rule last)."""
     rules = [_Glob(rule.pattern) for rule in policy.aliases]
@@ -274,9 +280,18 @@ def floor_shortfalls(policy: Policy, floor: PolicyFloor,
     for entry in floor.aliases:
         governing = _governing(_Glob(entry.pattern), rules, budget)
         if governing is None:
-            out.append(Shortfall(entry.pattern, "", None, None, (
-                f"alias rules simple enough to check against the floor within "
-                f"{limits.max_steps} steps",)))
+            out.append(
+                Shortfall(
+                    entry.pattern,
+                    "",
+                    None,
+                    None,
+                    (
+                        f"alias rules simple enough to check against the floor within "
+                        f"{limits.max_steps} steps",
+                    ),
+                )
+            )
             continue
         for index in sorted(governing, key=lambda i: (i is None, i or 0)):
             missing = _missing(entry, None if index is None else policy.aliases[index])
@@ -302,8 +317,13 @@ def _missing(entry: FloorAlias, rule: AliasRule | None) -> tuple[str, ...]:
     return tuple(missing)
 
 
-def require_meets_floor(policy: Policy, floor: PolicyFloor | None, *, source: str = "policy",
-                        limits: FloorLimits = FloorLimits()) -> None:
+def require_meets_floor(
+    policy: Policy,
+    floor: PolicyFloor | None,
+    *,
+    source: str = "policy",
+    limits: FloorLimits = FloorLimits(),
+) -> None:
     """Return when ``policy`` meets ``floor`` (no floor: always).
 
     Raises:

@@ -161,20 +161,30 @@ class Gates(_Strict):
     each a named check; the move passes only when every gate set here passes."""
 
     min_deterministic_pass_rate: float | None = Field(
-        default=None, gt=0, le=1, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
         description="least fraction of deterministic checks the candidate passes (0.995)",
     )
     max_overall_regression_points: float | None = Field(
-        default=None, ge=0, le=100, allow_inf_nan=False,
+        default=None,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
         description="largest human-rated regression against the baseline, in points",
     )
     max_slice_regression_points: float | None = Field(
-        default=None, ge=0, le=100, allow_inf_nan=False,
+        default=None,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
         description="largest regression of each required slice (every slice when "
         "required_slices is empty), in points",
     )
     required_slices: list[SliceName] = Field(
-        default_factory=list, max_length=1000,
+        default_factory=list,
+        max_length=1000,
         description="slices max_slice_regression_points checks; each must be in the evaluation",
     )
     max_critical_safety_failures: int | None = Field(default=None, ge=0, le=1_000_000)
@@ -183,11 +193,17 @@ class Gates(_Strict):
         default=None, gt=0, le=_MAX_MS, allow_inf_nan=False
     )
     min_goodput_ratio: float | None = Field(
-        default=None, gt=0, le=1000, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=1000,
+        allow_inf_nan=False,
         description="candidate goodput / baseline goodput, at least (1 = no lower)",
     )
     max_energy_per_token_ratio: float | None = Field(
-        default=None, gt=0, le=1000, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=1000,
+        allow_inf_nan=False,
         description="candidate / baseline energy per useful output token, at most (1.1)",
     )
 
@@ -215,7 +231,9 @@ class AliasRule(_Strict):
     roles: list[Role] = Field(default_factory=list)
     protected: bool = False
     approvals: int = Field(
-        default=0, ge=0, le=MAX_APPROVALS,
+        default=0,
+        ge=0,
+        le=MAX_APPROVALS,
         description="reviewers other than the publisher (the TUF role's signature threshold)",
     )
     require_baseline: bool = False
@@ -235,8 +253,10 @@ class AliasRule(_Strict):
         if not (self.principals or self.roles):
             raise ValueError("no principals and no roles: nobody could move this alias")
         if self.online and self.protected:
-            raise ValueError("online is true but protected is true: reviewers sign protected "
-                             "aliases, never the registry's online key")
+            raise ValueError(
+                "online is true but protected is true: reviewers sign protected "
+                "aliases, never the registry's online key"
+            )
         if not self.protected:
             for field, value in (
                 ("approvals", self.approvals),
@@ -326,8 +346,13 @@ class Policy(_Strict):
         if self.evidence.names_nobody():
             for i, rule in enumerate(self.aliases):
                 if rule.require_baseline or rule.replay is not None or rule.gates is not None:
-                    wanted = ("require_baseline" if rule.require_baseline
-                              else "replay" if rule.replay is not None else "gates")
+                    wanted = (
+                        "require_baseline"
+                        if rule.require_baseline
+                        else "replay"
+                        if rule.replay is not None
+                        else "gates"
+                    )
                     raise ValueError(
                         f"aliases[{i}]: {wanted} needs evidence signed by serving workers, "
                         "and evidence names none: list them in evidence.roles, "

@@ -22,16 +22,36 @@ from modelward.attest.errors import AttestError
 from modelward.attest.release._model import ATTESTATION_SECTIONS, PREDICATE_TYPE, blob, sha256
 from modelward.attest.statement import PredicateType, make_statement, strict_json_loads
 
-__all__ = ["build_predicate", "classify_files", "gate_decisions", "make_record_statement",
-           "write_record"]
+__all__ = [
+    "build_predicate",
+    "classify_files",
+    "gate_decisions",
+    "make_record_statement",
+    "write_record",
+]
 
 # -- what the bundle pins ------------------------------------------------------------------
-_TOKENIZER_NAMES = frozenset({
-    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-    "added_tokens.json", "merges.txt", "vocab.json", "vocab.txt", "spiece.model",
-})
-_QUANT_NAMES = frozenset({"quantize_config.json", "quant_config.json", "quantization_config.json",
-                          "hf_quant_config.json"})
+_TOKENIZER_NAMES = frozenset(
+    {
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "merges.txt",
+        "vocab.json",
+        "vocab.txt",
+        "spiece.model",
+    }
+)
+_QUANT_NAMES = frozenset(
+    {
+        "quantize_config.json",
+        "quant_config.json",
+        "quantization_config.json",
+        "hf_quant_config.json",
+    }
+)
 
 
 def _input_kind(path: str) -> str:
@@ -63,8 +83,11 @@ def classify_files(layers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**dict(layer), "input": _input_kind(str(layer["path"]))} for layer in layers]
 
 
-def _inputs(files: Sequence[Mapping[str, Any]], spec: Mapping[str, Any] | None,
-            model_config: Mapping[str, Any] | None) -> dict[str, Any]:
+def _inputs(
+    files: Sequence[Mapping[str, Any]],
+    spec: Mapping[str, Any] | None,
+    model_config: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     def paths(kind: str) -> list[str]:
         return [str(f["path"]) for f in files if f["input"] == kind]
 
@@ -111,21 +134,38 @@ def gate_decisions(
         try:
             results = evaluate_gates(rule.gates, item["predicate"])
         except EvaluationError as exc:
-            out["decisions"].append({"attestation": item["id"], "verdict": "do not promote",
-                                     "gates": [], "error": str(exc)})
+            out["decisions"].append(
+                {
+                    "attestation": item["id"],
+                    "verdict": "do not promote",
+                    "gates": [],
+                    "error": str(exc),
+                }
+            )
             continue
         decision = gate_decision(results)
-        out["decisions"].append({"attestation": item["id"], "verdict": decision.verdict,
-                                 "gates": [r.to_json() for r in results], "error": None})
+        out["decisions"].append(
+            {
+                "attestation": item["id"],
+                "verdict": decision.verdict,
+                "gates": [r.to_json() for r in results],
+                "error": None,
+            }
+        )
     return out
 
 
 # -- the predicate -------------------------------------------------------------------------
 def _attestation(item: Mapping[str, Any]) -> dict[str, Any]:
     data = base64.b64decode(str(item["data"]))
-    return blob(data, id=item.get("id"), predicate_type=item.get("predicate_type"),
-                kind=item.get("kind"), attached_by=item.get("created_by"),
-                attached_at=item.get("created_at"))
+    return blob(
+        data,
+        id=item.get("id"),
+        predicate_type=item.get("predicate_type"),
+        kind=item.get("kind"),
+        attached_by=item.get("created_by"),
+        attached_at=item.get("created_at"),
+    )
 
 
 def _spec_entry(spec: bytes | None) -> dict[str, Any] | None:
@@ -142,13 +182,17 @@ def _spec_entry(spec: bytes | None) -> dict[str, Any] | None:
     return entry
 
 
-def _sections(attestations: Sequence[Mapping[str, Any]]
-              ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+def _sections(
+    attestations: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     """The listing's evaluation, baseline and replay envelopes by section, and each
     evaluation's predicate (read as listed, for ``gate_decisions``)."""
     sections: dict[str, list[dict[str, Any]]] = {s: [] for s in ATTESTATION_SECTIONS}
-    by_type = {PredicateType.EVALUATION: "evaluations", PredicateType.BASELINE: "baselines",
-               PredicateType.REPLAY: "replays"}
+    by_type = {
+        PredicateType.EVALUATION: "evaluations",
+        PredicateType.BASELINE: "baselines",
+        PredicateType.REPLAY: "replays",
+    }
     evaluation_predicates = []
     for item in attestations:
         section = by_type.get(str(item.get("predicate_type")))
@@ -203,8 +247,10 @@ def build_predicate(
     from modelward.attest.manifest import parse_manifest
 
     parsed = parse_manifest(manifest)
-    layers = [{"path": x.path, "media_type": x.media_type, "digest": x.digest, "size": x.size}
-              for x in parsed.layers]
+    layers = [
+        {"path": x.path, "media_type": x.media_type, "digest": x.digest, "size": x.size}
+        for x in parsed.layers
+    ]
     files = classify_files(layers)
     model_config: dict[str, Any] | None = None
     if config is not None:
@@ -213,13 +259,30 @@ def build_predicate(
     spec_entry = _spec_entry(spec)
     sections, evaluation_predicates = _sections(attestations)
     entries = _promotion(history, version)
-    rollback = next(({"version": h["version"], "reason": h.get("reason"), "actor": h.get("actor"),
-                      "at": h.get("at"), "to_digest": h.get("to_digest")}
-                     for h in entries if h.get("rollback")), None)
+    rollback = next(
+        (
+            {
+                "version": h["version"],
+                "reason": h.get("reason"),
+                "actor": h.get("actor"),
+                "at": h.get("at"),
+                "to_digest": h.get("to_digest"),
+            }
+            for h in entries
+            if h.get("rollback")
+        ),
+        None,
+    )
     role_md = Metadata[Targets].from_bytes(role_metadata)
     return {
-        "record": {"repository": repository, "alias": alias, "version": version,
-                   "digest": parsed.digest, "made_at": made_at, "registry": registry},
+        "record": {
+            "repository": repository,
+            "alias": alias,
+            "version": version,
+            "digest": parsed.digest,
+            "made_at": made_at,
+            "registry": registry,
+        },
         "bundle": {
             "manifest": blob(manifest, digest=parsed.digest),
             "config": None if config is None else blob(config, digest=parsed.config.digest),
@@ -233,13 +296,14 @@ def build_predicate(
         "approvals": {
             "role": role,
             "role_version": role_md.signed.version,
-            "signatures": [{"keyid": k, "principal": _signer_of(k, audit_events)}
-                           for k in sorted(role_md.signatures)],
+            "signatures": [
+                {"keyid": k, "principal": _signer_of(k, audit_events)}
+                for k in sorted(role_md.signatures)
+            ],
             "registry": list(approvals),
         },
         "tuf": {
-            "roots": [blob(r, version=Metadata[Root].from_bytes(r).signed.version)
-                      for r in roots],
+            "roots": [blob(r, version=Metadata[Root].from_bytes(r).signed.version) for r in roots],
             "targets": blob(targets, version=Metadata[Targets].from_bytes(targets).signed.version),
             "role": blob(role_metadata, name=role, version=role_md.signed.version),
         },
@@ -265,8 +329,9 @@ def _promotion(history: Sequence[Mapping[str, Any]], version: int) -> list[dict[
 def make_record_statement(predicate: Mapping[str, Any]) -> bytes:
     """The statement bytes: subject the bundle the record is about."""
     record = predicate["record"]
-    return make_statement(str(record["repository"]), str(record["digest"]), PREDICATE_TYPE,
-                          predicate)
+    return make_statement(
+        str(record["repository"]), str(record["digest"]), PREDICATE_TYPE, predicate
+    )
 
 
 def write_record(statement: bytes, keys: Sequence[PrivateKeyTypes]) -> bytes:

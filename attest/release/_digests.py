@@ -23,15 +23,17 @@ def _check_blob(obj: Any, where: str) -> bytes:
     data = embedded(obj, where, 5)
     stated = get(obj, "sha256", str, 5)
     if stated != sha256(data):
-        raise ReleaseRecordInvalid(5, f"{where}.sha256", f"states {stated}; the embedded bytes "
-                                   f"hash to {sha256(data)}")
+        raise ReleaseRecordInvalid(
+            5, f"{where}.sha256", f"states {stated}; the embedded bytes hash to {sha256(data)}"
+        )
     if get(obj, "size", int, 5) != len(data):
         raise ReleaseRecordInvalid(5, f"{where}.size", f"is not {len(data)}")
     return data
 
 
-def check_digests(predicate: Mapping[str, Any], digest: str, version: int,
-                  notes: list[str]) -> None:
+def check_digests(
+    predicate: Mapping[str, Any], digest: str, version: int, notes: list[str]
+) -> None:
     """Check (5): the bundle's bytes against the subject and its manifest, the policy text,
     each embedded envelope and TUF file, the history entry of ``version`` (it moves the alias
     to the subject) and each audit event's hash. ``notes`` gains what could not be checked."""
@@ -39,8 +41,9 @@ def check_digests(predicate: Mapping[str, Any], digest: str, version: int,
     policy = get(predicate, "policy", dict, 5)
     text = get(policy, "text", str, 5)
     if get(policy, "sha256", str, 5) != sha256(text.encode("utf-8")):
-        raise ReleaseRecordInvalid(5, "policy.sha256", f"is not the sha256 of policy.text "
-                                   f"({sha256(text.encode('utf-8'))})")
+        raise ReleaseRecordInvalid(
+            5, "policy.sha256", f"is not the sha256 of policy.text ({sha256(text.encode('utf-8'))})"
+        )
     for section in ATTESTATION_SECTIONS:
         for i, item in enumerate(predicate[section]):
             _check_blob(item, f"{section}[{i}]")
@@ -50,11 +53,11 @@ def check_digests(predicate: Mapping[str, Any], digest: str, version: int,
     _check_blob(tuf["targets"], "tuf.targets")
     _check_blob(tuf["role"], "tuf.role")
     history = get(predicate, "history", list, 5)
-    entry = next((h for h in history if isinstance(h, dict) and h.get("version") == version),
-                 None)
+    entry = next((h for h in history if isinstance(h, dict) and h.get("version") == version), None)
     if entry is None or entry.get("to_digest") != digest:
-        raise ReleaseRecordInvalid(5, "history", f"has no entry of version {version} moving to "
-                                   f"{digest}")
+        raise ReleaseRecordInvalid(
+            5, "history", f"has no entry of version {version} moving to {digest}"
+        )
     events = get(get(predicate, "audit", dict, 5), "events", list, 5)
     for i, event in enumerate(events):
         _check_event(event, f"audit.events[{i}]")
@@ -70,8 +73,9 @@ def _check_bundle(bundle: Mapping[str, Any], digest: str) -> None:
 
     manifest = _check_blob(get(bundle, "manifest", dict, 5), "bundle.manifest")
     if sha256(manifest) != digest or bundle["manifest"].get("digest") != digest:
-        raise ReleaseRecordInvalid(5, "bundle.manifest", f"hashes to {sha256(manifest)}, not "
-                                   f"the subject {digest}")
+        raise ReleaseRecordInvalid(
+            5, "bundle.manifest", f"hashes to {sha256(manifest)}, not the subject {digest}"
+        )
     try:
         parsed = parse_manifest(manifest)
     except ManifestError as exc:
@@ -82,9 +86,13 @@ def _check_bundle(bundle: Mapping[str, Any], digest: str) -> None:
         path = get(f, "path", str, 5)
         layer = layers.get(path)
         if layer is None or (f.get("digest"), f.get("size"), f.get("media_type")) != (
-                layer.digest, layer.size, layer.media_type):
-            raise ReleaseRecordInvalid(5, f"bundle.files[{i}]", f"{path} is not as the "
-                                       "manifest lists it")
+            layer.digest,
+            layer.size,
+            layer.media_type,
+        ):
+            raise ReleaseRecordInvalid(
+                5, f"bundle.files[{i}]", f"{path} is not as the manifest lists it"
+            )
         listed.add(path)
     if listed != set(layers):
         raise ReleaseRecordInvalid(5, "bundle.files", "does not list every file of the manifest")
@@ -92,8 +100,9 @@ def _check_bundle(bundle: Mapping[str, Any], digest: str) -> None:
     if config is not None:
         data = _check_blob(config, "bundle.config")
         if sha256(data) != parsed.config.digest or config.get("digest") != parsed.config.digest:
-            raise ReleaseRecordInvalid(5, "bundle.config", f"is not the manifest's config "
-                                       f"{parsed.config.digest}")
+            raise ReleaseRecordInvalid(
+                5, "bundle.config", f"is not the manifest's config {parsed.config.digest}"
+            )
     spec = bundle.get("spec")
     if spec is not None:
         data = _check_blob(spec, "bundle.spec")
@@ -107,9 +116,11 @@ def _check_bundle(bundle: Mapping[str, Any], digest: str) -> None:
 def _check_event(event: Any, where: str) -> None:
     if not isinstance(event, dict):
         raise ReleaseRecordInvalid(5, where, "must be an object")
-    body = {k: event.get(k) for k in ("seq", "at", "actor", "action", "subject", "details",
-                                      "prev_hash")}
+    body = {
+        k: event.get(k) for k in ("seq", "at", "actor", "action", "subject", "details", "prev_hash")
+    }
     actual = sha256(rfc8785.dumps(body))  # registry/audit_chain.py event_hash
     if event.get("hash") != actual:
-        raise ReleaseRecordInvalid(5, f"{where}.hash", f"states {event.get('hash')}; the event "
-                                   f"hashes to {actual}")
+        raise ReleaseRecordInvalid(
+            5, f"{where}.hash", f"states {event.get('hash')}; the event hashes to {actual}"
+        )

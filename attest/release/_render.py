@@ -23,63 +23,93 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     bundle = predicate["bundle"]
     inputs = bundle["inputs"]
     out: list[tuple[str, list[str]]] = []
-    out.append(("Release", [
-        f"{record['repository']}@{record['alias']} version {record['version']}",
-        f"bundle {record['digest']}",
-        f"recorded {record['made_at']} from {record['registry']}",
-    ]))
+    out.append(
+        (
+            "Release",
+            [
+                f"{record['repository']}@{record['alias']} version {record['version']}",
+                f"bundle {record['digest']}",
+                f"recorded {record['made_at']} from {record['registry']}",
+            ],
+        )
+    )
     lines = [f"manifest {bundle['manifest']['sha256']} ({bundle['manifest']['size']} bytes)"]
     for name in ("weights", "tokenizer", "chat_template", "adapters"):
         lines.append(f"{name}: {', '.join(inputs[name]) or '(none)'}")
     quant = inputs["quantization"]
-    lines.append(f"quantization: {quant['method'] or '(none)'}"
-                 + (f" ({', '.join(quant['files'])})" if quant["files"] else ""))
+    lines.append(
+        f"quantization: {quant['method'] or '(none)'}"
+        + (f" ({', '.join(quant['files'])})" if quant["files"] else "")
+    )
     for name in ("runtime_image", "engine", "drivers", "serving_args"):
         value = inputs[name]
-        lines.append(f"{name}: {json.dumps(value, sort_keys=True) if value is not None else '(not pinned: no modelward.yaml)'}")  # noqa: E501
-    lines += [f"file {f['path']} ({f['input']}): {f['digest']} {f['size']} bytes"
-              for f in bundle["files"]]
+        shown = "(not pinned: no modelward.yaml)"
+        if value is not None:
+            shown = json.dumps(value, sort_keys=True)
+        lines.append(f"{name}: {shown}")
+    lines += [
+        f"file {f['path']} ({f['input']}): {f['digest']} {f['size']} bytes" for f in bundle["files"]
+    ]
     out.append(("Pinned inputs", lines))
     gates = predicate["gates"]
     lines = [f"policy sha256 {predicate['policy']['sha256']}"]
     rule = gates.get("rule")
     if rule:
-        lines.append(f"alias rule {rule.get('pattern')}: protected {rule.get('protected')}, "
-                     f"approvals {rule.get('approvals')}")
+        lines.append(
+            f"alias rule {rule.get('pattern')}: protected {rule.get('protected')}, "
+            f"approvals {rule.get('approvals')}"
+        )
     if gates.get("error"):
         lines.append(f"policy error: {gates['error']}")
     out.append(("Policy in force", lines))
     lines = []
     for section in ATTESTATION_SECTIONS:
         for item in predicate[section]:
-            lines.append(f"{section[:-1]} #{item.get('id')} by {item.get('attached_by')} "
-                         f"at {item.get('attached_at')}: {item['sha256']}")
+            lines.append(
+                f"{section[:-1]} #{item.get('id')} by {item.get('attached_by')} "
+                f"at {item.get('attached_at')}: {item['sha256']}"
+            )
     for decision in gates["decisions"]:
         lines.append(f"gates for evaluation #{decision['attestation']}: {decision['verdict']}")
-        lines += [f"  {g['name']}{'[' + g['slice'] + ']' if g.get('slice') else ''}: "
-                  f"{g['verdict'].upper()}: {g['message']}" for g in decision["gates"]]
+        lines += [
+            f"  {g['name']}{'[' + g['slice'] + ']' if g.get('slice') else ''}: "
+            f"{g['verdict'].upper()}: {g['message']}"
+            for g in decision["gates"]
+        ]
     out.append(("Evidence", lines or ["(no evaluation, baseline or replay statements)"]))
     approvals = predicate["approvals"]
     lines = [f"TUF role {approvals['role']} version {approvals['role_version']}"]
-    lines += [f"signed by key {s['keyid']} ({s['principal'] or 'principal unknown'})"
-              for s in approvals["signatures"]]
-    lines += [f"approved by {a.get('principal')} at {a.get('at')} (audit #{a.get('seq')})"
-              for a in approvals["registry"]]
+    lines += [
+        f"signed by key {s['keyid']} ({s['principal'] or 'principal unknown'})"
+        for s in approvals["signatures"]
+    ]
+    lines += [
+        f"approved by {a.get('principal')} at {a.get('at')} (audit #{a.get('seq')})"
+        for a in approvals["registry"]
+    ]
     out.append(("Approvals", lines))
-    lines = [f"v{h['version']}: {h.get('from_digest')} -> {h.get('to_digest')} by {h.get('actor')}"
-             f" at {h.get('at')}" + (" (rollback)" if h.get("rollback") else "")
-             + (f": {h['reason']}" if h.get("reason") else "") for h in predicate["history"]]
+    lines = [
+        f"v{h['version']}: {h.get('from_digest')} -> {h.get('to_digest')} by {h.get('actor')}"
+        f" at {h.get('at')}"
+        + (" (rollback)" if h.get("rollback") else "")
+        + (f": {h['reason']}" if h.get("reason") else "")
+        for h in predicate["history"]
+    ]
     rollback = predicate.get("rollback")
     if rollback:
         lines.append(f"rolled back at v{rollback['version']}: {rollback.get('reason')}")
     out.append(("Alias history", lines))
     audit = predicate["audit"]
-    lines = [f"#{e['seq']} {e['at']} {e['actor']} {e['action']} {e['subject']} {e['hash']}"
-             for e in audit["events"]]
+    lines = [
+        f"#{e['seq']} {e['at']} {e['actor']} {e['action']} {e['subject']} {e['hash']}"
+        for e in audit["events"]
+    ]
     checkpoint = audit.get("checkpoint")
     if checkpoint:
-        lines.append(f"signed checkpoint: tree size {checkpoint.get('tree_size')}, root "
-                     f"{checkpoint.get('root_hash')}")
+        lines.append(
+            f"signed checkpoint: tree size {checkpoint.get('tree_size')}, root "
+            f"{checkpoint.get('root_hash')}"
+        )
     out.append(("Audit events", lines or ["(none)"]))
     return out
 
@@ -87,8 +117,7 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
 def render_markdown(predicate: Mapping[str, Any]) -> str:
     """A readable Markdown rendering of a release-record predicate."""
     record = predicate["record"]
-    parts = [f"# Release record: {record['repository']}@{record['alias']} "
-             f"v{record['version']}", ""]
+    parts = [f"# Release record: {record['repository']}@{record['alias']} v{record['version']}", ""]
     for title, lines in _summary(predicate):
         parts += [f"## {title}", ""] + [f"- `{_md(line)}`" for line in lines] + [""]
     return "\n".join(parts)
@@ -101,10 +130,15 @@ def _md(text: str) -> str:
 def render_html(predicate: Mapping[str, Any]) -> str:
     """A readable HTML rendering; every value is escaped."""
     record = predicate["record"]
-    title = html.escape(f"Release record: {record['repository']}@{record['alias']} "
-                        f"v{record['version']}")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{title}</title></head><body>", f"<h1>{title}</h1>"]
+    title = html.escape(
+        f"Release record: {record['repository']}@{record['alias']} v{record['version']}"
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{title}</title></head><body>",
+        f"<h1>{title}</h1>",
+    ]
     for heading, lines in _summary(predicate):
         parts.append(f"<h2>{html.escape(heading)}</h2><ul>")
         parts += [f"<li><code>{html.escape(line)}</code></li>" for line in lines]

@@ -101,8 +101,9 @@ def verify_record(
     try:  # as python-tuf loads its trusted root: signed by its own threshold
         pinned.verify_delegate(Root.type, pinned)
     except RepositoryError as exc:
-        raise PinnedRootError(f"root version {pinned.signed.version} is not signed by its own "
-                              f"root keys: {exc}") from None
+        raise PinnedRootError(
+            f"root version {pinned.signed.version} is not signed by its own root keys: {exc}"
+        ) from None
     extra = {keyid(k): k for k in public_keys}
     notes: list[str] = []
     # (1): file: within the limit, and exactly its canonical form.
@@ -111,8 +112,14 @@ def verify_record(
     statement = _read_statement(envelope)
     chain = _check_tuf(statement, pinned)
     # (3): signature: attest.dsse, with the keys the verified chain holds for this record.
-    verified = _check_signature(data, envelope, statement, role=chain.role,
-                                keys={**chain.record_keys, **extra}, limits=limits)
+    verified = _check_signature(
+        data,
+        envelope,
+        statement,
+        role=chain.role,
+        keys={**chain.record_keys, **extra},
+        limits=limits,
+    )
     notes += [f"envelope: {note}" for note in verified.notes]
     predicate = verified.statement["predicate"]
     # (4): envelopes: about the subject; verified where a key of the chain claims them.
@@ -120,9 +127,14 @@ def verify_record(
     # (5): digests: every digest the record states matches the bytes it names.
     check_digests(predicate, statement.digest, statement.version, notes)
     return VerifiedRecord(
-        repository=statement.repository, alias=statement.alias, version=statement.version,
-        digest=statement.digest, signers=tuple(s.detail for s in verified.signers),
-        predicate=predicate, notes=tuple(notes))
+        repository=statement.repository,
+        alias=statement.alias,
+        version=statement.version,
+        digest=statement.digest,
+        signers=tuple(s.detail for s in verified.signers),
+        predicate=predicate,
+        notes=tuple(notes),
+    )
 
 
 def _check_file(data: bytes, limits: RecordLimits) -> Any:
@@ -131,8 +143,9 @@ def _check_file(data: bytes, limits: RecordLimits) -> Any:
     spelling of the same bytes. Returns the parsed JSON; its structure is attest.dsse's to
     judge in (3)."""
     if len(data) > limits.max_bytes:
-        raise ReleaseRecordInvalid(1, "file", f"{len(data)} bytes, over the limit of "
-                                   f"{limits.max_bytes}")
+        raise ReleaseRecordInvalid(
+            1, "file", f"{len(data)} bytes, over the limit of {limits.max_bytes}"
+        )
     try:
         parsed = strict_json_loads(data, "the file")
         canonical = rfc8785.dumps(parsed) + b"\n"
@@ -141,8 +154,12 @@ def _check_file(data: bytes, limits: RecordLimits) -> Any:
     except rfc8785.CanonicalizationError as exc:
         raise ReleaseRecordInvalid(1, "file", f"has no canonical form: {exc}") from None
     if data != canonical:
-        raise ReleaseRecordInvalid(1, "file", "not in canonical form (RFC 8785 JSON and one "
-                                   "newline): the file was changed after it was written")
+        raise ReleaseRecordInvalid(
+            1,
+            "file",
+            "not in canonical form (RFC 8785 JSON and one "
+            "newline): the file was changed after it was written",
+        )
     if isinstance(parsed, dict):
         if isinstance(parsed.get("payload"), str):
             canonical_b64(parsed["payload"], "envelope.payload", 1)
@@ -153,8 +170,9 @@ def _check_file(data: bytes, limits: RecordLimits) -> Any:
     return parsed
 
 
-def _unverified_statement(envelope: Any, where: str, statement_at: str, check: int
-                          ) -> tuple[bytes, Mapping[str, Any], str, tuple[Subject, ...]]:
+def _unverified_statement(
+    envelope: Any, where: str, statement_at: str, check: int
+) -> tuple[bytes, Mapping[str, Any], str, tuple[Subject, ...]]:
     """The statement inside a DSSE envelope, read WITHOUT verifying it: its payload bytes
     and what attest.statement parses from them. Only ``payload`` is read; the envelope is
     attest.dsse's to verify, and nothing read here counts until it has."""
@@ -175,21 +193,27 @@ def _unverified_statement(envelope: Any, where: str, statement_at: str, check: i
 def _read_statement(envelope: Any) -> _Statement:
     """Check (2), first: the statement is a release record about one bundle, read only to
     find the TUF metadata that says who may have signed it (verified in (3))."""
-    payload, statement, predicate_type, subjects = _unverified_statement(envelope, "envelope",
-                                                                       "statement", 2)
+    payload, statement, predicate_type, subjects = _unverified_statement(
+        envelope, "envelope", "statement", 2
+    )
     if predicate_type != PREDICATE_TYPE:
-        raise ReleaseRecordInvalid(2, "statement.predicateType",
-                                   f"{predicate_type!r}, not {PREDICATE_TYPE!r}")
+        raise ReleaseRecordInvalid(
+            2, "statement.predicateType", f"{predicate_type!r}, not {PREDICATE_TYPE!r}"
+        )
     if len(subjects) != 1 or "sha256" not in subjects[0].digest:
         raise ReleaseRecordInvalid(2, "statement.subject", "must be exactly one sha256 subject")
     digest = "sha256:" + subjects[0].digest["sha256"]
     predicate = statement["predicate"]
     if get(predicate, "record.digest", str, 2) != digest:
         raise ReleaseRecordInvalid(2, "record.digest", f"is not the subject {digest}")
-    return _Statement(payload=payload, predicate=predicate, digest=digest,
-                      repository=get(predicate, "record.repository", str, 2),
-                      alias=get(predicate, "record.alias", str, 2),
-                      version=get(predicate, "record.version", int, 2))
+    return _Statement(
+        payload=payload,
+        predicate=predicate,
+        digest=digest,
+        repository=get(predicate, "record.repository", str, 2),
+        alias=get(predicate, "record.alias", str, 2),
+        version=get(predicate, "record.version", int, 2),
+    )
 
 
 def _load_md(data: bytes, cls: type[Root] | type[Targets], where: str) -> Metadata[Any]:
@@ -206,20 +230,28 @@ def _root_chain(tuf: Mapping[str, Any], pinned: Metadata[Root]) -> Metadata[Root
     """The newest root reached from ``pinned`` through the embedded roots (TUF 5.3.4: each
     new root signed by the threshold of the previous one and its own)."""
     trusted = pinned
-    roots = [_load_md(embedded(item, f"tuf.roots[{i}]", 2), Root, f"tuf.roots[{i}]")
-             for i, item in enumerate(get(tuf, "roots", list, 2))]
+    roots = [
+        _load_md(embedded(item, f"tuf.roots[{i}]", 2), Root, f"tuf.roots[{i}]")
+        for i, item in enumerate(get(tuf, "roots", list, 2))
+    ]
     for i, md in sorted(enumerate(roots), key=lambda pair: int(pair[1].signed.version)):
         if md.signed.version <= trusted.signed.version:
             continue
         if md.signed.version != trusted.signed.version + 1:
-            raise ReleaseRecordInvalid(2, f"tuf.roots[{i}]", f"root version {md.signed.version}"
-                                       f" does not follow {trusted.signed.version}")
+            raise ReleaseRecordInvalid(
+                2,
+                f"tuf.roots[{i}]",
+                f"root version {md.signed.version} does not follow {trusted.signed.version}",
+            )
         try:
             trusted.verify_delegate(Root.type, md)
             md.verify_delegate(Root.type, md)
         except RepositoryError as exc:
-            raise ReleaseRecordInvalid(2, f"tuf.roots[{i}]", f"root version {md.signed.version}"
-                                       f": {type(exc).__name__}: {exc}") from None
+            raise ReleaseRecordInvalid(
+                2,
+                f"tuf.roots[{i}]",
+                f"root version {md.signed.version}: {type(exc).__name__}: {exc}",
+            ) from None
         trusted = md
     return trusted
 
@@ -239,15 +271,19 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     # (2a): the root chain, from the root the caller pinned.
     trusted = _root_chain(tuf, pinned)
     # (2b): the top-level targets, by the newest root's targets keys.
-    targets = _load_md(embedded(get(tuf, "targets", dict, 2), "tuf.targets", 2), Targets,
-                       "tuf.targets")
+    targets = _load_md(
+        embedded(get(tuf, "targets", dict, 2), "tuf.targets", 2), Targets, "tuf.targets"
+    )
     try:
         trusted.verify_delegate(Targets.type, targets)
     except RepositoryError as exc:
         raise ReleaseRecordInvalid(
-            2, "tuf.targets", f"not signed by the targets keys of the trust root's chain (root "
+            2,
+            "tuf.targets",
+            f"not signed by the targets keys of the trust root's chain (root "
             f"version {trusted.signed.version}; a root of another registry?): "
-            f"{type(exc).__name__}: {exc}") from None
+            f"{type(exc).__name__}: {exc}",
+        ) from None
     # (2c): the role the top-level targets delegate the alias to, by its delegation.
     role_entry = get(tuf, "role", dict, 2)
     role_name = get(role_entry, "name", str, 2)
@@ -257,21 +293,32 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     if delegations is not None:
         deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
     if delegations is None or delegations.roles is None or deciding != role_name:
-        raise ReleaseRecordInvalid(2, "tuf.role.name", f"{role_name!r}, but the top-level "
-                                   f"targets delegate {path} to {deciding!r}")
+        raise ReleaseRecordInvalid(
+            2,
+            "tuf.role.name",
+            f"{role_name!r}, but the top-level targets delegate {path} to {deciding!r}",
+        )
     role = _load_md(embedded(role_entry, "tuf.role", 2), Targets, "tuf.role")
     try:
         targets.verify_delegate(role_name, role)
     except RepositoryError as exc:
-        raise ReleaseRecordInvalid(2, "tuf.role", f"{role_name} version {role.signed.version} "
-                                   f"fails its delegation: {type(exc).__name__}: {exc}") from None
+        raise ReleaseRecordInvalid(
+            2,
+            "tuf.role",
+            f"{role_name} version {role.signed.version} "
+            f"fails its delegation: {type(exc).__name__}: {exc}",
+        ) from None
     # (2d): the role names exactly the subject digest for ORG/NAME/aliases/ALIAS.
     target = role.signed.targets.get(path)
     named = None if target is None else "sha256:" + str(target.hashes.get("sha256"))
     if named != statement.digest:
-        raise ReleaseRecordInvalid(2, "tuf.role", f"{role_name} version {role.signed.version} "
-                                   f"names {named} for {path}, not the subject "
-                                   f"{statement.digest}")
+        raise ReleaseRecordInvalid(
+            2,
+            "tuf.role",
+            f"{role_name} version {role.signed.version} "
+            f"names {named} for {path}, not the subject "
+            f"{statement.digest}",
+        )
     root, delegated = trusted.signed, delegations.keys or {}
     # The registry's own online alias key signs an ``@online`` role: it may vouch for the
     # alias (a worker accepts that only with --online-alias), never for a whole record, which
@@ -279,9 +326,14 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     record_roles = [] if role_name == online_role(statement.repository) else [role_name]
     return _Chain(
         role=role_name,
-        record_keys={**_usable(root.roles[Targets.type].keyids, root.keys),
-                     **{k: v for r in record_roles
-                        for k, v in _usable(delegations.roles[r].keyids, delegated).items()}},
+        record_keys={
+            **_usable(root.roles[Targets.type].keyids, root.keys),
+            **{
+                k: v
+                for r in record_roles
+                for k, v in _usable(delegations.roles[r].keyids, delegated).items()
+            },
+        },
         metadata_keys={**_usable(root.keys, root.keys), **_usable(delegated, delegated)},
     )
 
@@ -294,21 +346,31 @@ def _line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def _check_signature(data: bytes, envelope: Any, statement: _Statement, *, role: str,
-                     keys: Mapping[str, PublicKeyTypes], limits: RecordLimits
-                     ) -> VerifiedStatement:
+def _check_signature(
+    data: bytes,
+    envelope: Any,
+    statement: _Statement,
+    *,
+    role: str,
+    keys: Mapping[str, PublicKeyTypes],
+    limits: RecordLimits,
+) -> VerifiedStatement:
     """Check (3). The file verifies as a DSSE envelope (attest.dsse) with a key of the top-level
     targets or of the alias's role in the chain (2) verified, or a key the caller gave; every
     trusted signature is filed under its own keyid (a changed keyid shows). Signatures by
     other keys are ignored and noted, as TUF ignores them."""
-    envelope_limits = EnvelopeLimits(max_bytes=limits.max_bytes,
-                                      max_signatures=limits.max_signatures)
+    envelope_limits = EnvelopeLimits(
+        max_bytes=limits.max_bytes, max_signatures=limits.max_signatures
+    )
     try:
         verified = verify_envelope(data, _trust(keys), envelope_limits)
     except UntrustedSigner as exc:
         raise ReleaseRecordInvalid(
-            3, "envelope.signatures", f"no signature by a key of the top-level targets or of "
-            f"{role} in the verified chain, nor by a --public-key: {_line(exc)}") from None
+            3,
+            "envelope.signatures",
+            f"no signature by a key of the top-level targets or of "
+            f"{role} in the verified chain, nor by a --public-key: {_line(exc)}",
+        ) from None
     except VerificationError as exc:
         raise ReleaseRecordInvalid(3, "envelope", _line(exc)) from None
     if verified.payload != statement.payload:  # the bytes (2) read; they cannot differ
@@ -316,13 +378,17 @@ def _check_signature(data: bytes, envelope: Any, statement: _Statement, *, role:
     hints = {sig.get("keyid", "") for sig in envelope["signatures"]}  # structure: (3) verified
     for signer in verified.signers:
         if signer.detail not in hints:
-            raise ReleaseRecordInvalid(3, "envelope.signatures", f"the signature by key "
-                                       f"{signer.detail} is filed under another keyid")
+            raise ReleaseRecordInvalid(
+                3,
+                "envelope.signatures",
+                f"the signature by key {signer.detail} is filed under another keyid",
+            )
     return verified
 
 
-def _check_envelopes(predicate: Mapping[str, Any], digest: str,
-                     keys: Mapping[str, PublicKeyTypes], notes: list[str]) -> None:
+def _check_envelopes(
+    predicate: Mapping[str, Any], digest: str, keys: Mapping[str, PublicKeyTypes], notes: list[str]
+) -> None:
     """Check (4). Each embedded envelope verifies (attest.dsse) where a key of the verified
     metadata claims a signature, and its statement is about the subject; one signed by no
     such key (a worker's baseline) is read unverified for its subject and noted."""
@@ -334,8 +400,9 @@ def _check_envelopes(predicate: Mapping[str, Any], digest: str,
             try:
                 subjects = verify_envelope(raw, trust).subjects
             except UntrustedSigner:
-                notes.append(f"{where}: signed by no key of the verified metadata; signature "
-                             "not checked")
+                notes.append(
+                    f"{where}: signed by no key of the verified metadata; signature not checked"
+                )
                 try:
                     envelope = strict_json_loads(raw, where)
                 except VerificationError as exc:

@@ -52,46 +52,56 @@ def _directory_bounds(stream: BinaryIO, size: int) -> tuple[int, int] | None:
     at = tail.rfind(EOCD)
     if at < 0 or at + 22 > len(tail):
         return None
-    entries = int.from_bytes(tail[at + 10:at + 12], "little")
-    cd_size = int.from_bytes(tail[at + 12:at + 16], "little")
+    entries = int.from_bytes(tail[at + 10 : at + 12], "little")
+    cd_size = int.from_bytes(tail[at + 12 : at + 16], "little")
     record = at - 20 - 56
-    if record >= 0 and tail[record:record + 4] == ZIP64_RECORD:
-        entries = max(entries, int.from_bytes(tail[record + 32:record + 40], "little"))
-        cd_size = max(cd_size, int.from_bytes(tail[record + 40:record + 48], "little"))
+    if record >= 0 and tail[record : record + 4] == ZIP64_RECORD:
+        entries = max(entries, int.from_bytes(tail[record + 32 : record + 40], "little"))
+        cd_size = max(cd_size, int.from_bytes(tail[record + 40 : record + 48], "little"))
     return cd_size, entries
 
 
-def scan_zip(path: str, stream: BinaryIO, size: int, prefix: bytes,
-             limits: ScanLimits) -> ZipScan | None:
+def scan_zip(
+    path: str, stream: BinaryIO, size: int, prefix: bytes, limits: ScanLimits
+) -> ZipScan | None:
     """Inspect ``stream`` as a zip; None when it is not one."""
     starts_zip = prefix.startswith((LOCAL_HEADER, EOCD))
     bounds = _directory_bounds(stream, size)
     if bounds is None:
         if starts_zip:
-            return ZipScan("zip", (Finding(path, "scan.unknown",
-                                           "zip archive without a central directory"),))
+            return ZipScan(
+                "zip", (Finding(path, "scan.unknown", "zip archive without a central directory"),)
+            )
         return None
     cd_size, entries = bounds
     if cd_size > limits.max_zip_directory or entries > limits.max_zip_members:
-        return ZipScan("zip", (Finding(path, "scan.too-large",
-                                       f"zip central directory of {cd_size} bytes and "
-                                       f"{entries} members exceeds the limits"),))
+        return ZipScan(
+            "zip",
+            (
+                Finding(
+                    path,
+                    "scan.too-large",
+                    f"zip central directory of {cd_size} bytes and "
+                    f"{entries} members exceeds the limits",
+                ),
+            ),
+        )
     try:
         stream.seek(0)
         archive = zipfile.ZipFile(stream)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
         if starts_zip:
-            return ZipScan("zip", (Finding(path, "scan.unknown",
-                                           f"malformed zip archive: {exc}"),))
+            return ZipScan("zip", (Finding(path, "scan.unknown", f"malformed zip archive: {exc}"),))
         return None
     with archive:
-        members = archive.infolist()[:limits.max_zip_members]
+        members = archive.infolist()[: limits.max_zip_members]
         findings: list[Finding] = []
         for info in members:
             problem = _member_problem(archive, info, limits)
             if problem is not None:
-                findings.append(Finding(path, problem[0],
-                                        f"member {info.filename!r}: {problem[1]}"))
+                findings.append(
+                    Finding(path, problem[0], f"member {info.filename!r}: {problem[1]}")
+                )
     names = [info.filename for info in members]
     if not names and not starts_zip:
         return None  # stray end-of-directory bytes inside other data: nothing to load
@@ -101,8 +111,9 @@ def scan_zip(path: str, stream: BinaryIO, size: int, prefix: bytes,
         findings = findings[:MAX_MEMBER_FINDINGS]
         findings.append(Finding(path, findings[0].rule, f"... and {extra} more members"))
     if not findings:
-        findings.append(Finding(path, "scan.unknown",
-                                f"{kind} ({len(names)} members) is not on the allow-list"))
+        findings.append(
+            Finding(path, "scan.unknown", f"{kind} ({len(names)} members) is not on the allow-list")
+        )
     return ZipScan(kind, tuple(findings))
 
 
@@ -116,20 +127,33 @@ def _archive_kind(names: list[str]) -> str:
     return "zip archive"
 
 
-MEMBER_ERRORS = (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError,
-                 ValueError, zlib.error, lzma.LZMAError)
+MEMBER_ERRORS = (
+    zipfile.BadZipFile,
+    RuntimeError,
+    NotImplementedError,
+    OSError,
+    EOFError,
+    ValueError,
+    zlib.error,
+    lzma.LZMAError,
+)
 
 
-def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
-                    limits: ScanLimits) -> tuple[str, str] | None:
+def _member_problem(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: ScanLimits
+) -> tuple[str, str] | None:
     """(rule, reason) for a dangerous or unreadable member, None for an inert one."""
     name = info.filename.lower()
     if info.filename.endswith("/"):
         return None
     try:
         with archive.open(info) as member:
-            probe = judge_pickle(member, info.file_size, max_bytes=limits.max_pickle_walk,
-                                 max_ops=limits.max_pickle_ops)
+            probe = judge_pickle(
+                member,
+                info.file_size,
+                max_bytes=limits.max_pickle_walk,
+                max_ops=limits.max_pickle_ops,
+            )
         if probe is not None:
             return "scan.zip-pickle", probe.describe()
         with archive.open(info) as member:
@@ -146,8 +170,7 @@ def _member_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
     return None
 
 
-def member_verdict(data: bytes, *, truncated: bool,
-                   limits: ScanLimits) -> tuple[str, str] | None:
+def member_verdict(data: bytes, *, truncated: bool, limits: ScanLimits) -> tuple[str, str] | None:
     """Magic-only checks of an archive member's first bytes (the member itself was judged
     as a pickle already)."""
     native = native_kind(data)
@@ -168,9 +191,16 @@ def member_verdict(data: bytes, *, truncated: bool,
         return "scan.unknown", "nested zip archive"
     packed = compressed_kind(data, limits.probe_bytes, whole=not truncated)
     if packed is not None:
-        inner = judge_pickle_bytes(packed.data, cut=packed.cut,
-                                   max_bytes=limits.max_pickle_walk,
-                                   max_ops=limits.max_pickle_ops) if packed.data else None
+        inner = (
+            judge_pickle_bytes(
+                packed.data,
+                cut=packed.cut,
+                max_bytes=limits.max_pickle_walk,
+                max_ops=limits.max_pickle_ops,
+            )
+            if packed.data
+            else None
+        )
         if inner is not None:
             return "scan.zip-pickle", f"{packed.method}-compressed {inner.describe()}"
         return "scan.unknown", f"{packed.method}-compressed data"

@@ -46,8 +46,11 @@ SPEC_NAME = "modelward.yaml"
 CODE_SUFFIXES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     ((".py", ".pyw"), "scan.python", "Python source file"),
     ((".pyc", ".pyo"), "scan.bytecode", "Python bytecode file"),
-    ((".sh", ".bash", ".zsh", ".ksh", ".csh", ".fish", ".ps1", ".bat", ".cmd", ".command"),
-     "scan.script", "shell or batch script"),
+    (
+        (".sh", ".bash", ".zsh", ".ksh", ".csh", ".fish", ".ps1", ".bat", ".cmd", ".command"),
+        "scan.script",
+        "shell or batch script",
+    ),
     ((".so", ".dylib", ".dll", ".exe"), "scan.native", "native library or executable"),
 )
 # A name that promises a format: (suffix or exact name, kind required, rule).
@@ -58,14 +61,29 @@ PROMISES: tuple[tuple[str, str, str], ...] = (
 )
 # Names that torch.load, pickle.load, numpy.load(allow_pickle=True) or joblib.load read: a
 # text (or any allow-listed) file under one of them is unpickled by whoever loads it.
-PICKLE_LOADED = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".dill",
-                 ".sav", ".npy", ".npz", ".tar", ".pdparams", ".pdopt")
+PICKLE_LOADED = (
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".pkl",
+    ".pickle",
+    ".joblib",
+    ".dill",
+    ".sav",
+    ".npy",
+    ".npz",
+    ".tar",
+    ".pdparams",
+    ".pdopt",
+)
 
 Verdict = tuple[str, list[Finding]]
 
 
-def scan_blob(path: str, stream: BinaryIO, size: int,
-              limits: ScanLimits = ScanLimits()) -> FileReport:
+def scan_blob(
+    path: str, stream: BinaryIO, size: int, limits: ScanLimits = ScanLimits()
+) -> FileReport:
     """Classify the ``size`` bytes of ``stream`` (a seekable binary stream) named ``path``.
 
     Returns the file's kind and every finding; no findings means the file is admitted.
@@ -77,8 +95,11 @@ def scan_blob(path: str, stream: BinaryIO, size: int,
     name = path.rsplit("/", 1)[-1]
     lower = name.lower()
     # (1): names only code has
-    findings = [Finding(path, rule, f"{reason} ({name!r})")
-                for suffixes, rule, reason in CODE_SUFFIXES if lower.endswith(suffixes)]
+    findings = [
+        Finding(path, rule, f"{reason} ({name!r})")
+        for suffixes, rule, reason in CODE_SUFFIXES
+        if lower.endswith(suffixes)
+    ]
     if ".so." in lower:
         findings.append(Finding(path, "scan.native", f"versioned shared library ({name!r})"))
     # (2): the content
@@ -87,39 +108,48 @@ def scan_blob(path: str, stream: BinaryIO, size: int,
     findings.extend(f for f in found if f not in findings)
     # (3): a name that promises another format; a name pickle loaders read
     for suffix, wanted, rule in PROMISES:
-        if lower.endswith(suffix) and kind != wanted and not any(f.rule == rule
-                                                                 for f in findings):
+        if lower.endswith(suffix) and kind != wanted and not any(f.rule == rule for f in findings):
             findings.append(Finding(path, rule, f"named {suffix} but the content is {kind}"))
     loaded = next((s for s in PICKLE_LOADED if lower.endswith(s)), None)
     if loaded is not None and not findings and kind != "empty":
-        findings.append(Finding(path, "scan.pickle", f"named {loaded}, which torch.load, "
-                                "pickle.load, numpy.load and joblib.load unpickle; "
-                                f"{kind} is admitted only under its own names"))
+        findings.append(
+            Finding(
+                path,
+                "scan.pickle",
+                f"named {loaded}, which torch.load, "
+                "pickle.load, numpy.load and joblib.load unpickle; "
+                f"{kind} is admitted only under its own names",
+            )
+        )
     # (4): allow_globs admit unknown content only
-    if findings and all(f.rule == "scan.unknown" for f in findings) and any(
-            fnmatch.fnmatchcase(path, glob) for glob in limits.allow_globs):
+    if (
+        findings
+        and all(f.rule == "scan.unknown" for f in findings)
+        and any(fnmatch.fnmatchcase(path, glob) for glob in limits.allow_globs)
+    ):
         return FileReport(path, f"{kind} (admitted by allow_globs)", ())
     return FileReport(path, kind, tuple(findings))
 
 
-def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
-             limits: ScanLimits) -> Verdict:
+def _content(path: str, stream: BinaryIO, size: int, prefix: bytes, limits: ScanLimits) -> Verdict:
     truncated = size > len(prefix)
     if size == 0:
         return "empty", []
     # what CPython's unpicklers make of the bytes comes first: a stream they would import,
     # call or finish is a pickle, whatever else it also is (text, a zip appended to it)
     stream.seek(0)
-    probe = judge_pickle(stream, size, max_bytes=limits.max_pickle_walk,
-                         max_ops=limits.max_pickle_ops)
+    probe = judge_pickle(
+        stream, size, max_bytes=limits.max_pickle_walk, max_ops=limits.max_pickle_ops
+    )
     archive = scan_zip(path, stream, size, prefix, limits)
     if archive is not None:  # its members first, then what pickle.load reads at offset 0
         found = list(archive.findings)
         if probe is not None:
             found += _pickle_findings(path, prefix, probe, truncated=truncated)
         return archive.kind, found
-    if probe is not None and not (probe.why == STOP
-                                  and _valid_safetensors(path, stream, size, prefix, limits)):
+    if probe is not None and not (
+        probe.why == STOP and _valid_safetensors(path, stream, size, prefix, limits)
+    ):
         return "pickle", _pickle_findings(path, prefix, probe, truncated=truncated)
     native = native_kind(prefix)
     if native is not None:
@@ -128,8 +158,14 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
         return "python bytecode", [Finding(path, "scan.bytecode", "CPython bytecode (.pyc)")]
     at = hdf5_offset(stream, size)
     if at is not None:
-        return "hdf5", [Finding(path, "scan.hdf5", f"HDF5 file (superblock at offset {at}); "
-                                "HDF5/Keras models can carry code such as Lambda layers")]
+        return "hdf5", [
+            Finding(
+                path,
+                "scan.hdf5",
+                f"HDF5 file (superblock at offset {at}); "
+                "HDF5/Keras models can carry code such as Lambda layers",
+            )
+        ]
     if prefix.startswith(NPY_MAGIC):
         return "numpy", _numpy(path, prefix)
     st: list[Finding] = []
@@ -141,8 +177,9 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
     if packed is not None:
         return packed
     if is_tar(prefix):
-        return "tar archive", [Finding(path, "scan.unknown", "tar archive is not on the "
-                                       "allow-list")]
+        return "tar archive", [
+            Finding(path, "scan.unknown", "tar archive is not on the allow-list")
+        ]
     if prefix[:1] == b"\x0a" or path.lower().endswith(".model"):
         verdict = _sentencepiece(path, stream, size, limits)
         if verdict is not None:
@@ -152,12 +189,18 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes,
         return text
     if st:  # named .safetensors, recognized as nothing else: why it is no safetensors
         return "safetensors", st
-    return "unknown", [Finding(path, "scan.unknown", "unrecognized binary content "
-                               f"(starts with {prefix[:16].hex(' ')})")]
+    return "unknown", [
+        Finding(
+            path,
+            "scan.unknown",
+            f"unrecognized binary content (starts with {prefix[:16].hex(' ')})",
+        )
+    ]
 
 
-def _pickle_findings(path: str, prefix: bytes, probe: PickleProbe, *,
-                     truncated: bool) -> list[Finding]:
+def _pickle_findings(
+    path: str, prefix: bytes, probe: PickleProbe, *, truncated: bool
+) -> list[Finding]:
     rule = "scan.joblib" if probe.joblib else "scan.pickle"
     found = [Finding(path, rule, probe.describe())]
     if _is_text_prefix(prefix, truncated=truncated):  # also say what the text is
@@ -167,12 +210,14 @@ def _pickle_findings(path: str, prefix: bytes, probe: PickleProbe, *,
     return found
 
 
-def _valid_safetensors(path: str, stream: BinaryIO, size: int, prefix: bytes,
-                       limits: ScanLimits) -> bool:
+def _valid_safetensors(
+    path: str, stream: BinaryIO, size: int, prefix: bytes, limits: ScanLimits
+) -> bool:
     """A complete pickle that imports nothing is no danger in a file that is valid
     safetensors too (a safetensors loader reads it; PICKLE_LOADED names still refuse it)."""
-    return (_looks_like_safetensors(prefix, size, limits)
-            and not check_safetensors(path, stream, size, limits))
+    return _looks_like_safetensors(prefix, size, limits) and not check_safetensors(
+        path, stream, size, limits
+    )
 
 
 def _looks_like_safetensors(prefix: bytes, size: int, limits: ScanLimits) -> bool:
@@ -186,39 +231,67 @@ def _numpy(path: str, prefix: bytes) -> list[Finding]:
     try:
         descr = npy_descr(prefix)
     except ValueError as exc:
-        return [Finding(path, "scan.numpy-object", f"numpy array with an unreadable header "
-                        f"(loading it may unpickle): {exc}")]
+        return [
+            Finding(
+                path,
+                "scan.numpy-object",
+                f"numpy array with an unreadable header (loading it may unpickle): {exc}",
+            )
+        ]
     if descr_has_object(descr):
-        return [Finding(path, "scan.numpy-object", f"numpy array with object dtype {descr!r}: "
-                        "its elements are pickles")]
-    return [Finding(path, "scan.unknown", f"numpy array (dtype {descr!r}) is not on the "
-                    "allow-list; convert it to safetensors or admit it with allow_globs")]
+        return [
+            Finding(
+                path,
+                "scan.numpy-object",
+                f"numpy array with object dtype {descr!r}: its elements are pickles",
+            )
+        ]
+    return [
+        Finding(
+            path,
+            "scan.unknown",
+            f"numpy array (dtype {descr!r}) is not on the "
+            "allow-list; convert it to safetensors or admit it with allow_globs",
+        )
+    ]
 
 
-def _compressed(path: str, prefix: bytes, limits: ScanLimits, *,
-                truncated: bool) -> Verdict | None:
+def _compressed(path: str, prefix: bytes, limits: ScanLimits, *, truncated: bool) -> Verdict | None:
     packed = compressed_kind(prefix, limits.probe_bytes, whole=not truncated)
     if packed is None:
         return None
-    probe = judge_pickle_bytes(packed.data, cut=packed.cut,
-                               max_bytes=limits.max_pickle_walk,
-                               max_ops=limits.max_pickle_ops) if packed.data else None
+    probe = (
+        judge_pickle_bytes(
+            packed.data,
+            cut=packed.cut,
+            max_bytes=limits.max_pickle_walk,
+            max_ops=limits.max_pickle_ops,
+        )
+        if packed.data
+        else None
+    )
     if probe is None:
-        return f"{packed.method} stream", [Finding(path, "scan.unknown", f"{packed.method}-"
-                                                   "compressed data is not on the allow-list")]
+        return f"{packed.method} stream", [
+            Finding(
+                path, "scan.unknown", f"{packed.method}-compressed data is not on the allow-list"
+            )
+        ]
     rule = "scan.joblib" if probe.joblib or packed.method.startswith("joblib") else "scan.pickle"
     return "pickle", [Finding(path, rule, f"{packed.method}-compressed {probe.describe()}")]
 
 
-def _sentencepiece(path: str, stream: BinaryIO, size: int,
-                   limits: ScanLimits) -> Verdict | None:
+def _sentencepiece(path: str, stream: BinaryIO, size: int, limits: ScanLimits) -> Verdict | None:
     named = path.lower().endswith(".model")
     if size > limits.max_sentencepiece_bytes:
         if not named:
             return None
-        return "sentencepiece", [Finding(path, "scan.too-large", f"{size} bytes exceeds the "
-                                         f"sentencepiece limit of "
-                                         f"{limits.max_sentencepiece_bytes}")]
+        return "sentencepiece", [
+            Finding(
+                path,
+                "scan.too-large",
+                f"{size} bytes exceeds the sentencepiece limit of {limits.max_sentencepiece_bytes}",
+            )
+        ]
     problem = structured.sentencepiece_problem(read_at(stream, 0, size))
     if problem is None:
         return "sentencepiece", []
@@ -227,22 +300,28 @@ def _sentencepiece(path: str, stream: BinaryIO, size: int,
     return None
 
 
-def _text(path: str, stream: BinaryIO, size: int, prefix: bytes,
-          limits: ScanLimits) -> Verdict | None:
+def _text(
+    path: str, stream: BinaryIO, size: int, prefix: bytes, limits: ScanLimits
+) -> Verdict | None:
     if not _is_text_prefix(prefix, truncated=size > len(prefix)):
         return None
     if size > limits.max_text_bytes:
-        return "text", [Finding(path, "scan.too-large", f"text file of {size} bytes exceeds "
-                                f"the limit of {limits.max_text_bytes}")]
+        return "text", [
+            Finding(
+                path,
+                "scan.too-large",
+                f"text file of {size} bytes exceeds the limit of {limits.max_text_bytes}",
+            )
+        ]
     data = read_at(stream, 0, size)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return "unknown", [Finding(path, "scan.unknown", f"not valid UTF-8 text (byte "
-                                   f"{exc.start})")]
+        return "unknown", [
+            Finding(path, "scan.unknown", f"not valid UTF-8 text (byte {exc.start})")
+        ]
     if structured.has_binary_controls(text):
-        return "unknown", [Finding(path, "scan.unknown", "text holds NUL or control "
-                                   "characters")]
+        return "unknown", [Finding(path, "scan.unknown", "text holds NUL or control characters")]
     code = structured.code_problem(prefix, text)
     if code is not None:
         return "code", [Finding(path, code[0], code[1])]
@@ -253,8 +332,13 @@ def _text(path: str, stream: BinaryIO, size: int, prefix: bytes,
             return verdict
     if name == SPEC_NAME:
         if size > limits.max_spec_bytes:
-            return "bundle spec", [Finding(path, "scan.too-large", f"{size} bytes exceeds "
-                                           f"the spec limit of {limits.max_spec_bytes}")]
+            return "bundle spec", [
+                Finding(
+                    path,
+                    "scan.too-large",
+                    f"{size} bytes exceeds the spec limit of {limits.max_spec_bytes}",
+                )
+            ]
         return "bundle spec", structured.check_yaml(path, text)
     return structured.text_kind(path, text), []
 
@@ -262,8 +346,13 @@ def _text(path: str, stream: BinaryIO, size: int, prefix: bytes,
 def _json(path: str, text: str, size: int, limits: ScanLimits) -> Verdict | None:
     named = path.lower().endswith(".json")
     if size > limits.max_json_bytes:
-        return "json", [Finding(path, "scan.too-large", f"JSON file of {size} bytes exceeds "
-                                f"the limit of {limits.max_json_bytes}")]
+        return "json", [
+            Finding(
+                path,
+                "scan.too-large",
+                f"JSON file of {size} bytes exceeds the limit of {limits.max_json_bytes}",
+            )
+        ]
     try:
         document = structured.parse_json(text)
     except ValueError as exc:
@@ -279,11 +368,10 @@ def _is_text_prefix(prefix: bytes, *, truncated: bool) -> bool:
     if truncated:  # the prefix may end inside a multi-byte character
         for cut in range(4):
             try:
-                data[:len(data) - cut].decode("utf-8")
+                data[: len(data) - cut].decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            return not structured.has_binary_controls(
-                data[:len(data) - cut].decode("utf-8"))
+            return not structured.has_binary_controls(data[: len(data) - cut].decode("utf-8"))
         return False
     try:
         return not structured.has_binary_controls(data.decode("utf-8"))

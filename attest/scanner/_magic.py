@@ -38,7 +38,7 @@ def native_kind(prefix: bytes) -> str | None:
     if prefix.startswith(b"MZ"):
         if len(prefix) >= 64:
             pe_at = int.from_bytes(prefix[60:64], "little")
-            if prefix[pe_at:pe_at + 4] == b"PE\x00\x00":
+            if prefix[pe_at : pe_at + 4] == b"PE\x00\x00":
                 return "PE executable or DLL"
         return "DOS/PE executable (MZ header)"
     return None
@@ -75,7 +75,7 @@ def npy_descr(prefix: bytes) -> object:
         raise ValueError(f"unknown .npy format version {major}")
     if length > MAX_NPY_HEADER or start + length > len(prefix):
         raise ValueError(f".npy header of {length} bytes is longer than we read")
-    text = prefix[start:start + length].decode("latin-1")
+    text = prefix[start : start + length].decode("latin-1")
     try:
         header = ast.literal_eval(text)  # literals only: no names, no calls
     except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
@@ -95,8 +95,10 @@ def descr_has_object(descr: object) -> bool:
     return not _numeric_descr(descr, 0)
 
 
-NUMERIC_DESCR = re.compile(r"[<>|=]?(?:[?bBhHiIlLqQpPefdgFDG]|[biufc]\d+|[SUVa]\d+"
-                           r"|[Mm]8(?:\[\w+\])?)")
+NUMERIC_DESCR = re.compile(
+    r"[<>|=]?(?:[?bBhHiIlLqQpPefdgFDG]|[biufc]\d+|[SUVa]\d+"
+    r"|[Mm]8(?:\[\w+\])?)"
+)
 
 
 def _numeric_descr(descr: object, depth: int) -> bool:
@@ -107,8 +109,12 @@ def _numeric_descr(descr: object, depth: int) -> bool:
     if isinstance(descr, tuple) and len(descr) == 2:  # a subarray: (base, shape)
         return _numeric_descr(descr[0], depth + 1)
     if isinstance(descr, list) and descr:  # structured: [(name, descr[, shape]), ...]
-        return all(isinstance(field, (tuple, list)) and len(field) in (2, 3)
-                   and _numeric_descr(field[1], depth + 1) for field in descr)
+        return all(
+            isinstance(field, (tuple, list))
+            and len(field) in (2, 3)
+            and _numeric_descr(field[1], depth + 1)
+            for field in descr
+        )
     return False
 
 
@@ -168,8 +174,9 @@ def compressed_kind(prefix: bytes, limit: int, *, whole: bool) -> Inflated | Non
     return None
 
 
-def _inflate(method: str, make: Callable[[], _Decompressor] | None, data: bytes,
-             limit: int, *, whole: bool) -> Inflated:
+def _inflate(
+    method: str, make: Callable[[], _Decompressor] | None, data: bytes, limit: int, *, whole: bool
+) -> Inflated:
     """Decompress ``data`` in small steps, keeping what came out before any error: a
     streaming reader (gzip.open, joblib) hands those bytes to the unpickler before it
     reaches the corrupt part."""
@@ -178,7 +185,7 @@ def _inflate(method: str, make: Callable[[], _Decompressor] | None, data: bytes,
     decompressor = make()
     out = bytearray()
     for start in range(0, len(data), INFLATE_STEP):
-        pending = getattr(decompressor, "unconsumed_tail", b"") + data[start:start + INFLATE_STEP]
+        pending = getattr(decompressor, "unconsumed_tail", b"") + data[start : start + INFLATE_STEP]
         try:
             out += decompressor.decompress(pending, limit - len(out))
         except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
@@ -187,8 +194,11 @@ def _inflate(method: str, make: Callable[[], _Decompressor] | None, data: bytes,
             return Inflated(method, bytes(out), cut="probe_bytes decompressed")
         if decompressor.eof:
             # a second member (gzip, bz2, xz readers go on into it) is more data
-            more = (not whole or bool(getattr(decompressor, "unused_data", b""))
-                    or start + INFLATE_STEP < len(data))
+            more = (
+                not whole
+                or bool(getattr(decompressor, "unused_data", b""))
+                or start + INFLATE_STEP < len(data)
+            )
             return Inflated(method, bytes(out), cut="a further stream follows" if more else "")
     return Inflated(method, bytes(out), cut="probe_bytes of compressed input")
 

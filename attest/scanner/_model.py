@@ -40,10 +40,18 @@ class ScanLimits:
     max_pickle_ops: int = 1_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_safetensors_header", "max_json_bytes", "max_text_bytes",
-                     "max_spec_bytes", "max_sentencepiece_bytes", "probe_bytes",
-                     "max_zip_members", "max_zip_directory", "max_pickle_walk",
-                     "max_pickle_ops"):
+        for name in (
+            "max_safetensors_header",
+            "max_json_bytes",
+            "max_text_bytes",
+            "max_spec_bytes",
+            "max_sentencepiece_bytes",
+            "probe_bytes",
+            "max_zip_members",
+            "max_zip_directory",
+            "max_pickle_walk",
+            "max_pickle_ops",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ScanLimits.{name} must be positive")
         if isinstance(self.allow_globs, str):

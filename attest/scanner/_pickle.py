@@ -99,8 +99,9 @@ class PickleProbe:
     @property
     def joblib(self) -> bool:
         """True when the stream imports joblib's array wrappers."""
-        return any(name.startswith(("joblib.", "sklearn.externals.joblib"))
-                   for name in self.imports)
+        return any(
+            name.startswith(("joblib.", "sklearn.externals.joblib")) for name in self.imports
+        )
 
     def describe(self) -> str:
         """A one-line reason naming the protocol, the verdict and the first imports."""
@@ -114,15 +115,18 @@ class PickleProbe:
         elif self.why == STOP and not self.imports:
             text += " that the unpickler reads to its STOP"
         elif self.why == FRAMING:
-            text += (" with an argument across the end of a FRAME (CPython's unpicklers "
-                     "read it differently)")
+            text += (
+                " with an argument across the end of a FRAME (CPython's unpicklers "
+                "read it differently)"
+            )
         elif self.why == LIMIT:
             text += f" still unpickling at the limit of {self.limit}: undecided, refused"
         return text
 
 
-def judge_pickle(stream: IO[bytes], size: int, *, max_bytes: int, max_ops: int,
-                 cut: str = "") -> PickleProbe | None:
+def judge_pickle(
+    stream: IO[bytes], size: int, *, max_bytes: int, max_ops: int, cut: str = ""
+) -> PickleProbe | None:
     """Return a probe if CPython's unpicklers would import, call or finish on ``stream``.
 
     ``stream`` is positioned at the start of ``size`` bytes (``cut`` names why they are only
@@ -135,15 +139,16 @@ def judge_pickle(stream: IO[bytes], size: int, *, max_bytes: int, max_ops: int,
     return _Model(source, max_ops).run()
 
 
-def judge_pickle_bytes(data: bytes, *, cut: str, max_bytes: int,
-                       max_ops: int) -> PickleProbe | None:
+def judge_pickle_bytes(
+    data: bytes, *, cut: str, max_bytes: int, max_ops: int
+) -> PickleProbe | None:
     """``judge_pickle`` over bytes in memory; ``cut`` names why they are only a prefix
     ("" when they are all of the data)."""
-    return judge_pickle(io.BytesIO(data), len(data), max_bytes=max_bytes, max_ops=max_ops,
-                        cut=cut)
+    return judge_pickle(io.BytesIO(data), len(data), max_bytes=max_bytes, max_ops=max_ops, cut=cut)
 
 
 # --- reading ----------------------------------------------------------------------------
+
 
 class _Limit(Exception):  # noqa: N818 - control flow, never escapes this module
     """A limit (bytes, opcodes) was reached while the stream was still being unpickled."""
@@ -183,7 +188,7 @@ class _Input:
             if self.cut:
                 raise _Limit(f"{self.end} bytes ({self.cut})")
             return False
-        self._buf = self._buf[self._at:] + chunk
+        self._buf = self._buf[self._at :] + chunk
         self._base += self._at
         self._at = 0
         return True
@@ -192,7 +197,7 @@ class _Input:
         """``n`` bytes (n <= DECODE_LIMIT); fewer only at the end of the data."""
         while len(self._buf) - self._at < n and self._more():
             pass
-        data = self._buf[self._at:self._at + n]
+        data = self._buf[self._at : self._at + n]
         self._at += len(data)
         return data
 
@@ -213,13 +218,13 @@ class _Input:
         while True:
             nl = self._buf.find(b"\n", self._at)
             if nl >= 0:
-                line = self._buf[self._at:nl + 1]
+                line = self._buf[self._at : nl + 1]
                 self._at = nl + 1
                 return (line if len(line) <= DECODE_LIMIT else None), True
             if len(self._buf) - self._at > DECODE_LIMIT:
                 return None, self._skip_line()
             if not self._more():
-                line = self._buf[self._at:]
+                line = self._buf[self._at :]
                 self._at = len(self._buf)
                 return line, False
 
@@ -235,6 +240,7 @@ class _Input:
 
 
 # --- the model --------------------------------------------------------------------------
+
 
 class _Opaque:
     """What find_class, an extension or persistent_load returned: it may be callable."""
@@ -319,8 +325,7 @@ class _Model:
             pass
         if self.why is None:
             return None
-        return PickleProbe(self.protocol, tuple(dict.fromkeys(self.imports)), self.why,
-                           self.limit)
+        return PickleProbe(self.protocol, tuple(dict.fromkeys(self.imports)), self.why, self.limit)
 
     def _loop(self) -> None:
         stop_at = self.max_ops
@@ -395,8 +400,7 @@ class _Model:
         if line is None or (digits and len(line) > _digits_limit()):
             return None  # assumed valid
         if PLAIN[op].fullmatch(line) is None:
-            self._both_fail_unless(_accepts(_PY_LOADS, op, line),
-                                   _accepts(_pickle.loads, op, line))
+            self._both_fail_unless(_accepts(_PY_LOADS, op, line), _accepts(_pickle.loads, op, line))
         return line
 
     # -- the stack, as pickle.py keeps it (a MARK starts a new list; _pickle's fence agrees)
@@ -435,6 +439,7 @@ class _Model:
 
 
 # --- opcodes (pickle.py 3.11 Unpickler.load_*; _pickle.c load_*) ------------------------
+
 
 def _proto(m: _Model) -> None:
     proto = m._fixed(1)[0]
@@ -480,11 +485,13 @@ def _value(n: int) -> _Handler:
     def handler(m: _Model) -> None:
         m._fixed(n)
         m.push(DATA)
+
     return handler
 
 
-def _counted_value(width: int, fmt: str, *, signed_py: bool = False,
-                   text: bool = False) -> _Handler:
+def _counted_value(
+    width: int, fmt: str, *, signed_py: bool = False, text: bool = False
+) -> _Handler:
     def handler(m: _Model) -> None:
         n = struct.unpack(fmt, m._fixed(width))[0]
         if signed_py and n >= 2**31:
@@ -499,6 +506,7 @@ def _counted_value(width: int, fmt: str, *, signed_py: bool = False,
             except UnicodeDecodeError:
                 raise _Refused from None
         m.push(value)
+
     return handler
 
 
@@ -517,12 +525,14 @@ def _line_value(op: bytes, *, digits: bool = False, text: bool = False) -> _Hand
         if text and line is not None:
             value = m.kept(str(line[:-1], "raw-unicode-escape"))
         m.push(value)
+
     return handler
 
 
 def _push(value: object) -> _Handler:
     def handler(m: _Model) -> None:
         m.push(value)
+
     return handler
 
 
@@ -560,6 +570,7 @@ def _ext(width: int, fmt: str) -> _Handler:
     def handler(m: _Model) -> None:
         code = struct.unpack(fmt, m._fixed(width))[0]
         m.imported(f"copyreg extension {code}")
+
     return handler
 
 
@@ -596,6 +607,7 @@ def _import_name(module: bytes | None, name: bytes | None) -> str:
         if part is None:
             return "(a long name)"
         return part[:-1].decode("utf-8", "replace")[:NAME_LIMIT]
+
     return f"{text(module)}.{text(name)}"
 
 
@@ -622,6 +634,7 @@ def _get(m: _Model) -> None:
 def _binget(width: int, fmt: str) -> _Handler:
     def handler(m: _Model) -> None:
         _memo_get(m, struct.unpack(fmt, m._fixed(width))[0])
+
     return handler
 
 
@@ -644,6 +657,7 @@ def _binput(width: int, fmt: str) -> _Handler:
         index = struct.unpack(fmt, m._fixed(width))[0]
         m.need(1)
         m.memo[index] = m.stack[-1]
+
     return handler
 
 
@@ -695,6 +709,7 @@ def _tuple_n(n: int) -> _Handler:
         m.need(n)
         del m.stack[-n:]
         m.push(DATA)
+
     return handler
 
 
@@ -768,36 +783,76 @@ def _readonly_buffer(m: _Model) -> None:
 
 P = pickle
 DISPATCH: dict[int, _Handler] = {
-    P.MARK[0]: _mark, P.STOP[0]: _stop, P.POP[0]: _pop, P.POP_MARK[0]: _pop_mark,
-    P.DUP[0]: _dup, P.FLOAT[0]: _line_value(P.FLOAT), P.INT[0]: _line_value(P.INT, digits=True),
-    P.BININT[0]: _value(4), P.BININT1[0]: _value(1), P.LONG[0]: _line_value(P.LONG, digits=True),
-    P.BININT2[0]: _value(2), P.NONE[0]: _push(DATA), P.PERSID[0]: _persid,
-    P.BINPERSID[0]: _binpersid, P.REDUCE[0]: _reduce,
+    P.MARK[0]: _mark,
+    P.STOP[0]: _stop,
+    P.POP[0]: _pop,
+    P.POP_MARK[0]: _pop_mark,
+    P.DUP[0]: _dup,
+    P.FLOAT[0]: _line_value(P.FLOAT),
+    P.INT[0]: _line_value(P.INT, digits=True),
+    P.BININT[0]: _value(4),
+    P.BININT1[0]: _value(1),
+    P.LONG[0]: _line_value(P.LONG, digits=True),
+    P.BININT2[0]: _value(2),
+    P.NONE[0]: _push(DATA),
+    P.PERSID[0]: _persid,
+    P.BINPERSID[0]: _binpersid,
+    P.REDUCE[0]: _reduce,
     P.STRING[0]: _line_value(P.STRING, text=False),
     P.BINSTRING[0]: _counted_value(4, "<I", signed_py=True),
     P.SHORT_BINSTRING[0]: _counted_value(1, "<B"),
     P.UNICODE[0]: _line_value(P.UNICODE, text=True),
-    P.BINUNICODE[0]: _counted_value(4, "<I", text=True), P.APPEND[0]: _append,
-    P.BUILD[0]: _build, P.GLOBAL[0]: _global, P.DICT[0]: _dict, P.EMPTY_DICT[0]: _push(DATA),
-    P.APPENDS[0]: _appends, P.GET[0]: _get, P.BINGET[0]: _binget(1, "<B"), P.INST[0]: _inst,
-    P.LONG_BINGET[0]: _binget(4, "<I"), P.LIST[0]: _from_mark, P.EMPTY_LIST[0]: _push(DATA),
-    P.OBJ[0]: _obj, P.PUT[0]: _put, P.BINPUT[0]: _binput(1, "<B"),
-    P.LONG_BINPUT[0]: _binput(4, "<I"), P.SETITEM[0]: _setitem, P.TUPLE[0]: _from_mark,
-    P.EMPTY_TUPLE[0]: _push(DATA), P.SETITEMS[0]: _setitems, P.BINFLOAT[0]: _value(8),
+    P.BINUNICODE[0]: _counted_value(4, "<I", text=True),
+    P.APPEND[0]: _append,
+    P.BUILD[0]: _build,
+    P.GLOBAL[0]: _global,
+    P.DICT[0]: _dict,
+    P.EMPTY_DICT[0]: _push(DATA),
+    P.APPENDS[0]: _appends,
+    P.GET[0]: _get,
+    P.BINGET[0]: _binget(1, "<B"),
+    P.INST[0]: _inst,
+    P.LONG_BINGET[0]: _binget(4, "<I"),
+    P.LIST[0]: _from_mark,
+    P.EMPTY_LIST[0]: _push(DATA),
+    P.OBJ[0]: _obj,
+    P.PUT[0]: _put,
+    P.BINPUT[0]: _binput(1, "<B"),
+    P.LONG_BINPUT[0]: _binput(4, "<I"),
+    P.SETITEM[0]: _setitem,
+    P.TUPLE[0]: _from_mark,
+    P.EMPTY_TUPLE[0]: _push(DATA),
+    P.SETITEMS[0]: _setitems,
+    P.BINFLOAT[0]: _value(8),
     # protocol 2
-    P.PROTO[0]: _proto, P.NEWOBJ[0]: _newobj, P.EXT1[0]: _ext(1, "<B"), P.EXT2[0]: _ext(2, "<H"),
-    P.EXT4[0]: _ext(4, "<i"), P.TUPLE1[0]: _tuple_n(1), P.TUPLE2[0]: _tuple_n(2),
-    P.TUPLE3[0]: _tuple_n(3), P.NEWTRUE[0]: _push(DATA), P.NEWFALSE[0]: _push(DATA),
-    P.LONG1[0]: _counted_value(1, "<B"), P.LONG4[0]: _long4,
+    P.PROTO[0]: _proto,
+    P.NEWOBJ[0]: _newobj,
+    P.EXT1[0]: _ext(1, "<B"),
+    P.EXT2[0]: _ext(2, "<H"),
+    P.EXT4[0]: _ext(4, "<i"),
+    P.TUPLE1[0]: _tuple_n(1),
+    P.TUPLE2[0]: _tuple_n(2),
+    P.TUPLE3[0]: _tuple_n(3),
+    P.NEWTRUE[0]: _push(DATA),
+    P.NEWFALSE[0]: _push(DATA),
+    P.LONG1[0]: _counted_value(1, "<B"),
+    P.LONG4[0]: _long4,
     # protocol 3
-    P.BINBYTES[0]: _counted_value(4, "<I"), P.SHORT_BINBYTES[0]: _counted_value(1, "<B"),
+    P.BINBYTES[0]: _counted_value(4, "<I"),
+    P.SHORT_BINBYTES[0]: _counted_value(1, "<B"),
     # protocol 4
     P.SHORT_BINUNICODE[0]: _counted_value(1, "<B", text=True),
     P.BINUNICODE8[0]: _counted_value(8, "<Q", text=True),
-    P.BINBYTES8[0]: _counted_value(8, "<Q"), P.EMPTY_SET[0]: _push(DATA),
-    P.ADDITEMS[0]: _appends, P.FROZENSET[0]: _from_mark, P.NEWOBJ_EX[0]: _newobj_ex,
-    P.STACK_GLOBAL[0]: _stack_global, P.MEMOIZE[0]: _memoize, P.FRAME[0]: _frame,
+    P.BINBYTES8[0]: _counted_value(8, "<Q"),
+    P.EMPTY_SET[0]: _push(DATA),
+    P.ADDITEMS[0]: _appends,
+    P.FROZENSET[0]: _from_mark,
+    P.NEWOBJ_EX[0]: _newobj_ex,
+    P.STACK_GLOBAL[0]: _stack_global,
+    P.MEMOIZE[0]: _memoize,
+    P.FRAME[0]: _frame,
     # protocol 5
-    P.BYTEARRAY8[0]: _counted_value(8, "<Q"), P.NEXT_BUFFER[0]: _push(DATA),
+    P.BYTEARRAY8[0]: _counted_value(8, "<Q"),
+    P.NEXT_BUFFER[0]: _push(DATA),
     P.READONLY_BUFFER[0]: _readonly_buffer,
 }

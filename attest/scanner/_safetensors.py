@@ -29,12 +29,28 @@ MAX_FINDINGS = 20
 
 # Width in bits of one element of every dtype the safetensors format (0.8) defines.
 DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
 }
 TENSOR_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 U64_MAX = 2**64 - 1
@@ -44,9 +60,7 @@ class _HeaderError(ValueError):
     """The header cannot be validated further; the message is the reason."""
 
 
-def check_safetensors(
-    path: str, stream: BinaryIO, size: int, limits: ScanLimits
-) -> list[Finding]:
+def check_safetensors(path: str, stream: BinaryIO, size: int, limits: ScanLimits) -> list[Finding]:
     """Validate the safetensors file in ``stream`` (``size`` bytes); return every finding."""
     reasons: list[str] = []
     try:
@@ -65,16 +79,19 @@ def check_safetensors(
 def _read_header(stream: BinaryIO, size: int, limits: ScanLimits) -> tuple[dict[str, object], int]:
     # (1): the 8-byte header length
     if size < 8:
-        raise _HeaderError(f"file is {size} bytes; a safetensors file starts with an 8-byte "
-                      "header length")
+        raise _HeaderError(
+            f"file is {size} bytes; a safetensors file starts with an 8-byte header length"
+        )
     length = int.from_bytes(read_at(stream, 0, 8), "little")
     # (2): bounded by the limit and by the file
     if length > limits.max_safetensors_header:
-        raise _HeaderError(f"header length {length} exceeds the limit of "
-                      f"{limits.max_safetensors_header} bytes")
+        raise _HeaderError(
+            f"header length {length} exceeds the limit of {limits.max_safetensors_header} bytes"
+        )
     if length > size - 8:
-        raise _HeaderError(f"header length {length} exceeds the {size - 8} bytes after the "
-                      "length field")
+        raise _HeaderError(
+            f"header length {length} exceeds the {size - 8} bytes after the length field"
+        )
     if length < 2:
         raise _HeaderError(f"header length {length} is too small to hold a JSON object")
     raw = read_at(stream, 8, length)
@@ -88,8 +105,9 @@ def _read_header(stream: BinaryIO, size: int, limits: ScanLimits) -> tuple[dict[
     if not text.startswith("{"):
         raise _HeaderError("header does not start with '{'")
     try:
-        parsed = json.loads(text, object_pairs_hook=reject_duplicates,
-                            parse_constant=_reject_constant)
+        parsed = json.loads(
+            text, object_pairs_hook=reject_duplicates, parse_constant=_reject_constant
+        )
     except RecursionError:
         raise _HeaderError("header JSON is nested too deeply") from None
     except ValueError as exc:
@@ -120,8 +138,9 @@ def _check_entries(
                 continue
             for key, value in entry.items():
                 if not isinstance(value, str):
-                    reasons.append(f"__metadata__[{key!r}] is a {type(value).__name__}, "
-                                   "not a string")
+                    reasons.append(
+                        f"__metadata__[{key!r}] is a {type(value).__name__}, not a string"
+                    )
             continue
         # (5): one tensor entry
         where = f"tensor {name!r}"
@@ -132,45 +151,55 @@ def _check_entries(
         if keys != TENSOR_KEYS:
             missing = sorted(TENSOR_KEYS - keys)
             extra = sorted(keys - TENSOR_KEYS)
-            reasons.append(f"{where}: entry must hold exactly dtype, shape and data_offsets"
-                           f" (missing {missing}, unexpected {extra})")
+            reasons.append(
+                f"{where}: entry must hold exactly dtype, shape and data_offsets"
+                f" (missing {missing}, unexpected {extra})"
+            )
             continue
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
         if bits is None:
             reasons.append(f"{where}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= U64_MAX
-                                                  for d in shape):
+        if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= U64_MAX for d in shape):
             reasons.append(f"{where}: shape {shape!r} is not a list of non-negative integers")
             shape = None
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(_is_int(o) and 0 <= o <= U64_MAX for o in offsets)):
-            reasons.append(f"{where}: data_offsets {offsets!r} is not two non-negative "
-                           "integers")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_is_int(o) and 0 <= o <= U64_MAX for o in offsets)
+        ):
+            reasons.append(f"{where}: data_offsets {offsets!r} is not two non-negative integers")
             continue
         begin, end = offsets
         if begin > end:
             reasons.append(f"{where}: data_offsets [{begin}, {end}] end before they begin")
             continue
         if end > data_len:
-            reasons.append(f"{where}: data_offsets [{begin}, {end}] run past the data "
-                           f"section ({data_len} bytes)")
+            reasons.append(
+                f"{where}: data_offsets [{begin}, {end}] run past the data "
+                f"section ({data_len} bytes)"
+            )
             continue
         tensors.append((begin, end, name))
         if bits is None or shape is None:
             continue
         count = _elements(shape, cap=(end - begin) * 8)
         if count is None:
-            reasons.append(f"{where}: shape {shape} of {dtype} needs more than the "
-                           f"{end - begin} bytes data_offsets [{begin}, {end}] hold")
+            reasons.append(
+                f"{where}: shape {shape} of {dtype} needs more than the "
+                f"{end - begin} bytes data_offsets [{begin}, {end}] hold"
+            )
             continue
         nbits = count * bits
         if nbits % 8:
-            reasons.append(f"{where}: shape {shape} of {dtype} is {nbits} bits, "
-                           "not a whole number of bytes")
+            reasons.append(
+                f"{where}: shape {shape} of {dtype} is {nbits} bits, not a whole number of bytes"
+            )
         elif nbits // 8 != end - begin:
-            reasons.append(f"{where}: shape {shape} of {dtype} needs {nbits // 8} bytes "
-                           f"but data_offsets [{begin}, {end}] hold {end - begin}")
+            reasons.append(
+                f"{where}: shape {shape} of {dtype} needs {nbits // 8} bytes "
+                f"but data_offsets [{begin}, {end}] hold {end - begin}"
+            )
     return tensors
 
 
@@ -186,21 +215,26 @@ def _elements(shape: list[int], cap: int) -> int | None:
     return count
 
 
-def _check_coverage(tensors: list[tuple[int, int, str]], data_len: int,
-                    reasons: list[str]) -> None:
+def _check_coverage(tensors: list[tuple[int, int, str]], data_len: int, reasons: list[str]) -> None:
     # (6): sorted by offset, the tensors tile the data section exactly
     cursor = 0
     last: tuple[int, int, str] | None = None
     for begin, end, name in sorted(tensors):
         if begin < cursor and last is not None:
-            reasons.append(f"tensor {name!r}: data_offsets [{begin}, {end}] overlap tensor "
-                           f"{last[2]!r} [{last[0]}, {last[1]}]")
+            reasons.append(
+                f"tensor {name!r}: data_offsets [{begin}, {end}] overlap tensor "
+                f"{last[2]!r} [{last[0]}, {last[1]}]"
+            )
         elif begin > cursor:
-            reasons.append(f"data section bytes [{cursor}, {begin}) belong to no tensor "
-                           f"(gap before tensor {name!r})")
+            reasons.append(
+                f"data section bytes [{cursor}, {begin}) belong to no tensor "
+                f"(gap before tensor {name!r})"
+            )
         if end >= cursor:
             cursor = end
             last = (begin, end, name)
     if cursor < data_len:
-        reasons.append(f"data section is {data_len} bytes but the tensors end at {cursor}: "
-                       f"{data_len - cursor} trailing bytes belong to no tensor")
+        reasons.append(
+            f"data section is {data_len} bytes but the tensors end at {cursor}: "
+            f"{data_len - cursor} trailing bytes belong to no tensor"
+        )

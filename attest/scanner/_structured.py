@@ -32,6 +32,7 @@ CODE_WINDOW = 256 * 2**10
 
 # --- JSON -------------------------------------------------------------------------------
 
+
 def parse_json(text: str) -> object:
     """Parse JSON strictly: duplicate keys and excessive nesting raise ValueError."""
     try:
@@ -88,6 +89,7 @@ def _walk(document: object) -> Iterator[tuple[str, object]]:
 
 # --- modelward.yaml ---------------------------------------------------------------------
 
+
 def check_yaml(path: str, text: str) -> list[Finding]:
     """A bundle spec parses strictly (attest._yaml) into a mapping."""
     try:
@@ -100,6 +102,7 @@ def check_yaml(path: str, text: str) -> list[Finding]:
 
 
 # --- sentencepiece ----------------------------------------------------------------------
+
 
 class _WireError(ValueError):
     """Malformed protobuf wire format."""
@@ -133,13 +136,13 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
             width = 8 if wire == 1 else 4
             if pos + width > len(buf):
                 raise _WireError("truncated fixed-width field")
-            yield field, wire, buf[pos:pos + width]
+            yield field, wire, buf[pos : pos + width]
             pos += width
         elif wire == 2:
             length, pos = _varint(buf, pos)
             if pos + length > len(buf):
                 raise _WireError(f"field {field} runs past the end of its message")
-            yield field, wire, buf[pos:pos + length]
+            yield field, wire, buf[pos : pos + length]
             pos += length
         else:
             raise _WireError(f"unsupported wire type {wire}")
@@ -176,6 +179,7 @@ def _check_piece(payload: bytes) -> None:
 
 
 # --- text and code ----------------------------------------------------------------------
+
 
 def code_problem(prefix: bytes, text: str) -> tuple[str, str] | None:
     """(rule, reason) when text is a script or Python source, else None."""

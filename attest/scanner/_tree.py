@@ -35,18 +35,23 @@ def _scan_file(path: str, abspath: Path, limits: ScanLimits) -> FileReport:
     try:
         opened = open_regular(abspath)
     except OSError as exc:
-        return FileReport(path, "unreadable",
-                          (Finding(path, "tree.unreadable", f"cannot open: {exc.strerror}"),))
+        return FileReport(
+            path, "unreadable", (Finding(path, "tree.unreadable", f"cannot open: {exc.strerror}"),)
+        )
     if opened is None:
-        return FileReport(path, "special", (Finding(
-            path, "tree.special", "not a regular file when opened"),))
+        return FileReport(
+            path, "special", (Finding(path, "tree.special", "not a regular file when opened"),)
+        )
     handle, size = opened
     with handle:
         try:
             report = scan_blob(path, handle, size, limits)
         except OSError as exc:
-            return FileReport(path, "unreadable", (Finding(
-                path, "tree.unreadable", f"read failed: {exc.strerror or exc}"),))
+            return FileReport(
+                path,
+                "unreadable",
+                (Finding(path, "tree.unreadable", f"read failed: {exc.strerror or exc}"),),
+            )
     if report.kind == "safetensors" and not report.findings:
         problem = library_problem(abspath)
         if problem is not None:

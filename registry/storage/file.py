@@ -176,8 +176,9 @@ class FileStore:
         for entry in self._uploads.iterdir():
             with contextlib.suppress(FileNotFoundError):
                 stats = [entry.stat(), *(f.stat() for f in entry.iterdir())]
-                yield StoredObject(entry.name, sum(s.st_size for s in stats[1:]),
-                                   max(s.st_mtime for s in stats))
+                yield StoredObject(
+                    entry.name, sum(s.st_size for s in stats[1:]), max(s.st_mtime for s in stats)
+                )
 
     def purge_upload(self, upload_id: str) -> None:
         shutil.rmtree(self._uploads / upload_id, ignore_errors=True)

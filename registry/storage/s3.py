@@ -160,7 +160,8 @@ class S3Store:
         """Stream the parts in order through the verified write, then delete them."""
         if self.size(digest) != size:  # else a retried commit, or the same blob put meanwhile
             chunks = itertools.chain.from_iterable(
-                self._stream(self._part_key(upload_id, p)) for p in parts)
+                self._stream(self._part_key(upload_id, p)) for p in parts
+            )
             self.put_verified(digest, size, chunks)
         self.delete_upload(upload_id, parts)
 
@@ -173,7 +174,8 @@ class S3Store:
 
     def _listed(self, prefix: str) -> Iterator[dict[str, Any]]:
         pages = self._s3.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix)
+            Bucket=self.bucket, Prefix=prefix
+        )
         for page in pages:
             yield from page.get("Contents", [])
 
@@ -182,8 +184,9 @@ class S3Store:
         for item in self._listed(prefix):
             hexd = item["Key"].removeprefix(prefix)
             if "/" not in hexd:
-                yield StoredObject(f"sha256:{hexd}", int(item["Size"]),
-                                   item["LastModified"].timestamp())
+                yield StoredObject(
+                    f"sha256:{hexd}", int(item["Size"]), item["LastModified"].timestamp()
+                )
 
     def stored_uploads(self) -> Iterator[StoredObject]:
         prefix = f"{self.prefix}_uploads/"
@@ -192,8 +195,10 @@ class S3Store:
             upload_id = item["Key"].removeprefix(prefix).split("/", 1)[0]
             seen = sessions.get(upload_id, StoredObject(upload_id, 0, 0.0))
             sessions[upload_id] = StoredObject(
-                upload_id, seen.size + int(item["Size"]),
-                max(seen.modified, item["LastModified"].timestamp()))
+                upload_id,
+                seen.size + int(item["Size"]),
+                max(seen.modified, item["LastModified"].timestamp()),
+            )
         yield from sessions.values()
 
     def purge_upload(self, upload_id: str) -> None:

@@ -26,8 +26,15 @@ from modelward.registry.errors import RegistryError
 from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
 from modelward.registry.settings import Settings
 
-__all__ = ["ALIAS_KEY", "EMBEDDED_ROLES", "ONLINE_ROLES", "OnlineKeys", "TufKeyUnavailable",
-           "next_role", "tuf_keys"]
+__all__ = [
+    "ALIAS_KEY",
+    "EMBEDDED_ROLES",
+    "ONLINE_ROLES",
+    "OnlineKeys",
+    "TufKeyUnavailable",
+    "next_role",
+    "tuf_keys",
+]
 
 ONLINE_ROLES = ("snapshot", "timestamp")
 # the key of the ``ORG:NAME@online`` roles: aliases a repository's policy lets the registry
@@ -91,9 +98,7 @@ class OnlineKeys:
     def signers(self) -> dict[str, list[Signer]]:
         """Every role this registry holds a key for."""
         return {
-            role: [self.signer(role)]
-            for role in (*EMBEDDED_ROLES, *ONLINE_ROLES)
-            if self.has(role)
+            role: [self.signer(role)] for role in (*EMBEDDED_ROLES, *ONLINE_ROLES) if self.has(role)
         }
 
 

@@ -102,8 +102,15 @@ def propose_target(
     """A pending proposal setting ``path`` to ``data`` (removing it when None)."""
     role = delegated_role or delegated_role_for(repo, path)
     return propose_changes(
-        session, repo, role.name, {path: data}, proposer_id=proposer_id, reason=reason,
-        label=path, from_digest=from_digest, to_digest=to_digest,
+        session,
+        repo,
+        role.name,
+        {path: data},
+        proposer_id=proposer_id,
+        reason=reason,
+        label=path,
+        from_digest=from_digest,
+        to_digest=to_digest,
     )
 
 
@@ -131,8 +138,16 @@ def propose_changes(
                 targets.targets[path] = TargetFile.from_data(path, data, ["sha256"])
 
     md = repo.propose(role, change)
-    return _pending(session, role, md, label=label, proposer_id=proposer_id, reason=reason,
-                    from_digest=from_digest, to_digest=to_digest)
+    return _pending(
+        session,
+        role,
+        md,
+        label=label,
+        proposer_id=proposer_id,
+        reason=reason,
+        from_digest=from_digest,
+        to_digest=to_digest,
+    )
 
 
 def _pending(
@@ -148,9 +163,16 @@ def _pending(
 ) -> TufProposal:
     """Keep ``md`` (unsigned) as a pending proposal of ``role``."""
     proposal = TufProposal(
-        role=role, version=md.signed.version, payload=md.to_bytes(), signatures="[]",
-        target=label, from_digest=from_digest, to_digest=to_digest, reason=reason,
-        state="pending", created_by=proposer_id,
+        role=role,
+        version=md.signed.version,
+        payload=md.to_bytes(),
+        signatures="[]",
+        target=label,
+        from_digest=from_digest,
+        to_digest=to_digest,
+        reason=reason,
+        state="pending",
+        created_by=proposer_id,
     )
     session.add(proposal)
     session.flush()
@@ -164,9 +186,7 @@ def propose_targets(
     to sign offline; an identical pending one is returned instead of a second."""
     md = repo.next_targets(delegations)
     for pending in session.scalars(
-        select(TufProposal).where(
-            TufProposal.role == TARGETS_ROLE, TufProposal.state == "pending"
-        )
+        select(TufProposal).where(TufProposal.role == TARGETS_ROLE, TufProposal.state == "pending")
     ):
         old = Metadata[Targets].from_bytes(pending.payload).signed
         same = old.delegations is not None and old.delegations.to_dict() == delegations.to_dict()
@@ -209,7 +229,8 @@ def add_signature(
     if proposal.state == "stale":
         raise ProposalStale(
             f"proposal {proposal.id} is stale: {proposal.role} moved on since it was made; "
-            "propose again", detail={"role": proposal.role, "proposed": proposal.version},
+            "propose again",
+            detail={"role": proposal.role, "proposed": proposal.version},
         )
     if proposal.state != "pending":
         raise Conflict(f"proposal {proposal.id} is {proposal.state}, not pending")
@@ -250,9 +271,7 @@ def add_signature(
         ) from exc
     collected = {s["keyid"]: s["sig"] for s in json.loads(proposal.signatures)}
     collected[keyid] = signature_hex
-    proposal.signatures = json.dumps(
-        [{"keyid": k, "sig": v} for k, v in sorted(collected.items())]
-    )
+    proposal.signatures = json.dumps([{"keyid": k, "sig": v} for k, v in sorted(collected.items())])
     session.flush()
     if len(collected) < threshold:
         return Added(len(collected), threshold, published=False)
@@ -269,10 +288,13 @@ def add_signature(
         raise ProposalStale(str(exc)) from exc
     proposal.state, proposal.decided_at = "published", utcnow()
     # every other pending proposal of this role was made from the version just replaced
-    for other in session.scalars(select(TufProposal).where(
-        TufProposal.role == proposal.role, TufProposal.state == "pending",
-        TufProposal.id != proposal.id,
-    )):
+    for other in session.scalars(
+        select(TufProposal).where(
+            TufProposal.role == proposal.role,
+            TufProposal.state == "pending",
+            TufProposal.id != proposal.id,
+        )
+    ):
         other.state, other.decided_at = "stale", utcnow()
     session.flush()
     return Added(len(collected), threshold, published=True)

@@ -34,6 +34,7 @@ from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, open_
 
 __all__ = ["ProtectedRule", "RepositoryTrust", "delegations"]
 
+
 @dataclass(frozen=True)
 class ProtectedRule:
     """A protected alias pattern of a repository and the approvals it needs."""

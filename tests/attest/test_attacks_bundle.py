@@ -41,8 +41,12 @@ def _manifest_doc(paths: list[str], digest: str = DIGEST, size: int = 1) -> dict
         "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": DIGEST, "size": 2},
         "layers": [
-            {"mediaType": WEIGHT_CONFIG_MEDIA_TYPE, "digest": digest, "size": size,
-             "annotations": {FILEPATH_ANNOTATION: p}}
+            {
+                "mediaType": WEIGHT_CONFIG_MEDIA_TYPE,
+                "digest": digest,
+                "size": size,
+                "annotations": {FILEPATH_ANNOTATION: p},
+            }
             for p in paths
         ],
     }
@@ -55,33 +59,39 @@ def _manifest(paths: list[str], **kw: Any) -> bytes:
 # --- manifest paths --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "shown"), [
-    ("../evil", "'..'"),
-    ("a/../../evil", "'..'"),
-    ("/etc/passwd", "/etc/passwd"),
-    ("a\\..\\evil", "a\\..\\evil"),
-    ("a\x00b", "'\\x00'"),
-    ("a//b", "a//b"),
-    ("./a", "'.'"),
-    ("a/", "a/"),
-    ("cafe\u0301.json", "not NFC"),
-    (".git/config", ".git/config"),
-    ("sub/.modelward/x", "sub/.modelward/x"),
-    ("model.sig", "model.sig"),
-])
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("../evil", "'..'"),
+        ("a/../../evil", "'..'"),
+        ("/etc/passwd", "/etc/passwd"),
+        ("a\\..\\evil", "a\\..\\evil"),
+        ("a\x00b", "'\\x00'"),
+        ("a//b", "a//b"),
+        ("./a", "'.'"),
+        ("a/", "a/"),
+        ("cafe\u0301.json", "not NFC"),
+        (".git/config", ".git/config"),
+        ("sub/.modelward/x", "sub/.modelward/x"),
+        ("model.sig", "model.sig"),
+    ],
+)
 def test_manifest_path_escaping_the_tree(path: str, shown: str) -> None:
     with pytest.raises(ManifestError, match="layers\\[0\\]") as info:
         parse_manifest(_manifest([path]))
     assert shown in str(info.value)
 
 
-@pytest.mark.parametrize("paths", [
-    ["A.json", "a.json"],
-    ["STRASSE", "stra\u00dfe"],
-    ["Sub/x", "sub/y"],
-    ["a", "a/b"],
-    ["w", "w"],
-])
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["A.json", "a.json"],
+        ["STRASSE", "stra\u00dfe"],
+        ["Sub/x", "sub/y"],
+        ["a", "a/b"],
+        ["w", "w"],
+    ],
+)
 def test_manifest_colliding_or_repeated_paths(paths: list[str]) -> None:
     with pytest.raises(ManifestError, match=r"collides|both a file and a directory|duplicate"):
         parse_manifest(_manifest(paths))
@@ -108,15 +118,18 @@ def test_manifest_non_canonical_bytes_would_give_a_second_digest() -> None:
         parse_manifest(json.dumps(doc, indent=1).encode())
 
 
-@pytest.mark.parametrize(("replace", "reason"), [
-    (('"size":1', '"size":1,"size":2'), "duplicate key"),
-    (('"size":1', '"size":1.0'), "non-integer"),
-    (('"size":1', '"size":1e400'), "non-integer"),
-    (('"size":1', '"size":NaN'), "non-finite"),
-    (('"size":1', '"size":-1'), "size"),
-    (('"size":1', '"size":' + "9" * 5000), "not valid JSON"),
-    (('"size":1', '"size":9007199254740992'), "safe integer"),
-])
+@pytest.mark.parametrize(
+    ("replace", "reason"),
+    [
+        (('"size":1', '"size":1,"size":2'), "duplicate key"),
+        (('"size":1', '"size":1.0'), "non-integer"),
+        (('"size":1', '"size":1e400'), "non-integer"),
+        (('"size":1', '"size":NaN'), "non-finite"),
+        (('"size":1', '"size":-1'), "size"),
+        (('"size":1', '"size":' + "9" * 5000), "not valid JSON"),
+        (('"size":1', '"size":9007199254740992'), "safe integer"),
+    ],
+)
 def test_manifest_hostile_numbers_and_duplicate_keys(replace: tuple[str, str], reason: str) -> None:
     data = _manifest(["w"]).replace(replace[0].encode(), replace[1].encode(), 1)
     with pytest.raises(ManifestError, match=reason):
@@ -179,8 +192,10 @@ def test_bundle_spec_deeply_nested_yaml_is_a_finding() -> None:
 
 def test_zip_bomb_member_is_read_only_up_to_the_probe(tmp_path: Path) -> None:
     path = tmp_path / "bomb.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive, \
-            archive.open("weights/blob", "w", force_zip64=True) as member:
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("weights/blob", "w", force_zip64=True) as member,
+    ):
         chunk = b"\0" * 2**20
         for _ in range(64):  # 64 MiB uncompressed, ~64 KiB on disk
             member.write(chunk)
@@ -214,8 +229,15 @@ def _long_lead(protocol: int, payload: bytes) -> bytes:
     filler = b"a" * 70_000
     if protocol == 0:
         return b"S'" + filler + b"'\n0" + payload
-    return (b"\x80" + bytes([protocol]) + b"X" + struct.pack("<I", len(filler)) + filler + b"0"
-            + payload[2:])
+    return (
+        b"\x80"
+        + bytes([protocol])
+        + b"X"
+        + struct.pack("<I", len(filler))
+        + filler
+        + b"0"
+        + payload[2:]
+    )
 
 
 @pytest.mark.parametrize("name", ["vocab.txt", "model.safetensors", "tokenizer.json", "w.bin"])
@@ -235,8 +257,9 @@ def test_protocol0_pickle_behind_a_long_string_is_found(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_pickle_behind_a_long_string_is_not_admitted_by_allow_globs(tmp_path: Path,
-                                                                    protocol: int) -> None:
+def test_pickle_behind_a_long_string_is_not_admitted_by_allow_globs(
+    tmp_path: Path, protocol: int
+) -> None:
     """allow_globs admit "unknown" files only, never a pickle: it must be recognized."""
     data = _long_lead(protocol, _reduce_pickle(tmp_path / "canary", protocol))
     report = _scan("extra/weights.dat", data, ScanLimits(allow_globs=("extra/*",)))
@@ -247,16 +270,22 @@ def test_headerless_binary_pickle_behind_a_long_string_is_found(tmp_path: Path) 
     """Protocol 1 has no PROTO header: a 70 KB BINUNICODE first, then the payload's
     opcodes. Not text, no header: the walk must go on past the probe to see it."""
     filler = b"a" * 70_000
-    data = (b"X" + struct.pack("<I", len(filler)) + filler + b"0"
-            + _reduce_pickle(tmp_path / "canary", 2)[2:])
+    data = (
+        b"X"
+        + struct.pack("<I", len(filler))
+        + filler
+        + b"0"
+        + _reduce_pickle(tmp_path / "canary", 2)[2:]
+    )
     report = _scan("extra/weights.dat", data, ScanLimits(allow_globs=("extra/*",)))
     assert "scan.pickle" in _rules(report), report
     assert not (tmp_path / "canary").exists()
 
 
 def test_allow_globs_never_admit_a_recognized_pickle(tmp_path: Path) -> None:
-    report = _scan("extra/a.bin", _reduce_pickle(tmp_path / "canary", 2),
-                   ScanLimits(allow_globs=("extra/*",)))
+    report = _scan(
+        "extra/a.bin", _reduce_pickle(tmp_path / "canary", 2), ScanLimits(allow_globs=("extra/*",))
+    )
     assert "scan.pickle" in _rules(report)
 
 

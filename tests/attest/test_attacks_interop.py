@@ -47,8 +47,9 @@ def _decide(policy: Policy, manifest: Manifest, stmts: list[VerifiedStatement]) 
     fixed: dict[str, Any] = {}
     if "trust" in inspect.signature(evaluate).parameters:
         fixed["trust"] = policy_trust_set(policy)
-    decision = evaluate(policy, manifest=manifest, statements=stmts, rejected=[], findings=[],
-                        **fixed)
+    decision = evaluate(
+        policy, manifest=manifest, statements=stmts, rejected=[], findings=[], **fixed
+    )
     assert not decision.allowed, decision.checks
     return list(decision.reasons)
 
@@ -57,12 +58,18 @@ def _decide(policy: Policy, manifest: Manifest, stmts: list[VerifiedStatement]) 
 
 
 def _happy(fixtures: Path) -> tuple[bytes, Path]:
-    return ((fixtures / "sigstore" / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json")
-            .read_bytes(), fixtures / "sigstore" / "trusted-roots" / "production.json")
+    return (
+        (
+            fixtures / "sigstore" / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"
+        ).read_bytes(),
+        fixtures / "sigstore" / "trusted-roots" / "production.json",
+    )
 
 
-@pytest.mark.parametrize("identity", [BEACON[:-5], BEACON + "x", BEACON.upper(), ".*",
-                                      "https://github.com/sigstore-conformance/*"])
+@pytest.mark.parametrize(
+    "identity",
+    [BEACON[:-5], BEACON + "x", BEACON.upper(), ".*", "https://github.com/sigstore-conformance/*"],
+)
 def test_sigstore_identity_match_is_exact(shared_fixtures: Path, identity: str) -> None:
     data, root = _happy(shared_fixtures)
     trust = TrustSet(identities=(TrustedIdentity("who", identity, GITHUB, root),))
@@ -84,16 +91,21 @@ def test_sigstore_empty_issuer_does_not_skip_the_issuer_check(shared_fixtures: P
 
 def test_sigstore_threshold_inflation_same_identity_two_names(shared_fixtures: Path) -> None:
     data, root = _happy(shared_fixtures)
-    trust = TrustSet(identities=(TrustedIdentity("ci", BEACON, GITHUB, root),
-                                 TrustedIdentity("ci-again", BEACON, GITHUB, root)))
+    trust = TrustSet(
+        identities=(
+            TrustedIdentity("ci", BEACON, GITHUB, root),
+            TrustedIdentity("ci-again", BEACON, GITHUB, root),
+        )
+    )
     stmt = verify_sigstore_bundle(data, trust)
     assert [s.name for s in stmt.signers] == ["ci"]
     assert any("ci-again: same identity and issuer as ci" in n for n in stmt.notes)
     assert len({s.name for s in stmt.signers}) == 1  # a threshold of 2 is not met
 
 
-def test_sigstore_trust_root_is_never_fetched(shared_fixtures: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigstore_trust_root_is_never_fetched(
+    shared_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     attempts: list[Any] = []
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -122,30 +134,49 @@ def _oms_copy(fixtures: Path, kind: str, tmp_path: Path, *, keep_ignored: bool =
     return dst
 
 
-def _oms_threshold_attempt(fixtures: Path, tmp_path: Path, kind: str, signers: dict[str, Any]
-                           ) -> list[str]:
+def _oms_threshold_attempt(
+    fixtures: Path, tmp_path: Path, kind: str, signers: dict[str, Any]
+) -> list[str]:
     root = _oms_copy(fixtures, kind, tmp_path)
     manifest = build_bundle(root).manifest
-    policy = load_policy(json.dumps({"version": 1, "signers": signers, "threshold": 2,
-                                     "required_predicate_types": [OMS_V1]}).encode(), "oms.yaml")
-    stmt = verify_attestation((root / "model.sig").read_bytes(), policy_trust_set(policy),
-                              bundle_digest=manifest.digest, root=root)
+    policy = load_policy(
+        json.dumps(
+            {"version": 1, "signers": signers, "threshold": 2, "required_predicate_types": [OMS_V1]}
+        ).encode(),
+        "oms.yaml",
+    )
+    stmt = verify_attestation(
+        (root / "model.sig").read_bytes(),
+        policy_trust_set(policy),
+        bundle_digest=manifest.digest,
+        root=root,
+    )
     return _decide(policy, manifest, [stmt])
 
 
 def test_oms_threshold_inflation_same_key_two_names(shared_fixtures: Path, tmp_path: Path) -> None:
     pem = (shared_fixtures / "oms" / "keys" / "signing-key-pub.pem").read_text()
-    reasons = _oms_threshold_attempt(shared_fixtures, tmp_path, "v1.1.0-elliptic-key", {
-        "keys": [{"name": "alice", "pem": pem}, {"name": "bob", "pem": pem}]})
+    reasons = _oms_threshold_attempt(
+        shared_fixtures,
+        tmp_path,
+        "v1.1.0-elliptic-key",
+        {"keys": [{"name": "alice", "pem": pem}, {"name": "bob", "pem": pem}]},
+    )
     assert any(r.startswith(f"threshold {OMS_V1}: 1 of 2") for r in reasons), reasons
 
 
 def test_oms_threshold_inflation_same_ca_two_names(shared_fixtures: Path, tmp_path: Path) -> None:
     keys = shared_fixtures / "oms" / "keys"
-    ca = {"roots": [(keys / "ca-cert.pem").read_text()],
-          "intermediates": [(keys / "int-ca-cert.pem").read_text()]}
-    reasons = _oms_threshold_attempt(shared_fixtures, tmp_path, "v1.1.0-certificate", {
-        "cas": [{"name": "ca-one", **ca}, {"name": "ca-two", **ca}]})
+    ca = {
+        "roots": [(keys / "ca-cert.pem").read_text()],
+        "intermediates": [(keys / "int-ca-cert.pem").read_text()],
+    }
+    reasons = _oms_threshold_attempt(
+        shared_fixtures,
+        tmp_path,
+        "v1.1.0-certificate",
+        {"cas": [{"name": "ca-one", **ca}, {"name": "ca-two", **ca}]},
+    )
     assert any(r.startswith(f"threshold {OMS_V1}: 1 of 2") for r in reasons), reasons
 
 
@@ -153,8 +184,13 @@ def _ec_trust(fixtures: Path) -> TrustSet:
     pem = (fixtures / "oms" / "keys" / "signing-key-pub.pem").read_bytes()
     key = serialization.load_pem_public_key(pem)
     assert isinstance(key, ec.EllipticCurvePublicKey)
-    return policy_trust_set(load_policy(json.dumps({"version": 1, "signers": {"keys": [
-        {"name": "oms", "pem": pem.decode()}]}}).encode()))
+    return policy_trust_set(
+        load_policy(
+            json.dumps(
+                {"version": 1, "signers": {"keys": [{"name": "oms", "pem": pem.decode()}]}}
+            ).encode()
+        )
+    )
 
 
 def test_oms_file_added_outside_the_signature(shared_fixtures: Path, tmp_path: Path) -> None:
@@ -163,14 +199,16 @@ def test_oms_file_added_outside_the_signature(shared_fixtures: Path, tmp_path: P
     (root / "sub").mkdir()
     (root / "sub" / "model.sig").write_text("not the root signature")
     with pytest.raises(OmsFileMismatch) as info:
-        verify_oms((root / "model.sig").read_bytes(), root, _ec_trust(shared_fixtures),
-                   ["ignore-me"])
+        verify_oms(
+            (root / "model.sig").read_bytes(), root, _ec_trust(shared_fixtures), ["ignore-me"]
+        )
     assert info.value.check.extra == ("chat_template.jinja", "sub/model.sig")
     assert "chat_template.jinja" in str(info.value)
 
 
-def test_oms_ignore_paths_cannot_escape_or_excuse_signed_files(shared_fixtures: Path,
-                                                              tmp_path: Path) -> None:
+def test_oms_ignore_paths_cannot_escape_or_excuse_signed_files(
+    shared_fixtures: Path, tmp_path: Path
+) -> None:
     root = _oms_copy(shared_fixtures, "v1.1.0-elliptic-key", tmp_path)
     data = (root / "model.sig").read_bytes()
     for bad in ("../signme-1", "/signme-1", ".", "a/../../b"):
@@ -193,32 +231,48 @@ def test_oms_symlink_to_signed_content(shared_fixtures: Path, tmp_path: Path) ->
 
 def _own_oms(key: ec.EllipticCurvePrivateKey, resources: list[dict[str, str]]) -> bytes:
     root = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources)).hexdigest()
-    payload = json.dumps({
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": "m", "digest": {"sha256": root}}],
-        "predicateType": OMS_V1,
-        "predicate": {"serialization": {"method": "files", "hash_type": "sha256",
-                                        "allow_symlinks": False, "ignore_paths": []},
-                      "resources": resources},
-    }).encode()
+    payload = json.dumps(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "m", "digest": {"sha256": root}}],
+            "predicateType": OMS_V1,
+            "predicate": {
+                "serialization": {
+                    "method": "files",
+                    "hash_type": "sha256",
+                    "allow_symlinks": False,
+                    "ignore_paths": [],
+                },
+                "resources": resources,
+            },
+        }
+    ).encode()
     sig = key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
-    return json.dumps({
-        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-        "verificationMaterial": {"publicKey": {"hint": ""}, "tlogEntries": []},
-        "dsseEnvelope": {"payload": base64.b64encode(payload).decode(),
-                         "payloadType": PAYLOAD_TYPE,
-                         "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}]},
-    }).encode()
+    return json.dumps(
+        {
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {"publicKey": {"hint": ""}, "tlogEntries": []},
+            "dsseEnvelope": {
+                "payload": base64.b64encode(payload).decode(),
+                "payloadType": PAYLOAD_TYPE,
+                "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}],
+            },
+        }
+    ).encode()
 
 
-@pytest.mark.parametrize(("names", "reason"), [
-    (["../outside"], "unsafe resource path '../outside'"),
-    (["/etc/passwd"], "unsafe resource path '/etc/passwd'"),
-    (["a\\b"], "unsafe resource path"),
-    (["w", "w"], "lists 'w' twice"),
-])
-def test_oms_resource_paths_escaping_or_repeated(tmp_path: Path, names: list[str],
-                                                 reason: str) -> None:
+@pytest.mark.parametrize(
+    ("names", "reason"),
+    [
+        (["../outside"], "unsafe resource path '../outside'"),
+        (["/etc/passwd"], "unsafe resource path '/etc/passwd'"),
+        (["a\\b"], "unsafe resource path"),
+        (["w", "w"], "lists 'w' twice"),
+    ],
+)
+def test_oms_resource_paths_escaping_or_repeated(
+    tmp_path: Path, names: list[str], reason: str
+) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     (tmp_path / "w").write_bytes(b"w")
     digest = "a" * 64
@@ -231,15 +285,17 @@ def test_oms_resource_paths_escaping_or_repeated(tmp_path: Path, names: list[str
 def test_oms_signature_does_not_verify_with_an_ed25519_trust_entry(tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     (tmp_path / "w").write_bytes(b"w")
-    data = _own_oms(key, [{"name": "w", "algorithm": "sha256",
-                           "digest": hashlib.sha256(b"w").hexdigest()}])
+    data = _own_oms(
+        key, [{"name": "w", "algorithm": "sha256", "digest": hashlib.sha256(b"w").hexdigest()}]
+    )
     other = ed25519.Ed25519PrivateKey.generate()
     with pytest.raises(VerificationError, match="did not verify for any trusted signer"):
         verify_oms(data, tmp_path, TrustSet(keys=(trusted_key("ed", other.public_key()),)))
 
 
-def test_oms_ignore_paths_do_not_bind_unsigned_bundle_files(shared_fixtures: Path,
-                                                            tmp_path: Path) -> None:
+def test_oms_ignore_paths_do_not_bind_unsigned_bundle_files(
+    shared_fixtures: Path, tmp_path: Path
+) -> None:
     """The verifier's ignore_paths leave `ignore-me` out of the OMS check, but this bundle
     was built with it (its digest covers it): the verdict must not trust a bundle holding a
     file no signature covers."""
@@ -247,11 +303,32 @@ def test_oms_ignore_paths_do_not_bind_unsigned_bundle_files(shared_fixtures: Pat
     (root / "ignore-me").write_text("{{ 'an unsigned chat template' }}")
     manifest = build_bundle(root).manifest
     assert "ignore-me" in {layer.path for layer in manifest.layers}
-    policy = load_policy(json.dumps({"version": 1, "signers": {"keys": [{"name": "oms", "pem": (
-        shared_fixtures / "oms" / "keys" / "signing-key-pub.pem").read_text()}]},
-        "required_predicate_types": [OMS_V1]}).encode(), "oms.yaml")
-    verdict = verify_bundle_result(manifest.raw, [(root / "model.sig").read_bytes()],
-                                   policy=policy, trust=policy_trust_set(policy),
-                                   reader=DirectoryReader(root), oms_ignore_paths=["ignore-me"])
+    policy = load_policy(
+        json.dumps(
+            {
+                "version": 1,
+                "signers": {
+                    "keys": [
+                        {
+                            "name": "oms",
+                            "pem": (
+                                shared_fixtures / "oms" / "keys" / "signing-key-pub.pem"
+                            ).read_text(),
+                        }
+                    ]
+                },
+                "required_predicate_types": [OMS_V1],
+            }
+        ).encode(),
+        "oms.yaml",
+    )
+    verdict = verify_bundle_result(
+        manifest.raw,
+        [(root / "model.sig").read_bytes()],
+        policy=policy,
+        trust=policy_trust_set(policy),
+        reader=DirectoryReader(root),
+        oms_ignore_paths=["ignore-me"],
+    )
     assert not verdict.allowed
     assert any("ignore-me" in r for r in verdict.decision.reasons), verdict.decision.reasons

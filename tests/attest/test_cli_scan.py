@@ -15,8 +15,9 @@ MODELWARD = Path(sys.executable).parent / "modelward"
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(MODELWARD), *args], capture_output=True, text=True,
-                          timeout=120, check=False, cwd=cwd)
+    return subprocess.run(
+        [str(MODELWARD), *args], capture_output=True, text=True, timeout=120, check=False, cwd=cwd
+    )
 
 
 def test_clean_model_exits_0(tiny_model: Path) -> None:

@@ -331,8 +331,9 @@ def _scan_lines(directory: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt", ["dsse", "oms"])
-def test_sign_refuses_a_tree_the_scanner_refuses(tiny_model: Path, tmp_path: Path,
-                                                 fmt: str) -> None:
+def test_sign_refuses_a_tree_the_scanner_refuses(
+    tiny_model: Path, tmp_path: Path, fmt: str
+) -> None:
     from tests.attest.corpus import canary_pickle
 
     canary = tmp_path / "canary"
@@ -363,17 +364,41 @@ def test_sign_oms_leaves_an_ignored_path_out_of_the_scan_and_the_signature(
     key = tmp_path / "ec.pem"
     assert run("key", "generate", "--type", "ecdsa-p256", "--out", key).returncode == 0
     out = tiny_model / "model.sig"
-    result = run("bundle", "sign", tiny_model, "--format", "oms", "--key", key, "--out", out,
-                  "--ignore-path", "evil.pkl")
+    result = run(
+        "bundle",
+        "sign",
+        tiny_model,
+        "--format",
+        "oms",
+        "--key",
+        key,
+        "--out",
+        out,
+        "--ignore-path",
+        "evil.pkl",
+    )
     assert result.returncode == 0, result.stderr
-    names = json.loads(__import__("base64").b64decode(
-        json.loads(out.read_bytes())["dsseEnvelope"]["payload"]))["predicate"]["resources"]
+    names = json.loads(
+        __import__("base64").b64decode(json.loads(out.read_bytes())["dsseEnvelope"]["payload"])
+    )["predicate"]["resources"]
     assert "evil.pkl" not in {r["name"] for r in names}
     ms = subprocess.run(
-        [str(MODELWARD.with_name("model_signing")), "verify", "key", "--signature", str(out),
-         "--public_key", str(tmp_path / "ec.pem.pub"), "--ignore-paths",
-         str(tiny_model / "evil.pkl"), str(tiny_model)],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            str(MODELWARD.with_name("model_signing")),
+            "verify",
+            "key",
+            "--signature",
+            str(out),
+            "--public_key",
+            str(tmp_path / "ec.pem.pub"),
+            "--ignore-paths",
+            str(tiny_model / "evil.pkl"),
+            str(tiny_model),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert ms.returncode == 0, ms.stdout + ms.stderr
 

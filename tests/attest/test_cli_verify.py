@@ -140,8 +140,10 @@ def test_policy_threshold_two_and_json(signed, tmp_path):
         (["--policy", "p.yaml", "--public-key", "k.pem"], "--policy cannot be combined"),
         (["--identity", "me@example.com"], "--identity and --issuer go together"),
         (["--issuer", "https://issuer.example"], "--identity and --issuer go together"),
-        (["--public-key", "k.pem", "--sigstore-trust-root", "r.json"],
-         "--sigstore-trust-root needs --identity"),
+        (
+            ["--public-key", "k.pem", "--sigstore-trust-root", "r.json"],
+            "--sigstore-trust-root needs --identity",
+        ),
         (["--public-key", "missing.pem"], "--public-key missing.pem: cannot read"),
     ],
 )
@@ -278,10 +280,18 @@ def test_private_key_passed_as_public_key_says_so(signed, tmp_path):
     assert f"--public-key {private}: this is a private key; pass its public half" in result.stderr
 
 
-@pytest.mark.parametrize("command", [
-    ("bundle", "verify"), ("bundle", "sign"), ("bundle", "digest"), ("bundle", "manifest"),
-    ("bundle", "scan"), ("bundle", "init"), ("key", "generate"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("bundle", "verify"),
+        ("bundle", "sign"),
+        ("bundle", "digest"),
+        ("bundle", "manifest"),
+        ("bundle", "scan"),
+        ("bundle", "init"),
+        ("key", "generate"),
+    ],
+)
 def test_help_names_values_not_python_types(command):
     result = _modelward(*command, "--help")
     assert result.returncode == 0, result.stderr
@@ -292,19 +302,34 @@ def test_help_names_values_not_python_types(command):
 def test_verify_json_is_one_document_on_stdout(signed):
     """--json: stdout parses as one JSON document whether verified or not, and every
     message goes to stderr."""
-    ok = _run(signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"],
-              "--json")
+    ok = _run(
+        signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"], "--json"
+    )
     assert ok.returncode == 0, ok.stderr
     doc = json.loads(ok.stdout)
-    assert set(doc) == {"bundle", "verified", "error", "statements", "ignored_signatures",
-                        "rejected", "excluded", "decision"}
+    assert set(doc) == {
+        "bundle",
+        "verified",
+        "error",
+        "statements",
+        "ignored_signatures",
+        "rejected",
+        "excluded",
+        "decision",
+    }
     assert doc["verified"] is True
     assert doc["error"] is None
     assert doc["decision"]["allowed"] is True
     assert [s["kind"] for s in doc["statements"]] == ["dsse"]
     # not verified: still one document, the reasons on stderr too
-    bad = _run(signed["bundle"], "--signature", signed["mallory_sig"], "--public-key",
-               signed["alice"], "--json")
+    bad = _run(
+        signed["bundle"],
+        "--signature",
+        signed["mallory_sig"],
+        "--public-key",
+        signed["alice"],
+        "--json",
+    )
     assert bad.returncode == 1
     doc = json.loads(bad.stdout)
     assert doc["verified"] is False
@@ -312,8 +337,9 @@ def test_verify_json_is_one_document_on_stdout(signed):
     assert "NOT verified: threshold" in bad.stderr
     # the bundle cannot be built (a symlink): a document with the error, exit 1
     (signed["bundle"] / "link").symlink_to("README.md")
-    broken = _run(signed["bundle"], "--signature", signed["sig"], "--public-key",
-                  signed["alice"], "--json")
+    broken = _run(
+        signed["bundle"], "--signature", signed["sig"], "--public-key", signed["alice"], "--json"
+    )
     assert broken.returncode == 1
     doc = json.loads(broken.stdout)
     assert doc["verified"] is False
@@ -328,9 +354,12 @@ def test_digest_json_is_one_document_on_stdout(signed):
     result = _modelward("bundle", "digest", signed["bundle"], "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc == {"digest": plain.stdout.strip(), "files": 2,
-                   "bytes": sum(p.stat().st_size for p in signed["bundle"].iterdir()),
-                   "excluded": []}
+    assert doc == {
+        "digest": plain.stdout.strip(),
+        "files": 2,
+        "bytes": sum(p.stat().st_size for p in signed["bundle"].iterdir()),
+        "excluded": [],
+    }
     (signed["bundle"] / "notes").mkdir()
     (signed["bundle"] / "notes" / "a.txt").write_text("left out")
     result = _modelward("bundle", "digest", signed["bundle"], "--json", "--ignore-path", "notes")

@@ -71,8 +71,15 @@ def cases(
         candidate: dict[str, Any] = {"pass": cand}
         if i < critical:
             candidate = {"pass": False, "critical_safety_failure": True}
-        out.append({"case": f"{prefix}-{i}", "slice": slice_name, "kind": kind,
-                    "candidate": candidate, "baseline": {"pass": base}})
+        out.append(
+            {
+                "case": f"{prefix}-{i}",
+                "slice": slice_name,
+                "kind": kind,
+                "candidate": candidate,
+                "baseline": {"pass": base},
+            }
+        )
     return out
 
 
@@ -86,13 +93,21 @@ def worked_example(*, critical: int = 2) -> bytes:
     lines = cases("format", "deterministic", (1999, 0, 0, 1))
     for name in ("billing", "refunds", "safety"):
         lines += cases(name, "human", (370, 8, 6, 16))
-    for line in lines[2000:2000 + critical]:  # critical failures on cases both passed
+    for line in lines[2000 : 2000 + critical]:  # critical failures on cases both passed
         line["candidate"] = {"pass": True, "critical_safety_failure": True}
     metrics = {
-        "candidate": {"p95_ttft_ms": 620, "p95_token_spacing_ms": 31, "goodput": 14.2,
-                      "energy_per_useful_token_j": 0.41},
-        "baseline": {"p95_ttft_ms": 710, "p95_token_spacing_ms": 38, "goodput": 12.9,
-                     "energy_per_useful_token_j": 0.47},
+        "candidate": {
+            "p95_ttft_ms": 620,
+            "p95_token_spacing_ms": 31,
+            "goodput": 14.2,
+            "energy_per_useful_token_j": 0.41,
+        },
+        "baseline": {
+            "p95_ttft_ms": 710,
+            "p95_token_spacing_ms": 38,
+            "goodput": 12.9,
+            "energy_per_useful_token_j": 0.47,
+        },
     }
     return jsonl({**HEADER, "metrics": metrics}, lines)
 
@@ -160,8 +175,9 @@ def test_deterministic_pass_rate_gate_passes_fails_and_is_inconclusive() -> None
     failing = _predicate(cases("f", "deterministic", (980, 0, 0, 20)))
     assert _gate(gate, failing, "min_deterministic_pass_rate").verdict == "fail"
     # 500 of 500 pass, yet the Wilson interval (99.24% .. 100%) crosses 99.5%
-    unsure = _gate(gate, _predicate(cases("f", "deterministic", (500, 0, 0, 0))),
-                   "min_deterministic_pass_rate")
+    unsure = _gate(
+        gate, _predicate(cases("f", "deterministic", (500, 0, 0, 0))), "min_deterministic_pass_rate"
+    )
     assert unsure.verdict == "inconclusive"
     assert unsure.more_cases is not None
     assert f"about {unsure.more_cases} more case(s)" in unsure.message
@@ -203,8 +219,12 @@ def test_slice_regression_gate_passes_fails_and_is_inconclusive_per_required_sli
 
 def test_required_slice_missing_from_the_evaluation_fails_its_gate() -> None:
     gate = {"max_slice_regression_points": 5, "required_slices": ["safety"]}
-    result = _gate(gate, _predicate(cases("good", "human", (380, 10, 10, 0))),
-                   "max_slice_regression_points", "safety")
+    result = _gate(
+        gate,
+        _predicate(cases("good", "human", (380, 10, 10, 0))),
+        "max_slice_regression_points",
+        "safety",
+    )
     assert result.verdict == "fail"
     assert "no human-rated cases" in result.message
 
@@ -224,8 +244,10 @@ def test_critical_safety_failure_gate_passes_and_fails_naming_the_cases() -> Non
     assert (result.verdict, result.observed) == ("fail", 2)
     assert "a-human-0" in result.message
     # a count, not a sample: never inconclusive
-    assert _gate({"max_critical_safety_failures": 2}, two,
-                 "max_critical_safety_failures").verdict == "pass"
+    assert (
+        _gate({"max_critical_safety_failures": 2}, two, "max_critical_safety_failures").verdict
+        == "pass"
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,8 +262,12 @@ def test_critical_safety_failure_gate_passes_and_fails_naming_the_cases() -> Non
 def test_serving_figure_gates_pass_and_fail(
     gate: str, metric: str, good: tuple[float, float], bad: tuple[float, float]
 ) -> None:
-    bounds = {"max_p95_ttft_ms": 800, "max_p95_token_spacing_ms": 40, "min_goodput_ratio": 1.0,
-              "max_energy_per_token_ratio": 1.1}
+    bounds = {
+        "max_p95_ttft_ms": 800,
+        "max_p95_token_spacing_ms": 40,
+        "min_goodput_ratio": 1.0,
+        "max_energy_per_token_ratio": 1.1,
+    }
     lines = cases("a", "human", (10, 0, 0, 0))
     for (cand, base), verdict in ((good, "pass"), (bad, "fail")):
         metrics = {"candidate": {metric: cand}, "baseline": {metric: base}}
@@ -250,9 +276,11 @@ def test_serving_figure_gates_pass_and_fail(
 
 
 def test_a_figure_not_measured_fails_its_gate() -> None:
-    result = _gate({"min_goodput_ratio": 1.0},
-                   _predicate(cases("a", "human", (10, 0, 0, 0)),
-                              {"candidate": {"goodput": 5}}), "min_goodput_ratio")
+    result = _gate(
+        {"min_goodput_ratio": 1.0},
+        _predicate(cases("a", "human", (10, 0, 0, 0)), {"candidate": {"goodput": 5}}),
+        "min_goodput_ratio",
+    )
     assert result.verdict == "fail"
     assert "baseline" in result.message
 
@@ -267,13 +295,16 @@ def test_worked_example_is_not_promoted_because_of_its_critical_safety_failures(
     ]
     # faster and cheaper: every other gate passed, slices included
     assert len(decision.gates) == 10
-    assert predicate["critical_safety_failures"]["candidate"] == ["billing-human-0",
-                                                                  "billing-human-1"]
+    assert predicate["critical_safety_failures"]["candidate"] == [
+        "billing-human-0",
+        "billing-human-1",
+    ]
 
 
 def test_worked_example_without_the_failures_is_promoted() -> None:
-    predicate = build_predicate(_results(worked_example(critical=0)), bundle=CANDIDATE,
-                                baseline=BASELINE)
+    predicate = build_predicate(
+        _results(worked_example(critical=0)), bundle=CANDIDATE, baseline=BASELINE
+    )
     decision = gate_decision(evaluate_gates(Gates(**WORKED_GATES), predicate))
     assert decision.verdict == "promote", [g.message for g in decision.blocking]
 
@@ -295,8 +326,9 @@ def test_predicate_records_suite_bundles_counts_and_ids_without_payloads() -> No
 
 def test_suite_given_twice_differently_is_refused() -> None:
     with pytest.raises(ResultsError, match="differs"):
-        build_predicate(_results(worked_example()), bundle=CANDIDATE, baseline=BASELINE,
-                        suite=("other", "2"))
+        build_predicate(
+            _results(worked_example()), bundle=CANDIDATE, baseline=BASELINE, suite=("other", "2")
+        )
 
 
 def test_predicate_with_counts_that_do_not_add_up_is_refused_by_the_gates() -> None:
@@ -309,8 +341,7 @@ def test_predicate_with_counts_that_do_not_add_up_is_refused_by_the_gates() -> N
 def test_gates_recompute_intervals_instead_of_trusting_the_predicate() -> None:
     predicate = _predicate(cases("a", "human", (700, 5, 85, 10)))
     predicate["overall"]["interval_points"] = [0, 0]  # typed in: ignored
-    result = _gate({"max_overall_regression_points": 2}, predicate,
-                   "max_overall_regression_points")
+    result = _gate({"max_overall_regression_points": 2}, predicate, "max_overall_regression_points")
     assert result.verdict == "fail"
 
 
@@ -341,7 +372,8 @@ def test_pass_that_is_not_a_boolean_is_named(tmp_path: Path) -> None:
     lines = cases("a", "human", (3, 0, 0, 0))
     lines[2]["candidate"]["pass"] = "yes"
     assert ":4 (case 'a-human-2'): candidate.pass: must be true or false" in _bad(
-        tmp_path, jsonl(HEADER, lines))
+        tmp_path, jsonl(HEADER, lines)
+    )
 
 
 def test_repeated_case_id_names_both_lines(tmp_path: Path) -> None:
@@ -372,7 +404,8 @@ def test_unknown_kind_and_unknown_field_are_refused(tmp_path: Path) -> None:
     lines = cases("a", "human", (2, 0, 0, 0))
     lines[1]["candidate"]["output"] = "the payload"
     assert ":3 (case 'a-human-1'): candidate: unknown field(s): output" in _bad(
-        tmp_path, jsonl(HEADER, lines))
+        tmp_path, jsonl(HEADER, lines)
+    )
 
 
 def test_too_many_cases_and_too_many_bytes_are_refused(tmp_path: Path) -> None:
@@ -384,7 +417,8 @@ def test_too_many_cases_and_too_many_bytes_are_refused(tmp_path: Path) -> None:
 def test_negative_or_non_finite_metric_is_refused(tmp_path: Path) -> None:
     header = {**HEADER, "metrics": {"candidate": {"goodput": -1}}}
     assert ":1: metrics.candidate.goodput: must be a finite number >= 0" in _bad(
-        tmp_path, jsonl(header, cases("a", "human", (1, 0, 0, 0))))
+        tmp_path, jsonl(header, cases("a", "human", (1, 0, 0, 0)))
+    )
 
 
 def test_file_with_no_cases_is_refused(tmp_path: Path) -> None:
@@ -424,16 +458,24 @@ def test_gates_load_on_a_protected_alias_rule() -> None:
 @pytest.mark.parametrize(
     ("rule", "error"),
     [
-        ("{pattern: prod, roles: [publisher], gates: {max_p95_ttft_ms: 800}}",
-         r"aliases\[0\]: gates is set but protected is false"),
-        ("{pattern: prod, roles: [publisher], protected: true, gates: {}}",
-         "gates names no gate"),
-        ("{pattern: prod, roles: [publisher], protected: true, gates: {required_slices: [a]}}",
-         "required_slices is set but max_slice_regression_points is not"),
-        ("{pattern: prod, roles: [publisher], protected: true, "
-         "gates: {min_deterministic_pass_rate: 1.5}}", "min_deterministic_pass_rate"),
-        ("{pattern: prod, roles: [publisher], protected: true, gates: {max_p95_tft_ms: 800}}",
-         "max_p95_tft_ms"),
+        (
+            "{pattern: prod, roles: [publisher], gates: {max_p95_ttft_ms: 800}}",
+            r"aliases\[0\]: gates is set but protected is false",
+        ),
+        ("{pattern: prod, roles: [publisher], protected: true, gates: {}}", "gates names no gate"),
+        (
+            "{pattern: prod, roles: [publisher], protected: true, gates: {required_slices: [a]}}",
+            "required_slices is set but max_slice_regression_points is not",
+        ),
+        (
+            "{pattern: prod, roles: [publisher], protected: true, "
+            "gates: {min_deterministic_pass_rate: 1.5}}",
+            "min_deterministic_pass_rate",
+        ),
+        (
+            "{pattern: prod, roles: [publisher], protected: true, gates: {max_p95_tft_ms: 800}}",
+            "max_p95_tft_ms",
+        ),
     ],
     ids=["unprotected", "empty", "slices-without-bound", "rate-above-one", "misspelt"],
 )
@@ -443,8 +485,10 @@ def test_bad_gates_are_refused_at_load(rule: str, error: str) -> None:
 
 
 def test_gates_with_nobody_to_vouch_for_the_evaluation_are_refused_at_load() -> None:
-    text = ("version: 1\ntrust_registered_signers: true\naliases:\n"
-            "  - {pattern: prod, roles: [publisher], protected: true, "
-            "gates: {max_critical_safety_failures: 0}}\n")
+    text = (
+        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "  - {pattern: prod, roles: [publisher], protected: true, "
+        "gates: {max_critical_safety_failures: 0}}\n"
+    )
     with pytest.raises(PolicyError, match=r"aliases\[0\]: gates needs evidence"):
         load_policy(text.encode(), source="p.yaml")

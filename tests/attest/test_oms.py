@@ -81,8 +81,9 @@ def _copy(fixtures: Path, kind: str, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kind", KINDS)
 def test_fixture_verifies_with_ignore_me_ignored(shared_fixtures: Path, kind: str) -> None:
     model = shared_fixtures / "oms" / kind
-    stmt = verify_oms((model / "model.sig").read_bytes(), model, trust_for(shared_fixtures, kind),
-                      ["ignore-me"])
+    stmt = verify_oms(
+        (model / "model.sig").read_bytes(), model, trust_for(shared_fixtures, kind), ["ignore-me"]
+    )
     assert stmt.kind == "oms"
     assert stmt.predicate_type == "https://model_signing/signature/v1.0"
     assert stmt.subjects[0].name == kind
@@ -111,8 +112,12 @@ def test_flipped_byte_in_signme_1_is_mismatched(
     data[0] ^= 0x01
     (model / "signme-1").write_bytes(bytes(data))
     with pytest.raises(OmsFileMismatch) as info:
-        verify_oms((model / "model.sig").read_bytes(), model, trust_for(shared_fixtures, kind),
-                   ["ignore-me"])
+        verify_oms(
+            (model / "model.sig").read_bytes(),
+            model,
+            trust_for(shared_fixtures, kind),
+            ["ignore-me"],
+        )
     assert info.value.check.mismatched == ("signme-1",)
     assert info.value.check.missing == info.value.check.extra == ()
 
@@ -123,8 +128,12 @@ def test_deleted_file_is_missing(shared_fixtures: Path, kind: str, tmp_path: Pat
     (model / "signme-2").unlink()
     (model / "new-file").write_bytes(b"planted")
     with pytest.raises(OmsFileMismatch) as info:
-        verify_oms((model / "model.sig").read_bytes(), model, trust_for(shared_fixtures, kind),
-                   ["ignore-me"])
+        verify_oms(
+            (model / "model.sig").read_bytes(),
+            model,
+            trust_for(shared_fixtures, kind),
+            ["ignore-me"],
+        )
     assert info.value.check == oms.OmsFileCheck(("signme-2",), ("new-file",), ())
 
 
@@ -132,16 +141,21 @@ def test_deleted_file_is_missing(shared_fixtures: Path, kind: str, tmp_path: Pat
 def test_wrong_trust_fails(shared_fixtures: Path, kind: str, other: str) -> None:
     model = shared_fixtures / "oms" / kind
     with pytest.raises(VerificationError):
-        verify_oms((model / "model.sig").read_bytes(), model, trust_for(shared_fixtures, other),
-                   ["ignore-me"])
+        verify_oms(
+            (model / "model.sig").read_bytes(),
+            model,
+            trust_for(shared_fixtures, other),
+            ["ignore-me"],
+        )
 
 
 def test_wrong_key_fails(shared_fixtures: Path) -> None:
     model = shared_fixtures / "oms" / "v1.1.0-elliptic-key"
     other = ec.generate_private_key(ec.SECP256R1()).public_key()
     with pytest.raises(VerificationError, match="stranger: the signature's key hint"):
-        verify_oms((model / "model.sig").read_bytes(), model, _key_trust(other, "stranger"),
-                   ["ignore-me"])
+        verify_oms(
+            (model / "model.sig").read_bytes(), model, _key_trust(other, "stranger"), ["ignore-me"]
+        )
 
 
 def test_wrong_ca_fails(shared_fixtures: Path) -> None:
@@ -152,8 +166,9 @@ def test_wrong_ca_fails(shared_fixtures: Path) -> None:
         TrustedCA("sigstore-fulcio", (_fulcio_root(shared_fixtures),)),
     ):
         with pytest.raises(VerificationError, match=ca.name):
-            verify_oms((model / "model.sig").read_bytes(), model, TrustSet(cas=(ca,)),
-                       ["ignore-me"])
+            verify_oms(
+                (model / "model.sig").read_bytes(), model, TrustSet(cas=(ca,)), ["ignore-me"]
+            )
 
 
 def _ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -161,9 +176,13 @@ def _ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.now(UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(_usage(cert_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -173,18 +192,25 @@ def _ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
 
 
 def _usage(*, cert_sign: bool = False, digital_signature: bool = False) -> x509.KeyUsage:
-    return x509.KeyUsage(digital_signature, False, False, False, False, cert_sign, False, False,
-                         False)
+    return x509.KeyUsage(
+        digital_signature, False, False, False, False, cert_sign, False, False, False
+    )
 
 
-def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *, signing: bool = True,
-          days: tuple[int, int] = (-1, 30)) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def _leaf(
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    *,
+    signing: bool = True,
+    days: tuple[int, int] = (-1, 30),
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "model signer")]))
-        .issuer_name(ca.subject).public_key(key.public_key())
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now + timedelta(days=days[0]))
         .not_valid_after(now + timedelta(days=days[1]))
@@ -198,8 +224,9 @@ def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *, signing: 
     return cert, key
 
 
-def _chain_bundle(statement: dict[str, Any], leaf: x509.Certificate,
-                  key: ec.EllipticCurvePrivateKey) -> bytes:
+def _chain_bundle(
+    statement: dict[str, Any], leaf: x509.Certificate, key: ec.EllipticCurvePrivateKey
+) -> bytes:
     der = base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()
     material = {"x509CertificateChain": {"certificates": [{"rawBytes": der}]}, "tlogEntries": []}
     return _bundle(statement, key, verificationMaterial=material)
@@ -208,24 +235,36 @@ def _chain_bundle(statement: dict[str, Any], leaf: x509.Certificate,
 def test_own_certificate_chain_verifies(model: Path) -> None:
     root, root_key = _ca("test-root")
     leaf, key = _leaf(root, root_key)
-    stmt = verify_oms(_chain_bundle(_v1(model), leaf, key), model,
-                      TrustSet(cas=(TrustedCA("test-ca", (root,)),)), ["notes.txt"])
+    stmt = verify_oms(
+        _chain_bundle(_v1(model), leaf, key),
+        model,
+        TrustSet(cas=(TrustedCA("test-ca", (root,)),)),
+        ["notes.txt"],
+    )
     assert [(s.name, s.kind, s.detail) for s in stmt.signers] == [
         ("test-ca", "x509", "CN=model signer")
     ]
 
 
-@pytest.mark.parametrize(("signing", "days", "reason"), [
-    (False, (-1, 30), "may not be used for signing"),
-    (True, (-30, -1), "expired|not valid|validity"),
-])
-def test_bad_leaf_certificates_fail(model: Path, signing: bool, days: tuple[int, int],
-                                    reason: str) -> None:
+@pytest.mark.parametrize(
+    ("signing", "days", "reason"),
+    [
+        (False, (-1, 30), "may not be used for signing"),
+        (True, (-30, -1), "expired|not valid|validity"),
+    ],
+)
+def test_bad_leaf_certificates_fail(
+    model: Path, signing: bool, days: tuple[int, int], reason: str
+) -> None:
     root, root_key = _ca("test-root")
     leaf, key = _leaf(root, root_key, signing=signing, days=days)
     with pytest.raises(VerificationError, match=reason):
-        verify_oms(_chain_bundle(_v1(model), leaf, key), model,
-                   TrustSet(cas=(TrustedCA("test-ca", (root,)),)), ["notes.txt"])
+        verify_oms(
+            _chain_bundle(_v1(model), leaf, key),
+            model,
+            TrustSet(cas=(TrustedCA("test-ca", (root,)),)),
+            ["notes.txt"],
+        )
 
 
 def test_leaf_key_must_have_made_the_signature(model: Path) -> None:
@@ -233,8 +272,12 @@ def test_leaf_key_must_have_made_the_signature(model: Path) -> None:
     leaf, _ = _leaf(root, root_key)
     impostor = ec.generate_private_key(ec.SECP256R1())
     with pytest.raises(VerificationError, match=r"by leaf certificate .* does not verify"):
-        verify_oms(_chain_bundle(_v1(model), leaf, impostor), model,
-                   TrustSet(cas=(TrustedCA("test-ca", (root,)),)), ["notes.txt"])
+        verify_oms(
+            _chain_bundle(_v1(model), leaf, impostor),
+            model,
+            TrustSet(cas=(TrustedCA("test-ca", (root,)),)),
+            ["notes.txt"],
+        )
 
 
 def _fulcio_root(fixtures: Path) -> x509.Certificate:
@@ -255,7 +298,10 @@ def test_sigstore_fixture_verifies_under_embedded_production_root(shared_fixture
 def test_wrong_identity_fails(shared_fixtures: Path) -> None:
     model = shared_fixtures / "oms" / "v1.1.0-sigstore"
     root = shared_fixtures / "sigstore" / "trusted-roots" / "production.json"
-    for identity, issuer in [("mallory@us.ibm.com", IBM_ISSUER), (IBM, "https://accounts.google.com")]:
+    for identity, issuer in [
+        ("mallory@us.ibm.com", IBM_ISSUER),
+        (IBM, "https://accounts.google.com"),
+    ]:
         trust = TrustSet(identities=(TrustedIdentity("wrong", identity, issuer, root),))
         with pytest.raises(VerificationError, match="wrong"):
             verify_oms((model / "model.sig").read_bytes(), model, trust, ["ignore-me"])
@@ -267,8 +313,9 @@ def test_tampered_payload_fails(shared_fixtures: Path) -> None:
     payload = base64.b64decode(doc["dsseEnvelope"]["payload"]).replace(b"signme-2", b"signme-3")
     doc["dsseEnvelope"]["payload"] = base64.b64encode(payload).decode()
     with pytest.raises(VerificationError, match="does not verify"):
-        verify_oms(json.dumps(doc).encode(), model, trust_for(shared_fixtures, KINDS[0]),
-                   ["ignore-me"])
+        verify_oms(
+            json.dumps(doc).encode(), model, trust_for(shared_fixtures, KINDS[0]), ["ignore-me"]
+        )
 
 
 # --- our own signer, and hand-built statements of every predicate form ---------------------
@@ -306,7 +353,9 @@ def test_sign_then_verify_round_trip(model: Path, ec_key: tuple[Path, Any]) -> N
     assert "3 file(s) match: a-b, sub/config.json, weights.bin" in stmt.notes[0]
     statement = json.loads(stmt.payload)
     assert [r["name"] for r in statement["predicate"]["resources"]] == [
-        "a-b", "sub/config.json", "weights.bin"
+        "a-b",
+        "sub/config.json",
+        "weights.bin",
     ]
     assert "notes.txt" in statement["predicate"]["serialization"]["ignore_paths"]
     # The signature's own ignore list does not excuse notes.txt for us.
@@ -340,8 +389,11 @@ def test_sign_refuses_bad_keys(model: Path, ec_key: tuple[Path, Any], tmp_path: 
             serialization.NoEncryption(),
         )
     )
-    with pytest.raises(KeyError_, match=r"Ed25519 key: OMS signing needs an elliptic-curve "
-                       r"\(P-256\).*`modelward key generate --type ecdsa-p256"):
+    with pytest.raises(
+        KeyError_,
+        match=r"Ed25519 key: OMS signing needs an elliptic-curve "
+        r"\(P-256\).*`modelward key generate --type ecdsa-p256",
+    ):
         sign_oms(model, ed, None)
     with pytest.raises(KeyError_):
         sign_oms(model, tmp_path / "absent.pem", None)
@@ -353,14 +405,22 @@ def test_bad_ignore_paths_are_caller_errors(model: Path, bad: str) -> None:
         verify_oms(b"{}", model, TrustSet(), [bad])
 
 
-def _bundle(statement: dict[str, Any], key: ec.EllipticCurvePrivateKey, compat: bool = False,
-            **overrides: Any) -> bytes:
+def _bundle(
+    statement: dict[str, Any],
+    key: ec.EllipticCurvePrivateKey,
+    compat: bool = False,
+    **overrides: Any,
+) -> bytes:
     payload = json.dumps(statement).encode()
     if compat:
         message = f"DSSEV1 {len(PAYLOAD_TYPE)} {PAYLOAD_TYPE} {len(payload)} {payload!r}".encode()
     else:
-        message = b"DSSEv1 %d %b %d %b" % (len(PAYLOAD_TYPE), PAYLOAD_TYPE.encode(),
-                                          len(payload), payload)
+        message = b"DSSEv1 %d %b %d %b" % (
+            len(PAYLOAD_TYPE),
+            PAYLOAD_TYPE.encode(),
+            len(payload),
+            payload,
+        )
     signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
     doc = {
         "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
@@ -378,7 +438,8 @@ def _bundle(statement: dict[str, Any], key: ec.EllipticCurvePrivateKey, compat: 
 def _files(model: Path) -> list[tuple[str, bytes]]:
     return sorted(
         (p.relative_to(model).as_posix(), p.read_bytes())
-        for p in model.rglob("*") if p.is_file() and p.name != "notes.txt"
+        for p in model.rglob("*")
+        if p.is_file() and p.name != "notes.txt"
     )
 
 
@@ -386,27 +447,43 @@ def _v1(model: Path, hash_name: str = "sha256", shard: int | None = None) -> dic
     resources = []
     for name, data in sorted(_files(model), key=lambda f: f[0].split("/")):
         if shard is None:
-            resources.append({"name": name, "algorithm": hash_name,
-                              "digest": hashlib.new(hash_name, data).hexdigest()})
+            resources.append(
+                {
+                    "name": name,
+                    "algorithm": hash_name,
+                    "digest": hashlib.new(hash_name, data).hexdigest(),
+                }
+            )
             continue
         for start in range(0, len(data), shard):
             end = min(start + shard, len(data))
-            resources.append({"name": f"{name}:{start}:{end}",
-                              "algorithm": f"{hash_name}-sharded-{shard}",
-                              "digest": hashlib.new(hash_name, data[start:end]).hexdigest()})
-    serialization_args: dict[str, Any] = {"method": "files" if shard is None else "shards",
-                                          "hash_type": hash_name, "allow_symlinks": False}
+            resources.append(
+                {
+                    "name": f"{name}:{start}:{end}",
+                    "algorithm": f"{hash_name}-sharded-{shard}",
+                    "digest": hashlib.new(hash_name, data[start:end]).hexdigest(),
+                }
+            )
+    serialization_args: dict[str, Any] = {
+        "method": "files" if shard is None else "shards",
+        "hash_type": hash_name,
+        "allow_symlinks": False,
+    }
     if shard is not None:
         serialization_args["shard_size"] = float(shard)
     root = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources)).hexdigest()
-    return {"_type": "https://in-toto.io/Statement/v1",
-            "subject": [{"name": "model", "digest": {"sha256": root}}],
-            "predicateType": "https://model_signing/signature/v1.0",
-            "predicate": {"serialization": serialization_args, "resources": resources}}
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "model", "digest": {"sha256": root}}],
+        "predicateType": "https://model_signing/signature/v1.0",
+        "predicate": {"serialization": serialization_args, "resources": resources},
+    }
 
 
-@pytest.mark.parametrize(("hash_name", "shard"), [("sha256", None), ("blake2b", None),
-                                                  ("sha256", 1000), ("blake2b", 777)])
+@pytest.mark.parametrize(
+    ("hash_name", "shard"),
+    [("sha256", None), ("blake2b", None), ("sha256", 1000), ("blake2b", 777)],
+)
 def test_v1_forms_verify_and_catch_a_flip(model: Path, hash_name: str, shard: int | None) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     data = _bundle(_v1(model, hash_name, shard), key)
@@ -433,31 +510,50 @@ def _v02(model: Path, predicate_type: str, shard: int = 1000) -> dict[str, Any]:
     files = _files(model)
     if "Shard" in predicate_type:
         entries = [
-            {"name": f"{n}:{s}:{min(s + shard, len(d))}", "algorithm": f"file-sha256-{shard}",
-             "digest": hashlib.sha256(d[s:s + shard]).hexdigest()}
-            for n, d in files for s in range(0, len(d), shard)
+            {
+                "name": f"{n}:{s}:{min(s + shard, len(d))}",
+                "algorithm": f"file-sha256-{shard}",
+                "digest": hashlib.sha256(d[s : s + shard]).hexdigest(),
+            }
+            for n, d in files
+            for s in range(0, len(d), shard)
         ]
     else:
-        entries = [{"name": n, "algorithm": "file-sha256", "digest": hashlib.sha256(d).hexdigest()}
-                   for n, d in files]
+        entries = [
+            {"name": n, "algorithm": "file-sha256", "digest": hashlib.sha256(d).hexdigest()}
+            for n, d in files
+        ]
     if predicate_type.endswith("Digests/v0.1") and "DigestOf" not in predicate_type:
-        subjects = [{"name": e["name"], "digest": {"sha256": e["digest"]},
-                     "annotations": {"actual_hash_algorithm": e["algorithm"]}} for e in entries]
+        subjects = [
+            {
+                "name": e["name"],
+                "digest": {"sha256": e["digest"]},
+                "annotations": {"actual_hash_algorithm": e["algorithm"]},
+            }
+            for e in entries
+        ]
         predicate: dict[str, Any] = {"unused": "Unused, just passed due to API requirements"}
     else:
         root = hashlib.sha256(b"".join(bytes.fromhex(e["digest"]) for e in entries)).hexdigest()
         subjects = [{"name": ".", "digest": {"sha256": root}}]
         predicate = {"shards" if "Shard" in predicate_type else "files": entries}
-    return {"_type": "https://in-toto.io/Statement/v1", "subject": subjects,
-            "predicateType": predicate_type, "predicate": predicate}
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": subjects,
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    }
 
 
-@pytest.mark.parametrize("predicate_type", [
-    "https://model_signing/Digests/v0.1",
-    "https://model_signing/DigestOfDigests/v0.1",
-    "https://model_signing/ShardDigests/v0.1",
-    "https://model_signing/DigestOfShardDigests/v0.1",
-])
+@pytest.mark.parametrize(
+    "predicate_type",
+    [
+        "https://model_signing/Digests/v0.1",
+        "https://model_signing/DigestOfDigests/v0.1",
+        "https://model_signing/ShardDigests/v0.1",
+        "https://model_signing/DigestOfShardDigests/v0.1",
+    ],
+)
 @pytest.mark.parametrize("compat", [False, True], ids=["pae", "v0.2-compat-pae"])
 def test_v02_forms_verify(model: Path, predicate_type: str, compat: bool) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
@@ -523,6 +619,11 @@ def test_empty_trust_set_trusts_nobody(shared_fixtures: Path) -> None:
 
 def test_public_surface() -> None:
     assert sorted(oms.__all__) == [
-        "OMS_SIGNATURE_FILENAME", "OmsFileCheck", "OmsFileMismatch",
-        "load_oms_signing_key", "require_signs_bundle", "sign_oms", "verify_oms",
+        "OMS_SIGNATURE_FILENAME",
+        "OmsFileCheck",
+        "OmsFileMismatch",
+        "load_oms_signing_key",
+        "require_signs_bundle",
+        "sign_oms",
+        "verify_oms",
     ]

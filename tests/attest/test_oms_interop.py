@@ -66,7 +66,10 @@ def keypair(tmp_path: Path) -> tuple[Path, Path, TrustSet]:
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(MODEL_SIGNING), *map(str, args)], capture_output=True, text=True, timeout=300,
+        [str(MODEL_SIGNING), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         check=False,
     )
 
@@ -117,9 +120,9 @@ def test_model_signing_cli_rejects_our_signature_with_another_key(
     private, _, _ = keypair
     other = tmp_path / "other.pub.pem"
     other.write_bytes(
-        ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     signature = tiny_model / "model.sig"
     signature.write_bytes(sign_oms(tiny_model, private))
@@ -131,7 +134,10 @@ def test_model_signing_cli_rejects_our_signature_with_another_key(
     ("method", "hash_name"), [("shards", "sha256"), ("shards", "blake2"), ("files", "blake2")]
 )
 def test_model_signing_library_forms_we_verify(
-    tiny_model: Path, keypair: tuple[Path, Path, TrustSet], tmp_path: Path, method: str,
+    tiny_model: Path,
+    keypair: tuple[Path, Path, TrustSet],
+    tmp_path: Path,
+    method: str,
     hash_name: Literal["sha256", "blake2"],
 ) -> None:
     import model_signing  # test dependency only: the product never imports it
@@ -201,29 +207,53 @@ _CASES: list[tuple[str, Callable[[Path], None] | None, tuple[str, ...], bool]] =
 ]
 
 
-def _model_signing_verify(kind: str, model: Path, keys: Path, ignores: tuple[str, ...],
-                          public_key: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _model_signing_verify(
+    kind: str, model: Path, keys: Path, ignores: tuple[str, ...], public_key: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     ignore_args = [a for p in ignores for a in ("--ignore-paths", str(model / p))]
     if kind == "v1.1.0-elliptic-key":
         trust = ["--public_key", str(public_key or keys / "signing-key-pub.pem")]
-        return _cli("verify", "key", "--signature", model / "model.sig", *trust, *ignore_args,
-                    model)
-    return _cli("verify", "certificate", "--signature", model / "model.sig", "--certificate_chain",
-                keys / "ca-cert.pem", "--certificate_chain", keys / "int-ca-cert.pem",
-                *ignore_args, model)
+        return _cli(
+            "verify", "key", "--signature", model / "model.sig", *trust, *ignore_args, model
+        )
+    return _cli(
+        "verify",
+        "certificate",
+        "--signature",
+        model / "model.sig",
+        "--certificate_chain",
+        keys / "ca-cert.pem",
+        "--certificate_chain",
+        keys / "int-ca-cert.pem",
+        *ignore_args,
+        model,
+    )
 
 
-def _modelward_verify(kind: str, model: Path, keys: Path, ignores: tuple[str, ...],
-                      public_key: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _modelward_verify(
+    kind: str, model: Path, keys: Path, ignores: tuple[str, ...], public_key: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     if kind == "v1.1.0-elliptic-key":
         trust = ["--public-key", str(public_key or keys / "signing-key-pub.pem")]
     else:
         trust = ["--certificate-chain", str(keys / "ca-cert.pem")]
     ignore_args = [a for p in ignores for a in ("--ignore-path", p)]
     return subprocess.run(
-        [str(MODELWARD), "bundle", "verify", str(model), "--signature", str(model / "model.sig"),
-         *trust, *ignore_args, "--json"],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            str(MODELWARD),
+            "bundle",
+            "verify",
+            str(model),
+            "--signature",
+            str(model / "model.sig"),
+            *trust,
+            *ignore_args,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -236,11 +266,17 @@ def _writable_copy(shared_fixtures: Path, kind: str, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["v1.1.0-elliptic-key", "v1.1.0-certificate"])
-@pytest.mark.parametrize(("case", "change", "ignores", "expected"), _CASES,
-                         ids=[c[0] for c in _CASES])
+@pytest.mark.parametrize(
+    ("case", "change", "ignores", "expected"), _CASES, ids=[c[0] for c in _CASES]
+)
 def test_verdict_equals_model_signing_cli(
-    shared_fixtures: Path, tmp_path: Path, kind: str, case: str,
-    change: Callable[[Path], None] | None, ignores: tuple[str, ...], expected: bool,
+    shared_fixtures: Path,
+    tmp_path: Path,
+    kind: str,
+    case: str,
+    change: Callable[[Path], None] | None,
+    ignores: tuple[str, ...],
+    expected: bool,
 ) -> None:
     keys = shared_fixtures / "oms" / "keys"
     model = _writable_copy(shared_fixtures, kind, tmp_path)
@@ -256,9 +292,17 @@ def test_verdict_equals_model_signing_cli(
         # the ignored paths are left out of the bundle: its digest is that of the tree
         # without them, and `bundle digest` with the same flags names the same bundle
         digest = subprocess.run(
-            [str(MODELWARD), "bundle", "digest", str(model),
-             *[a for p in ignores for a in ("--ignore-path", p)]],
-            capture_output=True, text=True, timeout=120, check=True,
+            [
+                str(MODELWARD),
+                "bundle",
+                "digest",
+                str(model),
+                *[a for p in ignores for a in ("--ignore-path", p)],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         ).stdout.strip()
         assert doc["bundle"] == digest
         assert doc["excluded"] == [p for p in ignores if (model / p).exists()]
@@ -266,14 +310,18 @@ def test_verdict_equals_model_signing_cli(
         assert "in 2 file(s)" in size_check["message"]  # signme-1 and signme-2, nothing else
 
 
-def test_verdict_equals_model_signing_cli_with_another_key(shared_fixtures: Path,
-                                                           tmp_path: Path) -> None:
+def test_verdict_equals_model_signing_cli_with_another_key(
+    shared_fixtures: Path, tmp_path: Path
+) -> None:
     kind = "v1.1.0-elliptic-key"
     keys = shared_fixtures / "oms" / "keys"
     model = _writable_copy(shared_fixtures, kind, tmp_path)
     other = tmp_path / "other.pub.pem"
-    other.write_bytes(ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    other.write_bytes(
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     theirs = _model_signing_verify(kind, model, keys, ("ignore-me",), public_key=other)
     ours = _modelward_verify(kind, model, keys, ("ignore-me",), public_key=other)
     assert theirs.returncode != 0
@@ -281,8 +329,9 @@ def test_verdict_equals_model_signing_cli_with_another_key(shared_fixtures: Path
     assert json.loads(ours.stdout)["verified"] is False
 
 
-def test_signature_own_ignore_list_is_named_but_not_obeyed(shared_fixtures: Path,
-                                                          tmp_path: Path) -> None:
+def test_signature_own_ignore_list_is_named_but_not_obeyed(
+    shared_fixtures: Path, tmp_path: Path
+) -> None:
     """model_signing obeys the ignore_paths the signer recorded; we let only the verifier
     decide what the bundle leaves out, and name the flag that leaves those paths out."""
     kind = "v1.1.0-elliptic-key"
@@ -295,16 +344,28 @@ def test_signature_own_ignore_list_is_named_but_not_obeyed(shared_fixtures: Path
     assert "pass --ignore-path ignore-me to leave them out of the bundle" in ours.stderr
 
 
-def test_sigstore_fixture_verifies_offline_with_ignore_me_excluded(shared_fixtures: Path,
-                                                                  tmp_path: Path) -> None:
+def test_sigstore_fixture_verifies_offline_with_ignore_me_excluded(
+    shared_fixtures: Path, tmp_path: Path
+) -> None:
     """model_signing cannot verify this one offline (it refreshes TUF metadata); ours can."""
     model = _writable_copy(shared_fixtures, "v1.1.0-sigstore", tmp_path)
-    args = [str(MODELWARD), "bundle", "verify", str(model), "--signature", str(model / "model.sig"),
-            "--identity", "stefanb@us.ibm.com",
-            "--issuer", "https://sigstore.verify.ibm.com/oauth2",
-            "--sigstore-trust-root",
-            str(shared_fixtures / "sigstore" / "trusted-roots" / "production.json"),
-            "--ignore-path", "ignore-me", "--json"]
+    args = [
+        str(MODELWARD),
+        "bundle",
+        "verify",
+        str(model),
+        "--signature",
+        str(model / "model.sig"),
+        "--identity",
+        "stefanb@us.ibm.com",
+        "--issuer",
+        "https://sigstore.verify.ibm.com/oauth2",
+        "--sigstore-trust-root",
+        str(shared_fixtures / "sigstore" / "trusted-roots" / "production.json"),
+        "--ignore-path",
+        "ignore-me",
+        "--json",
+    ]
     ok = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert json.loads(ok.stdout)["excluded"] == ["ignore-me"]

@@ -102,11 +102,15 @@ def _error(text: str, tmp_path: Path) -> str:
             "version: 1\ntrust_registered_signers: true\nengine_version: sometimes\n",
             "policy.yaml: engine_version: must be 'enforce' or 'warn'",
         ),
-        ("version: 1\nversion: 1\n",
-         "policy.yaml: not valid YAML: line 2, column 1: duplicate key 'version'"),
+        (
+            "version: 1\nversion: 1\n",
+            "policy.yaml: not valid YAML: line 2, column 1: duplicate key 'version'",
+        ),
         ("version: [1\n", "policy.yaml: not valid YAML: line 2"),
-        ("version: 1\nx: &a [1]\ny: *a\n",
-         "policy.yaml: not valid YAML: line 2, column 4: YAML anchors and aliases are not allowed"),
+        (
+            "version: 1\nx: &a [1]\ny: *a\n",
+            "policy.yaml: not valid YAML: line 2, column 4: YAML anchors and aliases are not allowed",  # noqa: E501
+        ),
         ("- version: 1\n", "policy.yaml: the document must be a mapping"),
     ],
 )

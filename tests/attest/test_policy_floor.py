@@ -130,29 +130,34 @@ def test_names_longer_than_an_alias_can_be_are_not_counted() -> None:
 
 def test_a_floor_that_requires_a_baseline() -> None:
     floor = PolicyFloor.model_validate(
-        {"aliases": [{"pattern": "prod", "approvals": 1, "require_baseline": True}]})
+        {"aliases": [{"pattern": "prod", "approvals": 1, "require_baseline": True}]}
+    )
     [short] = floor_shortfalls(policy(rule("prod", 3)), floor)
     assert short.missing == ("require_baseline: true",)
     require_meets_floor(policy(rule("prod", 1, require_baseline=True)), floor)
 
 
 def test_rules_too_complex_to_decide_fail_closed() -> None:
-    rules = [rule("*" + "*".join("abcdefgh"[(i + j) % 8] for j in range(8)) + "*")
-             for i in range(40)]
+    rules = [
+        rule("*" + "*".join("abcdefgh"[(i + j) % 8] for j in range(8)) + "*") for i in range(40)
+    ]
     floor = PolicyFloor.model_validate({"aliases": [{"pattern": "*", "approvals": 0}]})
     [short] = floor_shortfalls(policy(*rules), floor, FloorLimits(max_steps=10_000))
     assert short.alias == ""
     assert "simple enough" in str(short)
 
 
-@pytest.mark.parametrize("doc", [
-    {"aliases": []},
-    {"aliases": [{"pattern": "prod", "approvals": 1}, {"pattern": "prod", "approvals": 2}]},
-    {"aliases": [{"pattern": "prod", "approvals": -1}]},
-    {"aliases": [{"pattern": "prod"}]},
-    {"aliases": [{"pattern": "prod", "approvals": 1, "protected": False}]},
-    {"aliases": [{"pattern": "", "approvals": 1}]},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"aliases": []},
+        {"aliases": [{"pattern": "prod", "approvals": 1}, {"pattern": "prod", "approvals": 2}]},
+        {"aliases": [{"pattern": "prod", "approvals": -1}]},
+        {"aliases": [{"pattern": "prod"}]},
+        {"aliases": [{"pattern": "prod", "approvals": 1, "protected": False}]},
+        {"aliases": [{"pattern": "", "approvals": 1}]},
+    ],
+)
 def test_an_empty_or_malformed_floor_is_refused(doc: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         PolicyFloor.model_validate(doc)
@@ -160,8 +165,32 @@ def test_an_empty_or_malformed_floor_is_refused(doc: dict[str, Any]) -> None:
 
 # -- differential: the floor's automata against fnmatch ----------------------------------
 PATTERN_PARTS = st.sampled_from(
-    ["*", "?", "a", "b", "-", ".", "[ab]", "[!a]", "[a-c]", "[]a]", "[!]]", "[", "]", "!",
-    "[--a]", "[a-]", "[0-9]", "x", "A", "_", "[A-Z]", "[\\]", "/", "[.-]"]
+    [
+        "*",
+        "?",
+        "a",
+        "b",
+        "-",
+        ".",
+        "[ab]",
+        "[!a]",
+        "[a-c]",
+        "[]a]",
+        "[!]]",
+        "[",
+        "]",
+        "!",
+        "[--a]",
+        "[a-]",
+        "[0-9]",
+        "x",
+        "A",
+        "_",
+        "[A-Z]",
+        "[\\]",
+        "/",
+        "[.-]",
+    ]
 )
 NAMES = st.text(alphabet=ALIAS_REST_CHARS, min_size=1, max_size=12).filter(
     lambda n: n[0] in ALIAS_FIRST_CHARS
@@ -180,8 +209,9 @@ def test_pattern_automata_agree_with_fnmatch(parts: list[str], names: list[str])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     floor_parts=st.lists(PATTERN_PARTS, min_size=1, max_size=5),
-    rules=st.lists(st.tuples(st.lists(PATTERN_PARTS, min_size=1, max_size=5),
-                             st.booleans()), max_size=4),
+    rules=st.lists(
+        st.tuples(st.lists(PATTERN_PARTS, min_size=1, max_size=5), st.booleans()), max_size=4
+    ),
     names=st.lists(NAMES, min_size=1, max_size=20),
 )
 def test_every_shortfall_is_real_and_every_sampled_violation_is_found(

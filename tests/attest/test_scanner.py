@@ -36,7 +36,13 @@ def _rules(report: ScanReport, path: str) -> set[str]:
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(modelward.attest.scanner.__all__) == [
-        "FileReport", "Finding", "ScanLimits", "ScanReport", "scan_blob", "scan_tree"]
+        "FileReport",
+        "Finding",
+        "ScanLimits",
+        "ScanReport",
+        "scan_blob",
+        "scan_tree",
+    ]
 
 
 def test_canary_payload_is_live(tmp_path: Path) -> None:
@@ -47,39 +53,48 @@ def test_canary_payload_is_live(tmp_path: Path) -> None:
 
 
 def test_every_attack_is_rejected_naming_the_file(
-        corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport) -> None:
-    missing = {path: rules - _rules(corpus_report, path)
-               for path, rules in corpus[2].expected.items()
-               if not rules <= _rules(corpus_report, path)}
+    corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport
+) -> None:
+    missing = {
+        path: rules - _rules(corpus_report, path)
+        for path, rules in corpus[2].expected.items()
+        if not rules <= _rules(corpus_report, path)
+    }
     assert not missing, missing
     assert not corpus_report.clean
 
 
 def test_case_and_unicode_collisions_are_findings(
-        corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport) -> None:
+    corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport
+) -> None:
     for first, second in corpus[2].collisions:
         flagged = _rules(corpus_report, first) | _rules(corpus_report, second)
         assert "tree.collision" in flagged, (first, second)
 
 
 def test_scanning_never_loads_a_pickle(
-        corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport) -> None:
+    corpus: tuple[Path, Path, Corpus], corpus_report: ScanReport
+) -> None:
     assert corpus_report.findings
     assert not corpus[1].exists()
 
 
-@pytest.mark.parametrize(("path", "words"), [
-    ("st/overlap.safetensors", ["tensor 'b'", "[4, 12]", "overlap tensor 'w'"]),
-    ("st/bomb.safetensors", ["header length 1152921504606846976", "limit"]),
-    ("st/out-of-range.safetensors", ["[0, 16]", "past the data section"]),
-    ("st/dtype-shape.safetensors", ["shape [2, 3] of F32 needs 24 bytes", "hold 16"]),
-    ("model.safetensors", ["archive/data.pkl", "torch"]),
-    ("sub/tokenizer_config.json", ["cross-repository", "evil-org/evil-repo--"]),
-    ("passwd", ["/etc/passwd"]),
-    ("evil.pkl", ["protocol 2", "io.open"]),
-])
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("st/overlap.safetensors", ["tensor 'b'", "[4, 12]", "overlap tensor 'w'"]),
+        ("st/bomb.safetensors", ["header length 1152921504606846976", "limit"]),
+        ("st/out-of-range.safetensors", ["[0, 16]", "past the data section"]),
+        ("st/dtype-shape.safetensors", ["shape [2, 3] of F32 needs 24 bytes", "hold 16"]),
+        ("model.safetensors", ["archive/data.pkl", "torch"]),
+        ("sub/tokenizer_config.json", ["cross-repository", "evil-org/evil-repo--"]),
+        ("passwd", ["/etc/passwd"]),
+        ("evil.pkl", ["protocol 2", "io.open"]),
+    ],
+)
 def test_findings_give_precise_reasons(
-        corpus_report: ScanReport, path: str, words: list[str]) -> None:
+    corpus_report: ScanReport, path: str, words: list[str]
+) -> None:
     reasons = " | ".join(f.reason for f in corpus_report.findings if f.path == path)
     for word in words:
         assert word in reasons, reasons
@@ -101,20 +116,23 @@ def _sentencepiece_model(tmp_path: Path) -> bytes:
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(["the quick brown fox jumps over the lazy dog"] * 50))
     prefix = tmp_path / "sp"
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), vocab_size=30,
-                                   model_type="bpe", minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(prefix), vocab_size=30, model_type="bpe", minloglevel=2
+    )
     return prefix.with_suffix(".model").read_bytes()
 
 
 def test_every_allowed_format_passes(tiny_model: Path, tmp_path: Path) -> None:
     (tiny_model / "tokenizer.model").write_bytes(_sentencepiece_model(tmp_path))
     (tiny_model / "chat_template.jinja").write_text(
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    )
     (tiny_model / "merges.txt").write_text("#version: 0.2\nĠ t\nh e\n")
     (tiny_model / "tiktoken.vocab").write_text("IQ== 0\nIg== 1\nIw== 2\n")
     (tiny_model / "README.md").write_text(
         "---\nlicense: mit\n---\n# Tiny\n\n```python\nimport torch\nfrom x import y\n"
-        "def f():\n    pass\n```\n")
+        "def f():\n    pass\n```\n"
+    )
     (tiny_model / "modelward.yaml").write_text("version: 1\nengine: {name: vllm}\n")
     (tiny_model / "empty.txt").write_bytes(b"")
     report = scan_tree(tiny_model)
@@ -125,23 +143,29 @@ def test_every_allowed_format_passes(tiny_model: Path, tmp_path: Path) -> None:
     assert kinds["modelward.yaml"] == "bundle spec"
 
 
-@pytest.mark.parametrize(("name", "data", "rule"), [
-    ("config.json", b'{"a": 1, "a": 2}', "scan.json"),
-    ("config.json", b"not json", "scan.json"),
-    ("config.json", b'{"trust_remote_code": true}', "scan.auto_map"),
-    ("config.json", b'{"text_config": {"auto_map": {"AutoModel": "m.C"}}}', "scan.auto_map"),
-    ("config.json", b'{"custom_pipelines": {"t": {"impl": "p.P"}}}', "scan.auto_map"),
-    ("modelward.yaml", b"a: &x 1\nb: *x\n", "scan.yaml"),
-    ("modelward.yaml", b"!!python/object/apply:os.system ['id']\n", "scan.yaml"),
-    ("notes.txt", b"text\x00with NUL", "scan.unknown"),
-    ("blob.bin", b"\x01\x02\x03\x04binary", "scan.unknown"),
-    ("tokenizer.model", b"\x0a\x05hello", "scan.sentencepiece"),
-    ("data.tar.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 20, "scan.unknown"),
-    ("lib.so.1", b"\x7fELF" + b"\x00" * 60, "scan.native"),
-    ("mod.wasm", b"\x00asm\x01\x00\x00\x00", "scan.native"),
-    ("x.keras", zip_with({"metadata.json": b"{}", "model.weights.h5": b"\x89HDF\r\n\x1a\n"}),
-     "scan.hdf5"),
-])
+@pytest.mark.parametrize(
+    ("name", "data", "rule"),
+    [
+        ("config.json", b'{"a": 1, "a": 2}', "scan.json"),
+        ("config.json", b"not json", "scan.json"),
+        ("config.json", b'{"trust_remote_code": true}', "scan.auto_map"),
+        ("config.json", b'{"text_config": {"auto_map": {"AutoModel": "m.C"}}}', "scan.auto_map"),
+        ("config.json", b'{"custom_pipelines": {"t": {"impl": "p.P"}}}', "scan.auto_map"),
+        ("modelward.yaml", b"a: &x 1\nb: *x\n", "scan.yaml"),
+        ("modelward.yaml", b"!!python/object/apply:os.system ['id']\n", "scan.yaml"),
+        ("notes.txt", b"text\x00with NUL", "scan.unknown"),
+        ("blob.bin", b"\x01\x02\x03\x04binary", "scan.unknown"),
+        ("tokenizer.model", b"\x0a\x05hello", "scan.sentencepiece"),
+        ("data.tar.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 20, "scan.unknown"),
+        ("lib.so.1", b"\x7fELF" + b"\x00" * 60, "scan.native"),
+        ("mod.wasm", b"\x00asm\x01\x00\x00\x00", "scan.native"),
+        (
+            "x.keras",
+            zip_with({"metadata.json": b"{}", "model.weights.h5": b"\x89HDF\r\n\x1a\n"}),
+            "scan.hdf5",
+        ),
+    ],
+)
 def test_blob_rules(name: str, data: bytes, rule: str) -> None:
     report = scan_blob(name, io.BytesIO(data), len(data))
     assert rule in {f.rule for f in report.findings}, report
@@ -150,8 +174,9 @@ def test_blob_rules(name: str, data: bytes, rule: str) -> None:
 
 def test_large_text_is_too_large_not_read() -> None:
     data = b"hello world " * 200
-    report = scan_blob("notes.txt", io.BytesIO(data), len(data),
-                       ScanLimits(max_text_bytes=1024, probe_bytes=512))
+    report = scan_blob(
+        "notes.txt", io.BytesIO(data), len(data), ScanLimits(max_text_bytes=1024, probe_bytes=512)
+    )
     assert [f.rule for f in report.findings] == ["scan.too-large"]
 
 
@@ -176,16 +201,16 @@ def test_numeric_npy_is_unknown_and_allow_globs_admit_it(tmp_path: Path) -> None
     data = buf.getvalue()
     plain = scan_blob("emb/table.npy", io.BytesIO(data), len(data))
     assert [f.rule for f in plain.findings] == ["scan.unknown"]
-    admitted = scan_blob("emb/table.npy", io.BytesIO(data), len(data),
-                         ScanLimits(allow_globs=("emb/*.npy",)))
+    admitted = scan_blob(
+        "emb/table.npy", io.BytesIO(data), len(data), ScanLimits(allow_globs=("emb/*.npy",))
+    )
     assert admitted.findings == ()
     assert "allow_globs" in admitted.kind
 
 
 def test_allow_globs_never_admit_a_dangerous_format(tmp_path: Path) -> None:
     data = canary_pickle(tmp_path / "canary", 4)
-    report = scan_blob("emb/table.npy", io.BytesIO(data), len(data),
-                       ScanLimits(allow_globs=("*",)))
+    report = scan_blob("emb/table.npy", io.BytesIO(data), len(data), ScanLimits(allow_globs=("*",)))
     assert "scan.pickle" in {f.rule for f in report.findings}
     assert not (tmp_path / "canary").exists()
 
@@ -246,11 +271,38 @@ def test_reports_are_frozen_plain_data(tiny_model: Path) -> None:
         report.files[0].kind = "safetensors"  # type: ignore[misc]
 
 
-MAGICS = [b"", b"\x80\x04\x95", b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY\x01\x00",
-          b"\x93NUMPY\x02\x00", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"ZF0x", b"x\x9c",
-          b"\x0a", b"{", b"[", b"#!", b"MZ", b"\x7fELF", b"\x89HDF\r\n\x1a\n", b"(", b"c"]
-NAMES = ["x.safetensors", "config.json", "tokenizer.model", "modelward.yaml", "a.npy",
-         "b.npz", "notes.txt", "blob"]
+MAGICS = [
+    b"",
+    b"\x80\x04\x95",
+    b"PK\x03\x04",
+    b"PK\x05\x06",
+    b"\x93NUMPY\x01\x00",
+    b"\x93NUMPY\x02\x00",
+    b"\x1f\x8b",
+    b"BZh",
+    b"\xfd7zXZ\x00",
+    b"ZF0x",
+    b"x\x9c",
+    b"\x0a",
+    b"{",
+    b"[",
+    b"#!",
+    b"MZ",
+    b"\x7fELF",
+    b"\x89HDF\r\n\x1a\n",
+    b"(",
+    b"c",
+]
+NAMES = [
+    "x.safetensors",
+    "config.json",
+    "tokenizer.model",
+    "modelward.yaml",
+    "a.npy",
+    "b.npz",
+    "notes.txt",
+    "blob",
+]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -270,8 +322,9 @@ def test_pickle_walk_past_the_probe_is_bounded_by_max_pickle_walk(tmp_path: Path
     found = scan_blob("notes.txt", io.BytesIO(data), len(data))
     assert [f.rule for f in found.findings] == ["scan.pickle"]
     assert "posix.system" in found.findings[0].reason or "os.system" in found.findings[0].reason
-    bounded = scan_blob("notes.txt", io.BytesIO(data), len(data),
-                        ScanLimits(max_pickle_walk=50_000))
+    bounded = scan_blob(
+        "notes.txt", io.BytesIO(data), len(data), ScanLimits(max_pickle_walk=50_000)
+    )
     assert [f.rule for f in bounded.findings] == ["scan.pickle"]
     assert "50000 bytes (max_pickle_walk)" in bounded.findings[0].reason
     with pytest.raises(ValueError, match="max_pickle_walk"):

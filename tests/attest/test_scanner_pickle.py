@@ -78,7 +78,9 @@ def test_printable_pickle_named_pytorch_model_bin_is_not_text(tmp_path: Path) ->
         (bundle / name).write_bytes(data)
     report = scan_tree(bundle)
     assert {(f.path, f.rule) for f in report.findings} == {
-        ("pytorch_model.bin", "scan.pickle"), ("training_args.bin", "scan.pickle")}
+        ("pytorch_model.bin", "scan.pickle"),
+        ("training_args.bin", "scan.pickle"),
+    }
     assert all(r.kind == "pickle" for r in report.files)
     assert not canary.exists()
     with pytest.raises(RuntimeError, match="magic number"):  # after running the payload
@@ -110,8 +112,7 @@ def test_frame_the_unpicklers_read_three_ways_is_a_pickle(tmp_path: Path) -> Non
         with pytest.raises((pickle.UnpicklingError, ValueError)):
             load(data)
     assert not canary.exists()
-    assert _rules(data, "extra/state.dat", ScanLimits(allow_globs=("extra/*",))) == {
-        "scan.pickle"}
+    assert _rules(data, "extra/state.dat", ScanLimits(allow_globs=("extra/*",))) == {"scan.pickle"}
     assert "FRAME" in _reason(data)
     pickle.load(io.BytesIO(data)).close()  # what torch does with a zip's data.pkl
     assert canary.exists()
@@ -120,8 +121,7 @@ def test_frame_the_unpicklers_read_three_ways_is_a_pickle(tmp_path: Path) -> Non
 def test_compressed_pickle_with_a_corrupt_tail_is_found(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     data = canary_gzip_corrupt_tail(canary)
-    assert _rules(data, "extra/opt.gz", ScanLimits(allow_globs=("extra/*",))) == {
-        "scan.pickle"}
+    assert _rules(data, "extra/opt.gz", ScanLimits(allow_globs=("extra/*",))) == {"scan.pickle"}
     assert not canary.exists()
     (tmp_path / "opt.gz").write_bytes(data)
     with gzip.open(tmp_path / "opt.gz") as stream:
@@ -129,13 +129,15 @@ def test_compressed_pickle_with_a_corrupt_tail_is_found(tmp_path: Path) -> None:
     assert canary.exists()
 
 
-@pytest.mark.parametrize("descr", ["object", "object_", "O8", "=O", [("a", "<f4"),
-                                                                     ("b", "object")]])
+@pytest.mark.parametrize(
+    "descr", ["object", "object_", "O8", "=O", [("a", "<f4"), ("b", "object")]]
+)
 def test_numpy_object_dtype_in_any_spelling_is_found(tmp_path: Path, descr: object) -> None:
     canary = tmp_path / "canary"
     data = npy_with_descr(descr, canary_pickle(canary, 2))
     assert _rules(data, "emb/table.npy", ScanLimits(allow_globs=("emb/*",))) == {
-        "scan.numpy-object"}
+        "scan.numpy-object"
+    }
     (tmp_path / "a.npy").write_bytes(data)
     with contextlib.suppress(ValueError, TypeError):  # the payload ran before numpy looked
         np.load(tmp_path / "a.npy", allow_pickle=True)
@@ -159,18 +161,35 @@ def test_pickle_with_a_zip_appended_is_a_pickle(tmp_path: Path) -> None:
 ST = safetensors_bytes({"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, 4)
 
 
-@pytest.mark.parametrize("name", ["pytorch_model.bin", "training_args.bin", "optimizer.pt",
-                                  "rng_state.pth", "last.ckpt", "model.pkl", "emb.npy",
-                                  "model.joblib", "sub/checkpoint.pth.tar"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pytorch_model.bin",
+        "training_args.bin",
+        "optimizer.pt",
+        "rng_state.pth",
+        "last.ckpt",
+        "model.pkl",
+        "emb.npy",
+        "model.joblib",
+        "sub/checkpoint.pth.tar",
+    ],
+)
 @pytest.mark.parametrize("content", [b"hello world\n", b'{"a": 1}', ST])
-def test_allow_listed_content_under_a_pickle_loaded_name_is_refused(name: str,
-                                                                    content: bytes) -> None:
+def test_allow_listed_content_under_a_pickle_loaded_name_is_refused(
+    name: str, content: bytes
+) -> None:
     report = scan_blob(name, io.BytesIO(content), len(content))
     assert [f.rule for f in report.findings] == ["scan.pickle"], report
     assert "unpickle" in report.findings[0].reason
     # the same content under its own name is admitted
-    own = "notes.txt" if content.endswith(b"\n") else "a.json" if content[:1] == b"{" else \
-        "model.safetensors"
+    own = (
+        "notes.txt"
+        if content.endswith(b"\n")
+        else "a.json"
+        if content[:1] == b"{"
+        else "model.safetensors"
+    )
     assert scan_blob(own, io.BytesIO(content), len(content)).findings == ()
 
 
@@ -191,11 +210,23 @@ def test_text_the_unpickler_reads_as_an_import_is_a_pickle() -> None:
     assert _rules(b"cat\ndog\n", "vocab.txt") == {"scan.pickle"}
 
 
-@pytest.mark.parametrize("text", [
-    b"[PAD]\n[unused0]\n[UNK]\n", b"#version: 0.2\n\xc4\xa0 t\n", b"Note that this is text.\n",
-    b"Victor\nPaul\n", b"Model card\n", b"N", b"(c) 2024\n", b"---\nlicense: mit\n---\n",
-    b"a" * 1000, b"Please read\nthe docs\n", b"call me\nmaybe\n", b"cos\r\nsystem\r\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[PAD]\n[unused0]\n[UNK]\n",
+        b"#version: 0.2\n\xc4\xa0 t\n",
+        b"Note that this is text.\n",
+        b"Victor\nPaul\n",
+        b"Model card\n",
+        b"N",
+        b"(c) 2024\n",
+        b"---\nlicense: mit\n---\n",
+        b"a" * 1000,
+        b"Please read\nthe docs\n",
+        b"call me\nmaybe\n",
+        b"cos\r\nsystem\r\n",
+    ],
+)
 def test_ordinary_text_stays_text(text: bytes) -> None:
     report = scan_blob("notes.txt", io.BytesIO(text), len(text))
     assert report.findings == (), report
@@ -222,11 +253,15 @@ def _nested_tuple_key(depth: int) -> bytes:
     return b"}" + body + b"Ns."
 
 
-@pytest.mark.parametrize("data", [
-    _nested_tuple_key(20),  # hours to hash in either unpickler
-    b"Np20000000\n0N.",  # _pickle allocates a 160 MB memo for these 15 bytes
-    b"\x96" + struct.pack("<Q", 2**40) + b"x.",  # pickle.py allocates a 1 TiB bytearray
-], ids=["tuple-hash", "memo-index", "bytearray8"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        _nested_tuple_key(20),  # hours to hash in either unpickler
+        b"Np20000000\n0N.",  # _pickle allocates a 160 MB memo for these 15 bytes
+        b"\x96" + struct.pack("<Q", 2**40) + b"x.",  # pickle.py allocates a 1 TiB bytearray
+    ],
+    ids=["tuple-hash", "memo-index", "bytearray8"],
+)
 def test_what_stalls_the_real_unpicklers_does_not_stall_the_scanner(data: bytes) -> None:
     start = time.monotonic()
     judge_pickle_bytes(data, cut="", max_bytes=2**20, max_ops=10_000)
@@ -244,8 +279,12 @@ def test_stream_still_unpickling_at_max_pickle_ops_is_refused() -> None:
 
 def test_scanning_the_attacks_runs_none_of_them(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
-    for data in (canary_pickle_p0_hex(canary), canary_pickle_frame_split(canary),
-                 canary_gzip_corrupt_tail(canary), canary_pickle_then_npz(canary)):
+    for data in (
+        canary_pickle_p0_hex(canary),
+        canary_pickle_frame_split(canary),
+        canary_gzip_corrupt_tail(canary),
+        canary_pickle_then_npz(canary),
+    ):
         report: ScanReport = scan_tree(_bundle(tmp_path, data))
         assert report.findings
     assert not canary.exists()

@@ -102,9 +102,12 @@ class Reference:
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
-            self._child = subprocess.Popen([sys.executable, "-I", "-c", WORKER],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=subprocess.DEVNULL)
+            self._child = subprocess.Popen(
+                [sys.executable, "-I", "-c", WORKER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
         return self._child
 
     def outcomes(self, data: bytes) -> dict[str, str]:
@@ -155,32 +158,46 @@ def check(reference: Reference, data: bytes) -> None:
 # --- streams -----------------------------------------------------------------------------
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-2**200, max_value=2**200),
-    st.floats(), st.text(max_size=20), st.binary(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**200), max_value=2**200),
+    st.floats(),
+    st.text(max_size=20),
+    st.binary(max_size=20),
 )
 HASHABLE = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8))
 
 
 def _containers(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
     return st.one_of(
-        st.lists(children, max_size=5), st.tuples(children, children),
+        st.lists(children, max_size=5),
+        st.tuples(children, children),
         st.lists(children, max_size=4).map(tuple),
         st.dictionaries(HASHABLE, children, max_size=4),
-        st.frozensets(HASHABLE, max_size=4), st.sets(HASHABLE, max_size=4),
+        st.frozensets(HASHABLE, max_size=4),
+        st.sets(HASHABLE, max_size=4),
         children.map(lambda x: [x, x]),  # shared references: the memo
         st.binary(max_size=8).map(bytearray),
     )
 
 
 OBJECTS = st.recursive(SCALARS, _containers, max_leaves=20)
-IMPORTING = st.sampled_from([OrderedDict(a=1), datetime.date(2024, 1, 2), complex(1, 2),
-                             range(3), slice(1, 2), Exception("x")])
+IMPORTING = st.sampled_from(
+    [
+        OrderedDict(a=1),
+        datetime.date(2024, 1, 2),
+        complex(1, 2),
+        range(3),
+        slice(1, 2),
+        Exception("x"),
+    ]
+)
 
 
 @st.composite
 def pickled(draw: st.DrawFn) -> bytes:
-    obj = draw(st.one_of(OBJECTS, IMPORTING, st.lists(st.one_of(OBJECTS, IMPORTING),
-                                                      max_size=3)))
+    obj = draw(st.one_of(OBJECTS, IMPORTING, st.lists(st.one_of(OBJECTS, IMPORTING), max_size=3)))
     protocol = draw(st.integers(min_value=0, max_value=pickle.HIGHEST_PROTOCOL))
     dumps = draw(st.sampled_from([pickle.dumps, pickle._dumps]))  # type: ignore[attr-defined]
     data: bytes = dumps(obj, protocol=protocol)
@@ -191,14 +208,41 @@ def _arg_line(op: bytes, forms: list[bytes]) -> st.SearchStrategy[bytes]:
     return st.sampled_from(forms).map(lambda form: op + form + b"\n")
 
 
-INTS = [b"0", b"1", b"00", b"01", b"0x1f", b"010", b" 7", b"1_0", b"-3", b"1\x00z", b"",
-        b"99999999999999999999", b"0o7", b"0b1", b"7 ", b"+1", b"1L", b"0x"]
+INTS = [
+    b"0",
+    b"1",
+    b"00",
+    b"01",
+    b"0x1f",
+    b"010",
+    b" 7",
+    b"1_0",
+    b"-3",
+    b"1\x00z",
+    b"",
+    b"99999999999999999999",
+    b"0o7",
+    b"0b1",
+    b"7 ",
+    b"+1",
+    b"1L",
+    b"0x",
+]
 FLOATS = [b"1.5", b"inf", b"nan", b" 1", b"1_0", b"1e500", b"1.0\x00x", b"x", b"-0", b""]
 STRINGS = [b"'a'", b'"b"', b"'", b"'\\x41'", b"'\\x'", b"a", b"'\xff'", b"''"]
 UNICODES = [b"abc", b"\\u0041", b"\\u12", b"\xff", b"", b"\xc3\xa9"]
 INDEXES = [b"0", b"1", b" 1", b"1\x00x", b"-1", b"01", b"1_0", b"2", b"", b"+0"]
-MODULES = [b"os", b"builtins", b"\xc3\xa9", b"", b"a b", b"\xff", b"collections", b"os.path",
-           b"os\r"]
+MODULES = [
+    b"os",
+    b"builtins",
+    b"\xc3\xa9",
+    b"",
+    b"a b",
+    b"\xff",
+    b"collections",
+    b"os.path",
+    b"os\r",
+]
 NAMES = [b"getcwd", b"", b"x", b"\xff", b"a.b"]
 
 
@@ -207,21 +251,27 @@ def _u32(n: int) -> bytes:
 
 
 TOKENS = st.one_of(
-    st.sampled_from([bytes([op]) for op in b"(.012N)]}tldaesubRoQ"]
-                    + [bytes([op]) for op in range(0x85, 0x99)]),
-    _arg_line(b"I", INTS), _arg_line(b"L", INTS), _arg_line(b"F", FLOATS),
-    _arg_line(b"S", STRINGS), _arg_line(b"V", UNICODES), _arg_line(b"P", UNICODES),
-    _arg_line(b"g", INDEXES), _arg_line(b"p", INDEXES),
-    st.tuples(st.sampled_from([b"c", b"i"]), st.sampled_from(MODULES),
-              st.sampled_from(NAMES)).map(lambda t: t[0] + t[1] + b"\n" + t[2] + b"\n"),
-    st.tuples(st.sampled_from([b"h", b"q"]), st.integers(0, 3)).map(
-        lambda t: t[0] + bytes([t[1]])),
-    st.tuples(st.sampled_from([b"j", b"r"]), st.sampled_from([0, 1, 2, 2**31, 2**32 - 1]))
-    .map(lambda t: t[0] + _u32(t[1])),
+    st.sampled_from(
+        [bytes([op]) for op in b"(.012N)]}tldaesubRoQ"] + [bytes([op]) for op in range(0x85, 0x99)]
+    ),
+    _arg_line(b"I", INTS),
+    _arg_line(b"L", INTS),
+    _arg_line(b"F", FLOATS),
+    _arg_line(b"S", STRINGS),
+    _arg_line(b"V", UNICODES),
+    _arg_line(b"P", UNICODES),
+    _arg_line(b"g", INDEXES),
+    _arg_line(b"p", INDEXES),
+    st.tuples(st.sampled_from([b"c", b"i"]), st.sampled_from(MODULES), st.sampled_from(NAMES)).map(
+        lambda t: t[0] + t[1] + b"\n" + t[2] + b"\n"
+    ),
+    st.tuples(st.sampled_from([b"h", b"q"]), st.integers(0, 3)).map(lambda t: t[0] + bytes([t[1]])),
+    st.tuples(st.sampled_from([b"j", b"r"]), st.sampled_from([0, 1, 2, 2**31, 2**32 - 1])).map(
+        lambda t: t[0] + _u32(t[1])
+    ),
     st.integers(0, 255).map(lambda n: b"K" + bytes([n])),
     st.text(max_size=6).map(lambda s: b"\x8c" + bytes([len(s.encode())]) + s.encode()),
-    st.sampled_from(["os", "getcwd", "builtins"]).map(
-        lambda s: b"X" + _u32(len(s)) + s.encode()),
+    st.sampled_from(["os", "getcwd", "builtins"]).map(lambda s: b"X" + _u32(len(s)) + s.encode()),
     st.binary(max_size=6).map(lambda b: b"C" + bytes([len(b)]) + b),
     st.binary(max_size=6).map(lambda b: b"U" + bytes([len(b)]) + b),
     st.integers(0, 6).map(lambda n: b"\x80" + bytes([n])),
@@ -247,7 +297,7 @@ def mutated(draw: st.DrawFn) -> bytes:
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=3))
         elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 4))]
+            del data[at : at + draw(st.integers(1, 4))]
         elif kind == "truncate":
             del data[at:]
         else:
@@ -255,38 +305,50 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-DIFFERENTIAL = settings(max_examples=EXAMPLES, deadline=None,
-                        suppress_health_check=[HealthCheck.too_slow,
-                                               HealthCheck.data_too_large,
-                                               HealthCheck.function_scoped_fixture])
+DIFFERENTIAL = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 
 
 @DIFFERENTIAL
 @given(pickled())
-def test_scanner_flags_every_pickle_the_picklers_write(reference: Reference,
-                                                      data: bytes) -> None:
+def test_scanner_flags_every_pickle_the_picklers_write(reference: Reference, data: bytes) -> None:
     check(reference, data)
 
 
 @DIFFERENTIAL
 @given(handmade())
-def test_scanner_flags_handmade_streams_a_real_unpickler_runs(reference: Reference,
-                                                              data: bytes) -> None:
+def test_scanner_flags_handmade_streams_a_real_unpickler_runs(
+    reference: Reference, data: bytes
+) -> None:
     check(reference, data)
 
 
 @DIFFERENTIAL
 @given(mutated())
-def test_scanner_flags_mutated_streams_a_real_unpickler_runs(reference: Reference,
-                                                             data: bytes) -> None:
+def test_scanner_flags_mutated_streams_a_real_unpickler_runs(
+    reference: Reference, data: bytes
+) -> None:
     check(reference, data)
 
 
-@pytest.mark.parametrize("data", [
-    b"cos\ngetcwd\n(I0x0\n0tR.", b"cos\ngetcwd\n(I010\n0tR.", b"cos\ngetcwd\n(F1_0\n0tR.",
-    b"\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00c\xffos\ngetcwd\n)R.", b"N.",
-    pickle.dumps(OrderedDict(a=1), protocol=4),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"cos\ngetcwd\n(I0x0\n0tR.",
+        b"cos\ngetcwd\n(I010\n0tR.",
+        b"cos\ngetcwd\n(F1_0\n0tR.",
+        b"\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00c\xffos\ngetcwd\n)R.",
+        b"N.",
+        pickle.dumps(OrderedDict(a=1), protocol=4),
+    ],
+)
 def test_the_reference_sees_the_known_attacks(reference: Reference, data: bytes) -> None:
     """The harness itself: each of these is run (or finished) by at least one unpickler."""
     outcomes = reference.outcomes(data)

@@ -35,10 +35,14 @@ def test_a_key_under_another_keyid_verifies_nothing() -> None:
     assert public_key_of(lying) is None
 
 
-@pytest.mark.parametrize("make", [
-    lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key(),
-    lambda: ec.generate_private_key(ec.SECP384R1()).public_key(),
-], ids=["rsa", "ecdsa-p384"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key(),
+        lambda: ec.generate_private_key(ec.SECP384R1()).public_key(),
+    ],
+    ids=["rsa", "ecdsa-p384"],
+)
 def test_a_key_type_modelward_does_not_use_verifies_nothing(make: object) -> None:
     public = make()  # type: ignore[operator]
     key = SSlibKey.from_crypto(public, keyid=keyid(public))

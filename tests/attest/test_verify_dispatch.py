@@ -159,8 +159,9 @@ def _fixture_copy(shared_fixtures: Path, tmp_path: Path, *, keep_ignored: bool) 
     root = tmp_path / "model"
     root.mkdir()
     for name in ("model.sig", "signme-1", "signme-2", *(("ignore-me",) if keep_ignored else ())):
-        (root / name).write_bytes((shared_fixtures / "oms" / "v1.1.0-elliptic-key" / name)
-                                  .read_bytes())
+        (root / name).write_bytes(
+            (shared_fixtures / "oms" / "v1.1.0-elliptic-key" / name).read_bytes()
+        )
     return root
 
 
@@ -183,8 +184,13 @@ def test_oms_ignore_path_excludes_the_file_from_the_tree(shared_fixtures, tmp_pa
     data = (root / "model.sig").read_bytes()
     stmt = verify_oms(data, root, _oms_trust(shared_fixtures), ["ignore-me"])
     assert "2 file(s) match: signme-1, signme-2" in stmt.notes[0]
-    stmt = verify_attestation(data, _oms_trust(shared_fixtures), bundle_digest=DIGEST,
-                              root=root, ignore_paths=["ignore-me"])
+    stmt = verify_attestation(
+        data,
+        _oms_trust(shared_fixtures),
+        bundle_digest=DIGEST,
+        root=root,
+        ignore_paths=["ignore-me"],
+    )
     assert f"{OMS_TREE_NOTE}{DIGEST}" in stmt.notes
     # without the exclusion, ignore-me is a model file the signature does not sign
     with pytest.raises(OmsFileMismatch) as info:
@@ -198,16 +204,27 @@ def test_oms_ignore_path_naming_a_bundle_file_is_refused(shared_fixtures, tmp_pa
     root = _fixture_copy(shared_fixtures, tmp_path, keep_ignored=True)
     (root / "ignore-me").write_text("{{ 'an unsigned chat template' }}")
     manifest = build_bundle(root).manifest  # built WITHOUT the exclusion: ignore-me is in it
-    with pytest.raises(VerificationError, match=r"ignore path\(s\) ignore-me name bundle "
-                       r"file\(s\) ignore-me: an ignored path must be left out of the bundle"):
-        verify_one_attestation(manifest, (root / "model.sig").read_bytes(),
-                               trust=_oms_trust(shared_fixtures), reader=DirectoryReader(root),
-                               oms_ignore_paths=["ignore-me"])
+    with pytest.raises(
+        VerificationError,
+        match=r"ignore path\(s\) ignore-me name bundle "
+        r"file\(s\) ignore-me: an ignored path must be left out of the bundle",
+    ):
+        verify_one_attestation(
+            manifest,
+            (root / "model.sig").read_bytes(),
+            trust=_oms_trust(shared_fixtures),
+            reader=DirectoryReader(root),
+            oms_ignore_paths=["ignore-me"],
+        )
     # the same bundle built with the exclusion binds
     manifest = build_bundle(root, exclude=["ignore-me"]).manifest
-    verified = verify_one_attestation(manifest, (root / "model.sig").read_bytes(),
-                                      trust=_oms_trust(shared_fixtures),
-                                      reader=DirectoryReader(root), oms_ignore_paths=["ignore-me"])
+    verified = verify_one_attestation(
+        manifest,
+        (root / "model.sig").read_bytes(),
+        trust=_oms_trust(shared_fixtures),
+        reader=DirectoryReader(root),
+        oms_ignore_paths=["ignore-me"],
+    )
     assert f"{OMS_TREE_NOTE}{manifest.digest}" in verified.statement.notes
 
 
@@ -218,45 +235,75 @@ def _sharded_oms(key: ec.EllipticCurvePrivateKey, root: Path, shard_size: int) -
         data = path.read_bytes()
         for start in range(0, len(data), shard_size):
             end = min(start + shard_size, len(data))
-            resources.append({"name": f"{path.name}:{start}:{end}",
-                              "algorithm": f"sha256-sharded-{shard_size}",
-                              "digest": hashlib.sha256(data[start:end]).hexdigest()})
+            resources.append(
+                {
+                    "name": f"{path.name}:{start}:{end}",
+                    "algorithm": f"sha256-sharded-{shard_size}",
+                    "digest": hashlib.sha256(data[start:end]).hexdigest(),
+                }
+            )
     digest = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources))
-    payload = json.dumps({
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [{"name": "m", "digest": {"sha256": digest.hexdigest()}}],
-        "predicateType": "https://model_signing/signature/v1.0",
-        "predicate": {"serialization": {"method": "shards", "hash_type": "sha256",
-                                        "shard_size": shard_size, "allow_symlinks": False,
-                                        "ignore_paths": []},
-                      "resources": resources},
-    }).encode()
+    payload = json.dumps(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "m", "digest": {"sha256": digest.hexdigest()}}],
+            "predicateType": "https://model_signing/signature/v1.0",
+            "predicate": {
+                "serialization": {
+                    "method": "shards",
+                    "hash_type": "sha256",
+                    "shard_size": shard_size,
+                    "allow_symlinks": False,
+                    "ignore_paths": [],
+                },
+                "resources": resources,
+            },
+        }
+    ).encode()
     sig = key.sign(pae("application/vnd.in-toto+json", payload), ec.ECDSA(hashes.SHA256()))
-    return json.dumps({
-        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-        "verificationMaterial": {"publicKey": {"hint": ""}, "tlogEntries": []},
-        "dsseEnvelope": {"payload": base64.b64encode(payload).decode(),
-                         "payloadType": "application/vnd.in-toto+json",
-                         "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}]},
-    }).encode()
+    return json.dumps(
+        {
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {"publicKey": {"hint": ""}, "tlogEntries": []},
+            "dsseEnvelope": {
+                "payload": base64.b64encode(payload).decode(),
+                "payloadType": "application/vnd.in-toto+json",
+                "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}],
+            },
+        }
+    ).encode()
 
 
 def test_oms_sharded_signature_does_not_bind_an_unsigned_empty_file(tmp_path):
     """model_signing makes no shard for an empty file, so verify_oms accepts one present,
     but it is an unsigned bundle file: the binding to the bundle digest is refused."""
     key = ec.generate_private_key(ec.SECP256R1())
-    trust = TrustSet(keys=(trusted_public_key("k", key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), "k"),))
+    trust = TrustSet(
+        keys=(
+            trusted_public_key(
+                "k",
+                key.public_key().public_bytes(
+                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+                ),
+                "k",
+            ),
+        )
+    )
     root = tmp_path / "model"
     root.mkdir()
     (root / "w.bin").write_bytes(bytes(range(256)) * 5)
     data = _sharded_oms(key, root, 512)
-    assert f"{OMS_TREE_NOTE}{DIGEST}" in verify_attestation(
-        data, trust, bundle_digest=DIGEST, root=root).notes
+    assert (
+        f"{OMS_TREE_NOTE}{DIGEST}"
+        in verify_attestation(data, trust, bundle_digest=DIGEST, root=root).notes
+    )
     (root / "chat_template.jinja").write_bytes(b"")
     verify_oms(data, root, trust)  # the OMS check itself: an empty file is never extra
-    with pytest.raises(OmsFileMismatch, match=r"chat_template\.jinja \(empty: a sharded "
-                       r"signature has no shard for it\) is in the bundle but not signed") as info:
+    with pytest.raises(
+        OmsFileMismatch,
+        match=r"chat_template\.jinja \(empty: a sharded "
+        r"signature has no shard for it\) is in the bundle but not signed",
+    ) as info:
         verify_attestation(data, trust, bundle_digest=DIGEST, root=root)
     assert info.value.check.extra == ("chat_template.jinja",)
 

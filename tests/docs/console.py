@@ -73,8 +73,9 @@ def parse_console_blocks(markdown: str, source: str = "<doc>") -> list[Command]:
         while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
             j += 1
         if lang == "console":
-            commands += _parse_block([ln[indent:] for ln in lines[body_start:j]],
-                                     source, body_start + 1)
+            commands += _parse_block(
+                [ln[indent:] for ln in lines[body_start:j]], source, body_start + 1
+            )
         i = j + 1
     return commands
 
@@ -118,8 +119,11 @@ def output_matches(expected: Sequence[str], actual: Sequence[str]) -> bool:
             return a == len(act)
         if exp[e].strip() == "...":
             return any(match(e + 1, k) for k in range(a, len(act) + 1))
-        return (a < len(act) and _line_pattern(exp[e]).fullmatch(act[a]) is not None
-                and match(e + 1, a + 1))
+        return (
+            a < len(act)
+            and _line_pattern(exp[e]).fullmatch(act[a]) is not None
+            and match(e + 1, a + 1)
+        )
 
     return match(0, 0)
 
@@ -159,9 +163,11 @@ class Result:
 
     def _explain(self, what: str) -> str:
         expected = "\n".join(f"    {line}" for line in self.command.expected) or "    (nothing)"
-        return (f"{self.command.where()}: `{self.command.text}` {what}\n"
-                f"  expected:\n{expected}\n  exit status: {self.status}\n"
-                f"  stdout:\n{_indent(self.stdout)}\n  stderr:\n{_indent(self.stderr)}")
+        return (
+            f"{self.command.where()}: `{self.command.text}` {what}\n"
+            f"  expected:\n{expected}\n  exit status: {self.status}\n"
+            f"  stdout:\n{_indent(self.stdout)}\n  stderr:\n{_indent(self.stderr)}"
+        )
 
 
 def _indent(text: str) -> str:
@@ -174,9 +180,15 @@ def _substitute(text: str, substitutions: Mapping[str, str]) -> str:
     return text
 
 
-def run_session(commands: Sequence[Command], *, cwd: Path, env: Mapping[str, str],
-                record_dir: Path, substitutions: Mapping[str, str] | None = None,
-                timeout: float = 300) -> list[Result]:
+def run_session(
+    commands: Sequence[Command],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    record_dir: Path,
+    substitutions: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> list[Result]:
     """Run ``commands`` (those that run) in one bash session; one Result per command.
 
     Each command runs in the session's own shell (a ``{ ...; }`` group, so assignments,
@@ -190,7 +202,7 @@ def run_session(commands: Sequence[Command], *, cwd: Path, env: Mapping[str, str
     script = ["cd " + _quote(str(cwd))]
     for n, cmd in enumerate(runnable):
         base = _quote(str(record_dir / str(n)))
-        wrong = '= 0' if cmd.must_fail else '!= 0'
+        wrong = "= 0" if cmd.must_fail else "!= 0"
         script += [
             "{",
             _substitute(cmd.text, subs),
@@ -200,8 +212,15 @@ def run_session(commands: Sequence[Command], *, cwd: Path, env: Mapping[str, str
         ]
     script_path = record_dir / "session.sh"
     script_path.write_text("\n".join(script) + "\n", encoding="utf-8")
-    subprocess.run(["bash", "--noprofile", "--norc", str(script_path)], cwd=cwd, env=dict(env),
-                   stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
+    subprocess.run(
+        ["bash", "--noprofile", "--norc", str(script_path)],
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
     home = env.get("HOME")
     results: list[Result] = []
     for n, cmd in enumerate(runnable):
@@ -218,8 +237,12 @@ def run_session(commands: Sequence[Command], *, cwd: Path, env: Mapping[str, str
 
 
 def _with_subs(cmd: Command, subs: Mapping[str, str]) -> Command:
-    return Command(cmd.source, cmd.line, _substitute(cmd.text, subs),
-                   tuple(_substitute(line, subs) for line in cmd.expected))
+    return Command(
+        cmd.source,
+        cmd.line,
+        _substitute(cmd.text, subs),
+        tuple(_substitute(line, subs) for line in cmd.expected),
+    )
 
 
 def _home_as_tilde(text: str, home: str) -> str:

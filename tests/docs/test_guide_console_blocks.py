@@ -55,8 +55,13 @@ GUIDES = REPO_ROOT / "docs" / "guides"
 EXAMPLE_URL = "https://registry.example.com"
 README_URL = "http://127.0.0.1:8700"
 WORKER_CACHE = "/var/cache/modelward"  # the worker's cache in serving-workers.md
-TOKEN_VARS = {"alice": "ALICE_TOKEN", "bob": "BOB_TOKEN", "carol": "CAROL_TOKEN",
-              "worker-1": "WORKER_TOKEN", "admin": "ADMIN_TOKEN"}
+TOKEN_VARS = {
+    "alice": "ALICE_TOKEN",
+    "bob": "BOB_TOKEN",
+    "carol": "CAROL_TOKEN",
+    "worker-1": "WORKER_TOKEN",
+    "admin": "ADMIN_TOKEN",
+}
 ORDER = ("publishers.md", "serving-workers.md", "reviewers.md", "README.md")
 
 
@@ -97,21 +102,40 @@ class Story:
 
     def cli(self, user: str, *args: str, token: str) -> str:
         env = {**self.env(user), "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": token}
-        proc = subprocess.run([MODELWARD, *args], cwd=self.user_dir(user), env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [MODELWARD, *args],
+            cwd=self.user_dir(user),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 0, f"modelward {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout
 
-    def run_guide(self, name: str, user: str, *, url: str | None = None, tokens: bool = True,
-                  extra_env: dict[str, str] | None = None) -> None:
+    def run_guide(
+        self,
+        name: str,
+        user: str,
+        *,
+        url: str | None = None,
+        tokens: bool = True,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         commands = parse_console_blocks(_doc(name).read_text(encoding="utf-8"), name)
         url = url or self.reg.url
         env = self.env(user, tokens=tokens, **(extra_env or {}))
         self.results[name] = run_session(
-            commands, cwd=self.user_dir(user), env=env,
+            commands,
+            cwd=self.user_dir(user),
+            env=env,
             record_dir=self.base / "records" / name,
-            substitutions={EXAMPLE_URL: url, README_URL: url,
-                           WORKER_CACHE: str(self.user_dir("worker") / "var-cache-modelward")},
+            substitutions={
+                EXAMPLE_URL: url,
+                README_URL: url,
+                WORKER_CACHE: str(self.user_dir("worker") / "var-cache-modelward"),
+            },
         )
 
     def ok(self, name: str) -> bool:
@@ -124,8 +148,12 @@ def problems(results: list[Result]) -> list[str]:
 
 # -- the glue between the guides ---------------------------------------------------------------
 def _setup(story: Story) -> None:
-    for name, role in (("alice", "publisher"), ("bob", "publisher"), ("carol", "reviewer"),
-                       ("worker-1", "reader")):
+    for name, role in (
+        ("alice", "publisher"),
+        ("bob", "publisher"),
+        ("carol", "reviewer"),
+        ("worker-1", "reader"),
+    ):
         story.tokens[name] = story.reg.actor(role, name).token
     story.tokens["admin"] = story.reg.server.admin_token
     story.cli("host", "org", "create", "acme", "--owner", "alice", token=story.tokens["admin"])
@@ -138,12 +166,28 @@ def _setup(story: Story) -> None:
 
 def _carol_signs_release_1(story: Story) -> None:
     """Between the publishers' guide and the workers': carol signs prod's proposal."""
-    pending = json.loads(story.cli("carol", "alias", "pending", "acme/tiny-llama@prod", "--json",
-                                   token=story.tokens["carol"]))
+    pending = json.loads(
+        story.cli(
+            "carol",
+            "alias",
+            "pending",
+            "acme/tiny-llama@prod",
+            "--json",
+            token=story.tokens["carol"],
+        )
+    )
     digest = pending[0]["to_digest"]
     key = story.user_dir("carol") / "home" / ".config" / "modelward" / "carol.key"
-    story.cli("carol", "approve", f"acme/tiny-llama@{digest}", "--alias", "prod", "--key",
-              str(key), token=story.tokens["carol"])
+    story.cli(
+        "carol",
+        "approve",
+        f"acme/tiny-llama@{digest}",
+        "--alias",
+        "prod",
+        "--key",
+        str(key),
+        token=story.tokens["carol"],
+    )
 
 
 def _hand_keys_to_worker(story: Story) -> None:
@@ -159,17 +203,36 @@ def _after_worker(story: Story) -> None:
     from modelward.loader.statements import load_worker_key, sign_predicate
 
     worker = story.user_dir("worker")
-    answer = story.cli("worker", "alias", "get", "acme/tiny-llama@prod", "--json",
-                       token=story.tokens["worker-1"])
+    answer = story.cli(
+        "worker", "alias", "get", "acme/tiny-llama@prod", "--json", token=story.tokens["worker-1"]
+    )
     digest = json.loads(answer)["digest"]
-    data = {"engine": {"name": "vllm", "version": "0.32.0"}, "dtype": "float32",
-            "device": {"type": "cpu", "name": "test-cpu", "count": 1}, "entrypoint": "llm"}
-    probes = tuple(ProbeResult(f"p0{i}", f"prompt {i}", (i, 7, 11), token_hash((i, 7, 11)))
-                   for i in range(8))
-    baseline = Baseline(digest, Fingerprint(data, fingerprint_id(data)), probes,
-                        aggregate_hash(probes), True, (), 16, 0)
-    envelope = sign_predicate(load_worker_key(worker / "worker.key"), "acme/tiny-llama", digest,
-                              PredicateType.BASELINE, baseline.to_predicate())
+    data = {
+        "engine": {"name": "vllm", "version": "0.32.0"},
+        "dtype": "float32",
+        "device": {"type": "cpu", "name": "test-cpu", "count": 1},
+        "entrypoint": "llm",
+    }
+    probes = tuple(
+        ProbeResult(f"p0{i}", f"prompt {i}", (i, 7, 11), token_hash((i, 7, 11))) for i in range(8)
+    )
+    baseline = Baseline(
+        digest,
+        Fingerprint(data, fingerprint_id(data)),
+        probes,
+        aggregate_hash(probes),
+        True,
+        (),
+        16,
+        0,
+    )
+    envelope = sign_predicate(
+        load_worker_key(worker / "worker.key"),
+        "acme/tiny-llama",
+        digest,
+        PredicateType.BASELINE,
+        baseline.to_predicate(),
+    )
     story.reg.client(story.tokens["worker-1"]).add_attestation("acme/tiny-llama", digest, envelope)
 
     # release 2: the same model with a few weights scaled, signed and pushed by alice
@@ -184,8 +247,20 @@ def _after_worker(story: Story) -> None:
     weights.chmod(0o644)
     save_file(tensors, str(weights), metadata={"format": "pt"})
     key = alice / "home" / ".config" / "modelward" / "alice.key"
-    story.cli("alice", "push", str(release2), "acme/tiny-llama", "--sign", "--key", str(key),
-              "--alias", "staging", "--reason", "release 2", token=story.tokens["alice"])
+    story.cli(
+        "alice",
+        "push",
+        str(release2),
+        "acme/tiny-llama",
+        "--sign",
+        "--key",
+        str(key),
+        "--alias",
+        "staging",
+        "--reason",
+        "release 2",
+        token=story.tokens["alice"],
+    )
 
     carol = story.user_dir("carol")
     shutil.copy(key.with_name("alice.key.pub"), carol / "alice.key.pub")
@@ -195,10 +270,14 @@ def _after_worker(story: Story) -> None:
 def _audit_env(story: Story) -> dict[str, str]:
     data_dir = story.reg.server.data_dir
     # the registry creates its checkpoint key on first use, as any first checkpoint does
-    story.cli("host", "audit", "checkpoint", "--out", "first.checkpoint",
-              token=story.tokens["admin"])
-    key = story.cli("host", "audit", "key", "--data-dir", str(data_dir),
-                    token=story.tokens["admin"]).strip().splitlines()[-1]
+    story.cli(
+        "host", "audit", "checkpoint", "--out", "first.checkpoint", token=story.tokens["admin"]
+    )
+    key = (
+        story.cli("host", "audit", "key", "--data-dir", str(data_dir), token=story.tokens["admin"])
+        .strip()
+        .splitlines()[-1]
+    )
     return {"AUDIT_KEY": key, "AUDIT_DATABASE_URL": story.reg.database_url}
 
 
@@ -209,8 +288,13 @@ def _run_readme(story: Story) -> None:
     server = Server(data_dir=admin / "registry-data", admin_token=secrets.token_urlsafe(32))
     server.start()
     try:
-        story.run_guide("README.md", "admin", url=server.url, tokens=False,
-                        extra_env={"ADMIN_TOKEN": server.admin_token})
+        story.run_guide(
+            "README.md",
+            "admin",
+            url=server.url,
+            tokens=False,
+            extra_env={"ADMIN_TOKEN": server.admin_token},
+        )
     finally:
         server.stop()
 
@@ -251,8 +335,10 @@ def test_guide_console_blocks_say_what_the_code_does(story: Story, guide: str) -
 
 # -- the harness itself can fail ----------------------------------------------------------------
 def test_parser_splits_commands_continuations_and_output() -> None:
-    doc = ("x\n```console\n$ a \\\n    --b\nout 1\n\nout 2\n$ c   # not run\n```\n"
-           "```yaml\n$ not: a command\n```\n")
+    doc = (
+        "x\n```console\n$ a \\\n    --b\nout 1\n\nout 2\n$ c   # not run\n```\n"
+        "```yaml\n$ not: a command\n```\n"
+    )
     first, second = parse_console_blocks(doc, "d.md")
     assert first == Command("d.md", 3, "a \\\n    --b", ("out 1", "", "out 2"))
     assert first.runs
@@ -269,10 +355,16 @@ def test_wildcards_match_within_a_line_and_across_lines() -> None:
 
 
 def test_a_wrong_guide_is_reported(tmp_path: Path) -> None:
-    doc = ("```console\n$ X=hello\n$ echo $X\nhello\n$ echo nope\nyes\n"
-           "$ true\nerror: must fail\n$ echo never\n```\n")
-    results = run_session(parse_console_blocks(doc, "d.md"), cwd=tmp_path,
-                          env={"PATH": os.environ["PATH"]}, record_dir=tmp_path / "r")
+    doc = (
+        "```console\n$ X=hello\n$ echo $X\nhello\n$ echo nope\nyes\n"
+        "$ true\nerror: must fail\n$ echo never\n```\n"
+    )
+    results = run_session(
+        parse_console_blocks(doc, "d.md"),
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        record_dir=tmp_path / "r",
+    )
     assert [r.problem() is None for r in results] == [True, True, False, False, False]
     assert "its output is not what the guide shows" in str(results[2].problem())
     assert "exits 0, the guide says it fails" in str(results[3].problem())
@@ -280,9 +372,15 @@ def test_a_wrong_guide_is_reported(tmp_path: Path) -> None:
 
 
 def test_an_expected_error_is_read_from_stderr(tmp_path: Path) -> None:
-    doc = ("```console\n$ echo 'error: no' >&2; false\nerror: no\n"
-           "$ echo 'error: no'; false\nerror: no\n```\n")
-    ok, on_stdout = run_session(parse_console_blocks(doc, "d.md"), cwd=tmp_path,
-                                env={"PATH": os.environ["PATH"]}, record_dir=tmp_path / "r")
+    doc = (
+        "```console\n$ echo 'error: no' >&2; false\nerror: no\n"
+        "$ echo 'error: no'; false\nerror: no\n```\n"
+    )
+    ok, on_stdout = run_session(
+        parse_console_blocks(doc, "d.md"),
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        record_dir=tmp_path / "r",
+    )
     assert ok.problem() is None
     assert "stderr is not what the guide shows" in str(on_stdout.problem())

@@ -26,10 +26,23 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 STEPS = (
-    "Start a registry", "Principals and tokens", "Build a bundle", "Signing keys",
-    "Sign provenance", "Push", "Refused alias moves", "prod proposed", "Reviewers sign",
-    "Worker pulls and verifies", "Boot vLLM and record a baseline", "Generate a reply",
-    "Tampered blob refused", "Release v2", "Quarantine", "prod rolled back", "Audit",
+    "Start a registry",
+    "Principals and tokens",
+    "Build a bundle",
+    "Signing keys",
+    "Sign provenance",
+    "Push",
+    "Refused alias moves",
+    "prod proposed",
+    "Reviewers sign",
+    "Worker pulls and verifies",
+    "Boot vLLM and record a baseline",
+    "Generate a reply",
+    "Tampered blob refused",
+    "Release v2",
+    "Quarantine",
+    "prod rolled back",
+    "Audit",
 )
 VLLM_STEPS = {"Boot vLLM and record a baseline", "Generate a reply"}
 
@@ -42,8 +55,9 @@ class DemoRun:
     workdir: Path
 
     def commands(self) -> list[str]:
-        return [line.strip()[2:] for line in self.output.splitlines()
-                if line.strip().startswith("$ ")]
+        return [
+            line.strip()[2:] for line in self.output.splitlines() if line.strip().startswith("$ ")
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +65,22 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     base = tmp_path_factory.mktemp("demo")
     workdir = base / "demo"
     summary = base / "summary.json"
-    argv = [sys.executable, "-m", "demo", "--workdir", str(workdir), "--keep",
-            "--summary-json", str(summary)]
+    argv = [
+        sys.executable,
+        "-m",
+        "demo",
+        "--workdir",
+        str(workdir),
+        "--keep",
+        "--summary-json",
+        str(summary),
+    ]
     if not HAS_VLLM:
         argv.append("--skip-vllm")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
-    proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=3000, check=False)
+    proc = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=3000, check=False
+    )
     steps = {s["title"]: s for s in json.loads(summary.read_text())} if summary.exists() else {}
     return DemoRun(proc.returncode, proc.stdout + proc.stderr, steps, workdir)
 
@@ -78,22 +101,30 @@ def test_demo_exits_zero_and_every_step_has_its_outcome(demo: DemoRun) -> None:
 
 def test_each_step_prints_the_command_it_ran(demo: DemoRun) -> None:
     commands = demo.commands()
-    for expected in ("modelward serve --data-dir $DEMO/data", "modelward admin principal create",
-                     "modelward bundle init $DEMO/model", "modelward key register",
-                     "modelward bundle sign", "modelward push $DEMO/model acme/tiny-llama",
-                     "modelward approve", "modelward alias set acme/tiny-llama@prod",
-                     "modelward alias pending", "modelward trust root",
-                     "modelward pull acme/tiny-llama@prod", "modelward verify",
-                     "modelward quarantine", "modelward alias rollback",
-                     "modelward audit verify"):
+    for expected in (
+        "modelward serve --data-dir $DEMO/data",
+        "modelward admin principal create",
+        "modelward bundle init $DEMO/model",
+        "modelward key register",
+        "modelward bundle sign",
+        "modelward push $DEMO/model acme/tiny-llama",
+        "modelward approve",
+        "modelward alias set acme/tiny-llama@prod",
+        "modelward alias pending",
+        "modelward trust root",
+        "modelward pull acme/tiny-llama@prod",
+        "modelward verify",
+        "modelward quarantine",
+        "modelward alias rollback",
+        "modelward audit verify",
+    ):
         assert any(expected in c for c in commands), expected
 
 
 def test_no_secret_is_printed(demo: DemoRun) -> None:
     assert "mwt_" not in demo.output  # registry tokens are mwt_<id>_<secret>
     assert "MODELWARD_TOKEN=$ALICE_TOKEN" in demo.output
-    body = [line for line in demo.output.splitlines()
-            if not line.startswith(("DEMO=", "kept "))]
+    body = [line for line in demo.output.splitlines() if not line.startswith(("DEMO=", "kept "))]
     assert not [line for line in body if str(demo.workdir) in line]
 
 
@@ -126,8 +157,15 @@ def test_quarantine_and_rollback(demo: DemoRun) -> None:
         actions = [row[0] for row in db.execute("SELECT action FROM audit_events ORDER BY seq")]
     finally:
         db.close()
-    for action in ("repo.create", "bundle.quarantine", "alias.propose", "tuf.sign",
-                   "tuf.publish", "alias.rollback", "denied"):
+    for action in (
+        "repo.create",
+        "bundle.quarantine",
+        "alias.propose",
+        "tuf.sign",
+        "tuf.publish",
+        "alias.rollback",
+        "denied",
+    ):
         assert action in actions, action
 
 
@@ -143,8 +181,13 @@ def test_audit_chain_verifies_and_catches_an_edit(demo: DemoRun) -> None:
     """Independent of the demo: its database verifies, and an edited row is named."""
     db_path = demo.workdir / "data" / "registry.db"
     url = f"sqlite:///{db_path}"
-    ok = subprocess.run([MODELWARD, "audit", "verify", "--database-url", url],
-                        capture_output=True, text=True, timeout=120, check=False)
+    ok = subprocess.run(
+        [MODELWARD, "audit", "verify", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "audit chain ok" in ok.stdout
     db = sqlite3.connect(db_path)
@@ -153,7 +196,12 @@ def test_audit_chain_verifies_and_catches_an_edit(demo: DemoRun) -> None:
         db.commit()
     finally:
         db.close()
-    broken = subprocess.run([MODELWARD, "audit", "verify", "--database-url", url],
-                            capture_output=True, text=True, timeout=120, check=False)
+    broken = subprocess.run(
+        [MODELWARD, "audit", "verify", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert broken.returncode == 1
     assert "5" in broken.stdout + broken.stderr

@@ -15,8 +15,14 @@ REFERENCE = REPO_ROOT / "docs" / "reference"
 
 
 def _check(*extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(GENERATE), "--check", *extra], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, str(GENERATE), "--check", *extra],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _generate_module() -> ModuleType:

@@ -37,8 +37,9 @@ DOORS = ["bundle-verify", "push", "pull", "boot"]
 def _statement(digest: str, predicate_type: str | None = None) -> bytes:
     from modelward.attest.statement import PredicateType, make_statement
 
-    return make_statement("bundle", digest, predicate_type or PredicateType.PROVENANCE,
-                          provenance_predicate())
+    return make_statement(
+        "bundle", digest, predicate_type or PredicateType.PROVENANCE, provenance_predicate()
+    )
 
 
 def _signed(key: Any, digest: str) -> bytes:
@@ -97,8 +98,12 @@ class World:
     repo: str
 
     def env(self, url: str, token: str) -> dict[str, str]:
-        return {**os.environ, "MODELWARD_URL": url, "MODELWARD_TOKEN": token,
-                "VLLM_CPU_KVCACHE_SPACE": "1"}
+        return {
+            **os.environ,
+            "MODELWARD_URL": url,
+            "MODELWARD_TOKEN": token,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+        }
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +159,9 @@ def _door(world: World, door: str, name: str, case: Case) -> subprocess.Complete
         # the hostile registry publishes no TUF metadata: its word names the bundle
         argv = [door, f"{repo}@prod", "--unsigned-aliases", *trust, *cache]
         env = world.env(world.hostile.url, "worker-token")
-    return subprocess.run([MODELWARD, *argv], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [MODELWARD, *argv], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
 
 
 @pytest.mark.parametrize("door", DOORS)

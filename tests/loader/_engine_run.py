@@ -22,25 +22,44 @@ def main(job_path: Path, out_path: Path) -> None:
     from modelward.loader.replay import load_requests, run_replay
 
     job = json.loads(job_path.read_text())
-    config = ServingConfig(model_dir=Path(job["model_dir"]), dtype=job["dtype"],
-                           max_model_len=256, seed=0)
+    config = ServingConfig(
+        model_dir=Path(job["model_dir"]), dtype=job["dtype"], max_model_len=256, seed=0
+    )
     engine = boot_engine(config, check_extra_args(["--enforce-eager"], serve=False))
     replays: dict[str, object] = {}
-    result: dict[str, object] = {"replays": replays, "env": {k: os.environ.get(k) for k in (
-        "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_PLUGINS",
-        "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "HF_TOKEN")}}
+    result: dict[str, object] = {
+        "replays": replays,
+        "env": {
+            k: os.environ.get(k)
+            for k in (
+                "HF_HUB_OFFLINE",
+                "TRANSFORMERS_OFFLINE",
+                "VLLM_PLUGINS",
+                "VLLM_ALLOW_INSECURE_SERIALIZATION",
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+                "HF_TOKEN",
+            )
+        },
+    }
     fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
     result["fingerprint"] = {"id": fingerprint.id, "data": fingerprint.data}
     for step in job["steps"]:
         if "baseline" in step:
-            baseline = record_baseline(engine, resolve_probes(), bundle_digest=job["digest"],
-                                       fingerprint=fingerprint, max_tokens=16, seed=0)
+            baseline = record_baseline(
+                engine,
+                resolve_probes(),
+                bundle_digest=job["digest"],
+                fingerprint=fingerprint,
+                max_tokens=16,
+                seed=0,
+            )
             result["baseline"] = baseline.to_predicate()
         if "replay" in step:
             spec = step["replay"]
             requests = load_requests(Path(spec["requests"]))
-            outputs = run_replay(engine, requests, runs=spec["runs"],
-                                 concurrency=spec["concurrency"])
+            outputs = run_replay(
+                engine, requests, runs=spec["runs"], concurrency=spec["concurrency"]
+            )
             replays[spec["name"]] = {
                 "ids": [r.id for r in requests],
                 "outputs": [[list(ids) for ids in run] for run in outputs],

@@ -20,8 +20,16 @@ BOOT_TIMEOUT = 600
 def write_requests(path: Path, count: int, *, sampled: int = 0) -> Path:
     """``count`` greedy, seeded requests (varied prompts and token-id prompts), then
     ``sampled`` unseeded temperature-1 requests whose completions vary between runs."""
-    words = ["hello world", "the quick brown fox", "0 1 2 3", "a model release", "serving",
-             "deterministic replay", "how are you today", "bundle"]
+    words = [
+        "hello world",
+        "the quick brown fox",
+        "0 1 2 3",
+        "a model release",
+        "serving",
+        "deterministic replay",
+        "how are you today",
+        "bundle",
+    ]
     lines = []
     for i in range(count):
         if i % 5 == 4:
@@ -31,8 +39,11 @@ def write_requests(path: Path, count: int, *, sampled: int = 0) -> Path:
         row.update({"max_tokens": 8, "seed": i, "temperature": 0})
         lines.append(json.dumps(row))
     for i in range(sampled):
-        lines.append(json.dumps({"id": f"s{i}", "prompt": f"sample {i}", "max_tokens": 8,
-                                 "temperature": 1.0}))
+        lines.append(
+            json.dumps(
+                {"id": f"s{i}", "prompt": f"sample {i}", "max_tokens": 8, "temperature": 1.0}
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -46,7 +57,11 @@ def run_engine(job: dict[str, Any], workdir: Path) -> dict[str, Any]:
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_TOKEN="secret-must-be-removed")
     proc = subprocess.run(
         [sys.executable, "-m", "tests.loader._engine_run", str(job_path), str(out_path)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=BOOT_TIMEOUT,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOOT_TIMEOUT,
         check=False,
     )
     if proc.returncode != 0:
@@ -66,15 +81,37 @@ def sampled_requests(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def f32_run(tiny_model_master: Path, replay_requests: Path, sampled_requests: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def f32_run(
+    tiny_model_master: Path,
+    replay_requests: Path,
+    sampled_requests: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
     """One float32 boot: baseline, replay 100 requests × 10 runs, sampled replay."""
-    job = {"model_dir": str(tiny_model_master), "dtype": "float32", "digest": "sha256:" + "a" * 64,
-           "steps": [{"baseline": {}},
-                     {"replay": {"name": "main", "requests": str(replay_requests),
-                                 "runs": 10, "concurrency": 25}},
-                     {"replay": {"name": "sampled", "requests": str(sampled_requests),
-                                 "runs": 10, "concurrency": 6}}]}
+    job = {
+        "model_dir": str(tiny_model_master),
+        "dtype": "float32",
+        "digest": "sha256:" + "a" * 64,
+        "steps": [
+            {"baseline": {}},
+            {
+                "replay": {
+                    "name": "main",
+                    "requests": str(replay_requests),
+                    "runs": 10,
+                    "concurrency": 25,
+                }
+            },
+            {
+                "replay": {
+                    "name": "sampled",
+                    "requests": str(sampled_requests),
+                    "runs": 10,
+                    "concurrency": 6,
+                }
+            },
+        ],
+    }
     return run_engine(job, tmp_path_factory.mktemp("f32"))
 
 
@@ -99,12 +136,24 @@ def perturbed_model(tiny_model_master: Path, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="session")
-def perturbed_run(perturbed_model: Path, replay_requests: Path,
-                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def perturbed_run(
+    perturbed_model: Path, replay_requests: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """The perturbed weights, served with the same pinned configuration."""
-    job = {"model_dir": str(perturbed_model), "dtype": "float32",
-           "digest": "sha256:" + "a" * 64,
-           "steps": [{"baseline": {}},
-                     {"replay": {"name": "main", "requests": str(replay_requests),
-                                 "runs": 2, "concurrency": 25}}]}
+    job = {
+        "model_dir": str(perturbed_model),
+        "dtype": "float32",
+        "digest": "sha256:" + "a" * 64,
+        "steps": [
+            {"baseline": {}},
+            {
+                "replay": {
+                    "name": "main",
+                    "requests": str(replay_requests),
+                    "runs": 2,
+                    "concurrency": 25,
+                }
+            },
+        ],
+    }
     return run_engine(job, tmp_path_factory.mktemp("perturbed"))

@@ -70,8 +70,13 @@ class HostileRegistry:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, code: int, body: bytes, ctype: str = "application/json",
-                      headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self,
+                code: int,
+                body: bytes,
+                ctype: str = "application/json",
+                headers: dict[str, str] | None = None,
+            ) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -80,8 +85,9 @@ class HostileRegistry:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _send_long(self, code: int, body: bytes, tail: int,
-                           headers: dict[str, str] | None = None) -> None:
+            def _send_long(
+                self, code: int, body: bytes, tail: int, headers: dict[str, str] | None = None
+            ) -> None:
                 """``body`` then ``tail`` zero bytes, until done or the client hangs up."""
                 self.send_response(code)
                 self.send_header("Content-Type", "application/octet-stream")
@@ -97,7 +103,7 @@ class HostileRegistry:
                     self.wfile.write(body)
                     sent += len(body)
                     while sent < len(body) + tail:
-                        block = zeros[:len(body) + tail - sent]
+                        block = zeros[: len(body) + tail - sent]
                         self.wfile.write(block)
                         sent += len(block)
                     self.wfile.flush()
@@ -109,8 +115,9 @@ class HostileRegistry:
                 self._send(code, json.dumps(obj).encode())
 
             def _not_found(self) -> None:
-                self._json(404, {"error": {"code": "not_found", "message": "not found",
-                                           "detail": None}})
+                self._json(
+                    404, {"error": {"code": "not_found", "message": "not found", "detail": None}}
+                )
 
             def do_GET(self) -> None:
                 path = self.path
@@ -125,29 +132,46 @@ class HostileRegistry:
                 if served is None:
                     return self._not_found()
                 if rest == f"aliases/{served.alias}":
-                    return self._json(200, {"alias": served.alias, "digest": served.digest,
-                                            "version": 1})
+                    return self._json(
+                        200, {"alias": served.alias, "digest": served.digest, "version": 1}
+                    )
                 if rest == f"bundles/{served.digest}":
-                    return self._json(200, {
-                        "digest": served.digest,
-                        "manifest": base64.b64encode(served.manifest).decode(),
-                        "quarantined": served.quarantined,
-                        "quarantine_reason": "malware found" if served.quarantined else None,
-                        "tombstoned": False, "created_by": "p", "created_at": "now"})
+                    return self._json(
+                        200,
+                        {
+                            "digest": served.digest,
+                            "manifest": base64.b64encode(served.manifest).decode(),
+                            "quarantined": served.quarantined,
+                            "quarantine_reason": "malware found" if served.quarantined else None,
+                            "tombstoned": False,
+                            "created_by": "p",
+                            "created_at": "now",
+                        },
+                    )
                 if rest == f"bundles/{served.digest}/manifest":
                     if registry.manifest_tail:
                         return self._send_long(200, served.manifest, registry.manifest_tail)
                     return self._send(200, served.manifest, "application/octet-stream")
                 if rest == f"bundles/{served.digest}/attestations":
                     items = [*served.attestations, *registry.added]
-                    return self._json(200, [
-                        {"id": str(i), "kind": "dsse", "predicate_type": _ptype(a),
-                         "data": base64.b64encode(a).decode()} for i, a in enumerate(items)])
+                    return self._json(
+                        200,
+                        [
+                            {
+                                "id": str(i),
+                                "kind": "dsse",
+                                "predicate_type": _ptype(a),
+                                "data": base64.b64encode(a).decode(),
+                            }
+                            for i, a in enumerate(items)
+                        ],
+                    )
                 return self._not_found()
 
             def _blob(self, digest: str) -> None:
-                data = next((s.blobs[digest] for s in registry.bundles.values()
-                             if digest in s.blobs), None)
+                data = next(
+                    (s.blobs[digest] for s in registry.bundles.values() if digest in s.blobs), None
+                )
                 if data is None:
                     return self._not_found()
                 rng = self.headers.get("Range")
@@ -156,12 +180,13 @@ class HostileRegistry:
                     registry.ranges.append(rng)
                     start = int(rng.removeprefix("bytes=").split("-")[0])
                 if registry.blob_short_by:
-                    data = data[:-registry.blob_short_by]
+                    data = data[: -registry.blob_short_by]
                 body = data[start:]
                 cut = registry.cut_blob_after
                 code = 206 if rng else 200
-                headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} \
-                    if rng else {}
+                headers = (
+                    {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if rng else {}
+                )
                 if cut is not None and len(body) > cut:
                     registry.cut_blob_after = None
                     self.send_response(code)
@@ -185,8 +210,9 @@ class HostileRegistry:
                     return self._json(201, {"id": len(registry.boots)})
                 if self.path.endswith("/attestations"):
                     registry.added.append(body)
-                    return self._json(201, {"id": "x", "kind": "dsse",
-                                            "predicate_type": _ptype(body)})
+                    return self._json(
+                        201, {"id": "x", "kind": "dsse", "predicate_type": _ptype(body)}
+                    )
                 return self._not_found()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -211,7 +237,13 @@ def serve_dir(root: Path, repo: str, attestations_for: Any) -> Served:
     from modelward.attest.manifest import build_bundle
 
     built = build_bundle(root)
-    blobs = {f_layer.digest: (root / f_layer.path).read_bytes()
-             for f_layer in built.manifest.layers}
-    return Served(repo=repo, digest=built.manifest.digest, manifest=built.manifest.raw,
-                  blobs=blobs, attestations=list(attestations_for(built)))
+    blobs = {
+        f_layer.digest: (root / f_layer.path).read_bytes() for f_layer in built.manifest.layers
+    }
+    return Served(
+        repo=repo,
+        digest=built.manifest.digest,
+        manifest=built.manifest.raw,
+        blobs=blobs,
+        attestations=list(attestations_for(built)),
+    )

@@ -56,8 +56,9 @@ def test_token_hash_is_canonical() -> None:
 
 
 def test_baseline_round_trips_and_matches_itself() -> None:
-    b = record_baseline(TableEngine(), resolve_probes(), bundle_digest="sha256:" + "0" * 64,
-                        fingerprint=FP)
+    b = record_baseline(
+        TableEngine(), resolve_probes(), bundle_digest="sha256:" + "0" * 64, fingerprint=FP
+    )
     again = Baseline.from_predicate(json.loads(json.dumps(b.to_predicate())))
     assert again == b
     assert compare_baselines(b, again).matched
@@ -67,10 +68,13 @@ def test_baseline_round_trips_and_matches_itself() -> None:
 
 def test_divergence_names_probe_and_token_index() -> None:
     probes = resolve_probes()
-    b1 = record_baseline(TableEngine(), probes, bundle_digest="sha256:" + "0" * 64,
-                         fingerprint=FP)
-    b2 = record_baseline(TableEngine(perturb=probes[1].prompt), probes,
-                         bundle_digest="sha256:" + "0" * 64, fingerprint=FP)
+    b1 = record_baseline(TableEngine(), probes, bundle_digest="sha256:" + "0" * 64, fingerprint=FP)
+    b2 = record_baseline(
+        TableEngine(perturb=probes[1].prompt),
+        probes,
+        bundle_digest="sha256:" + "0" * 64,
+        fingerprint=FP,
+    )
     comparison = compare_baselines(b1, b2)
     assert not comparison.matched
     assert [(d.probe_id, d.index) for d in comparison.divergences] == [("p01", 3)]
@@ -78,15 +82,20 @@ def test_divergence_names_probe_and_token_index() -> None:
 
 
 def test_batched_mismatch_is_reported_as_not_batch_invariant() -> None:
-    b = record_baseline(TableEngine(batched_shift=1), resolve_probes(),
-                        bundle_digest="sha256:" + "0" * 64, fingerprint=FP)
+    b = record_baseline(
+        TableEngine(batched_shift=1),
+        resolve_probes(),
+        bundle_digest="sha256:" + "0" * 64,
+        fingerprint=FP,
+    )
     assert not b.batch_invariant
     assert all(d.index == 2 for d in b.batch_divergences)
 
 
 def test_tampered_baseline_predicate_is_refused() -> None:
-    b = record_baseline(TableEngine(), resolve_probes(), bundle_digest="sha256:" + "0" * 64,
-                        fingerprint=FP)
+    b = record_baseline(
+        TableEngine(), resolve_probes(), bundle_digest="sha256:" + "0" * 64, fingerprint=FP
+    )
     predicate = b.to_predicate()
     predicate["probes"][0]["token_ids"][0] += 1
     with pytest.raises(ValueError, match="hash does not match"):
@@ -105,8 +114,9 @@ def _write(path: Path, rows: list[object]) -> Path:
 
 
 def test_requests_file_errors_name_the_line(tmp_path: Path) -> None:
-    bad = _write(tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"},
-                                        {"id": "b", "prompt": "y", "bogus": 1}])
+    bad = _write(
+        tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y", "bogus": 1}]
+    )
     with pytest.raises(InputError, match=r"r\.jsonl:2: unknown field\(s\) bogus"):
         load_requests(bad)
     both = _write(tmp_path / "b.jsonl", [{"id": "a", "prompt": "x", "prompt_token_ids": [1]}])
@@ -121,16 +131,23 @@ def test_requests_file_errors_name_the_line(tmp_path: Path) -> None:
 
 
 def test_summarize_counts_consecutive_matches_and_unique_completions(tmp_path: Path) -> None:
-    reqs = load_requests(_write(tmp_path / "r.jsonl", [
-        {"id": "a", "prompt": "x"}, {"id": "b", "prompt_token_ids": [1, 2]}]))
+    reqs = load_requests(
+        _write(
+            tmp_path / "r.jsonl",
+            [{"id": "a", "prompt": "x"}, {"id": "b", "prompt_token_ids": [1, 2]}],
+        )
+    )
     runs = [[(1, 2), (3, 4)], [(1, 2), (3, 4)], [(1, 2), (3, 5)], [(1, 2), (3, 4)]]
     report = summarize(reqs, runs, None, reference_name="")
     assert report.executions == 8
     assert report.consecutive_matches == 5  # run 3's request b is the first divergence
     assert report.matches == 7
     assert report.divergence_count == 1
-    assert (report.divergences[0].run, report.divergences[0].request_id,
-            report.divergences[0].index) == (3, "b", 1)
+    assert (
+        report.divergences[0].run,
+        report.divergences[0].request_id,
+        report.divergences[0].index,
+    ) == (3, "b", 1)
     assert report.unique_completions == {"a": 1, "b": 2}
 
 
@@ -138,8 +155,9 @@ def test_capture_then_expected_round_trip(tmp_path: Path) -> None:
     reqs = load_requests(_write(tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"}]))
     write_capture(tmp_path / "out.jsonl", reqs, [(5, 6, 7)])
     assert load_expected(tmp_path / "out.jsonl")["a"].token_ids == (5, 6, 7)
-    report = summarize(reqs, [[(5, 6, 8)]], load_expected(tmp_path / "out.jsonl"),
-                       reference_name="out")
+    report = summarize(
+        reqs, [[(5, 6, 8)]], load_expected(tmp_path / "out.jsonl"), reference_name="out"
+    )
     assert report.divergences[0].index == 2
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     rows[0]["token_ids"] = [5, 6, 9]

@@ -34,61 +34,110 @@ NULLABLE_STRING = {"type": ["string", "null"]}
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
     """An object with exactly these keys, all required (a new key is a deliberate change)."""
-    return {"type": "object", "properties": properties, "required": sorted(properties),
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": sorted(properties),
+        "additionalProperties": False,
+    }
 
 
-DECISION = _object({
-    "allowed": {"type": "boolean"},
-    "checks": {"type": "array", "items": _object({
-        "name": {"type": "string"}, "passed": {"type": "boolean"},
-        "message": {"type": "string"}})},
-    "signers": {"type": "array", "items": _object({
-        "name": {"type": "string"}, "kind": {"type": "string"},
-        "detail": {"type": "string"}})},
-})
-PULL_SCHEMA = _object({
-    "reference": {"type": "string"},
-    "repo": {"type": "string"},
-    "digest": DIGEST,
-    "directory": {"type": "string"},
-    "decision": DECISION,
-    "statements": {"type": "array", "items": _object({
-        "kind": {"type": "string"}, "predicate_type": {"type": "string"},
-        "signers": STRINGS})},
-    "ignored": {"type": "array", "items": _object({
-        "label": {"type": "string"}, "sha256": {"type": "string"},
-        "reason": {"type": "string"}})},
-    "repaired": {"type": "array", "items": DIGEST},
-})
-VERIFY_SCHEMA = _object({
-    "target": {"type": "string"},
-    "digest": DIGEST,
-    "directory": {"type": "string"},
-    "files": {"type": "integer", "minimum": 0},
-    "verified": {"type": "boolean"},
-    "error": NULLABLE_STRING,
-})
-BASELINE_SHOW_SCHEMA = _object({
-    "reference": {"type": "string"},
-    "repo": {"type": "string"},
-    "digest": DIGEST,
-    "baselines": {"type": "array", "items": _object({
-        "fingerprint_id": DIGEST,
-        "aggregate": DIGEST,
-        "probes": {"type": "integer", "minimum": 1},
-        "batch_invariant": {"type": "boolean"},
-        "batch_divergences": {"type": "array", "items": _object({
-            "probe": {"type": "string"}, "index": {"type": "integer"}})},
-        "engine": NULLABLE_STRING,
-        "dtype": NULLABLE_STRING,
-        "device": _object({"type": NULLABLE_STRING, "name": NULLABLE_STRING}),
-        "entrypoint": NULLABLE_STRING,
-        "fingerprint": {"type": "object"},
-        "signed_by": STRINGS,
-    })},
-    "skipped": STRINGS,
-})
+DECISION = _object(
+    {
+        "allowed": {"type": "boolean"},
+        "checks": {
+            "type": "array",
+            "items": _object(
+                {
+                    "name": {"type": "string"},
+                    "passed": {"type": "boolean"},
+                    "message": {"type": "string"},
+                }
+            ),
+        },
+        "signers": {
+            "type": "array",
+            "items": _object(
+                {
+                    "name": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "detail": {"type": "string"},
+                }
+            ),
+        },
+    }
+)
+PULL_SCHEMA = _object(
+    {
+        "reference": {"type": "string"},
+        "repo": {"type": "string"},
+        "digest": DIGEST,
+        "directory": {"type": "string"},
+        "decision": DECISION,
+        "statements": {
+            "type": "array",
+            "items": _object(
+                {
+                    "kind": {"type": "string"},
+                    "predicate_type": {"type": "string"},
+                    "signers": STRINGS,
+                }
+            ),
+        },
+        "ignored": {
+            "type": "array",
+            "items": _object(
+                {
+                    "label": {"type": "string"},
+                    "sha256": {"type": "string"},
+                    "reason": {"type": "string"},
+                }
+            ),
+        },
+        "repaired": {"type": "array", "items": DIGEST},
+    }
+)
+VERIFY_SCHEMA = _object(
+    {
+        "target": {"type": "string"},
+        "digest": DIGEST,
+        "directory": {"type": "string"},
+        "files": {"type": "integer", "minimum": 0},
+        "verified": {"type": "boolean"},
+        "error": NULLABLE_STRING,
+    }
+)
+BASELINE_SHOW_SCHEMA = _object(
+    {
+        "reference": {"type": "string"},
+        "repo": {"type": "string"},
+        "digest": DIGEST,
+        "baselines": {
+            "type": "array",
+            "items": _object(
+                {
+                    "fingerprint_id": DIGEST,
+                    "aggregate": DIGEST,
+                    "probes": {"type": "integer", "minimum": 1},
+                    "batch_invariant": {"type": "boolean"},
+                    "batch_divergences": {
+                        "type": "array",
+                        "items": _object(
+                            {"probe": {"type": "string"}, "index": {"type": "integer"}}
+                        ),
+                    },
+                    "engine": NULLABLE_STRING,
+                    "dtype": NULLABLE_STRING,
+                    "device": _object({"type": NULLABLE_STRING, "name": NULLABLE_STRING}),
+                    "entrypoint": NULLABLE_STRING,
+                    "fingerprint": {"type": "object"},
+                    "signed_by": STRINGS,
+                }
+            ),
+        },
+        "skipped": STRINGS,
+    }
+)
 
 
 def check(document: Any, schema: dict[str, Any]) -> None:
@@ -110,12 +159,26 @@ class World:
         env = {**os.environ, "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": self.worker.token}
         # the JSON shapes, not alias signing (tests/tuf): the registry's word names canary
         unsigned = ["--unsigned-aliases"] if args[0] in ("verify", "baseline") else []
-        return subprocess.run([MODELWARD, *args, *unsigned], capture_output=True, text=True,
-                              env=env, timeout=120, check=False)
+        return subprocess.run(
+            [MODELWARD, *args, *unsigned],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
 
     def pull(self, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-        return self.cli("pull", f"{self.repo}@canary", "--public-key", str(self.pem),
-                        "--unsigned-aliases", "--cache-dir", str(cache), *extra)
+        return self.cli(
+            "pull",
+            f"{self.repo}@canary",
+            "--public-key",
+            str(self.pem),
+            "--unsigned-aliases",
+            "--cache-dir",
+            str(cache),
+            *extra,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +190,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         publisher = new_publisher(reg)
         repo = reg.repo(publisher)
-        digest = publisher.actor.client.push(make_bundle_dir(base / "model"), repo,
-                                             sign=publisher.sign, alias="canary").digest
+        digest = publisher.actor.client.push(
+            make_bundle_dir(base / "model"), repo, sign=publisher.sign, alias="canary"
+        ).digest
         pem = base / "publisher.pem"
         pem.write_bytes(public_key_pem(publisher.key.public_key()))
         yield World(reg, reg.actor("reader"), repo, digest, pem, base)
@@ -145,17 +209,21 @@ def test_pull_json_is_one_document_on_stdout(world: World, tmp_path: Path) -> No
     assert document["digest"] == world.digest
     assert document["repo"] == world.repo
     assert document["reference"] == f"{world.repo}@canary"
-    assert Path(document["directory"]) == (tmp_path / "cache" / "bundles" / "sha256"
-                                           / world.digest[7:])
+    assert Path(document["directory"]) == (
+        tmp_path / "cache" / "bundles" / "sha256" / world.digest[7:]
+    )
     assert Path(document["directory"], "model.safetensors").is_file()
     assert document["decision"]["allowed"] is True
-    assert any(s["predicate_type"].startswith("https://slsa.dev/provenance")
-               for s in document["statements"])
+    assert any(
+        s["predicate_type"].startswith("https://slsa.dev/provenance")
+        for s in document["statements"]
+    )
     assert document["repaired"] == []
 
 
 def test_pull_json_lists_repaired_blobs_and_keeps_messages_on_stderr(
-        world: World, tmp_path: Path) -> None:
+    world: World, tmp_path: Path
+) -> None:
     cache = tmp_path / "cache"
     assert world.pull(cache).returncode == 0
     directory = cache / "bundles" / "sha256" / world.digest[7:]
@@ -215,24 +283,49 @@ def _attach_baseline(world: World, key_path: Path) -> tuple[str, str]:
     key = generate_private_key()
     save_private_key(key, key_path)
     key_path.with_name(key_path.name + ".pub").write_bytes(public_key_pem(key.public_key()))
-    world.reg.admin.register_key(public_key_pem(key.public_key()).decode(),
-                                 principal=world.worker.name)
-    data = {"engine": {"name": "vllm", "version": "0.32.0"}, "dtype": "float32",
-            "device": {"type": "cpu", "name": "test-cpu", "count": 1}, "entrypoint": "llm"}
-    probes = tuple(ProbeResult(f"p0{i}", f"prompt {i}", (i, 7, 11), token_hash((i, 7, 11)))
-                   for i in range(3))
-    baseline = Baseline(world.digest, Fingerprint(data, fingerprint_id(data)), probes,
-                        aggregate_hash(probes), True, (), 16, 0)
-    envelope = sign_predicate(load_worker_key(key_path), world.repo, world.digest,
-                              PredicateType.BASELINE, baseline.to_predicate())
+    world.reg.admin.register_key(
+        public_key_pem(key.public_key()).decode(), principal=world.worker.name
+    )
+    data = {
+        "engine": {"name": "vllm", "version": "0.32.0"},
+        "dtype": "float32",
+        "device": {"type": "cpu", "name": "test-cpu", "count": 1},
+        "entrypoint": "llm",
+    }
+    probes = tuple(
+        ProbeResult(f"p0{i}", f"prompt {i}", (i, 7, 11), token_hash((i, 7, 11))) for i in range(3)
+    )
+    baseline = Baseline(
+        world.digest,
+        Fingerprint(data, fingerprint_id(data)),
+        probes,
+        aggregate_hash(probes),
+        True,
+        (),
+        16,
+        0,
+    )
+    envelope = sign_predicate(
+        load_worker_key(key_path),
+        world.repo,
+        world.digest,
+        PredicateType.BASELINE,
+        baseline.to_predicate(),
+    )
     world.worker.client.add_attestation(world.repo, world.digest, envelope)
     return baseline.fingerprint.id, baseline.aggregate
 
 
 def test_baseline_show_json_lists_trusted_baselines(world: World, tmp_path: Path) -> None:
     fingerprint, aggregate = _attach_baseline(world, tmp_path / "worker.key")
-    result = world.cli("baseline", "show", f"{world.repo}@canary", "--worker-public-key",
-                       str(tmp_path / "worker.key.pub"), "--json")
+    result = world.cli(
+        "baseline",
+        "show",
+        f"{world.repo}@canary",
+        "--worker-public-key",
+        str(tmp_path / "worker.key.pub"),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     check(document, BASELINE_SHOW_SCHEMA)
@@ -244,7 +337,8 @@ def test_baseline_show_json_lists_trusted_baselines(world: World, tmp_path: Path
     assert entry["device"] == {"type": "cpu", "name": "test-cpu"}
     assert len(entry["signed_by"]) == 1
     # another worker's key trusts none of them: an empty list, still one document
-    other = world.cli("baseline", "show", f"{world.repo}@canary", "--worker-public-key",
-                      str(world.pem), "--json")
+    other = world.cli(
+        "baseline", "show", f"{world.repo}@canary", "--worker-public-key", str(world.pem), "--json"
+    )
     assert other.returncode == 0, other.stderr
     assert json.loads(other.stdout)["baselines"] == []

@@ -51,7 +51,8 @@ def test_serial_and_batched_probes_agree_on_cpu(f32_run: dict[str, Any]) -> None
 
 
 def test_perturbed_weight_is_a_divergence_naming_probe_and_index(
-        f32_run: dict[str, Any], perturbed_run: dict[str, Any]) -> None:
+    f32_run: dict[str, Any], perturbed_run: dict[str, Any]
+) -> None:
     f32 = Baseline.from_predicate(f32_run["baseline"])
     perturbed = Baseline.from_predicate(perturbed_run["baseline"])
     comparison = compare_baselines(f32, perturbed)
@@ -60,13 +61,14 @@ def test_perturbed_weight_is_a_divergence_naming_probe_and_index(
     for div in comparison.divergences:
         old = next(p for p in f32.probes if p.probe_id == div.probe_id).token_ids
         new = next(p for p in perturbed.probes if p.probe_id == div.probe_id).token_ids
-        assert old[:div.index] == new[:div.index]
+        assert old[: div.index] == new[: div.index]
         assert old[div.index] != new[div.index]
         assert div.probe_id in comparison.describe()
 
 
-def test_replay_100_requests_10_runs_all_match(f32_run: dict[str, Any],
-                                               replay_requests: Path) -> None:
+def test_replay_100_requests_10_runs_all_match(
+    f32_run: dict[str, Any], replay_requests: Path
+) -> None:
     requests = load_requests(replay_requests)
     outputs = _outputs(f32_run, "main")
     assert len(outputs) == 10
@@ -78,7 +80,8 @@ def test_replay_100_requests_10_runs_all_match(f32_run: dict[str, Any],
 
 
 def test_replay_counts_unique_completions_of_sampled_requests(
-        f32_run: dict[str, Any], sampled_requests: Path) -> None:
+    f32_run: dict[str, Any], sampled_requests: Path
+) -> None:
     requests = load_requests(sampled_requests)
     outputs = _outputs(f32_run, "sampled")
     report = summarize(requests, outputs, None, reference_name="")
@@ -89,21 +92,24 @@ def test_replay_counts_unique_completions_of_sampled_requests(
     assert report.unique_completions["r000"] == 1
     assert max(report.unique_completions[f"s{i}"] for i in range(4)) > 1
     assert report.divergence_count > 0
-    first_bad = min((d.run, [r.id for r in requests].index(d.request_id))
-                    for d in report.divergences)
+    first_bad = min(
+        (d.run, [r.id for r in requests].index(d.request_id)) for d in report.divergences
+    )
     assert report.consecutive_matches == (first_bad[0] - 1) * len(requests) + first_bad[1]
 
 
-def test_replay_catches_the_perturbed_config(f32_run: dict[str, Any], perturbed_run: dict[str, Any],
-                                             replay_requests: Path) -> None:
+def test_replay_catches_the_perturbed_config(
+    f32_run: dict[str, Any], perturbed_run: dict[str, Any], replay_requests: Path
+) -> None:
     requests = load_requests(replay_requests)
     reference = dict(zip((r.id for r in requests), _outputs(f32_run, "main")[0], strict=True))
-    report = summarize(requests, _outputs(perturbed_run, "main"), reference,
-                       reference_name="original weights")
+    report = summarize(
+        requests, _outputs(perturbed_run, "main"), reference, reference_name="original weights"
+    )
     assert report.divergence_count > 0
     assert report.consecutive_matches < report.executions
     div = report.divergences[0]
     position = [r.id for r in requests].index(div.request_id)
     got = _outputs(perturbed_run, "main")[div.run - 1][position]
     want = reference[div.request_id]
-    assert want[:div.index] == got[:div.index]
+    assert want[: div.index] == got[: div.index]

@@ -20,8 +20,15 @@ CONFIG = ServingConfig(model_dir=Path("/bundles/x"), dtype="float32", max_model_
 
 
 def test_engine_kwargs_are_pinned_and_win_over_extra() -> None:
-    kwargs = engine_kwargs(CONFIG, {"trust_remote_code": True, "model": "evil/model",
-                                    "load_format": "pt", "enforce_eager": True})
+    kwargs = engine_kwargs(
+        CONFIG,
+        {
+            "trust_remote_code": True,
+            "model": "evil/model",
+            "load_format": "pt",
+            "enforce_eager": True,
+        },
+    )
     assert kwargs["trust_remote_code"] is False
     assert kwargs["model"] == kwargs["tokenizer"] == "/bundles/x"
     assert kwargs["load_format"] == "safetensors"
@@ -34,8 +41,15 @@ def test_engine_kwargs_are_pinned_and_win_over_extra() -> None:
 
 
 def test_hardened_env_sets_offline_and_removes_secrets() -> None:
-    env = hardened_env({"HF_TOKEN": "t", "HF_HUB_OFFLINE": "0", "VLLM_PLUGINS": "evil",
-                        "PATH": "/bin", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
+    env = hardened_env(
+        {
+            "HF_TOKEN": "t",
+            "HF_HUB_OFFLINE": "0",
+            "VLLM_PLUGINS": "evil",
+            "PATH": "/bin",
+            "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        }
+    )
     assert "HF_TOKEN" not in env
     assert env["PATH"] == "/bin"
     for name, value in HARDENED_ENV.items():
@@ -45,22 +59,25 @@ def test_hardened_env_sets_offline_and_removes_secrets() -> None:
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "0"
 
 
-@pytest.mark.parametrize("args", [
-    ["--trust-remote-code"],
-    ["--trust_remote_code"],
-    ["--model", "/tmp/other"],
-    ["--model=/tmp/other"],
-    ["--tokenizer", "/tmp/tok"],
-    ["--load-format", "pt"],
-    ["--load-format=dummy"],
-    ["--revision", "main"],
-    ["--download-dir", "/tmp/d"],
-    ["--dtype", "float16"],
-    ["--enable-lora"],
-    ["--hf-overrides", "{}"],
-    ["--some-unknown-flag"],
-    ["/tmp/other-model"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trust-remote-code"],
+        ["--trust_remote_code"],
+        ["--model", "/tmp/other"],
+        ["--model=/tmp/other"],
+        ["--tokenizer", "/tmp/tok"],
+        ["--load-format", "pt"],
+        ["--load-format=dummy"],
+        ["--revision", "main"],
+        ["--download-dir", "/tmp/d"],
+        ["--dtype", "float16"],
+        ["--enable-lora"],
+        ["--hf-overrides", "{}"],
+        ["--some-unknown-flag"],
+        ["/tmp/other-model"],
+    ],
+)
 def test_weakening_extra_argument_is_refused(args: list[str]) -> None:
     with pytest.raises(UnsafeArgument) as info:
         check_extra_args(args, serve=True)
@@ -69,22 +86,22 @@ def test_weakening_extra_argument_is_refused(args: list[str]) -> None:
 
 def test_every_refused_argument_is_listed() -> None:
     with pytest.raises(UnsafeArgument) as info:
-        check_extra_args(["--trust-remote-code", "--enforce-eager", "--tokenizer", "x"],
-                         serve=False)
+        check_extra_args(
+            ["--trust-remote-code", "--enforce-eager", "--tokenizer", "x"], serve=False
+        )
     assert [p[0] for p in info.value.problems] == ["--trust-remote-code", "--tokenizer"]
 
 
 def test_allowed_extra_arguments_map_to_engine_keywords() -> None:
-    assert check_extra_args(["--enforce-eager", "--max-num-seqs", "4", "--load-format",
-                             "safetensors"], serve=False) == {"enforce_eager": True,
-                                                             "max_num_seqs": 4}
+    assert check_extra_args(
+        ["--enforce-eager", "--max-num-seqs", "4", "--load-format", "safetensors"], serve=False
+    ) == {"enforce_eager": True, "max_num_seqs": 4}
 
 
 def test_flag_cannot_hide_behind_a_value() -> None:
     with pytest.raises(UnsafeArgument) as info:
         check_extra_args(["--served-model-name", "--trust-remote-code"], serve=True)
-    assert [p[0] for p in info.value.problems] == ["--served-model-name",
-                                                   "--trust-remote-code"]
+    assert [p[0] for p in info.value.problems] == ["--served-model-name", "--trust-remote-code"]
 
 
 def test_abbreviated_flag_is_refused() -> None:

@@ -51,8 +51,12 @@ def served(hostile: HostileRegistry, tmp_path: Path) -> Served:
 
 @pytest.fixture
 def client(hostile: HostileRegistry) -> Iterator[RegistryClient]:
-    with RegistryClient(hostile.url, "worker-token", timeout=30,
-                        options=TransferOptions(read_size=READ, max_retries=0)) as c:
+    with RegistryClient(
+        hostile.url,
+        "worker-token",
+        timeout=30,
+        options=TransferOptions(read_size=READ, max_retries=0),
+    ) as c:
         yield c
 
 
@@ -76,8 +80,12 @@ def nothing_kept(cache: Cache, blob: BlobRequest) -> bool:
 
 @pytest.mark.parametrize("declare_length", [False, True], ids=["streamed", "declared"])
 def test_blob_download_longer_than_declared_size_is_cut_off(
-        hostile: HostileRegistry, served: Served, client: RegistryClient, tmp_path: Path,
-        declare_length: bool) -> None:
+    hostile: HostileRegistry,
+    served: Served,
+    client: RegistryClient,
+    tmp_path: Path,
+    declare_length: bool,
+) -> None:
     hostile.blob_tail = TAIL
     hostile.declare_length = declare_length
     blob = biggest(served)
@@ -98,14 +106,15 @@ def test_blob_download_longer_than_declared_size_is_cut_off(
 
 
 def test_resumed_blob_download_longer_than_declared_size_is_cut_off(
-        hostile: HostileRegistry, served: Served, client: RegistryClient,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry, served: Served, client: RegistryClient, tmp_path: Path
+) -> None:
     hostile.blob_tail = TAIL
     hostile.declare_length = False
     blob = biggest(served)
     cache = Cache(tmp_path / "cache")
     partial = cache.blob_path(blob.digest).with_name(
-        f".{cache.blob_path(blob.digest).name}.partial")
+        f".{cache.blob_path(blob.digest).name}.partial"
+    )
     partial.parent.mkdir(parents=True)
     partial.write_bytes(served.blobs[blob.digest][:4096])
     written: list[int] = []
@@ -117,8 +126,8 @@ def test_resumed_blob_download_longer_than_declared_size_is_cut_off(
 
 
 def test_blob_download_shorter_than_declared_size_is_refused(
-        hostile: HostileRegistry, served: Served, client: RegistryClient,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry, served: Served, client: RegistryClient, tmp_path: Path
+) -> None:
     hostile.blob_short_by = 100
     blob = biggest(served)
     cache = Cache(tmp_path / "cache")
@@ -132,8 +141,8 @@ def test_blob_download_shorter_than_declared_size_is_refused(
 
 @pytest.mark.parametrize("declare_length", [False, True], ids=["streamed", "declared"])
 def test_manifest_download_over_limit_is_cut_off(
-        hostile: HostileRegistry, served: Served, client: RegistryClient,
-        declare_length: bool) -> None:
+    hostile: HostileRegistry, served: Served, client: RegistryClient, declare_length: bool
+) -> None:
     limit = len(served.manifest)
     assert client.get_manifest(REPO, served.digest, max_bytes=limit) == served.manifest
     hostile.manifest_tail = TAIL
@@ -154,13 +163,27 @@ def _pull(hostile: HostileRegistry, tmp_path: Path) -> subprocess.CompletedProce
     pem.write_bytes(public_key_pem(generate_private_key().public_key()))
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
     return subprocess.run(
-        [MODELWARD, "pull", f"{REPO}@prod", "--public-key", str(pem), "--unsigned-aliases",
-         "--cache-dir", str(tmp_path / "cache")],
-        capture_output=True, text=True, env=env, timeout=120, check=False)
+        [
+            MODELWARD,
+            "pull",
+            f"{REPO}@prod",
+            "--public-key",
+            str(pem),
+            "--unsigned-aliases",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_pull_refuses_a_blob_longer_than_its_manifest_says(
-        hostile: HostileRegistry, served: Served, tmp_path: Path) -> None:
+    hostile: HostileRegistry, served: Served, tmp_path: Path
+) -> None:
     hostile.blob_tail = TAIL
     hostile.declare_length = False
     result = _pull(hostile, tmp_path)
@@ -171,7 +194,8 @@ def test_pull_refuses_a_blob_longer_than_its_manifest_says(
 
 
 def test_pull_refuses_an_endless_manifest(
-        hostile: HostileRegistry, served: Served, tmp_path: Path) -> None:
+    hostile: HostileRegistry, served: Served, tmp_path: Path
+) -> None:
     hostile.manifest_tail = TAIL
     hostile.declare_length = False
     result = _pull(hostile, tmp_path)
@@ -182,7 +206,8 @@ def test_pull_refuses_an_endless_manifest(
 
 
 def test_blob_of_the_stated_size_still_downloads(
-        served: Served, client: RegistryClient, tmp_path: Path) -> None:
+    served: Served, client: RegistryClient, tmp_path: Path
+) -> None:
     blob = biggest(served)
     cache = Cache(tmp_path / "cache")
     cache.fetch(client, [blob], workers=1)

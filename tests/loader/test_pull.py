@@ -51,17 +51,18 @@ def signer(key: Any) -> Any:
         from modelward.attest.dsse import sign_envelope
         from modelward.attest.statement import PredicateType, make_statement
 
-        payload = make_statement(REPO, built.manifest.digest, PredicateType.PROVENANCE,
-                                 provenance_predicate(built))
+        payload = make_statement(
+            REPO, built.manifest.digest, PredicateType.PROVENANCE, provenance_predicate(built)
+        )
         return [sign_envelope(payload, [key])]
+
     return sign
 
 
 def with_spec(model: Path) -> Path:
     from modelward.attest.spec import render_spec_template
 
-    (model / "modelward.yaml").write_text(render_spec_template(dtype="float32",
-                                                               max_model_len=256))
+    (model / "modelward.yaml").write_text(render_spec_template(dtype="float32", max_model_len=256))
     return model
 
 
@@ -70,15 +71,23 @@ def run(reg: HostileRegistry, *args: str, cache: Path) -> subprocess.CompletedPr
     are taken on its word (``--unsigned-aliases``), and everything after is still checked."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": "worker-token"}
     unsigned = ["--unsigned-aliases"] if args[0] in ("pull", "boot", "verify") else []
-    return subprocess.run([MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    return subprocess.run(
+        [MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
-def pull_prod(hostile: HostileRegistry, publisher_pem: Path, cache: Path,
-              *flags: str) -> subprocess.CompletedProcess[str]:
+def pull_prod(
+    hostile: HostileRegistry, publisher_pem: Path, cache: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
     """``modelward pull REPO@prod --public-key PEM [flags]`` into ``cache``."""
-    return run(hostile, "pull", f"{REPO}@prod", *flags, "--public-key", str(publisher_pem),
-               cache=cache)
+    return run(
+        hostile, "pull", f"{REPO}@prod", *flags, "--public-key", str(publisher_pem), cache=cache
+    )
 
 
 def nothing_materialized(cache: Path) -> bool:
@@ -87,8 +96,12 @@ def nothing_materialized(cache: Path) -> bool:
 
 
 def test_pull_materializes_read_only_and_verify_passes(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     hostile.add(served)
     cache = tmp_path / "cache"
@@ -110,8 +123,13 @@ def test_pull_materializes_read_only_and_verify_passes(
 
 
 @pytest.fixture
-def flipped(hostile: HostileRegistry, tiny_model: Path, publisher_key: Any,
-            publisher_pem: Path, tmp_path: Path) -> tuple[Served, Path, Path]:
+def flipped(
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> tuple[Served, Path, Path]:
     """(served bundle, cache, directory): pulled, then one byte of the weights flipped in
     the cache (the materialized file is a hardlink to the cached blob)."""
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
@@ -125,7 +143,8 @@ def flipped(hostile: HostileRegistry, tiny_model: Path, publisher_key: Any,
 
 
 def test_byte_flipped_in_cache_is_caught_by_verify(
-        hostile: HostileRegistry, flipped: tuple[Served, Path, Path]) -> None:
+    hostile: HostileRegistry, flipped: tuple[Served, Path, Path]
+) -> None:
     _served, cache, directory = flipped
     check = run(hostile, "verify", str(directory), cache=cache)
     assert check.returncode == 1
@@ -135,8 +154,8 @@ def test_byte_flipped_in_cache_is_caught_by_verify(
 
 
 def test_pull_repair_downloads_a_corrupted_blob_again_and_rebuilds_the_tree(
-        hostile: HostileRegistry, publisher_pem: Path,
-        flipped: tuple[Served, Path, Path]) -> None:
+    hostile: HostileRegistry, publisher_pem: Path, flipped: tuple[Served, Path, Path]
+) -> None:
     served, cache, directory = flipped
     # a plain pull trusts the cache's sizes and keeps the materialized tree
     again = pull_prod(hostile, publisher_pem, cache)
@@ -166,25 +185,35 @@ def flip_byte(path: Path) -> None:
 
 
 def test_interrupted_download_resumes_with_range(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     hostile.add(served)
     # an earlier pull was killed part-way through the weights: its partial file remains
     hexdigest = served.manifest_layer_hex("model.safetensors")
     blobs = tmp_path / "cache" / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    (blobs / f".{hexdigest}.partial").write_bytes(
-        served.blobs["sha256:" + hexdigest][:4096])
-    result = run(hostile, "pull", f"{REPO}@prod", "--public-key", str(publisher_pem),
-                 cache=tmp_path / "cache")
+    (blobs / f".{hexdigest}.partial").write_bytes(served.blobs["sha256:" + hexdigest][:4096])
+    result = run(
+        hostile,
+        "pull",
+        f"{REPO}@prod",
+        "--public-key",
+        str(publisher_pem),
+        cache=tmp_path / "cache",
+    )
     assert result.returncode == 0, result.stderr
     assert hostile.ranges == ["bytes=4096-"]
     assert not (blobs / f".{hexdigest}.partial").exists()
 
 
-def refused(hostile: HostileRegistry, served: Served, pem: Path, cache: Path,
-            *reasons: str) -> None:
+def refused(
+    hostile: HostileRegistry, served: Served, pem: Path, cache: Path, *reasons: str
+) -> None:
     hostile.add(served)
     result = run(hostile, "pull", f"{REPO}@prod", "--public-key", str(pem), cache=cache)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -193,17 +222,25 @@ def refused(hostile: HostileRegistry, served: Served, pem: Path, cache: Path,
     assert nothing_materialized(cache)
 
 
-def test_pickle_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                  publisher_key: Any, publisher_pem: Path,
-                                  tmp_path: Path) -> None:
+def test_pickle_bundle_is_refused(
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     (tiny_model / "extra.pkl").write_bytes(pickle.dumps({"a": 1}))
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     refused(hostile, served, publisher_pem, tmp_path / "cache", "extra.pkl")
 
 
-def test_auto_map_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                    publisher_key: Any, publisher_pem: Path,
-                                    tmp_path: Path) -> None:
+def test_auto_map_bundle_is_refused(
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     config = json.loads((tiny_model / "config.json").read_text())
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
     (tiny_model / "config.json").write_text(json.dumps(config))
@@ -211,39 +248,53 @@ def test_auto_map_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
     refused(hostile, served, publisher_pem, tmp_path / "cache", "config.json")
 
 
-def test_unsigned_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                    publisher_pem: Path, tmp_path: Path) -> None:
+def test_unsigned_bundle_is_refused(
+    hostile: HostileRegistry, tiny_model: Path, publisher_pem: Path, tmp_path: Path
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, lambda built: [])
     refused(hostile, served, publisher_pem, tmp_path / "cache", "refused by the worker's policy")
 
 
-def test_untrusted_signer_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                     publisher_pem: Path, tmp_path: Path) -> None:
+def test_untrusted_signer_is_refused(
+    hostile: HostileRegistry, tiny_model: Path, publisher_pem: Path, tmp_path: Path
+) -> None:
     from modelward.attest.keys import generate_private_key
 
     served = serve_dir(with_spec(tiny_model), REPO, signer(generate_private_key()))
     refused(hostile, served, publisher_pem, tmp_path / "cache", "refused by the worker's policy")
 
 
-def test_quarantined_bundle_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                       publisher_key: Any, publisher_pem: Path,
-                                       tmp_path: Path) -> None:
+def test_quarantined_bundle_is_refused(
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     served.quarantined = True
     refused(hostile, served, publisher_pem, tmp_path / "cache", "quarantined", "malware found")
 
 
 def test_manifest_not_matching_digest_is_refused(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     served.manifest = served.manifest.replace(b'"schemaVersion":2', b'"schemaVersion": 2')
     refused(hostile, served, publisher_pem, tmp_path / "cache", "sha256:")
 
 
-def test_tampered_blob_is_refused(hostile: HostileRegistry, tiny_model: Path,
-                                  publisher_key: Any, publisher_pem: Path,
-                                  tmp_path: Path) -> None:
+def test_tampered_blob_is_refused(
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     served = serve_dir(with_spec(tiny_model), REPO, signer(publisher_key))
     digest = next(iter(served.blobs))
     served.blobs[digest] = served.blobs[digest][:-1] + b"X"
@@ -256,10 +307,21 @@ def test_pull_without_trust_is_refused(hostile: HostileRegistry, tmp_path: Path)
     assert "no trust given" in result.stderr
 
 
-def test_boot_refuses_weakening_extra_argument(hostile: HostileRegistry, publisher_pem: Path,
-                                               tmp_path: Path) -> None:
-    result = run(hostile, "boot", f"{REPO}@prod", "--public-key", str(publisher_pem),
-                 "--", "--trust-remote-code", "--tokenizer", "/tmp/evil", cache=tmp_path / "c")
+def test_boot_refuses_weakening_extra_argument(
+    hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path
+) -> None:
+    result = run(
+        hostile,
+        "boot",
+        f"{REPO}@prod",
+        "--public-key",
+        str(publisher_pem),
+        "--",
+        "--trust-remote-code",
+        "--tokenizer",
+        "/tmp/evil",
+        cache=tmp_path / "c",
+    )
     assert result.returncode == 1
     assert "--trust-remote-code: would run code shipped with the model" in result.stderr
     assert "--tokenizer" in result.stderr
@@ -267,31 +329,58 @@ def test_boot_refuses_weakening_extra_argument(hostile: HostileRegistry, publish
     assert nothing_materialized(tmp_path / "c")
 
 
-def test_boot_without_vllm_names_the_extra(hostile: HostileRegistry, publisher_pem: Path,
-                                           tmp_path: Path) -> None:
+def test_boot_without_vllm_names_the_extra(
+    hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path
+) -> None:
     shadow = tmp_path / "shadow" / "vllm"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'vllm'\")\n")
-    env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "w",
-           "PYTHONPATH": str(shadow.parent)}
-    result = subprocess.run([MODELWARD, "boot", f"{REPO}@prod", "--public-key",
-                             str(publisher_pem), "--unsigned-aliases"], capture_output=True,
-                            text=True, env=env,
-                            timeout=120, check=False)
+    env = {
+        **os.environ,
+        "MODELWARD_URL": hostile.url,
+        "MODELWARD_TOKEN": "w",
+        "PYTHONPATH": str(shadow.parent),
+    }
+    result = subprocess.run(
+        [
+            MODELWARD,
+            "boot",
+            f"{REPO}@prod",
+            "--public-key",
+            str(publisher_pem),
+            "--unsigned-aliases",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1
     assert "pip install 'modelward[vllm]'" in result.stderr
 
 
 def test_boot_refuses_engine_version_other_than_pinned(
-        hostile: HostileRegistry, tiny_model: Path, publisher_key: Any, publisher_pem: Path,
-        tmp_path: Path) -> None:
+    hostile: HostileRegistry,
+    tiny_model: Path,
+    publisher_key: Any,
+    publisher_pem: Path,
+    tmp_path: Path,
+) -> None:
     from modelward.attest.spec import render_spec_template
 
     (tiny_model / "modelward.yaml").write_text(
-        render_spec_template(dtype="float32", engine_version="0.31.0"))
+        render_spec_template(dtype="float32", engine_version="0.31.0")
+    )
     hostile.add(serve_dir(tiny_model, REPO, signer(publisher_key)))
-    result = run(hostile, "boot", f"{REPO}@prod", "--public-key", str(publisher_pem),
-                 cache=tmp_path / "cache")
+    result = run(
+        hostile,
+        "boot",
+        f"{REPO}@prod",
+        "--public-key",
+        str(publisher_pem),
+        cache=tmp_path / "cache",
+    )
     assert result.returncode == 1
     assert "bundle pins vllm 0.31.0 but this worker runs vllm 0.32.0" in result.stderr
     assert [b["outcome"] for b in hostile.boots] == ["refused"]
@@ -305,11 +394,25 @@ def test_default_cache_dir_respects_xdg(tmp_path: Path) -> None:
 
 
 def test_an_alias_without_a_pinned_tuf_root_is_refused_with_the_hint(
-        hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path) -> None:
+    hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path
+) -> None:
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
-    result = subprocess.run([MODELWARD, "pull", f"{REPO}@prod", "--public-key",
-                             str(publisher_pem), "--cache-dir", str(tmp_path / "c")],
-                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    result = subprocess.run(
+        [
+            MODELWARD,
+            "pull",
+            f"{REPO}@prod",
+            "--public-key",
+            str(publisher_pem),
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr
     assert "needs a pinned TUF root (--trust-root root.json" in result.stderr
     assert "pulling by digest needs none" in result.stderr

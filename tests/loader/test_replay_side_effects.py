@@ -40,16 +40,22 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def test_hermes_tool_calls_are_extracted_with_arguments_parsed() -> None:
     log = _hermes("Let me check. " + CALL + " and " + CALL.replace("Paris", "Oslo"))
-    assert log == {"tool_calls": [
-        {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
-        {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]}
+    assert log == {
+        "tool_calls": [
+            {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+            {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}},
+        ]
+    }
 
 
 def test_key_order_spacing_and_string_arguments_compare_equal() -> None:
-    reordered = ('<tool_call>{"arguments":{"days":2,"city":"Paris"},'
-                 '"name":"get_weather"}</tool_call>')
-    wire = ('<tool_call>{"name": "get_weather", '
-            '"arguments": "{\\"city\\": \\"Paris\\", \\"days\\": 2}"}</tool_call>')
+    reordered = (
+        '<tool_call>{"arguments":{"days":2,"city":"Paris"},"name":"get_weather"}</tool_call>'
+    )
+    wire = (
+        '<tool_call>{"name": "get_weather", '
+        '"arguments": "{\\"city\\": \\"Paris\\", \\"days\\": 2}"}</tool_call>'
+    )
     assert canonical_log(_hermes(CALL)) == canonical_log(_hermes(reordered))
     assert canonical_log(_hermes(CALL)) == canonical_log(_hermes(wire))
 
@@ -64,13 +70,15 @@ def test_changed_argument_is_named_by_its_path() -> None:
 
 def test_json_and_mistral_formats() -> None:
     call = {"name": "f", "parameters": {"x": 1}}
-    assert side_effect_log("<|python_tag|>" + json.dumps(call), tool_call_format="json",
-                           structured_kind=None) == {
-        "tool_calls": [{"name": "f", "arguments": {"x": 1}}]}
-    assert side_effect_log("[TOOL_CALLS] " + json.dumps([call, call]), tool_call_format="mistral",
-                           structured_kind=None)["tool_calls"][1]["arguments"] == {"x": 1}
-    assert side_effect_log("no calls here", tool_call_format="mistral",
-                           structured_kind=None) == {"tool_calls": []}
+    assert side_effect_log(
+        "<|python_tag|>" + json.dumps(call), tool_call_format="json", structured_kind=None
+    ) == {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}
+    assert side_effect_log(
+        "[TOOL_CALLS] " + json.dumps([call, call]), tool_call_format="mistral", structured_kind=None
+    )["tool_calls"][1]["arguments"] == {"x": 1}
+    assert side_effect_log("no calls here", tool_call_format="mistral", structured_kind=None) == {
+        "tool_calls": []
+    }
 
 
 def test_unparsable_calls_and_outputs_are_kept_and_compared() -> None:
@@ -79,15 +87,17 @@ def test_unparsable_calls_and_outputs_are_kept_and_compared() -> None:
     nan = side_effect_log('{"x": NaN}', tool_call_format=None, structured_kind="json")
     assert nan == {"unparsed_structured_output": '{"x": NaN}'}
     # a JSON text that looks like the unparsed marker is not confused with one
-    lookalike = side_effect_log('{"unparsed": "{\\"x\\": NaN}"}', tool_call_format=None,
-                                structured_kind="json")
+    lookalike = side_effect_log(
+        '{"unparsed": "{\\"x\\": NaN}"}', tool_call_format=None, structured_kind="json"
+    )
     assert canonical_log(lookalike) != canonical_log(nan)
 
 
 def test_a_changed_tool_call_is_named_before_the_structured_text_around_it() -> None:
     ours = side_effect_log(CALL, tool_call_format="hermes", structured_kind="regex")
-    theirs = side_effect_log(CALL.replace("Paris", "Pisa"), tool_call_format="hermes",
-                             structured_kind="regex")
+    theirs = side_effect_log(
+        CALL.replace("Paris", "Pisa"), tool_call_format="hermes", structured_kind="regex"
+    )
     assert log_difference(ours, theirs) == "tool_calls[0].arguments.city"
     assert log_difference(ours, ours) is None
     assert log_difference(ours, None) == ""
@@ -110,25 +120,36 @@ def test_request_fields_are_checked_and_named(tmp_path: Path) -> None:
         ({"structured_output": {"choice": [1]}}, "'structured_output.choice' must be a list"),
     ]
     for extra, message in cases:
-        path = _write(tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"},
-                                             {"id": "b", "prompt": "y", **extra}])
-        with pytest.raises(InputError, match=r"r\.jsonl:2: .*" + message.replace(".", r"\.")
-                           .replace("(", r"\(").replace(")", r"\)")):
+        path = _write(
+            tmp_path / "r.jsonl", [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y", **extra}]
+        )
+        with pytest.raises(
+            InputError,
+            match=r"r\.jsonl:2: .*"
+            + message.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)"),
+        ):
             load_requests(path)
 
 
 def _tool_requests(tmp_path: Path) -> Path:
-    return _write(tmp_path / "r.jsonl", [
-        {"id": "plain", "prompt": "x"},
-        {"id": "tool", "prompt": "y", "tool_call_format": "hermes"},
-        {"id": "form", "prompt": "z", "structured_output": {"json": {"type": "object"}}}])
+    return _write(
+        tmp_path / "r.jsonl",
+        [
+            {"id": "plain", "prompt": "x"},
+            {"id": "tool", "prompt": "y", "tool_call_format": "hermes"},
+            {"id": "form", "prompt": "z", "structured_output": {"json": {"type": "object"}}},
+        ],
+    )
 
 
 def test_tally_reports_side_effect_divergence_while_tokens_match(tmp_path: Path) -> None:
     requests = load_requests(_tool_requests(tmp_path))
     ref = [Completion((1,), "a"), Completion((2,), CALL), Completion((3,), '{"k": 1}')]
-    changed = [Completion((1,), "a"), Completion((2,), CALL.replace("Paris", "Parma")),
-               Completion((3,), '{"k":1}')]
+    changed = [
+        Completion((1,), "a"),
+        Completion((2,), CALL.replace("Paris", "Parma")),
+        Completion((3,), '{"k":1}'),
+    ]
     tally = ReplayTally(requests, None)
     tally.add_run(ref)
     tally.add_run(ref)
@@ -140,11 +161,15 @@ def test_tally_reports_side_effect_divergence_while_tokens_match(tmp_path: Path)
     assert report.consecutive_matches == 7
     divergence = report.side_effect_divergences[0]
     assert (divergence.run, divergence.request_id, divergence.path) == (
-        3, "tool", "tool_calls[0].arguments.city")
+        3,
+        "tool",
+        "tool_calls[0].arguments.city",
+    )
     assert report.side_effect_requests == 2
     predicate = report.to_predicate()
     assert predicate["side_effect_divergences"] == [
-        {"run": 3, "request": "tool", "path": "tool_calls[0].arguments.city"}]
+        {"run": 3, "request": "tool", "path": "tool_calls[0].arguments.city"}
+    ]
 
 
 def test_tally_against_a_per_run_reference(tmp_path: Path) -> None:
@@ -193,20 +218,26 @@ def test_second_engine_fits_only_on_cpu_with_memory(tmp_path: Path) -> None:
     assert not fits
     assert "two engines need about 6.0 GiB and 5.0 GiB is available" in why
     assert second_engine_fits(10 * GIB, None, dirs) == (
-        False, "not on a CPU: one engine claims the accelerator's memory")
+        False,
+        "not on a CPU: one engine claims the accelerator's memory",
+    )
     assert second_engine_fits(None, kv, dirs)[0] is False
 
 
-@pytest.mark.parametrize(("row", "message"), [
-    ({"token_ids": [1]}, "'id' must be a string"),
-    ({"id": "a", "token_ids": [-5, 1]}, "'token_ids' must be a list of token ids"),
-    ({"id": "a", "token_ids": [1.7]}, "'token_ids' must be a list of token ids"),
-    ({"id": "a", "token_ids": [True]}, "'token_ids' must be a list of token ids"),
-    ({"id": "a", "token_ids": ["a"]}, "'token_ids' must be a list of token ids"),
-    ({"id": "a", "token_ids": [1], "text": "x\ud800"}, "'text' must be a string of Unicode"),
-])
-def test_malformed_expected_lines_are_named(tmp_path: Path, row: dict[str, Any],
-                                            message: str) -> None:
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"token_ids": [1]}, "'id' must be a string"),
+        ({"id": "a", "token_ids": [-5, 1]}, "'token_ids' must be a list of token ids"),
+        ({"id": "a", "token_ids": [1.7]}, "'token_ids' must be a list of token ids"),
+        ({"id": "a", "token_ids": [True]}, "'token_ids' must be a list of token ids"),
+        ({"id": "a", "token_ids": ["a"]}, "'token_ids' must be a list of token ids"),
+        ({"id": "a", "token_ids": [1], "text": "x\ud800"}, "'text' must be a string of Unicode"),
+    ],
+)
+def test_malformed_expected_lines_are_named(
+    tmp_path: Path, row: dict[str, Any], message: str
+) -> None:
     path = tmp_path / "out.jsonl"
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(InputError, match=rf"out\.jsonl:1: {message}"):
@@ -214,19 +245,26 @@ def test_malformed_expected_lines_are_named(tmp_path: Path, row: dict[str, Any],
 
 
 def test_expected_side_effects_beyond_canonical_json_are_compared_not_crashed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     requests = load_requests(_tool_requests(tmp_path))
     out = tmp_path / "out.jsonl"
-    out.write_text(json.dumps({"id": "tool", "token_ids": [2], "text": CALL,
-                               "side_effects": {"a": 9007199254740993}}) + "\n")
+    out.write_text(
+        json.dumps(
+            {"id": "tool", "token_ids": [2], "text": CALL, "side_effects": {"a": 9007199254740993}}
+        )
+        + "\n"
+    )
     with pytest.raises(InputError, match="'side_effects' does not match 'text'"):
         load_expected(out, requests)
 
 
 def test_non_finite_numbers_in_requests_are_named(tmp_path: Path) -> None:
-    for line, message in (('{"id": "a", "prompt": "x", "seed": Infinity}', "not JSON"),
-                          ('{"id": "a", "prompt": "x", "max_tokens": 1e400}', "r.jsonl:1: "),
-                          ('{"id": "a", "prompt": "x", "temperature": 1e400}', "finite")):
+    for line, message in (
+        ('{"id": "a", "prompt": "x", "seed": Infinity}', "not JSON"),
+        ('{"id": "a", "prompt": "x", "max_tokens": 1e400}', "r.jsonl:1: "),
+        ('{"id": "a", "prompt": "x", "temperature": 1e400}', "finite"),
+    ):
         (tmp_path / "r.jsonl").write_text(line + "\n")
         with pytest.raises(InputError, match=message):
             load_requests(tmp_path / "r.jsonl")
@@ -238,12 +276,19 @@ def test_a_lone_surrogate_in_a_completion_is_compared_not_crashed(tmp_path: Path
     tally = ReplayTally(requests, None)
     tally.add_run([Completion((1,), "a"), Completion((2,), odd), Completion((3,), "\ud800")])
     tally.add_run([Completion((1,), "a"), Completion((2,), odd), Completion((3,), "\ud800")])
-    tally.add_run([Completion((1,), "a"), Completion((2,), "<tool_call>\ud801</tool_call>"),
-                   Completion((3,), "{}")])
+    tally.add_run(
+        [
+            Completion((1,), "a"),
+            Completion((2,), "<tool_call>\ud801</tool_call>"),
+            Completion((3,), "{}"),
+        ]
+    )
     report = tally.report()
     assert report.consecutive_matches == 7  # run 3's "plain" still matches
-    assert [d.path for d in report.side_effect_divergences] == ["tool_calls[0].unparsed",
-                                                                "structured_output"]
+    assert [d.path for d in report.side_effect_divergences] == [
+        "tool_calls[0].unparsed",
+        "structured_output",
+    ]
 
 
 def test_the_digest_names_the_bytes_parsed(tmp_path: Path) -> None:

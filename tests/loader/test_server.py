@@ -42,8 +42,9 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.seen.append({"body": body, "auth": self.headers.get("authorization")})
-        choices = [{"index": i, "token_ids": [i, len(str(p))]}
-                   for i, p in enumerate(body["prompt"])]
+        choices = [
+            {"index": i, "token_ids": [i, len(str(p))]} for i, p in enumerate(body["prompt"])
+        ]
         self._reply({"choices": list(reversed(choices))})
 
 
@@ -97,14 +98,22 @@ def test_generate_sends_one_request_and_orders_choices(fake_server: str) -> None
         served.stop(grace=10)
 
 
-@pytest.mark.parametrize(("requests", "message"), [
-    ([GenerationRequest(prompt="a", seed=1), GenerationRequest(prompt="b", seed=2)],
-     "one set of sampling parameters"),
-    ([GenerationRequest(prompt="a"), GenerationRequest(prompt_token_ids=(1, 2))],
-     "all text or all token-id prompts"),
-])
-def test_generate_refuses_mixed_requests(fake_server: str, requests: list[GenerationRequest],
-                                         message: str) -> None:
+@pytest.mark.parametrize(
+    ("requests", "message"),
+    [
+        (
+            [GenerationRequest(prompt="a", seed=1), GenerationRequest(prompt="b", seed=2)],
+            "one set of sampling parameters",
+        ),
+        (
+            [GenerationRequest(prompt="a"), GenerationRequest(prompt_token_ids=(1, 2))],
+            "all text or all token-id prompts",
+        ),
+    ],
+)
+def test_generate_refuses_mixed_requests(
+    fake_server: str, requests: list[GenerationRequest], message: str
+) -> None:
     served = ServedEngine(_child("import time; time.sleep(600)"), fake_server, None)
     try:
         with pytest.raises(ValueError, match=message):
@@ -123,29 +132,40 @@ def test_generate_against_a_dead_server_is_engine_failed() -> None:
         served.stop()
 
 
-@pytest.mark.parametrize(("args", "env", "expected"), [
-    ((), {}, None),
-    ((), {"VLLM_API_KEY": "from-env"}, "from-env"),
-    (("--api-key", "flag"), {"VLLM_API_KEY": "from-env"}, "flag"),
-    (("--api-key=inline",), {}, "inline"),
-    (("--api-key", "one", "--api-key", "two"), {}, "two"),
-])
-def test_api_key_the_probes_present(args: tuple[str, ...], env: dict[str, str],
-                                    expected: str | None) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {}, None),
+        ((), {"VLLM_API_KEY": "from-env"}, "from-env"),
+        (("--api-key", "flag"), {"VLLM_API_KEY": "from-env"}, "flag"),
+        (("--api-key=inline",), {}, "inline"),
+        (("--api-key", "one", "--api-key", "two"), {}, "two"),
+    ],
+)
+def test_api_key_the_probes_present(
+    args: tuple[str, ...], env: dict[str, str], expected: str | None
+) -> None:
     assert _api_key(args, env) == expected
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ((), "--ready-file needs --serve"),
-    (("--serve",), "is not a directory"),
-])
-def test_boot_ready_file_usage_errors(tmp_path: Path, extra: tuple[str, ...],
-                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ((), "--ready-file needs --serve"),
+        (("--serve",), "is not a directory"),
+    ],
+)
+def test_boot_ready_file_usage_errors(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
     from tests.registry.conftest import MODELWARD
 
     ready = tmp_path / "missing-dir" / "ready" if extra else tmp_path / "ready"
-    result = subprocess.run([MODELWARD, "boot", "acme/tiny@prod", "--ready-file", str(ready),
-                             *extra], capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [MODELWARD, "boot", "acme/tiny@prod", "--ready-file", str(ready), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert not ready.exists()

@@ -76,42 +76,61 @@ def _worker_policy(world: World, gates: dict[str, Any], evidence: str = "[evalua
     (and only it) vouches for evaluations, and ``prod`` has ``gates``."""
     path = world.base / unique("policy") / "worker.yaml"
     path.parent.mkdir()
-    path.write_text("\n".join([
-        "version: 1",
-        "signers:",
-        "  keys:",
-        f"    - {{name: publisher, path: {world.publisher_pem}}}",
-        f"    - {{name: evaluator, path: {world.evaluator_key}.pub}}",
-        f"evidence: {{signers: {evidence}}}",
-        "aliases:",
-        f"  - {{pattern: prod, roles: [publisher], protected: true, gates: {json.dumps(gates)}}}",
-        "",
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                "version: 1",
+                "signers:",
+                "  keys:",
+                f"    - {{name: publisher, path: {world.publisher_pem}}}",
+                f"    - {{name: evaluator, path: {world.evaluator_key}.pub}}",
+                f"evidence: {{signers: {evidence}}}",
+                "aliases:",
+                f"  - {{pattern: prod, roles: [publisher], protected: true, gates: {json.dumps(gates)}}}",  # noqa: E501
+                "",
+            ]
+        )
+    )
     return path
 
 
-def _on_prod(world: World, results: bytes | None = None, *, key: Path | None = None) -> tuple[
-        str, str]:
+def _on_prod(
+    world: World, results: bytes | None = None, *, key: Path | None = None
+) -> tuple[str, str]:
     """A new repository whose ``prod`` names a new bundle, with an evaluation of it attached
     (when ``results`` are given, signed with ``key``, default the evaluator's)."""
     repo = world.reg.repo(world.publisher, policy_yaml=REGISTRY_POLICY)
     digest = push_new(world.publisher, repo, world.base)
     if results is not None:
-        attached = _attach(world.reg, world.evaluator, key or world.evaluator_key,
-                           f"{repo}@{digest}", _results(world.base, results))
+        attached = _attach(
+            world.reg,
+            world.evaluator,
+            key or world.evaluator_key,
+            f"{repo}@{digest}",
+            _results(world.base, results),
+        )
         assert attached.returncode == 0, attached.stderr
     world.publisher.actor.client.set_alias(repo, "prod", digest)
     return repo, digest
 
 
-def _pull(world: World, reference: str, policy: Path, *extra: str) -> tuple[
-        subprocess.CompletedProcess[str], Path]:
+def _pull(
+    world: World, reference: str, policy: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     cache = world.base / unique("cache")
     env = {**os.environ, "MODELWARD_URL": world.reg.url, "MODELWARD_TOKEN": world.worker.token}
-    argv = [MODELWARD, "pull", reference, "--policy", str(policy), "--unsigned-aliases",
-            "--cache-dir", str(cache), *extra]
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
-                            check=False)
+    argv = [
+        MODELWARD,
+        "pull",
+        reference,
+        "--policy",
+        str(policy),
+        "--unsigned-aliases",
+        "--cache-dir",
+        str(cache),
+        *extra,
+    ]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
     return result, cache
 
 
@@ -137,10 +156,13 @@ def test_worked_example_is_refused_by_its_critical_failure_gate(world: World) ->
     repo, digest = _on_prod(world, worked_example())
     result, cache = _pull(world, f"{repo}@prod", _worker_policy(world, WORKED_GATES))
     out = _refused(result, cache, digest)
-    assert ("gate max_critical_safety_failures: fail (observed 2, bound 0): 2 critical safety "
-            "failure(s) (billing-human-0, billing-human-1); at most 0 allowed") in out
+    assert (
+        "gate max_critical_safety_failures: fail (observed 2, bound 0): 2 critical safety "
+        "failure(s) (billing-human-0, billing-human-1); at most 0 allowed"
+    ) in out
     assert "1 of 10 gate(s) of alias 'prod' (rule 'prod') block (max_critical_safety_failures)" in (
-        out)
+        out
+    )
     for gate in WORKED_GATES:  # every gate is listed, passed ones in the summary
         if gate != "required_slices":
             assert gate in out, (gate, out)
@@ -168,8 +190,10 @@ def test_evaluation_signed_by_a_key_that_is_not_an_evidence_signer_is_refused(
     repo, digest = _on_prod(world, worked_example(critical=0), key=publisher_key)
     result, cache = _pull(world, f"{repo}@prod", _worker_policy(world, WORKED_GATES))
     out = _refused(result, cache, digest)
-    assert ("evaluation by publisher not counted: publisher is not an evidence signer of the "
-            "policy (evidence.signers)") in out
+    assert (
+        "evaluation by publisher not counted: publisher is not an evidence signer of the "
+        "policy (evidence.signers)"
+    ) in out
 
 
 def test_publisher_listed_as_an_evidence_signer_still_does_not_count(
@@ -183,8 +207,10 @@ def test_publisher_listed_as_an_evidence_signer_still_does_not_count(
     policy = _worker_policy(world, WORKED_GATES, evidence="[evaluator, publisher]")
     result, cache = _pull(world, f"{repo}@prod", policy)
     out = _refused(result, cache, digest)
-    assert ("publisher vouched for this bundle's https://slsa.dev/provenance/v1: the bundle's "
-            "publisher never counts for its evidence") in out
+    assert (
+        "publisher vouched for this bundle's https://slsa.dev/provenance/v1: the bundle's "
+        "publisher never counts for its evidence"
+    ) in out
 
 
 def test_evaluation_passing_every_gate_is_accepted(world: World) -> None:

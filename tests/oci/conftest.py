@@ -38,16 +38,19 @@ EMPTY_CONFIG = b"{}"
 
 def _need(path: str, package: str) -> None:
     if not Path(path).exists():
-        pytest.fail(f"{path} is missing: `make test` installs the Debian package {package} "
-                    f"(apt-get install {package})")
+        pytest.fail(
+            f"{path} is missing: `make test` installs the Debian package {package} "
+            f"(apt-get install {package})"
+        )
 
 
 # -- the registries ----------------------------------------------------------------------------
 @pytest.fixture(
     scope="session", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def mw(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-       ) -> Iterator[Registry]:
+def mw(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
     """``modelward serve`` on SQLite, and on PostgreSQL (the machine's server binaries)."""
     pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
     reg = start_registry(request.param, tmp_path_factory.mktemp(f"mw-oci-{request.param}"), pg)
@@ -84,8 +87,12 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
         f"http:\n  addr: 127.0.0.1:{port}\n"
     )
     log = (base / "registry.log").open("wb")
-    proc = subprocess.Popen([DOCKER_REGISTRY, "serve", str(config)], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [DOCKER_REGISTRY, "serve", str(config)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -145,10 +152,18 @@ def write_layout(bundle: Bundle, layout: Path, tag: str) -> Path:
     for f in bundle.built.files:
         _blob(layout, (bundle.root / f.path).read_bytes())
     digest, size = _blob(layout, bundle.built.manifest.raw)
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                            "digest": digest, "size": size,
-                            "annotations": {"org.opencontainers.image.ref.name": tag}}]}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "annotations": {"org.opencontainers.image.ref.name": tag},
+            }
+        ],
+    }
     (layout / "index.json").write_text(json.dumps(index))
     return layout
 
@@ -157,8 +172,11 @@ def materialize(layout: Path, tag: str, out: Path) -> tuple[str, Path]:
     """The bundle directory an OCI layout holds under ``tag`` (files at their
     org.cncf.model.filepath); returns (manifest digest, directory)."""
     index = json.loads((layout / "index.json").read_text())
-    desc = next(m for m in index["manifests"]
-                if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag)
+    desc = next(
+        m
+        for m in index["manifests"]
+        if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag
+    )
     blob = layout / "blobs" / "sha256"
     manifest = json.loads((blob / desc["digest"].removeprefix("sha256:")).read_bytes())
     for layer in manifest["layers"]:
@@ -169,32 +187,48 @@ def materialize(layout: Path, tag: str, out: Path) -> tuple[str, Path]:
 
 
 # -- clients -----------------------------------------------------------------------------------
-def skopeo(*args: str, authfile: Path | None = None, check: bool = True,
-           timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def skopeo(
+    *args: str, authfile: Path | None = None, check: bool = True, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
     _need(SKOPEO, "skopeo")
     auth = ["--authfile", str(authfile)] if authfile is not None else []
     # skopeo reads a registries.conf; keep it off the machine's
     env = {**os.environ, "REGISTRY_AUTH_FILE": str(authfile or "/nonexistent")}
     cmd = [SKOPEO, "--insecure-policy", args[0], *auth, *args[1:]]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                            check=False)
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"skopeo {' '.join(args)} -> {result.returncode}\n"
-                             f"{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"skopeo {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
 def skopeo_login(reg: Registry, name: str, token: str, authfile: Path) -> None:
     result = subprocess.run(
-        [SKOPEO, "login", "--authfile", str(authfile), "--tls-verify=false", "-u", name,
-         "--password-stdin", host_of(reg)],
-        input=token, capture_output=True, text=True, timeout=60, check=False)
+        [
+            SKOPEO,
+            "login",
+            "--authfile",
+            str(authfile),
+            "--tls-verify=false",
+            "-u",
+            name,
+            "--password-stdin",
+            host_of(reg),
+        ],
+        input=token,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if result.returncode != 0:
         raise AssertionError(f"skopeo login -> {result.returncode}\n{result.stderr}")
 
 
-def oras_client(reg: Registry | Peer, name: str | None = None, token: str | None = None
-                ) -> Any:
+def oras_client(reg: Registry | Peer, name: str | None = None, token: str | None = None) -> Any:
     import oras.provider
 
     host = reg.host if isinstance(reg, Peer) else host_of(reg)
@@ -204,9 +238,19 @@ def oras_client(reg: Registry | Peer, name: str | None = None, token: str | None
     return client
 
 
-def oras_attach(reg: Registry, name: str, token: str, repo: str, *, subject: str,
-                subject_size: int, data: bytes, artifact_type: str, tmp: Path,
-                expect: int = 201) -> str:
+def oras_attach(
+    reg: Registry,
+    name: str,
+    token: str,
+    repo: str,
+    *,
+    subject: str,
+    subject_size: int,
+    data: bytes,
+    artifact_type: str,
+    tmp: Path,
+    expect: int = 201,
+) -> str:
     """Push ``data`` as a referrer of ``subject`` with oras (artifactType, the empty config,
     one layer), by digest; returns the referrer manifest's digest. With ``expect`` other
     than 201 the manifest goes up with httpx (oras retries refusals for minutes) and the
@@ -224,8 +268,11 @@ def oras_attach(reg: Registry, name: str, token: str, repo: str, *, subject: str
     assert response.status_code in (200, 201), response.text
     empty = tmp / unique("empty")
     empty.write_bytes(EMPTY_CONFIG)
-    config = {"mediaType": "application/vnd.oci.empty.v1+json",
-              "digest": "sha256:" + hashlib.sha256(EMPTY_CONFIG).hexdigest(), "size": 2}
+    config = {
+        "mediaType": "application/vnd.oci.empty.v1+json",
+        "digest": "sha256:" + hashlib.sha256(EMPTY_CONFIG).hexdigest(),
+        "size": 2,
+    }
     response = client.upload_blob(str(empty), target, config)
     assert response.status_code in (200, 201), response.text
     manifest = {
@@ -234,16 +281,25 @@ def oras_attach(reg: Registry, name: str, token: str, repo: str, *, subject: str
         "artifactType": artifact_type,
         "config": config,
         "layers": [layer],
-        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "digest": subject, "size": subject_size},
+        "subject": {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": subject,
+            "size": subject_size,
+        },
     }
     body = json.dumps(manifest).encode()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     if expect != 201:
         bearer = bearer_for(reg, name, token, f"repository:{repo}:pull,push")
-        answer = httpx.put(f"{reg.url}/v2/{repo}/manifests/{digest}", content=body, timeout=60,
-                           headers={"Authorization": f"Bearer {bearer}",
-                                    "Content-Type": str(manifest["mediaType"])})
+        answer = httpx.put(
+            f"{reg.url}/v2/{repo}/manifests/{digest}",
+            content=body,
+            timeout=60,
+            headers={
+                "Authorization": f"Bearer {bearer}",
+                "Content-Type": str(manifest["mediaType"]),
+            },
+        )
         assert answer.status_code == expect, answer.text
         raise AssertionError(answer.text)
     response = client.upload_manifest(manifest, client.get_container(f"{target}@{digest}"))
@@ -258,9 +314,12 @@ def basic(name: str, token: str) -> str:
 
 def bearer_for(reg: Registry, name: str, token: str, *scopes: str) -> str:
     """A bearer from the token endpoint (basic auth)."""
-    answer = httpx.get(f"{reg.url}/v2/token", params={"service": "modelward",
-                                                      "scope": list(scopes)},
-                       headers={"Authorization": basic(name, token)}, timeout=30)
+    answer = httpx.get(
+        f"{reg.url}/v2/token",
+        params={"service": "modelward", "scope": list(scopes)},
+        headers={"Authorization": basic(name, token)},
+        timeout=30,
+    )
     assert answer.status_code == 200, answer.text
     return str(answer.json()["token"])
 

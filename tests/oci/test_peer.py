@@ -39,25 +39,53 @@ def test_same_client_scenario_gives_same_digests_on_both(
     auth = tmp_path / "auth.json"
     skopeo_login(mw, pub.name, pub.actor.token, auth)
     # the bundle by digest, its signature as a referrer, then the tag: on modelward
-    skopeo("copy", "--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1",
-           f"docker://{host_of(mw)}/{repo}:v1", authfile=auth, check=False)
-    oras_attach(mw, pub.name, pub.actor.token, repo, subject=bundle.digest,
-                subject_size=len(bundle.built.manifest.raw), data=bundle.signature,
-                artifact_type="application/vnd.in-toto+json", tmp=tmp_path)
-    skopeo("copy", "--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1",
-           f"docker://{host_of(mw)}/{repo}:v1", authfile=auth)
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{host_of(mw)}/{repo}:v1",
+        authfile=auth,
+        check=False,
+    )
+    oras_attach(
+        mw,
+        pub.name,
+        pub.actor.token,
+        repo,
+        subject=bundle.digest,
+        subject_size=len(bundle.built.manifest.raw),
+        data=bundle.signature,
+        artifact_type="application/vnd.in-toto+json",
+        tmp=tmp_path,
+    )
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{host_of(mw)}/{repo}:v1",
+        authfile=auth,
+    )
     # the same on the peer
-    skopeo("copy", "--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1",
-           f"docker://{peer.host}/{repo}:v1")
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{peer.host}/{repo}:v1",
+    )
     on_mw = _inspect_digest(f"docker://{host_of(mw)}/{repo}:v1", auth)
     on_peer = _inspect_digest(f"docker://{peer.host}/{repo}:v1", None)
     assert on_mw == on_peer == bundle.digest
-    for ref, a in ((f"docker://{host_of(mw)}/{repo}:v1", auth),
-                   (f"docker://{peer.host}/{repo}:v1", None)):
-        info = json.loads(skopeo("inspect", "--tls-verify=false", "--raw", ref,
-                                 authfile=a).stdout)
+    for ref, a in (
+        (f"docker://{host_of(mw)}/{repo}:v1", auth),
+        (f"docker://{peer.host}/{repo}:v1", None),
+    ):
+        info = json.loads(skopeo("inspect", "--tls-verify=false", "--raw", ref, authfile=a).stdout)
         assert [layer["digest"] for layer in info["layers"]] == [
-            layer.digest for layer in bundle.built.manifest.layers]
+            layer.digest for layer in bundle.built.manifest.layers
+        ]
 
 
 def test_copy_to_peer_and_back_keeps_the_digest_and_verifies(
@@ -70,25 +98,58 @@ def test_copy_to_peer_and_back_keeps_the_digest_and_verifies(
     assert digest == bundle.digest
     auth = tmp_path / "auth.json"
     skopeo_login(mw, pub.name, pub.actor.token, auth)
-    skopeo("copy", "--src-tls-verify=false", "--dest-tls-verify=false", "--preserve-digests",
-           f"docker://{host_of(mw)}/{repo}:staging", f"docker://{peer.host}/{repo}:staging",
-           authfile=auth)
+    skopeo(
+        "copy",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"docker://{host_of(mw)}/{repo}:staging",
+        f"docker://{peer.host}/{repo}:staging",
+        authfile=auth,
+    )
     # back into another repository: pending until its signature arrives as a referrer
-    result = skopeo("copy", "--src-tls-verify=false", "--dest-tls-verify=false",
-                    "--preserve-digests", f"docker://{peer.host}/{repo}:staging",
-                    f"docker://{host_of(mw)}/{back}:staging", authfile=auth, check=False)
+    result = skopeo(
+        "copy",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"docker://{peer.host}/{repo}:staging",
+        f"docker://{host_of(mw)}/{back}:staging",
+        authfile=auth,
+        check=False,
+    )
     assert result.returncode != 0
     assert "pending" in result.stderr, result.stderr
-    oras_attach(mw, pub.name, pub.actor.token, back, subject=digest,
-                subject_size=len(bundle.built.manifest.raw), data=bundle.signature,
-                artifact_type="application/vnd.in-toto+json", tmp=tmp_path)
-    skopeo("copy", "--src-tls-verify=false", "--dest-tls-verify=false", "--preserve-digests",
-           f"docker://{peer.host}/{repo}:staging", f"docker://{host_of(mw)}/{back}:staging",
-           authfile=auth)
+    oras_attach(
+        mw,
+        pub.name,
+        pub.actor.token,
+        back,
+        subject=digest,
+        subject_size=len(bundle.built.manifest.raw),
+        data=bundle.signature,
+        artifact_type="application/vnd.in-toto+json",
+        tmp=tmp_path,
+    )
+    skopeo(
+        "copy",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"docker://{peer.host}/{repo}:staging",
+        f"docker://{host_of(mw)}/{back}:staging",
+        authfile=auth,
+    )
     assert _inspect_digest(f"docker://{host_of(mw)}/{back}:staging", auth) == digest
     out = tmp_path / "out"
-    skopeo("copy", "--src-tls-verify=false", "--preserve-digests",
-           f"docker://{host_of(mw)}/{back}:staging", f"oci:{out}:x", authfile=auth)
+    skopeo(
+        "copy",
+        "--src-tls-verify=false",
+        "--preserve-digests",
+        f"docker://{host_of(mw)}/{back}:staging",
+        f"oci:{out}:x",
+        authfile=auth,
+    )
     got, tree = materialize(out, "x", tmp_path / "tree")
     assert got == digest
     from modelward.attest.keys import public_key_pem
@@ -97,11 +158,30 @@ def test_copy_to_peer_and_back_keeps_the_digest_and_verifies(
     pem.write_bytes(public_key_pem(pub.key.public_key()))
     sig = tmp_path / "sig.json"
     sig.write_bytes(bundle.signature)
-    verified = subprocess.run([MODELWARD, "bundle", "verify", str(tree), "--signature",
-                               str(sig), "--public-key", str(pem)],
-                              capture_output=True, text=True, check=False)
+    verified = subprocess.run(
+        [
+            MODELWARD,
+            "bundle",
+            "verify",
+            str(tree),
+            "--signature",
+            str(sig),
+            "--public-key",
+            str(pem),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    pulled = mw.cli("pull", f"{back}@staging", "--unsigned-aliases", "--public-key", str(pem),
-                    "--cache-dir",
-                    str(tmp_path / "cache"), token=pub.actor.token)
+    pulled = mw.cli(
+        "pull",
+        f"{back}@staging",
+        "--unsigned-aliases",
+        "--public-key",
+        str(pem),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        token=pub.actor.token,
+    )
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr

@@ -17,8 +17,9 @@ INTOTO = "application/vnd.in-toto+json"
 SIGSTORE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 
 
-def _referrers(mw: Registry, name: str, token: str, repo: str, digest: str,
-               artifact_type: str | None = None) -> dict:  # type: ignore[type-arg]
+def _referrers(
+    mw: Registry, name: str, token: str, repo: str, digest: str, artifact_type: str | None = None
+) -> dict:  # type: ignore[type-arg]
     client = oras_client(mw, name, token)
     url = f"http://{host_of(mw)}/v2/{repo}/referrers/{digest}"
     if artifact_type:
@@ -35,9 +36,17 @@ def test_referrers_list_attestations_from_both_doors(mw: Registry, tmp_path: Pat
     bundle = new_bundle(pub, tmp_path)
     digest = pub.actor.client.push(bundle.root, repo, sign=pub.sign).digest  # the /v1 door
     second = other.sign_digest(digest)
-    pushed = oras_attach(mw, other.name, other.actor.token, repo, subject=digest,
-                         subject_size=len(bundle.built.manifest.raw), data=second,
-                         artifact_type=INTOTO, tmp=tmp_path)
+    pushed = oras_attach(
+        mw,
+        other.name,
+        other.actor.token,
+        repo,
+        subject=digest,
+        subject_size=len(bundle.built.manifest.raw),
+        data=second,
+        artifact_type=INTOTO,
+        tmp=tmp_path,
+    )
     index = _referrers(mw, pub.name, pub.actor.token, repo, digest)
     assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
     found = index["manifests"]
@@ -51,11 +60,11 @@ def test_referrers_list_attestations_from_both_doors(mw: Registry, tmp_path: Pat
         assert manifest["subject"]["digest"] == digest
         blob = client.get_blob(f"{host_of(mw)}/{repo}", manifest["layers"][0]["digest"])
         assert hashlib.sha256(blob.content).hexdigest() == (
-            manifest["layers"][0]["digest"].removeprefix("sha256:"))
+            manifest["layers"][0]["digest"].removeprefix("sha256:")
+        )
         assert json.loads(blob.content)["payloadType"] == INTOTO
     # the one pushed as a referrer is an attestation like any other
-    listed = mw.cli("attestation", "list", f"{repo}@{digest}", token=pub.actor.token,
-                    check=True)
+    listed = mw.cli("attestation", "list", f"{repo}@{digest}", token=pub.actor.token, check=True)
     assert other.name in listed.stdout
     assert _referrers(mw, pub.name, pub.actor.token, repo, digest, SIGSTORE)["manifests"] == []
 
@@ -70,10 +79,18 @@ def test_referrer_signed_by_an_unknown_key_is_refused(mw: Registry, tmp_path: Pa
     digest = pub.actor.client.push(bundle.root, repo, sign=pub.sign).digest
     stranger = Publisher(pub.actor, generate_private_key(), "unregistered")
     with pytest.raises(AssertionError, match=r"DENIED|not attached|untrusted"):
-        oras_attach(mw, pub.name, pub.actor.token, repo, subject=digest,
-                    subject_size=len(bundle.built.manifest.raw),
-                    data=stranger.sign_digest(digest), artifact_type=INTOTO, tmp=tmp_path,
-                    expect=403)
+        oras_attach(
+            mw,
+            pub.name,
+            pub.actor.token,
+            repo,
+            subject=digest,
+            subject_size=len(bundle.built.manifest.raw),
+            data=stranger.sign_digest(digest),
+            artifact_type=INTOTO,
+            tmp=tmp_path,
+            expect=403,
+        )
     assert len(_referrers(mw, pub.name, pub.actor.token, repo, digest)["manifests"]) == 1
 
 
@@ -85,10 +102,18 @@ def test_referrer_whose_artifact_type_does_not_match_its_layer_is_refused(
     bundle = new_bundle(pub, tmp_path)
     digest = pub.actor.client.push(bundle.root, repo, sign=pub.sign).digest
     with pytest.raises(AssertionError, match="MANIFEST_INVALID"):
-        oras_attach(mw, pub.name, pub.actor.token, repo, subject=digest,
-                    subject_size=len(bundle.built.manifest.raw),
-                    data=pub.sign_digest(digest), artifact_type=SIGSTORE, tmp=tmp_path,
-                    expect=400)
+        oras_attach(
+            mw,
+            pub.name,
+            pub.actor.token,
+            repo,
+            subject=digest,
+            subject_size=len(bundle.built.manifest.raw),
+            data=pub.sign_digest(digest),
+            artifact_type=SIGSTORE,
+            tmp=tmp_path,
+            expect=400,
+        )
 
 
 def test_oms_model_sig_pushed_as_referrer_is_listed_under_its_artifact_type(
@@ -106,7 +131,7 @@ def test_oms_model_sig_pushed_as_referrer_is_listed_under_its_artifact_type(
 
     def pem(name: str) -> str:  # the fixture files start with certtool's text dump
         text = (shared_fixtures / "oms" / "keys" / name).read_text()
-        return json.dumps(text[text.index("-----BEGIN"):])
+        return json.dumps(text[text.index("-----BEGIN") :])
 
     policy = (
         "version: 1\ntrust_registered_signers: true\n"
@@ -121,9 +146,17 @@ def test_oms_model_sig_pushed_as_referrer_is_listed_under_its_artifact_type(
     from modelward.attest.manifest import build_bundle
 
     raw = build_bundle(root).manifest.raw
-    oras_attach(mw, pub.name, pub.actor.token, repo, subject=pushed.digest,
-                subject_size=len(raw), data=(src / "model.sig").read_bytes(),
-                artifact_type=OMS_MODEL_SIG, tmp=tmp_path)
+    oras_attach(
+        mw,
+        pub.name,
+        pub.actor.token,
+        repo,
+        subject=pushed.digest,
+        subject_size=len(raw),
+        data=(src / "model.sig").read_bytes(),
+        artifact_type=OMS_MODEL_SIG,
+        tmp=tmp_path,
+    )
     oms = _referrers(mw, pub.name, pub.actor.token, repo, pushed.digest, OMS_MODEL_SIG)
     assert [d["annotations"][ANNOTATION_KIND] for d in oms["manifests"]] == ["oms"]
     everything = _referrers(mw, pub.name, pub.actor.token, repo, pushed.digest)

@@ -39,21 +39,27 @@ def test_bundle_with_a_malicious_pickle_is_refused_and_not_pending(
     layout = write_layout(bundle, tmp_path / "layout", "v1")
     auth = tmp_path / "auth.json"
     skopeo_login(mw, pub.name, pub.actor.token, auth)
-    result = skopeo("copy", "--dest-tls-verify=false", "--preserve-digests",
-                    f"oci:{layout}:v1", f"docker://{host_of(mw)}/{repo}@{bundle.digest}",
-                    authfile=auth, check=False)
+    result = skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{host_of(mw)}/{repo}@{bundle.digest}",
+        authfile=auth,
+        check=False,
+    )
     assert result.returncode != 0
     assert "scan" in result.stderr, result.stderr
     bearer = bearer_for(mw, pub.name, pub.actor.token, f"repository:{repo}:pull")
-    got = httpx.get(f"{mw.url}/v2/{repo}/manifests/{bundle.digest}",
-                    headers={"Authorization": f"Bearer {bearer}"})
+    got = httpx.get(
+        f"{mw.url}/v2/{repo}/manifests/{bundle.digest}",
+        headers={"Authorization": f"Bearer {bearer}"},
+    )
     assert got.status_code == 404
     assert _code(got) == "MANIFEST_UNKNOWN"
 
 
-def test_publisher_of_another_repository_cannot_push_there(
-    mw: Registry, tmp_path: Path
-) -> None:
+def test_publisher_of_another_repository_cannot_push_there(mw: Registry, tmp_path: Path) -> None:
     owner, outsider = new_publisher(mw), new_publisher(mw)
     repo = mw.repo(owner.actor)
     bundle = new_bundle(owner, tmp_path)
@@ -62,8 +68,11 @@ def test_publisher_of_another_repository_cannot_push_there(
     upload = httpx.post(f"{mw.url}/v2/{repo}/blobs/uploads/", headers=direct)
     assert upload.status_code == 403
     assert _code(upload) == "DENIED"
-    put = httpx.put(f"{mw.url}/v2/{repo}/manifests/{bundle.digest}",
-                    content=bundle.built.manifest.raw, headers=direct)
+    put = httpx.put(
+        f"{mw.url}/v2/{repo}/manifests/{bundle.digest}",
+        content=bundle.built.manifest.raw,
+        headers=direct,
+    )
     assert put.status_code == 403
     assert _code(put) == "DENIED"
     assert outsider.name in put.json()["errors"][0]["message"]
@@ -76,23 +85,34 @@ def test_pending_tag_refusal_is_audited(mw: Registry, tmp_path: Path) -> None:
     layout = write_layout(bundle, tmp_path / "layout", "v1")
     auth = tmp_path / "auth.json"
     skopeo_login(mw, pub.name, pub.actor.token, auth)
-    result = skopeo("copy", "--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1",
-                    f"docker://{host_of(mw)}/{repo}:staging", authfile=auth, check=False)
+    result = skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{host_of(mw)}/{repo}:staging",
+        authfile=auth,
+        check=False,
+    )
     assert result.returncode != 0
     events = list(mw.admin.iter_audit())
-    pending = [e for e in events if e["action"] == "oci.manifest.pending"
-               and e["subject"] == f"{repo}@{bundle.digest}"]
+    pending = [
+        e
+        for e in events
+        if e["action"] == "oci.manifest.pending" and e["subject"] == f"{repo}@{bundle.digest}"
+    ]
     assert len(pending) == 1
     assert any("predicate" in r or "threshold" in r for r in pending[0]["details"]["reasons"])
-    denied = [e for e in events if e["action"] == "denied"
-              and e["subject"] == f"PUT /v2/{repo}/manifests/staging"]
+    denied = [
+        e
+        for e in events
+        if e["action"] == "denied" and e["subject"] == f"PUT /v2/{repo}/manifests/staging"
+    ]
     assert denied
     assert denied[-1]["details"]["status"] == 403
 
 
-def test_quarantined_bundle_manifest_is_denied_to_publishers(
-    mw: Registry, tmp_path: Path
-) -> None:
+def test_quarantined_bundle_manifest_is_denied_to_publishers(mw: Registry, tmp_path: Path) -> None:
     pub = new_publisher(mw)
     reviewer = mw.actor("reviewer")
     repo = mw.repo(pub.actor)
@@ -106,8 +126,10 @@ def test_quarantined_bundle_manifest_is_denied_to_publishers(
     layer = bundle.built.manifest.layers[0].digest
     blob = httpx.get(f"{mw.url}/v2/{repo}/blobs/{layer}", headers=auth)
     assert blob.status_code == 403
-    as_reviewer = httpx.get(f"{mw.url}/v2/{repo}/manifests/{digest}",
-                            headers={"Authorization": f"Bearer {reviewer.token}"})
+    as_reviewer = httpx.get(
+        f"{mw.url}/v2/{repo}/manifests/{digest}",
+        headers={"Authorization": f"Bearer {reviewer.token}"},
+    )
     assert as_reviewer.status_code == 200
     assert hashlib.sha256(as_reviewer.content).hexdigest() == digest.removeprefix("sha256:")
 
@@ -125,16 +147,32 @@ def test_pending_bundle_accepted_by_a_referrer_keeps_its_publisher(
     layout = write_layout(bundle, tmp_path / "layout", "v1")
     auth = tmp_path / "auth.json"
     skopeo_login(mw, pub.name, pub.actor.token, auth)
-    skopeo("copy", "--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1",
-           f"docker://{host_of(mw)}/{repo}@{bundle.digest}", authfile=auth)
-    oras_attach(mw, signer.name, signer.actor.token, repo, subject=bundle.digest,
-                subject_size=len(bundle.built.manifest.raw),
-                data=signer.sign_digest(bundle.digest),
-                artifact_type="application/vnd.in-toto+json", tmp=tmp_path)
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        f"oci:{layout}:v1",
+        f"docker://{host_of(mw)}/{repo}@{bundle.digest}",
+        authfile=auth,
+    )
+    oras_attach(
+        mw,
+        signer.name,
+        signer.actor.token,
+        repo,
+        subject=bundle.digest,
+        subject_size=len(bundle.built.manifest.raw),
+        data=signer.sign_digest(bundle.digest),
+        artifact_type="application/vnd.in-toto+json",
+        tmp=tmp_path,
+    )
     record = mw.admin.get_bundle(repo, bundle.digest)
     assert record["created_by"] == pub.name
     assert [s["name"] for s in record["decision"]["signers"]] == [f"@{signer.name}"]
-    events = [e for e in mw.admin.iter_audit()
-              if e["subject"] == f"{repo}@{bundle.digest}"]
+    events = [e for e in mw.admin.iter_audit() if e["subject"] == f"{repo}@{bundle.digest}"]
     assert [e["action"] for e in events] == [
-        "oci.manifest.pending", "oci.referrer", "bundle.push", "oci.manifest.accepted"]
+        "oci.manifest.pending",
+        "oci.referrer",
+        "bundle.push",
+        "oci.manifest.accepted",
+    ]

@@ -220,8 +220,12 @@ def test_export_import_round_trip_preserves_digest_attestations_and_verifies(
     assert pulled.returncode == 0, pulled.stderr
     assert world.bundle in pulled.stdout
     verified = world.target.cli(
-        "verify", f"{repo}@staging", "--unsigned-aliases", "--cache-dir", str(cache),
-        token=worker.token
+        "verify",
+        f"{repo}@staging",
+        "--unsigned-aliases",
+        "--cache-dir",
+        str(cache),
+        token=worker.token,
     )
     assert verified.returncode == 0, verified.stderr
     # Importing again changes nothing and says so.

@@ -34,9 +34,18 @@ def test_every_entry_loads_with_its_own_help(path: str, entry: Entry) -> None:
 
 
 HEAVY = (
-    "fastapi", "sqlalchemy", "alembic", "vllm", "torch", "transformers", "sigstore",
-    "cryptography", "modelward.attest.policy", "modelward.attest.verifier",
-    "modelward.registry.app", "modelward.loader.engine",
+    "fastapi",
+    "sqlalchemy",
+    "alembic",
+    "vllm",
+    "torch",
+    "transformers",
+    "sigstore",
+    "cryptography",
+    "modelward.attest.policy",
+    "modelward.attest.verifier",
+    "modelward.registry.app",
+    "modelward.loader.engine",
 )
 
 
@@ -52,16 +61,25 @@ def _loaded_after(argv: list[str]) -> list[str]:
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     )
     env = {**os.environ, "COLUMNS": "100"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
     return list(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("argv", [
-    ["--help"], ["bundle", "--help"], ["bundle", "digest", "--help"],
-    ["alias", "get", "--help"], ["login", "--help"],
-    ["bundle", "verify", "--help"], ["push", "--help"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["bundle", "--help"],
+        ["bundle", "digest", "--help"],
+        ["alias", "get", "--help"],
+        ["login", "--help"],
+        ["bundle", "verify", "--help"],
+        ["push", "--help"],
+    ],
+    ids=" ".join,
+)
 def test_light_commands_import_no_heavy_library(argv: list[str]) -> None:
     assert _loaded_after(argv) == []
 
@@ -69,26 +87,39 @@ def test_light_commands_import_no_heavy_library(argv: list[str]) -> None:
 def test_root_help_lists_every_command_without_importing_them() -> None:
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "modelward", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    listed = {line.split()[0] for line in out.stdout.split("Commands:")[1].splitlines()
-              if line.startswith("  ") and not line.startswith("   ")}
+    listed = {
+        line.split()[0]
+        for line in out.stdout.split("Commands:")[1].splitlines()
+        if line.startswith("  ") and not line.startswith("   ")
+    }
     assert listed == set(COMMANDS)
     assert "modelward.registry" not in out.stderr
     assert "modelward.loader" not in out.stderr
 
 
 def test_a_mistyped_command_is_a_usage_error_with_a_suggestion() -> None:
-    out = subprocess.run([sys.executable, "-m", "modelward", "alais", "get"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "modelward", "alais", "get"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 2
     assert "No such command 'alais'. Did you mean 'alias'?" in out.stderr
 
 
 def test_help_shows_plain_metavars_not_python_types() -> None:
-    out = subprocess.run([sys.executable, "-m", "modelward", "bundle", "verify", "--help"],
-                         capture_output=True, text=True, check=True, env={**os.environ,
-                         "COLUMNS": "120"})
+    out = subprocess.run(
+        [sys.executable, "-m", "modelward", "bundle", "verify", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
     assert "<list[" not in out.stdout
     assert "<bool>" not in out.stdout
     assert re.search(r"--public-key [A-Z]+ ", out.stdout)
@@ -115,13 +146,17 @@ print(json.dumps(dict(pages(app, ["modelward"]))))
 def test_no_help_page_shows_python_types_or_braces() -> None:
     """Every command's --help: real metavars, no Typer type labels, no {REQUIRED} braces."""
     env = {**os.environ, "COLUMNS": "200", "TYPER_USE_RICH": "0"}
-    out = subprocess.run([sys.executable, "-c", WALK_ALL_HELP], capture_output=True,
-                         text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", WALK_ALL_HELP], capture_output=True, text=True, check=True, env=env
+    )
     help_pages: dict[str, str] = json.loads(out.stdout)
     assert len(help_pages) > 60  # every group and command (71 when written)
     bad = {
-        path: [line for line in text.splitlines()
-               if re.search(r"<(bool|str|int|path|file|dir|list\[[^>]*)>|\{[A-Z]", line)]
+        path: [
+            line
+            for line in text.splitlines()
+            if re.search(r"<(bool|str|int|path|file|dir|list\[[^>]*)>|\{[A-Z]", line)
+        ]
         for path, text in help_pages.items()
     }
     assert {path: lines for path, lines in bad.items() if lines} == {}

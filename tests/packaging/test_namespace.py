@@ -32,8 +32,7 @@ def test_wheel_installs_only_under_the_modelward_name(tmp_path):
     source = _tracked_copy(tmp_path / "src")
     out = tmp_path / "dist"
     code = (
-        "import sys; from setuptools import build_meta; "
-        "print(build_meta.build_wheel(sys.argv[1]))"
+        "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
     )
     subprocess.run(
         [sys.executable, "-c", code, str(out)], cwd=source, check=True, capture_output=True

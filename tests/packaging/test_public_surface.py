@@ -12,18 +12,43 @@ import pytest
 EXPECTED = {
     "modelward": ["__version__"],
     "modelward.attest": [
-        "AttestError", "BlobReader", "BundleError", "BundleVerdict", "Decision",
-        "DirectoryReader", "Manifest", "Policy", "PolicyDenied", "PolicyError", "TrustFlags",
-        "TrustSet", "TrustedBundle", "UntrustedSigner", "VerificationError",
-        "VerifiedStatement", "build_bundle", "bundle_digest", "parse_manifest",
-        "policy_from_flags", "verify_bundle", "verify_bundle_result",
+        "AttestError",
+        "BlobReader",
+        "BundleError",
+        "BundleVerdict",
+        "Decision",
+        "DirectoryReader",
+        "Manifest",
+        "Policy",
+        "PolicyDenied",
+        "PolicyError",
+        "TrustFlags",
+        "TrustSet",
+        "TrustedBundle",
+        "UntrustedSigner",
+        "VerificationError",
+        "VerifiedStatement",
+        "build_bundle",
+        "bundle_digest",
+        "parse_manifest",
+        "policy_from_flags",
+        "verify_bundle",
+        "verify_bundle_result",
     ],
     "modelward.registry": [
-        "APIError", "Reference", "RegistryClient", "RegistryClientError", "TransportError",
+        "APIError",
+        "Reference",
+        "RegistryClient",
+        "RegistryClientError",
+        "TransportError",
         "parse_reference",
     ],
     "modelward.loader": [
-        "LoaderError", "PulledBundle", "RefusedError", "RegistrySource", "pull_bundle",
+        "LoaderError",
+        "PulledBundle",
+        "RefusedError",
+        "RegistrySource",
+        "pull_bundle",
     ],
     "modelward.cli": ["COMMANDS", "app", "is_modelward_error", "main"],
 }
@@ -38,11 +63,12 @@ def test_exported_names_are_pinned(module: str) -> None:
 
 
 def test_importing_the_registry_client_loads_no_server_stack() -> None:
-    code = ("import sys, modelward.registry, modelward.loader; "
-            "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'vllm', 'torch') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, modelward.registry, modelward.loader; "
+        "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'vllm', 'torch') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 

@@ -44,7 +44,12 @@ def _bare(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess
     clean["XDG_CONFIG_HOME"] = str(cwd / "no-config")
     clean.update(env)
     return subprocess.run(
-        [MODELWARD, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=120,
+        [MODELWARD, *args],
+        cwd=cwd,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
 
@@ -132,8 +137,12 @@ def test_admin_without_login_or_database_flag_says_what_to_do_and_creates_nothin
 def test_admin_on_a_data_dir_without_a_registry_names_it_and_creates_nothing(
     tmp_path: Path,
 ) -> None:
-    for args in (["principal", "create", "dave", "--role", "reader"], ["principal", "list"],
-                 ["token", "create", "dave"], ["token", "revoke", "0123"]):
+    for args in (
+        ["principal", "create", "dave", "--role", "reader"],
+        ["principal", "list"],
+        ["token", "create", "dave"],
+        ["token", "revoke", "0123"],
+    ):
         out = _bare(["admin", *args, "--data-dir", "elsewhere"], tmp_path)
         assert out.returncode == 1, out.stderr
         assert str(tmp_path / "elsewhere" / "registry.db") in out.stderr
@@ -146,8 +155,10 @@ def test_admin_on_an_empty_database_says_it_is_no_registry(tmp_path: Path) -> No
     empty = tmp_path / "empty.db"
     empty.touch()
     url = f"sqlite:///{empty}"
-    out = _bare(["admin", "principal", "create", "dave", "--role", "reader",
-                 "--database-url", url], tmp_path)
+    out = _bare(
+        ["admin", "principal", "create", "dave", "--role", "reader", "--database-url", url],
+        tmp_path,
+    )
     assert out.returncode == 1
     assert f"the database {url}" in out.stderr
     assert "has no modelward schema" in out.stderr
@@ -193,8 +204,9 @@ def test_serve_on_a_busy_port_exits_3_before_printing_its_url(tmp_path: Path) ->
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         busy.bind(("127.0.0.1", port))
         busy.listen()
-        out = _bare(["serve", "--host", "127.0.0.1", "--port", str(port),
-                     "--data-dir", "data"], tmp_path)
+        out = _bare(
+            ["serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", "data"], tmp_path
+        )
     assert out.returncode == 3
     assert "modelward registry at" not in out.stdout
     assert f"127.0.0.1:{port}" in out.stderr

@@ -116,7 +116,14 @@ def test_cli_approve_withdraw(registry: Registry, tmp_path: Path) -> None:
     assert no_reason.returncode == 2
     assert "--reason" in no_reason.stderr
     out = registry.cli(
-        "approve", ref, "--alias", "prod", "--withdraw", "--reason", "regression", "--json",
+        "approve",
+        ref,
+        "--alias",
+        "prod",
+        "--withdraw",
+        "--reason",
+        "regression",
+        "--json",
         token=reviewer.token,
     )
     assert out.returncode == 0, out.stderr

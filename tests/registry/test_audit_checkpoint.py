@@ -50,10 +50,13 @@ GO_TEXT = (
     b"If you think cryptography is the answer to your problem,\n"
     b"then you don't know what your problem is.\n"
 )
-GO_NOTE = GO_TEXT + (
-    "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKv"
-    "qfqdngotpRZb6KE6RyyBwJnAM=\n"
-).encode()
+GO_NOTE = (
+    GO_TEXT
+    + (
+        "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKv"
+        "qfqdngotpRZb6KE6RyyBwJnAM=\n"
+    ).encode()
+)
 ORIGIN = "registry.example/audit"
 
 

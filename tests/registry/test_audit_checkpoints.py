@@ -52,16 +52,24 @@ class Attacker:
 
     def events(self) -> list[AuditEvent]:
         rows = self.db.run(f"SELECT {', '.join(COLUMNS)} FROM audit_events ORDER BY seq")
-        return [AuditEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7])
-                for r in rows]
+        return [
+            AuditEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows
+        ]
 
     def rewrite(self, events: list[AuditEvent]) -> None:
         """Replace the log with ``events``, re-chained, its tree rebuilt, no checkpoints."""
         chained: list[AuditEvent] = []
         for e in events:
             prev = chained[-1].hash if chained else e.prev_hash
-            fields = {"seq": e.seq, "at": e.at, "actor": e.actor, "action": e.action,
-                      "subject": e.subject, "details": e.details, "prev_hash": prev}
+            fields = {
+                "seq": e.seq,
+                "at": e.at,
+                "actor": e.actor,
+                "action": e.action,
+                "subject": e.subject,
+                "details": e.details,
+                "prev_hash": prev,
+            }
             chained.append(AuditEvent(**fields, hash=event_hash(**fields)))
         self.db.run("DELETE FROM audit_events")
         self.db.run("DELETE FROM audit_tree_nodes")
@@ -69,14 +77,28 @@ class Attacker:
         import rfc8785
 
         for e in chained:
-            self.db.insert((e.seq, e.at, e.actor, e.action, e.subject,
-                            rfc8785.dumps(dict(e.details)).decode(), e.prev_hash, e.hash))
+            self.db.insert(
+                (
+                    e.seq,
+                    e.at,
+                    e.actor,
+                    e.action,
+                    e.subject,
+                    rfc8785.dumps(dict(e.details)).decode(),
+                    e.prev_hash,
+                    e.hash,
+                )
+            )
         level = [leaf_hash(event_entry(e)) for e in chained]
         height = 0
         while level:
             for i, digest in enumerate(level):
-                self.db.run("INSERT INTO audit_tree_nodes (level, idx, hash) VALUES (?, ?, ?)",
-                            height, i, digest)
+                self.db.run(
+                    "INSERT INTO audit_tree_nodes (level, idx, hash) VALUES (?, ?, ?)",
+                    height,
+                    i,
+                    digest,
+                )
             level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
             height += 1
 
@@ -133,11 +155,13 @@ def test_the_log_that_only_grew_verifies_against_a_checkpoint(
     via_api = _verify(registry, "--since", str(saved), "--key", key)
     assert via_api.returncode == 0, via_api.stdout + via_api.stderr
     assert f"only grew since the checkpoint of {size} events" in via_api.stdout
-    via_db = _verify(registry, "--database-url", registry.database_url, "--since", str(saved),
-                     "--key", key)
+    via_db = _verify(
+        registry, "--database-url", registry.database_url, "--since", str(saved), "--key", key
+    )
     assert via_db.returncode == 0, via_db.stdout + via_db.stderr
-    report = verify_through_api(registry.admin, verifier=parse_verifier_key(key),
-                                since=saved.read_bytes())
+    report = verify_through_api(
+        registry.admin, verifier=parse_verifier_key(key), since=saved.read_bytes()
+    )
     assert report.since is not None
     assert report.since.size == size
     assert report.checkpoints[-1].size > size
@@ -162,8 +186,9 @@ def test_edited_past_event_with_recomputed_chain_is_detected_against_a_checkpoin
     assert via_api.returncode == 1, via_api.stdout + via_api.stderr
     assert "consistency proof" in via_api.stderr, via_api.stderr
     assert "rewritten or forked" in via_api.stderr
-    via_db = _verify(registry, "--database-url", registry.database_url, "--since", str(saved),
-                     "--key", key)
+    via_db = _verify(
+        registry, "--database-url", registry.database_url, "--since", str(saved), "--key", key
+    )
     assert via_db.returncode == 1, via_db.stdout + via_db.stderr
     assert f"checkpoint of size {size}" in via_db.stderr, via_db.stderr
 
@@ -178,8 +203,9 @@ def test_truncated_tail_is_detected_against_a_checkpoint(
     via_api = _verify(registry, "--since", str(saved), "--key", key)
     assert via_api.returncode == 1, via_api.stdout + via_api.stderr
     assert f"fewer than the {size}" in via_api.stderr, via_api.stderr
-    via_db = _verify(registry, "--database-url", registry.database_url, "--since", str(saved),
-                     "--key", key)
+    via_db = _verify(
+        registry, "--database-url", registry.database_url, "--since", str(saved), "--key", key
+    )
     assert via_db.returncode == 1, via_db.stdout + via_db.stderr
     assert "truncated" in via_db.stderr, via_db.stderr
     # the log grows back past the checkpoint: now it is a fork of the saved one
@@ -224,8 +250,11 @@ def test_registry_refuses_to_sign_a_checkpoint_its_log_no_longer_matches(
     attacker.rewrite(events)
     stored = attacker.saved["audit_checkpoints"]
     for row in stored:  # a sloppy attacker: the signed checkpoints stay
-        attacker.db.run("INSERT INTO audit_checkpoints (id, tree_size, root_hash, key, note, "
-                        "created_at) VALUES (?, ?, ?, ?, ?, ?)", *row)
+        attacker.db.run(
+            "INSERT INTO audit_checkpoints (id, tree_size, root_hash, key, note, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            *row,
+        )
     registry.admin.create_principal(unique("cp"), "reader")  # appends still work
     out = registry.cli("audit", "checkpoint")
     assert out.returncode == 1
@@ -288,8 +317,14 @@ def test_0005_backfills_the_tree_from_the_events(tmp_path: Path) -> None:
     events: list[AuditEvent] = []
     prev = None
     for i in range(11):
-        prev = next_event(prev, at=f"2026-12-16T10:00:{i:02d}.000000Z", actor="a",
-                          action="x", subject="s", details={"i": i})
+        prev = next_event(
+            prev,
+            at=f"2026-12-16T10:00:{i:02d}.000000Z",
+            actor="a",
+            action="x",
+            subject="s",
+            details={"i": i},
+        )
         events.append(prev)
     engine = make_engine(url)
     try:
@@ -298,11 +333,12 @@ def test_0005_backfills_the_tree_from_the_events(tmp_path: Path) -> None:
         with engine.begin() as conn:
             for e in events:
                 conn.execute(
-                    text("INSERT INTO audit_events (seq, at, actor, action, subject, details, "
-                         "prev_hash, hash) VALUES (:seq, :at, :actor, :action, :subject, "
-                         ":details, :prev_hash, :hash)"),
-                    {**dataclasses.asdict(e),
-                     "details": rfc8785.dumps(dict(e.details)).decode()},
+                    text(
+                        "INSERT INTO audit_events (seq, at, actor, action, subject, details, "
+                        "prev_hash, hash) VALUES (:seq, :at, :actor, :action, :subject, "
+                        ":details, :prev_hash, :hash)"
+                    ),
+                    {**dataclasses.asdict(e), "details": rfc8785.dumps(dict(e.details)).decode()},
                 )
         upgrade(url, "0005")
         tree = CompactRange()

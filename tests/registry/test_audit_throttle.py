@@ -55,16 +55,20 @@ def test_per_minute_must_be_positive() -> None:
 
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reg]:
-    with open_registry(tmp_path_factory.mktemp("throttle"),
-                       {"MODELWARD_AUDIT_UNAUTHENTICATED_PER_MINUTE": "3"}) as registry:
+    with open_registry(
+        tmp_path_factory.mktemp("throttle"), {"MODELWARD_AUDIT_UNAUTHENTICATED_PER_MINUTE": "3"}
+    ) as registry:
         yield registry
 
 
 def test_bad_tokens_are_audited_up_to_the_limit_then_announced_once(reg: Reg) -> None:
     since = reg.last_seq()
     for i in range(12):
-        answer = httpx.get(f"{reg.url}/v1/repos/acme/a", timeout=30,
-                           headers={"Authorization": f"Bearer mwt_wrong_{i}"})
+        answer = httpx.get(
+            f"{reg.url}/v1/repos/acme/a",
+            timeout=30,
+            headers={"Authorization": f"Bearer mwt_wrong_{i}"},
+        )
         assert answer.status_code == 401
         assert answer.json()["error"]["code"] == "unauthenticated"
     events = [e for e in reg.audit() if e["seq"] > since]

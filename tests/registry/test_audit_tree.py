@@ -299,8 +299,9 @@ def _inclusion_corruptions(
     if proof:
         probes.append(("removed component", index, size, proof[:-1], root, leaf))
     if len(proof) > 1:
-        probes.append(("inserted component", index, size, [proof[0], SOME_HASH, *proof[1:]],
-                       root, leaf))
+        probes.append(
+            ("inserted component", index, size, [proof[0], SOME_HASH, *proof[1:]], root, leaf)
+        )
     return probes
 
 

@@ -255,8 +255,13 @@ ENDPOINTS: list[Endpoint] = [
     # storage hygiene: GC with the default 24 h window collects nothing of this world's
     Endpoint("storage.gc", "POST", "/v1/admin/gc", ADMIN, body=lambda c: {"json": {}}),
     Endpoint("repo.quota.get", "GET", "/v1/repos/{repo}/quota", WRITERS, ADMIN),
-    Endpoint("repo.quota.put", "PUT", "/v1/repos/{repo}/quota", ADMIN,
-             body=lambda c: {"json": {"quota_bytes": None}}),
+    Endpoint(
+        "repo.quota.put",
+        "PUT",
+        "/v1/repos/{repo}/quota",
+        ADMIN,
+        body=lambda c: {"json": {"quota_bytes": None}},
+    ),
 ]
 
 

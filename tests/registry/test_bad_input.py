@@ -126,8 +126,7 @@ def test_blob_truncated_body(registry: Registry, pub: Publisher) -> None:
     # The server may close the connection before it writes the refusal: wait for the entry.
     deadline = time.monotonic() + 10
     while True:
-        events = [e for e in registry.admin.iter_audit(after=mark)
-                  if e["actor"] == pub.actor.name]
+        events = [e for e in registry.admin.iter_audit(after=mark) if e["actor"] == pub.actor.name]
         if events or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -28,8 +28,9 @@ DIGEST = "sha256:" + "ab" * 32
 
 def modelward(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, **(env or {})}
-    return subprocess.run([MODELWARD, *args], capture_output=True, text=True, env=full,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [MODELWARD, *args], capture_output=True, text=True, env=full, timeout=120, check=False
+    )
 
 
 def _nowhere() -> dict[str, str]:
@@ -51,8 +52,18 @@ def _nowhere() -> dict[str, str]:
         (["attestation", "list", "Acme/X@prod"], "REPO@REF", "REPO@ALIAS or REPO@sha256:"),
         (["repo", "create", "acme"], "ORG/NAME", "ORG/NAME"),
     ],
-    ids=["empty-alias", "no-at", "no-repo", "digest-for-alias", "short-digest",
-         "alias-for-digest", "quarantine-no-at", "show-empty", "uppercase-repo", "repo-no-slash"],
+    ids=[
+        "empty-alias",
+        "no-at",
+        "no-repo",
+        "digest-for-alias",
+        "short-digest",
+        "alias-for-digest",
+        "quarantine-no-at",
+        "show-empty",
+        "uppercase-repo",
+        "repo-no-slash",
+    ],
 )
 def test_malformed_reference_is_a_usage_error(args: list[str], argument: str, form: str) -> None:
     out = modelward(*args, env=_nowhere())
@@ -78,8 +89,12 @@ def test_connection_refused_names_the_url() -> None:
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)
 def test_https_against_plain_http_says_to_use_http(registry: Registry) -> None:
     secure = registry.url.replace("http://", "https://")
-    out = modelward("alias", "get", "acme/tiny-llama@prod",
-                    env={"MODELWARD_URL": secure, "MODELWARD_TOKEN": "t"})
+    out = modelward(
+        "alias",
+        "get",
+        "acme/tiny-llama@prod",
+        env={"MODELWARD_URL": secure, "MODELWARD_TOKEN": "t"},
+    )
     assert out.returncode == 1
     assert f"the server at {secure} speaks plain HTTP" in out.stderr
     assert f"use {registry.url}" in out.stderr
@@ -90,8 +105,7 @@ def test_login_url_ending_in_v1_is_normalized_with_a_note(
     registry: Registry, tmp_path: Path
 ) -> None:
     env = {"XDG_CONFIG_HOME": str(tmp_path), "MODELWARD_URL": "", "MODELWARD_TOKEN": ""}
-    out = modelward("login", f"{registry.url}/v1/", "--token", registry.server.admin_token,
-                    env=env)
+    out = modelward("login", f"{registry.url}/v1/", "--token", registry.server.admin_token, env=env)
     assert out.returncode == 0, out.stderr
     assert f"note: using {registry.url}" in out.stderr
     saved = tomllib.loads((tmp_path / "modelward" / "config.toml").read_text())
@@ -103,9 +117,14 @@ def test_login_url_ending_in_v1_is_normalized_with_a_note(
 
 @pytest.mark.parametrize("registry", ["sqlite"], indirect=True)
 def test_modelward_url_ending_in_v1_works_too(registry: Registry) -> None:
-    out = modelward("audit", "log", "--limit", "1", "--json",
-                    env={"MODELWARD_URL": f"{registry.url}/v1",
-                         "MODELWARD_TOKEN": registry.server.admin_token})
+    out = modelward(
+        "audit",
+        "log",
+        "--limit",
+        "1",
+        "--json",
+        env={"MODELWARD_URL": f"{registry.url}/v1", "MODELWARD_TOKEN": registry.server.admin_token},
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -126,8 +145,9 @@ def test_quarantine_prints_digest_and_state_not_the_manifest(
     pushed = pub.actor.client.push(make_bundle_dir(tmp_path / "b"), repo, sign=pub.sign)
     manifest = pub.actor.client.get_manifest(repo, pushed.digest)
     reviewer = registry.actor("reviewer")
-    out = registry.cli("quarantine", f"{repo}@{pushed.digest}", "--reason", "CVE-1",
-                       token=reviewer.token)
+    out = registry.cli(
+        "quarantine", f"{repo}@{pushed.digest}", "--reason", "CVE-1", token=reviewer.token
+    )
     assert out.returncode == 0, out.stderr
     assert f"quarantined {repo}@{pushed.digest}" in out.stdout
     assert "CVE-1" in out.stdout
@@ -136,11 +156,27 @@ def test_quarantine_prints_digest_and_state_not_the_manifest(
 
 
 COMMANDS = [
-    ["login"], ["push"], ["approve"], ["quarantine"], ["alias", "get"], ["alias", "set"],
-    ["alias", "history"], ["alias", "rollback"], ["audit", "log"], ["audit", "verify"],
-    ["audit", "checkpoint"], ["audit", "key"], ["repo", "create"], ["repo", "add-publisher"],
-    ["bundle", "show"], ["key", "register"], ["key", "list"], ["key", "revoke"],
-    ["attestation", "add"], ["attestation", "list"], ["attestation", "retract"],
+    ["login"],
+    ["push"],
+    ["approve"],
+    ["quarantine"],
+    ["alias", "get"],
+    ["alias", "set"],
+    ["alias", "history"],
+    ["alias", "rollback"],
+    ["audit", "log"],
+    ["audit", "verify"],
+    ["audit", "checkpoint"],
+    ["audit", "key"],
+    ["repo", "create"],
+    ["repo", "add-publisher"],
+    ["bundle", "show"],
+    ["key", "register"],
+    ["key", "list"],
+    ["key", "revoke"],
+    ["attestation", "add"],
+    ["attestation", "list"],
+    ["attestation", "retract"],
 ]
 
 

@@ -304,8 +304,9 @@ def _streaming(status: int, chunks: Iterator[bytes], **headers: str) -> Registry
         return httpx.Response(status, headers=headers, content=chunks)
 
     options = TransferOptions(max_response_bytes=64 * 1024)
-    return RegistryClient("http://r.test", "t", transport=httpx.MockTransport(handler),
-                          options=options)
+    return RegistryClient(
+        "http://r.test", "t", transport=httpx.MockTransport(handler), options=options
+    )
 
 
 def _endless(sent: list[int]) -> Iterator[bytes]:
@@ -359,11 +360,20 @@ def test_registry_client_has_every_registry_source_method() -> None:
 
     from modelward.loader.source import RegistrySource
 
-    members = [n for n, v in vars(RegistrySource).items()
-               if callable(v) and not n.startswith("_")]
-    assert sorted(members) == sorted(["resolve", "get_bundle", "get_manifest",
-                                      "list_attestations", "download_blob", "add_attestation",
-                                      "report_boot", "audit_checkpoint", "tuf_fetcher"])
+    members = [n for n, v in vars(RegistrySource).items() if callable(v) and not n.startswith("_")]
+    assert sorted(members) == sorted(
+        [
+            "resolve",
+            "get_bundle",
+            "get_manifest",
+            "list_attestations",
+            "download_blob",
+            "add_attestation",
+            "report_boot",
+            "audit_checkpoint",
+            "tuf_fetcher",
+        ]
+    )
     for name in members:
         wanted = inspect.signature(getattr(RegistrySource, name)).parameters
         have = inspect.signature(getattr(RegistryClient, name)).parameters

@@ -23,8 +23,10 @@ LIMIT = 3
 
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reg]:
-    settings = {"MODELWARD_AUDIT_UNAUTHENTICATED_PER_MINUTE": str(LIMIT),
-                "MODELWARD_TRUSTED_PROXIES": f"{PROXY}, 10.0.0.0/8"}
+    settings = {
+        "MODELWARD_AUDIT_UNAUTHENTICATED_PER_MINUTE": str(LIMIT),
+        "MODELWARD_TRUSTED_PROXIES": f"{PROXY}, 10.0.0.0/8",
+    }
     with open_registry(tmp_path_factory.mktemp("forwarded"), settings) as registry:
         yield registry
 
@@ -33,8 +35,10 @@ def _anonymous(reg: Reg, source: str, forwarded: list[str]) -> None:
     transport = httpx.HTTPTransport(local_address=source)
     with httpx.Client(base_url=reg.url, transport=transport, timeout=30) as client:
         for value in forwarded:
-            answer = client.get("/v1/repos/acme/a", headers={
-                "Authorization": "Bearer mwt_wrong_token", "X-Forwarded-For": value})
+            answer = client.get(
+                "/v1/repos/acme/a",
+                headers={"Authorization": "Bearer mwt_wrong_token", "X-Forwarded-For": value},
+            )
             assert answer.status_code == 401
 
 
@@ -71,17 +75,20 @@ def test_forwarded_for_from_a_trusted_proxy_is_honoured(reg: Reg) -> None:
 NETS = [ipaddress.ip_network(n) for n in ("127.0.0.2", "10.0.0.0/8", "fd00::/8")]
 
 
-@pytest.mark.parametrize(("peer", "forwarded", "expected"), [
-    ("127.0.0.1", ["1.2.3.4"], "127.0.0.1"),  # untrusted peer: its header is ignored
-    ("127.0.0.2", ["1.2.3.4"], "1.2.3.4"),
-    ("127.0.0.2", ["1.2.3.4", "5.6.7.8"], "5.6.7.8"),  # several headers: one list, in order
-    ("127.0.0.2", ["1.2.3.4, 10.0.0.9, 10.0.0.8"], "1.2.3.4"),  # proxies are skipped
-    ("127.0.0.2", ["1.2.3.4, garbage, 10.0.0.8"], "10.0.0.8"),  # nothing left of garbage
-    ("127.0.0.2", [" 2001:db8::1 "], "2001:db8::1"),
-    ("127.0.0.2", [], "127.0.0.2"),
-    ("127.0.0.2", ["10.0.0.1"], "10.0.0.1"),  # all trusted: the leftmost
-    (None, ["1.2.3.4"], "unknown"),
-])
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "expected"),
+    [
+        ("127.0.0.1", ["1.2.3.4"], "127.0.0.1"),  # untrusted peer: its header is ignored
+        ("127.0.0.2", ["1.2.3.4"], "1.2.3.4"),
+        ("127.0.0.2", ["1.2.3.4", "5.6.7.8"], "5.6.7.8"),  # several headers: one list, in order
+        ("127.0.0.2", ["1.2.3.4, 10.0.0.9, 10.0.0.8"], "1.2.3.4"),  # proxies are skipped
+        ("127.0.0.2", ["1.2.3.4, garbage, 10.0.0.8"], "10.0.0.8"),  # nothing left of garbage
+        ("127.0.0.2", [" 2001:db8::1 "], "2001:db8::1"),
+        ("127.0.0.2", [], "127.0.0.2"),
+        ("127.0.0.2", ["10.0.0.1"], "10.0.0.1"),  # all trusted: the leftmost
+        (None, ["1.2.3.4"], "unknown"),
+    ],
+)
 def test_client_address(peer: str | None, forwarded: list[str], expected: str) -> None:
     assert client_address(peer, forwarded, NETS) == expected
 

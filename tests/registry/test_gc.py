@@ -39,8 +39,9 @@ DEADLINE = 120.0  # seconds a test waits for the window to pass (never asserted 
 
 @pytest.fixture
 def small_window(tmp_path: Path) -> Iterator[Registry]:
-    reg = start_registry("sqlite", tmp_path, None,
-                         extra_env={"MODELWARD_GC_WINDOW_SECONDS": str(WINDOW)})
+    reg = start_registry(
+        "sqlite", tmp_path, None, extra_env={"MODELWARD_GC_WINDOW_SECONDS": str(WINDOW)}
+    )
     try:
         yield reg
     finally:
@@ -50,8 +51,9 @@ def small_window(tmp_path: Path) -> Iterator[Registry]:
 
 @pytest.fixture
 def large_window(tmp_path: Path) -> Iterator[Registry]:
-    reg = start_registry("sqlite", tmp_path, None,
-                         extra_env={"MODELWARD_GC_WINDOW_SECONDS": "3600"})
+    reg = start_registry(
+        "sqlite", tmp_path, None, extra_env={"MODELWARD_GC_WINDOW_SECONDS": "3600"}
+    )
     try:
         yield reg
     finally:
@@ -68,9 +70,7 @@ def gc(reg: Registry, *flags: str, token: str | None = None) -> dict[str, Any]:
     return report
 
 
-def gc_until(
-    reg: Registry, done: Callable[[dict[str, Any]], bool], *flags: str
-) -> dict[str, Any]:
+def gc_until(reg: Registry, done: Callable[[dict[str, Any]], bool], *flags: str) -> dict[str, Any]:
     """Run GC until ``done(report)`` (the window has to pass first)."""
     deadline = time.monotonic() + DEADLINE
     while True:
@@ -120,9 +120,21 @@ def pull(reg: Registry, ref: str, pem: Path, cache: Path, token: str) -> None:
     """``modelward pull REF``: downloads and verifies every blob and the signature."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": token}
     out = subprocess.run(
-        [MODELWARD, "pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir",
-         str(cache)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
+        [
+            MODELWARD,
+            "pull",
+            ref,
+            "--unsigned-aliases",
+            "--public-key",
+            str(pem),
+            "--cache-dir",
+            str(cache),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
     assert out.returncode == 0, f"pull {ref}: {out.stdout}\n{out.stderr}"
 
@@ -216,8 +228,13 @@ def test_gc_keeps_live_and_quarantined_bundles_blobs_and_collects_tombstoned(
     assert not blob_exists(reg, dead_blobs["(config)"])
     for digest in (*live_blobs.values(), *kept_blobs.values()):
         assert blob_exists(reg, digest), digest
-    pull(reg, f"{repo}@{live}", public_pem(pub, tmp_path), tmp_path / "cache",
-         reg.actor("reader").token)
+    pull(
+        reg,
+        f"{repo}@{live}",
+        public_pem(pub, tmp_path),
+        tmp_path / "cache",
+        reg.actor("reader").token,
+    )
 
 
 def test_gc_is_admin_only(small_window: Registry) -> None:
@@ -253,8 +270,9 @@ def test_abandoned_upload_session_is_collected(small_window: Registry) -> None:
         started = http.post("/v1/uploads", json={"digest": digest, "size": len(data)})
         assert started.status_code == 201, started.text
         upload_id = started.json()["id"]
-        chunk = http.patch(f"/v1/uploads/{upload_id}", content=data[:1000],
-                           headers={"Upload-Offset": "0"})
+        chunk = http.patch(
+            f"/v1/uploads/{upload_id}", content=data[:1000], headers={"Upload-Offset": "0"}
+        )
         assert chunk.status_code == 200, chunk.text
         parts = reg.server.data_dir / "blobs" / "_uploads" / upload_id
         assert parts.exists()
@@ -283,8 +301,9 @@ def test_gc_removes_store_objects_the_database_never_recorded(
     chunks = blobs / "_uploads" / secrets.token_hex(16)
     chunks.mkdir(parents=True)
     (chunks / "data").write_bytes(b"x" * 100)
-    recorded = [blobs / "sha256" / d[7:9] / d[7:]
-                for d in layer_digests(reg, repo, bundle).values()]
+    recorded = [
+        blobs / "sha256" / d[7:9] / d[7:] for d in layer_digests(reg, repo, bundle).values()
+    ]
     for path in (stray, chunks / "data", chunks, *recorded):
         os.utime(path, (long_ago, long_ago))
     dry = gc(reg, "--dry-run")
@@ -297,8 +316,13 @@ def test_gc_removes_store_objects_the_database_never_recorded(
     assert not stray.exists()
     assert not chunks.exists()
     assert all(path.exists() for path in recorded)  # old, but recorded and held
-    pull(reg, f"{repo}@{bundle}", public_pem(pub, tmp_path), tmp_path / "cache",
-         reg.actor("reader").token)
+    pull(
+        reg,
+        f"{repo}@{bundle}",
+        public_pem(pub, tmp_path),
+        tmp_path / "cache",
+        reg.actor("reader").token,
+    )
 
 
 # -- S3 ------------------------------------------------------------------------------------
@@ -309,7 +333,10 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
     import boto3
 
     reg = start_registry(
-        "sqlite", tmp_path, None, blob_store=f"s3://{s3_endpoint.bucket}/{unique('gc')}",
+        "sqlite",
+        tmp_path,
+        None,
+        blob_store=f"s3://{s3_endpoint.bucket}/{unique('gc')}",
         extra_env={**s3_endpoint.env(), "MODELWARD_GC_WINDOW_SECONDS": str(WINDOW)},
     )
     try:
@@ -318,14 +345,21 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
         bundle = push_new(pub, repo, tmp_path)
         digest = orphan(reg, pub.actor.token, size=6000)
         prefix = reg.server.blob_store.rsplit("/", 1)[1] if reg.server.blob_store else ""
-        s3 = boto3.client("s3", endpoint_url=s3_endpoint.url, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=s3_endpoint.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         # an object the database never recorded (a server killed before recording it)
         stray = secrets.token_hex(32)
-        s3.put_object(Bucket=s3_endpoint.bucket, Key=f"{prefix}/blobs/sha256/{stray}",
-                      Body=b"stray")
-        s3.put_object(Bucket=s3_endpoint.bucket, Key=f"{prefix}/_uploads/{stray[:32]}/p1",
-                      Body=b"chunk")
+        s3.put_object(
+            Bucket=s3_endpoint.bucket, Key=f"{prefix}/blobs/sha256/{stray}", Body=b"stray"
+        )
+        s3.put_object(
+            Bucket=s3_endpoint.bucket, Key=f"{prefix}/_uploads/{stray[:32]}/p1", Body=b"chunk"
+        )
         seen = {"strays": 0}
 
         def done(report: dict[str, Any]) -> bool:
@@ -341,8 +375,13 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
         assert not uploads.get("Contents")
         for blob in layer_digests(reg, repo, bundle).values():
             assert blob[7:] in keys
-        pull(reg, f"{repo}@{bundle}", public_pem(pub, tmp_path), tmp_path / "cache",
-             reg.actor("reader").token)
+        pull(
+            reg,
+            f"{repo}@{bundle}",
+            public_pem(pub, tmp_path),
+            tmp_path / "cache",
+            reg.actor("reader").token,
+        )
     finally:
         reg.close()
         reg.server.stop()
@@ -371,8 +410,9 @@ def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 4) ->
             root = make_bundle_dir(tmp / f"p{n}-{i}")
             orphans.append(orphan(reg, pub.actor.token, size=2048))
             for _attempt in range(5):
-                out = reg.cli("push", str(root), repo, "--sign", "--key", str(key),
-                              token=pub.actor.token)
+                out = reg.cli(
+                    "push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token
+                )
                 if out.returncode == 0:
                     pushed.append(out.stdout.split(f"pushed {repo}@")[1].split()[0])
                     break
@@ -420,8 +460,9 @@ def test_gc_racing_pushes_loses_nothing_sqlite(small_window: Registry, tmp_path:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_gc_racing_pushes_loses_nothing_postgres(pg_cluster: PgCluster, tmp_path: Path) -> None:
-    reg = start_registry("postgres", tmp_path, pg_cluster,
-                         extra_env={"MODELWARD_GC_WINDOW_SECONDS": str(WINDOW)})
+    reg = start_registry(
+        "postgres", tmp_path, pg_cluster, extra_env={"MODELWARD_GC_WINDOW_SECONDS": str(WINDOW)}
+    )
     try:
         _race(reg, tmp_path)
     finally:

@@ -78,7 +78,11 @@ def test_repo_list_pages_by_name_and_follows_next(reg: Registry) -> None:
     assert [r["name"] for r in rest["repositories"]] == [f"{org}/c"]
     assert rest["next"] is None
     assert rest["repositories"][0] == {
-        **rest["repositories"][0], "org": org, "bundles": 0, "aliases": 0, "may_publish": True,
+        **rest["repositories"][0],
+        "org": org,
+        "bundles": 0,
+        "aliases": 0,
+        "may_publish": True,
     }
 
 

@@ -21,32 +21,57 @@ def _backfill(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO principals (id, name, role, created_at) VALUES "
-                              "(1, 'pub', 'publisher', '2026-01-01'), "
-                              "(2, 'admin', 'admin', '2026-01-01')"))
+            conn.execute(
+                text(
+                    "INSERT INTO principals (id, name, role, created_at) VALUES "
+                    "(1, 'pub', 'publisher', '2026-01-01'), "
+                    "(2, 'admin', 'admin', '2026-01-01')"
+                )
+            )
             for name in REPOS:  # ids from the sequence: the migration must not disturb it
-                conn.execute(text("INSERT INTO repositories (name, policy_yaml, created_by, "
-                                  "created_at) VALUES (:n, NULL, 1, '2026-01-01')"), {"n": name})
+                conn.execute(
+                    text(
+                        "INSERT INTO repositories (name, policy_yaml, created_by, "
+                        "created_at) VALUES (:n, NULL, 1, '2026-01-01')"
+                    ),
+                    {"n": name},
+                )
             ids = dict(conn.execute(text("SELECT name, id FROM repositories")).tuples().all())
             for repo_id in ids.values():
-                conn.execute(text("INSERT INTO repo_publishers (repo_id, principal_id) "
-                                  "VALUES (:i, 1)"), {"i": repo_id})
-            conn.execute(text("INSERT INTO aliases (repo_id, name, digest, version, "
-                              "updated_at) VALUES (:r, 'prod', :d, 1, '2026-01-01')"),
-                         {"r": ids["acme/a"], "d": "sha256:" + "a" * 64})
+                conn.execute(
+                    text("INSERT INTO repo_publishers (repo_id, principal_id) VALUES (:i, 1)"),
+                    {"i": repo_id},
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO aliases (repo_id, name, digest, version, "
+                    "updated_at) VALUES (:r, 'prod', :d, 1, '2026-01-01')"
+                ),
+                {"r": ids["acme/a"], "d": "sha256:" + "a" * 64},
+            )
         upgrade(url)
         with engine.connect() as conn:
-            orgs = conn.execute(text("SELECT name, floor, created_by FROM orgs "
-                                     "ORDER BY name")).all()
+            orgs = conn.execute(
+                text("SELECT name, floor, created_by FROM orgs ORDER BY name")
+            ).all()
             assert [tuple(o) for o in orgs] == [("acme", None, None), ("other", None, None)]
             assert conn.execute(text("SELECT count(*) FROM org_owners")).scalar_one() == 0
-            pairs = conn.execute(text("SELECT r.name, o.name FROM repositories r JOIN orgs o "
-                                      "ON o.id = r.org_id ORDER BY r.name")).all()
+            pairs = conn.execute(
+                text(
+                    "SELECT r.name, o.name FROM repositories r JOIN orgs o "
+                    "ON o.id = r.org_id ORDER BY r.name"
+                )
+            ).all()
             assert [tuple(p) for p in pairs] == [(n, n.split("/")[0]) for n in sorted(REPOS)]
-            assert conn.execute(text("SELECT r.name FROM aliases a JOIN repositories r "
-                                     "ON r.id = a.repo_id")).scalar_one() == "acme/a"
-        org_id = next(c for c in inspect(engine).get_columns("repositories")
-                      if c["name"] == "org_id")
+            assert (
+                conn.execute(
+                    text("SELECT r.name FROM aliases a JOIN repositories r ON r.id = a.repo_id")
+                ).scalar_one()
+                == "acme/a"
+            )
+        org_id = next(
+            c for c in inspect(engine).get_columns("repositories") if c["name"] == "org_id"
+        )
         assert org_id["nullable"] is False
 
         db = Database(engine)
@@ -54,11 +79,13 @@ def _backfill(url: str) -> None:
             assert repo_policy(get_repo(session, "acme/a"), None).aliases
         publisher, admin = Caller(1, "pub", "publisher"), Caller(2, "admin", "admin")
         with pytest.raises(Forbidden), db.write() as session:  # nobody inherits ownership
-            create_repo(session, name="acme/c", policy_yaml=None, caller=publisher,
-                        default_policy_yaml=None)
+            create_repo(
+                session, name="acme/c", policy_yaml=None, caller=publisher, default_policy_yaml=None
+            )
         with db.write() as session:
-            create_repo(session, name="acme/c", policy_yaml=None, caller=admin,
-                        default_policy_yaml=None)
+            create_repo(
+                session, name="acme/c", policy_yaml=None, caller=admin, default_policy_yaml=None
+            )
 
         downgrade(url, "0005")
         assert not {"orgs", "org_owners"} & set(inspect(engine).get_table_names())

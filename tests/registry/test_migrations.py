@@ -93,26 +93,44 @@ def test_0002_backfills_the_blobs_each_bundle_holds(tmp_path: Path) -> None:
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     upgrade(url, "0001")
-    manifest = json.dumps({
-        "config": {"digest": "sha256:" + "c" * 64},
-        "layers": [{"digest": "sha256:" + "a" * 64}, {"digest": "sha256:" + "b" * 64},
-                   {"digest": "sha256:" + "a" * 64}],
-    }).encode()
+    manifest = json.dumps(
+        {
+            "config": {"digest": "sha256:" + "c" * 64},
+            "layers": [
+                {"digest": "sha256:" + "a" * 64},
+                {"digest": "sha256:" + "b" * 64},
+                {"digest": "sha256:" + "a" * 64},
+            ],
+        }
+    ).encode()
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO principals (id, name, role, created_at) "
-                              "VALUES (1, 'p', 'publisher', '2026-01-01')"))
-            conn.execute(text("INSERT INTO repositories (id, name, policy_yaml, created_by, "
-                              "created_at) VALUES (1, 'o/m', NULL, 1, '2026-01-01')"))
-            conn.execute(text(
-                "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
-                "created_by, created_at, quarantined, tombstoned) VALUES (7, 1, :d, :m, '{}', "
-                "'[]', 1, '2026-01-01', 0, 0)"), {"d": "sha256:" + "d" * 64, "m": manifest})
+            conn.execute(
+                text(
+                    "INSERT INTO principals (id, name, role, created_at) "
+                    "VALUES (1, 'p', 'publisher', '2026-01-01')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO repositories (id, name, policy_yaml, created_by, "
+                    "created_at) VALUES (1, 'o/m', NULL, 1, '2026-01-01')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
+                    "created_by, created_at, quarantined, tombstoned) VALUES (7, 1, :d, :m, '{}', "
+                    "'[]', 1, '2026-01-01', 0, 0)"
+                ),
+                {"d": "sha256:" + "d" * 64, "m": manifest},
+            )
         upgrade(url)
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT bundle_id, digest FROM bundle_blobs "
-                                     "ORDER BY digest")).all()
+            rows = conn.execute(
+                text("SELECT bundle_id, digest FROM bundle_blobs ORDER BY digest")
+            ).all()
         assert [tuple(r) for r in rows] == [(7, "sha256:" + h * 64) for h in "abc"]
         downgrade(url, "0001")
         assert "bundle_blobs" not in inspect(engine).get_table_names()
@@ -131,33 +149,67 @@ def _quarantine_moves_to_the_digest(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO principals (id, name, role, created_at) VALUES "
-                              "(1, 'p', 'publisher', '2026-01-01'), "
-                              "(2, 'rev', 'reviewer', '2026-01-01')"))
-            conn.execute(text("INSERT INTO repositories (id, name, policy_yaml, created_by, "
-                              "created_at) VALUES (1, 'o/x', NULL, 1, '2026-01-01'), "
-                              "(2, 'o/y', NULL, 1, '2026-01-01')"))
-            for bundle_id, repo_id, d, flag in ((7, 1, digest, 1), (8, 2, digest, 0),
-                                                (9, 2, other, 0)):
-                conn.execute(text(
-                    "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
-                    "created_by, created_at, quarantined, quarantine_reason, tombstoned) "
-                    "VALUES (:i, :r, :d, :m, '{}', '[]', 1, '2026-01-01', :q, :why, :t)"),
-                    {"i": bundle_id, "r": repo_id, "d": d, "m": b"{}", "q": bool(flag),
-                     "why": "CVE-1" if flag else None, "t": False})
-                conn.execute(text("INSERT INTO bundle_blobs (bundle_id, digest) VALUES (:i, :d)"),
-                             {"i": bundle_id, "d": "sha256:" + "a" * 64})
-            conn.execute(text(
-                "INSERT INTO approvals (id, bundle_id, alias, principal_id, created_at) "
-                "VALUES (1, 8, 'prod', 2, '2026-01-01')"))
-            conn.execute(text(
-                "INSERT INTO audit_events (seq, at, actor, action, subject, details, prev_hash, "
-                "hash) VALUES (1, '2026-02-03T04:05:06Z', 'rev', 'bundle.quarantine', :s, "
-                "'{}', 'x', 'y')"), {"s": f"o/x@{digest}"})
+            conn.execute(
+                text(
+                    "INSERT INTO principals (id, name, role, created_at) VALUES "
+                    "(1, 'p', 'publisher', '2026-01-01'), "
+                    "(2, 'rev', 'reviewer', '2026-01-01')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO repositories (id, name, policy_yaml, created_by, "
+                    "created_at) VALUES (1, 'o/x', NULL, 1, '2026-01-01'), "
+                    "(2, 'o/y', NULL, 1, '2026-01-01')"
+                )
+            )
+            for bundle_id, repo_id, d, flag in (
+                (7, 1, digest, 1),
+                (8, 2, digest, 0),
+                (9, 2, other, 0),
+            ):
+                conn.execute(
+                    text(
+                        "INSERT INTO bundles (id, repo_id, digest, manifest, decision, findings, "
+                        "created_by, created_at, quarantined, quarantine_reason, tombstoned) "
+                        "VALUES (:i, :r, :d, :m, '{}', '[]', 1, '2026-01-01', :q, :why, :t)"
+                    ),
+                    {
+                        "i": bundle_id,
+                        "r": repo_id,
+                        "d": d,
+                        "m": b"{}",
+                        "q": bool(flag),
+                        "why": "CVE-1" if flag else None,
+                        "t": False,
+                    },
+                )
+                conn.execute(
+                    text("INSERT INTO bundle_blobs (bundle_id, digest) VALUES (:i, :d)"),
+                    {"i": bundle_id, "d": "sha256:" + "a" * 64},
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO approvals (id, bundle_id, alias, principal_id, created_at) "
+                    "VALUES (1, 8, 'prod', 2, '2026-01-01')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO audit_events (seq, at, actor, action, subject, details, prev_hash, "  # noqa: E501
+                    "hash) VALUES (1, '2026-02-03T04:05:06Z', 'rev', 'bundle.quarantine', :s, "
+                    "'{}', 'x', 'y')"
+                ),
+                {"s": f"o/x@{digest}"},
+            )
         upgrade(url, "0004")
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT digest, reason, repo_id, quarantined_by, "
-                                     "quarantined_at FROM quarantined_digests")).all()
+            rows = conn.execute(
+                text(
+                    "SELECT digest, reason, repo_id, quarantined_by, "
+                    "quarantined_at FROM quarantined_digests"
+                )
+            ).all()
             assert [tuple(r)[:4] for r in rows] == [(digest, "CVE-1", 1, 2)]
             assert str(rows[0][4]).startswith("2026-02-03")
             assert conn.execute(text("SELECT count(*) FROM bundle_blobs")).scalar() == 3
@@ -166,10 +218,13 @@ def _quarantine_moves_to_the_digest(url: str) -> None:
         assert not {"quarantined", "quarantine_reason"} & have
         downgrade(url, "0003")
         with engine.connect() as conn:
-            flags = conn.execute(text("SELECT id, quarantined, quarantine_reason FROM bundles "
-                                      "ORDER BY id")).all()
+            flags = conn.execute(
+                text("SELECT id, quarantined, quarantine_reason FROM bundles ORDER BY id")
+            ).all()
         assert [(i, bool(q), why) for i, q, why in flags] == [
-            (7, True, "CVE-1"), (8, True, "CVE-1"), (9, False, None)
+            (7, True, "CVE-1"),
+            (8, True, "CVE-1"),
+            (9, False, None),
         ]
     finally:
         engine.dispose()

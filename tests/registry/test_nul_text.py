@@ -13,8 +13,9 @@ from tests.registry.conftest import Registry, new_publisher
 
 
 def _client(registry: Registry, token: str) -> httpx.Client:
-    return httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {token}"},
-                        timeout=30)
+    return httpx.Client(
+        base_url=registry.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
 
 
 def test_nul_in_a_path_parameter_is_a_400_and_audited(registry: Registry) -> None:
@@ -30,8 +31,11 @@ def test_nul_in_a_path_parameter_is_a_400_and_audited(registry: Registry) -> Non
                 assert r.status_code == 400, (path, r.text)
                 assert r.json()["error"]["code"] == "invalid_value"
     if registry.kind == "postgres":
-        denied = [e for e in events_from_api(registry.admin)
-                  if e.action == "denied" and e.details.get("code") == "invalid_value"]
+        denied = [
+            e
+            for e in events_from_api(registry.admin)
+            if e.action == "denied" and e.details.get("code") == "invalid_value"
+        ]
         assert any("%00" in e.subject for e in denied)
 
 
@@ -54,8 +58,10 @@ def test_nul_in_a_boot_record_is_a_400(registry: Registry, tmp_path) -> None:
     digest = push_new(pub, repo, tmp_path)
     reader = registry.actor("reader")
     with _client(registry, reader.token) as http:
-        r = http.post(f"/v1/repos/{repo}/bundles/{digest}/boots",
-                      json={"fingerprint_id": "a\u0000b", "outcome": "ok"})
+        r = http.post(
+            f"/v1/repos/{repo}/bundles/{digest}/boots",
+            json={"fingerprint_id": "a\u0000b", "outcome": "ok"},
+        )
     assert r.status_code < 500, r.text
     if registry.kind == "postgres":
         assert r.status_code == 400

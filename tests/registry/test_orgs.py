@@ -17,8 +17,9 @@ from tests.registry.conftest import Registry, new_publisher, push_new, unique
 
 def floor(*protect: tuple[str, int]) -> dict[str, Any]:
     """A floor document as the registry answers it."""
-    return {"aliases": [{"pattern": p, "approvals": n, "require_baseline": False}
-                        for p, n in protect]}
+    return {
+        "aliases": [{"pattern": p, "approvals": n, "require_baseline": False} for p, n in protect]
+    }
 
 
 FLOOR = floor(("prod", 2), ("release-*", 2))
@@ -35,8 +36,11 @@ def audit_mark(reg: Registry) -> int:
 
 
 def denials(reg: Registry, mark: int, actor: str) -> list[dict[str, Any]]:
-    return [e for e in reg.admin.iter_audit(after=mark)
-            if e["actor"] == actor and e["action"] == "denied"]
+    return [
+        e
+        for e in reg.admin.iter_audit(after=mark)
+        if e["actor"] == actor and e["action"] == "denied"
+    ]
 
 
 def org_with_floor(reg: Registry, *owners: str) -> str:
@@ -72,15 +76,19 @@ def test_repo_policy_weaker_than_the_org_floor_is_refused(registry: Registry) ->
     org = org_with_floor(registry, pub.name)
     weak = {
         "unprotected": HEADER + "  - {pattern: '*', roles: [publisher]}\n",
-        "fewer approvals": HEADER + (
+        "fewer approvals": HEADER
+        + (
             "  - {pattern: prod, roles: [publisher], protected: true, approvals: 1}\n"
-            "  - {pattern: 'release-*', roles: [publisher], protected: true, approvals: 2}\n"),
-        "no rule covers prod": HEADER + (
-            "  - {pattern: 'release-*', roles: [publisher], protected: true, approvals: 2}\n"),
-        "release-* half covered": HEADER + (
+            "  - {pattern: 'release-*', roles: [publisher], protected: true, approvals: 2}\n"
+        ),
+        "no rule covers prod": HEADER
+        + ("  - {pattern: 'release-*', roles: [publisher], protected: true, approvals: 2}\n"),
+        "release-* half covered": HEADER
+        + (
             "  - {pattern: prod, roles: [publisher], protected: true, approvals: 2}\n"
             "  - {pattern: 'release-[0-9]*', roles: [publisher], protected: true, approvals: 2}\n"
-            "  - {pattern: '*', roles: [publisher]}\n"),
+            "  - {pattern: '*', roles: [publisher]}\n"
+        ),
         # the server's default policy: prod needs one approval, release-* none
         "the default policy": None,
     }
@@ -156,8 +164,7 @@ def test_owner_creates_and_publishes_in_an_org_with_a_floor(
     pub = new_publisher(registry)
     org = unique("org")
     created = registry.admin.put_org(org, owners=[pub.name], floor=FLOOR)
-    assert (created["owners"], created["floor"], created["repositories"]) == (
-        [pub.name], FLOOR, 0)
+    assert (created["owners"], created["floor"], created["repositories"]) == ([pub.name], FLOOR, 0)
     name = f"{org}/{unique('m')}"
     repo = pub.actor.client.create_repo(name, MEETS)
     assert (repo["org"], repo["publishers"]) == (org, [pub.name])
@@ -181,8 +188,11 @@ def test_admin_creating_a_repo_in_a_new_org_creates_it_owned_by_nobody(
     registry.admin.create_repo(f"{org}/m")
     shown = registry.admin.get_org(org)
     assert (shown["owners"], shown["floor"], shown["repositories"]) == ([], None, 1)
-    event = next(e for e in registry.admin.iter_audit()
-                 if e["action"] == "org.create" and e["subject"] == org)
+    event = next(
+        e
+        for e in registry.admin.iter_audit()
+        if e["action"] == "org.create" and e["subject"] == org
+    )
     assert event["details"]["implicit"] is True
 
 
@@ -199,10 +209,18 @@ def test_only_admins_change_orgs_and_owners_must_be_publishers(registry: Registr
     registry.admin.put_org(org)
     with pytest.raises(Forbidden):
         pub.actor.client.add_org_owner(org, pub.name)
-    for bad in ({"aliases": []}, {"aliases": [{"pattern": "prod", "approvals": 10**40}]},
-                {"aliases": [{"pattern": "prod"}]}, {"x": 1}):
-        response = httpx.put(f"{registry.url}/v1/orgs/{org}", json={"floor": bad}, timeout=30,
-                             headers={"Authorization": f"Bearer {registry.server.admin_token}"})
+    for bad in (
+        {"aliases": []},
+        {"aliases": [{"pattern": "prod", "approvals": 10**40}]},
+        {"aliases": [{"pattern": "prod"}]},
+        {"x": 1},
+    ):
+        response = httpx.put(
+            f"{registry.url}/v1/orgs/{org}",
+            json={"floor": bad},
+            timeout=30,
+            headers={"Authorization": f"Bearer {registry.server.admin_token}"},
+        )
         assert response.status_code == 422, (bad, response.text)
     for bad_name in ("Acme", "-x", "a" * 101):
         with pytest.raises(APIError) as info:
@@ -218,12 +236,14 @@ def test_org_cli(registry: Registry, tmp_path: Path) -> None:
     registry.cli("org", "create", org, "--owner", pub.name, "--floor", str(floor), check=True)
     shown = json.loads(registry.cli("org", "show", org, "--json", check=True).stdout)
     assert shown["owners"] == [pub.name]
-    assert shown["floor"] == {"aliases": [{"pattern": "prod", "approvals": 2,
-                                           "require_baseline": False}]}
+    assert shown["floor"] == {
+        "aliases": [{"pattern": "prod", "approvals": 2, "require_baseline": False}]
+    }
     text = registry.cli("org", "show", org, check=True).stdout
     assert "prod (protected, >= 2 approvals)" in text
-    listed = json.loads(registry.cli("org", "list", "--json", token=pub.actor.token,
-                                     check=True).stdout)
+    listed = json.loads(
+        registry.cli("org", "list", "--json", token=pub.actor.token, check=True).stdout
+    )
     assert org in [o["name"] for o in listed]
     refused = registry.cli("org", "owner", "add", org, pub.name, token=pub.actor.token)
     assert refused.returncode == 1
@@ -260,11 +280,17 @@ def test_a_repository_whose_default_policy_drops_below_the_floor_refuses_decisio
             admin = create_principal(session, name="root", role="admin", actor="test")
         caller = Caller(admin.id, admin.name, admin.role)
         with db.write() as session:
-            put_org(session, name="acme", owner_names=None, caller=caller,
-                    floor=PolicyFloor.model_validate(floor(("prod", 2))),
-                    default_policy_yaml=None)
-            create_repo(session, name="acme/m", policy_yaml=None, caller=caller,
-                        default_policy_yaml=MEETS)
+            put_org(
+                session,
+                name="acme",
+                owner_names=None,
+                caller=caller,
+                floor=PolicyFloor.model_validate(floor(("prod", 2))),
+                default_policy_yaml=None,
+            )
+            create_repo(
+                session, name="acme/m", policy_yaml=None, caller=caller, default_policy_yaml=MEETS
+            )
         with db.read() as session:
             assert repo_policy(get_repo(session, "acme/m"), MEETS).aliases
             weaker = MEETS.replace("approvals: 2", "approvals: 1")

@@ -62,17 +62,14 @@ def _refusal(stderr: str) -> str:
     return match.group(1)
 
 
-def test_malicious_pickle_is_refused_before_any_upload(
-    registry: Registry, tmp_path: Path
-) -> None:
+def test_malicious_pickle_is_refused_before_any_upload(registry: Registry, tmp_path: Path) -> None:
     pub = new_publisher(registry)
     repo = registry.repo(pub)
     root = _evil_bundle(tmp_path)
     key = _key_file(pub, tmp_path)
     before = upload_requests(registry)
 
-    out = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                       token=pub.actor.token)
+    out = registry.cli("push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token)
 
     assert out.returncode == 1, out.stderr
     assert "scan: evil.pkl: scan.pickle" in out.stderr
@@ -93,10 +90,19 @@ def test_preflight_refusal_words_it_as_the_registry_does(
     root = _evil_bundle(tmp_path)
     key = _key_file(pub, tmp_path)
 
-    local = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                         token=pub.actor.token)
-    remote = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                          "--no-preflight", token=pub.actor.token)
+    local = registry.cli(
+        "push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token
+    )
+    remote = registry.cli(
+        "push",
+        str(root),
+        repo,
+        "--sign",
+        "--key",
+        str(key),
+        "--no-preflight",
+        token=pub.actor.token,
+    )
 
     assert local.returncode == remote.returncode == 1
     assert "policy_denied" in remote.stderr  # the registry's own refusal
@@ -155,16 +161,25 @@ def test_push_sign_with_source_passes_a_policy_with_sources(
     before = upload_requests(registry)
 
     # without --source the provenance names none: refused here, unsent
-    bare = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                        token=pub.actor.token)
+    bare = registry.cli("push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token)
     assert bare.returncode == 1
     assert "source: a provenance statement names no source" in bare.stderr
     assert upload_requests(registry) == before
 
     out = registry.cli(
-        "push", str(root), repo, "--sign", "--key", str(key),
-        "--source", "hf://acme/tiny-llama", "--source-revision", REVISION,
-        "--alias", "dev", token=pub.actor.token,
+        "push",
+        str(root),
+        repo,
+        "--sign",
+        "--key",
+        str(key),
+        "--source",
+        "hf://acme/tiny-llama",
+        "--source-revision",
+        REVISION,
+        "--alias",
+        "dev",
+        token=pub.actor.token,
     )
     assert out.returncode == 0, out.stderr
     assert upload_requests(registry) > before  # the counter does count uploads
@@ -184,8 +199,16 @@ def test_source_outside_the_policy_is_refused_before_upload(
     key = _key_file(pub, tmp_path)
     before = upload_requests(registry)
     out = registry.cli(
-        "push", str(root), repo, "--sign", "--key", str(key),
-        "--source", "hf://mallory/tiny-llama", "--source-revision", REVISION,
+        "push",
+        str(root),
+        repo,
+        "--sign",
+        "--key",
+        str(key),
+        "--source",
+        "hf://mallory/tiny-llama",
+        "--source-revision",
+        REVISION,
         token=pub.actor.token,
     )
     assert out.returncode == 1
@@ -210,15 +233,17 @@ def test_source_flags_are_checked_as_bundle_sign_checks_them(
     repo = registry.repo(pub)
     root = make_bundle_dir(tmp_path / unique("b"))
     key = _key_file(pub, tmp_path)
-    out = registry.cli("push", str(root), repo, "--sign", "--key", str(key), *args,
-                       token=pub.actor.token)
+    out = registry.cli(
+        "push", str(root), repo, "--sign", "--key", str(key), *args, token=pub.actor.token
+    )
     assert out.returncode == 2, out.stderr
     assert "source" in out.stderr
 
 
 def test_source_without_sign_is_a_usage_error(registry: Registry, tmp_path: Path) -> None:
     root = make_bundle_dir(tmp_path / unique("b"))
-    out = registry.cli("push", str(root), "acme/x", "--source", "hf://acme/x",
-                       "--source-revision", REVISION)
+    out = registry.cli(
+        "push", str(root), "acme/x", "--source", "hf://acme/x", "--source-revision", REVISION
+    )
     assert out.returncode == 2
     assert "--sign" in out.stderr

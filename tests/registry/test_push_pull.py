@@ -99,9 +99,7 @@ def test_cli_alias_set_get_history_rollback(registry: Registry, tmp_path: Path) 
     assert _json_out(got.stdout) == {"alias": "beta", "digest": d2, "version": 2, "signed": False}
     rb = registry.cli("alias", "rollback", f"{repo}@beta", "--reason", "bad release", token=tok)
     assert rb.returncode == 0, rb.stderr
-    hist = _json_out(
-        registry.cli("alias", "history", f"{repo}@beta", "--json", token=tok).stdout
-    )
+    hist = _json_out(registry.cli("alias", "history", f"{repo}@beta", "--json", token=tok).stdout)
     assert isinstance(hist, list)
     moves = [(h["from_digest"], h["to_digest"], h["rollback"], h["reason"]) for h in hist]
     assert moves == [(None, d1, False, "r1"), (d1, d2, False, "r2"), (d2, d1, True, "bad release")]
@@ -169,7 +167,8 @@ def test_quarantined_bundle_cannot_take_an_alias(registry: Registry, tmp_path: P
 
 
 def test_blobs_of_a_quarantined_bundle_are_only_for_reviewers(
-        registry: Registry, tmp_path: Path) -> None:
+    registry: Registry, tmp_path: Path
+) -> None:
     import hashlib
 
     import httpx
@@ -184,8 +183,11 @@ def test_blobs_of_a_quarantined_bundle_are_only_for_reviewers(
     reader, reviewer = registry.actor("reader"), registry.actor("reviewer")
 
     def get(token: str, blob: str) -> httpx.Response:
-        return httpx.get(f"{registry.url}/v1/blobs/{blob}", timeout=30,
-                         headers={"Authorization": f"Bearer {token}"})
+        return httpx.get(
+            f"{registry.url}/v1/blobs/{blob}",
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
     assert get(reader.token, own).content == (root / "config.json").read_bytes()
     out = registry.cli("quarantine", f"{repo}@{digest}", "--reason", "CVE-2", token=reviewer.token)
@@ -200,12 +202,19 @@ def test_blobs_of_a_quarantined_bundle_are_only_for_reviewers(
     assert get(registry.server.admin_token, own).status_code == 200
     assert get(reader.token, shared).status_code == 200
     # HEAD only says the blob exists (publishers skip uploads with it)
-    head = httpx.head(f"{registry.url}/v1/blobs/{own}", timeout=30,
-                      headers={"Authorization": f"Bearer {reader.token}"})
+    head = httpx.head(
+        f"{registry.url}/v1/blobs/{own}",
+        timeout=30,
+        headers={"Authorization": f"Bearer {reader.token}"},
+    )
     assert head.status_code == 200
-    denied = [e for e in registry.admin.iter_audit()
-              if e["action"] == "denied" and e["details"].get("code") == "bundle_quarantined"
-              and own in e["subject"]]
+    denied = [
+        e
+        for e in registry.admin.iter_audit()
+        if e["action"] == "denied"
+        and e["details"].get("code") == "bundle_quarantined"
+        and own in e["subject"]
+    ]
     assert denied
     assert get(reader.token, own).status_code == 409
     assert pub.actor.client.get_bundle(repo, live)["quarantined"] is False

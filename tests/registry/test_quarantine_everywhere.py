@@ -192,8 +192,16 @@ def test_quarantined_digest_pull_is_refused_through_the_cli(
     worker = registry.actor("reader")
     env = {**os.environ, "MODELWARD_URL": registry.url, "MODELWARD_TOKEN": worker.token}
     result = subprocess.run(
-        [MODELWARD, "pull", f"{repo_y}@dev", "--unsigned-aliases", "--public-key", str(pem),
-         "--cache-dir", str(cache)],
+        [
+            MODELWARD,
+            "pull",
+            f"{repo_y}@dev",
+            "--unsigned-aliases",
+            "--public-key",
+            str(pem),
+            "--cache-dir",
+            str(cache),
+        ],
         capture_output=True,
         text=True,
         env=env,

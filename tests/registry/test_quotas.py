@@ -41,8 +41,7 @@ def charged_size(reg: Registry, repo: str, *digests: str) -> int:
 
 
 def http(reg: Registry, token: str) -> httpx.Client:
-    return httpx.Client(base_url=reg.url, headers={"authorization": f"Bearer {token}"},
-                        timeout=60)
+    return httpx.Client(base_url=reg.url, headers={"authorization": f"Bearer {token}"}, timeout=60)
 
 
 def random_blob(size: int) -> tuple[str, bytes]:
@@ -54,8 +53,11 @@ def random_blob(size: int) -> tuple[str, bytes]:
 def test_quota_set_and_show_through_cli_admins_only(registry: Registry) -> None:
     pub = registry.actor("publisher")
     repo = registry.repo(pub)
-    assert quota(registry, "show", repo) == {"repository": repo, "quota_bytes": None,
-                                             "usage_bytes": 0}
+    assert quota(registry, "show", repo) == {
+        "repository": repo,
+        "quota_bytes": None,
+        "usage_bytes": 0,
+    }
     assert quota(registry, "set", repo, "2MiB")["quota_bytes"] == 2 * 2**20
     assert quota(registry, "show", repo, token=pub.token)["quota_bytes"] == 2 * 2**20
     refused = registry.cli("repo", "quota", "set", repo, "10", token=pub.token)
@@ -69,8 +71,11 @@ def test_quota_set_and_show_through_cli_admins_only(registry: Registry) -> None:
     assert bad.returncode == 2
     assert "'ten' is not a size" in bad.stderr, bad.stderr
     assert quota(registry, "clear", repo)["quota_bytes"] is None
-    events = [e for e in registry.admin.iter_audit()
-              if e["action"] == "repo.quota" and e["subject"] == repo]
+    events = [
+        e
+        for e in registry.admin.iter_audit()
+        if e["action"] == "repo.quota" and e["subject"] == repo
+    ]
     assert [e["details"]["to"] for e in events] == [2 * 2**20, None]
 
 
@@ -86,8 +91,7 @@ def test_push_past_quota_is_refused_naming_repository_quota_usage_and_size(
     quota(registry, "set", repo, str(limit))
     root = make_bundle_dir(tmp_path / "big", big=200_000)
     key = key_file(pub, tmp_path)
-    out = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                       token=pub.actor.token)
+    out = registry.cli("push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token)
     assert out.returncode == 1, out.stdout
     assert "413" in out.stderr, out.stderr
     assert CODE in out.stderr, out.stderr
@@ -98,13 +102,15 @@ def test_push_past_quota_is_refused_naming_repository_quota_usage_and_size(
     # charged until a push records them or GC collects them; the quota still holds.
     assert used <= usage(registry, repo) <= limit
     big = "sha256:" + hashlib.sha256((root / "big.safetensors").read_bytes()).hexdigest()
-    head = httpx.head(f"{registry.url}/v1/blobs/{big}",
-                      headers={"Authorization": f"Bearer {pub.actor.token}"})
+    head = httpx.head(
+        f"{registry.url}/v1/blobs/{big}", headers={"Authorization": f"Bearer {pub.actor.token}"}
+    )
     assert head.status_code == 404, head.status_code
     # raising the quota lets the same push through: nothing was lost on the way
     quota(registry, "set", repo, "1GB")
-    again = registry.cli("push", str(root), repo, "--sign", "--key", str(key),
-                         token=pub.actor.token)
+    again = registry.cli(
+        "push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token
+    )
     assert again.returncode == 0, again.stderr
 
 
@@ -134,19 +140,25 @@ def test_upload_naming_repository_past_quota_is_refused_before_any_byte(
     quota(registry, "set", repo, "1000")
     digest, data = random_blob(2000)
     with http(registry, pub.token) as client:
-        started = client.post("/v1/uploads",
-                              json={"digest": digest, "size": len(data), "repository": repo})
+        started = client.post(
+            "/v1/uploads", json={"digest": digest, "size": len(data), "repository": repo}
+        )
         assert started.status_code == 413, started.text
         error = started.json()["error"]
         assert error["code"] == CODE
-        assert error["detail"] == {"repository": repo, "quota_bytes": 1000, "usage_bytes": 0,
-                                   "requested_bytes": 2000}
+        assert error["detail"] == {
+            "repository": repo,
+            "quota_bytes": 1000,
+            "usage_bytes": 0,
+            "requested_bytes": 2000,
+        }
         put = client.put(f"/v1/blobs/{digest}", params={"repository": repo}, content=data)
         assert put.status_code == 413, put.text
         assert put.json()["error"]["code"] == CODE
         other = registry.repo()
-        foreign = client.post("/v1/uploads",
-                              json={"digest": digest, "size": 10, "repository": other})
+        foreign = client.post(
+            "/v1/uploads", json={"digest": digest, "size": 10, "repository": other}
+        )
         assert foreign.status_code == 403, foreign.text
     assert registry.admin.blob_size(digest) is None
 
@@ -166,8 +178,7 @@ def test_committed_upload_stays_charged_until_its_push(registry: Registry) -> No
         assert again.status_code == 200, again.text  # the same blob costs nothing more
         assert usage(registry, repo) == 1000
         digest2, data2 = random_blob(1000)
-        refused = client.put(f"/v1/blobs/{digest2}", params={"repository": repo},
-                             content=data2)
+        refused = client.put(f"/v1/blobs/{digest2}", params={"repository": repo}, content=data2)
         assert refused.status_code == 413, refused.text
 
 
@@ -182,8 +193,9 @@ def test_concurrent_uploads_cannot_overshoot_quota(registry: Registry) -> None:
     def start() -> None:
         digest, _ = random_blob(size)
         with http(registry, pub.token) as client:
-            answer = client.post("/v1/uploads",
-                                 json={"digest": digest, "size": size, "repository": repo})
+            answer = client.post(
+                "/v1/uploads", json={"digest": digest, "size": size, "repository": repo}
+            )
         with lock:
             statuses.append(answer.status_code)
 

@@ -119,16 +119,22 @@ def _pem(key: Any) -> str:
     )
 
 
-def start_registry(base: Path, settings: dict[str, str] | None = None,
-                   ) -> tuple[Reg, subprocess.Popen[bytes]]:
+def start_registry(
+    base: Path,
+    settings: dict[str, str] | None = None,
+) -> tuple[Reg, subprocess.Popen[bytes]]:
     data_dir, port = base / "data", _free_port()
     boot = "mwt_boot_" + secrets.token_urlsafe(32)
-    env = _env() | {
-        "MODELWARD_BOOTSTRAP_TOKEN": boot,
-        "MODELWARD_MAX_REQUEST_JSON_BYTES": str(LIMIT_JSON),
-        "MODELWARD_MAX_ATTESTATION_BYTES": str(256 * 1024),
-        "MODELWARD_MAX_MANIFEST_BYTES": str(256 * 1024),
-    } | (settings or {})
+    env = (
+        _env()
+        | {
+            "MODELWARD_BOOTSTRAP_TOKEN": boot,
+            "MODELWARD_MAX_REQUEST_JSON_BYTES": str(LIMIT_JSON),
+            "MODELWARD_MAX_ATTESTATION_BYTES": str(256 * 1024),
+            "MODELWARD_MAX_MANIFEST_BYTES": str(256 * 1024),
+        }
+        | (settings or {})
+    )
     log = base / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

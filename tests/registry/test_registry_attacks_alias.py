@@ -316,8 +316,9 @@ def test_alias_move_rescans_the_bundle_under_the_current_policy(reg: Reg) -> Non
         "version: 1\ntrust_registered_signers: true\n"
         "aliases:\n  - {pattern: '*', roles: [publisher]}\n"
     )
-    r = reg.actors["pub_a"].client.post("/v1/repos", json={"name": "acme/rescan",
-                                                           "policy_yaml": policy})
+    r = reg.actors["pub_a"].client.post(
+        "/v1/repos", json={"name": "acme/rescan", "policy_yaml": policy}
+    )
     assert r.status_code == 201, r.text
     bundle = push(reg, "pub_a", repo="acme/rescan")
     stricter = policy + "limits:\n  max_safetensors_header: 8\n"
@@ -343,8 +344,7 @@ def test_replay_result_against_an_unrelated_digest_does_not_satisfy_the_gate(reg
     pub = reg.actors["pub_b"].client
     assert pub.post("/v1/repos", json={"name": "acme/gate", "policy_yaml": policy}).is_success
     worker, worker_key = reg.actors["worker"], generate_private_key("ed25519")
-    r = reg.admin.post("/v1/keys", json={"public_key_pem": _pem(worker_key),
-                                         "principal": "worker"})
+    r = reg.admin.post("/v1/keys", json={"public_key_pem": _pem(worker_key), "principal": "worker"})
     assert r.status_code == 201, r.text
 
     def replay_result(digest: str, against: str | None) -> None:

@@ -27,15 +27,17 @@ def _gates_yaml(gates: dict[str, Any]) -> str:
 
 
 def _policy(evaluator: str, gates: dict[str, Any]) -> str:
-    return "\n".join([
-        "version: 1",
-        "trust_registered_signers: true",
-        f"evidence: {{principals: [{evaluator}]}}",
-        "aliases:",
-        f"  - {{pattern: prod, roles: [publisher], protected: true, gates: {_gates_yaml(gates)}}}",
-        "  - {pattern: '*', roles: [publisher]}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "version: 1",
+            "trust_registered_signers: true",
+            f"evidence: {{principals: [{evaluator}]}}",
+            "aliases:",
+            f"  - {{pattern: prod, roles: [publisher], protected: true, gates: {_gates_yaml(gates)}}}",  # noqa: E501
+            "  - {pattern: '*', roles: [publisher]}",
+            "",
+        ]
+    )
 
 
 def _evaluator(registry: Registry, tmp_path: Path) -> tuple[Actor, Path]:
@@ -67,8 +69,17 @@ def _results(tmp_path: Path, data: bytes) -> Path:
 def _attach(
     registry: Registry, actor: Actor, key: Path, ref: str, results: Path, *extra: str
 ) -> Any:
-    return registry.cli("eval", "attach", ref, "--results", str(results), "--key", str(key),
-                        *extra, token=actor.token)
+    return registry.cli(
+        "eval",
+        "attach",
+        ref,
+        "--results",
+        str(results),
+        "--key",
+        str(key),
+        *extra,
+        token=actor.token,
+    )
 
 
 def _refusal(pub: Publisher, repo: str, digest: str) -> APIError:
@@ -88,8 +99,15 @@ def test_worked_example_is_blocked_by_its_critical_failure_gate(
     pub, evaluator, key, repo = _setup(registry, tmp_path)
     baseline = push_new(pub, repo, tmp_path)
     digest = push_new(pub, repo, tmp_path)
-    attached = _attach(registry, evaluator, key, f"{repo}@{digest}",
-                       _results(tmp_path, worked_example()), "--baseline", f"{repo}@{baseline}")
+    attached = _attach(
+        registry,
+        evaluator,
+        key,
+        f"{repo}@{digest}",
+        _results(tmp_path, worked_example()),
+        "--baseline",
+        f"{repo}@{baseline}",
+    )
     assert attached.returncode == 0, attached.stderr
     assert "critical safety failures: 2 (billing-human-0, billing-human-1)" in attached.stdout
     mark = _mark(registry)
@@ -117,9 +135,16 @@ def test_evaluation_passing_every_gate_opens_prod(registry: Registry, tmp_path: 
     pub, evaluator, key, repo = _setup(registry, tmp_path)
     baseline = push_new(pub, repo, tmp_path)
     digest = push_new(pub, repo, tmp_path)
-    attached = _attach(registry, evaluator, key, f"{repo}@{digest}",
-                       _results(tmp_path, worked_example(critical=0)),
-                       "--baseline", f"{repo}@{baseline}", "--json")
+    attached = _attach(
+        registry,
+        evaluator,
+        key,
+        f"{repo}@{digest}",
+        _results(tmp_path, worked_example(critical=0)),
+        "--baseline",
+        f"{repo}@{baseline}",
+        "--json",
+    )
     assert attached.returncode == 0, attached.stderr
     answer = json.loads(attached.stdout)
     assert answer["attestation"]["predicate_type"] == "https://modelward.dev/evaluation/v1"
@@ -148,8 +173,13 @@ def test_evaluation_signed_with_the_publishers_key_does_not_count(
     stolen = tmp_path / unique("pub") / "publisher.key"
     stolen.parent.mkdir()
     save_private_key(pub.key, stolen)
-    attached = _attach(registry, evaluator, stolen, f"{repo}@{digest}",
-                       _results(tmp_path, worked_example(critical=0)))
+    attached = _attach(
+        registry,
+        evaluator,
+        stolen,
+        f"{repo}@{digest}",
+        _results(tmp_path, worked_example(critical=0)),
+    )
     assert attached.returncode == 0, attached.stderr  # attaching is allowed; it counts nowhere
     refusal = _refusal(pub, repo, digest)
     assert refusal.detail["evaluations"] == []
@@ -164,17 +194,31 @@ def test_evaluation_against_another_baseline_does_not_count_once_prod_has_a_bund
     first, other, second = (push_new(pub, repo, tmp_path) for _ in range(3))
     good = _results(tmp_path, worked_example(critical=0))
     assert _attach(registry, evaluator, key, f"{repo}@{first}", good).returncode == 0
-    assert registry.cli("alias", "set", f"{repo}@prod", first, token=pub.actor.token,
-                        check=True).returncode == 0
+    assert (
+        registry.cli(
+            "alias", "set", f"{repo}@prod", first, token=pub.actor.token, check=True
+        ).returncode
+        == 0
+    )
     # compared with a bundle that is not on prod: does not count
-    assert _attach(registry, evaluator, key, f"{repo}@{second}", good,
-                   "--baseline", f"{repo}@{other}").returncode == 0
+    assert (
+        _attach(
+            registry, evaluator, key, f"{repo}@{second}", good, "--baseline", f"{repo}@{other}"
+        ).returncode
+        == 0
+    )
     refusal = _refusal(pub, repo, second)
-    assert any(f"its baseline is {other}, not {first}" in item["reason"]
-               for item in refusal.detail["not_counted"]), refusal.detail
+    assert any(
+        f"its baseline is {other}, not {first}" in item["reason"]
+        for item in refusal.detail["not_counted"]
+    ), refusal.detail
     # compared with the bundle on prod now: counts, and passes
-    assert _attach(registry, evaluator, key, f"{repo}@{second}", good,
-                   "--baseline", f"{repo}@prod").returncode == 0
+    assert (
+        _attach(
+            registry, evaluator, key, f"{repo}@{second}", good, "--baseline", f"{repo}@prod"
+        ).returncode
+        == 0
+    )
     assert pub.actor.client.set_alias(repo, "prod", second)["digest"] == second
 
 
@@ -216,8 +260,9 @@ def test_bad_results_file_is_refused_naming_the_line_and_attaches_nothing(
 def test_publisher_may_not_attach_an_evaluation(registry: Registry, tmp_path: Path) -> None:
     pub, _, key, repo = _setup(registry, tmp_path)
     digest = push_new(pub, repo, tmp_path)
-    attached = _attach(registry, pub.actor, key, f"{repo}@{digest}",
-                       _results(tmp_path, worked_example(critical=0)))
+    attached = _attach(
+        registry, pub.actor, key, f"{repo}@{digest}", _results(tmp_path, worked_example(critical=0))
+    )
     assert attached.returncode == 1
     assert "only reviewers and admins may" in attached.stderr
 

@@ -47,20 +47,31 @@ class Story:
     d1: str
     d2: str
 
-    def cli(self, who: Publisher, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, who: Publisher, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return self.reg.cli(*args, token=who.actor.token, env=env)
 
     def record(self, *args: str, who: Publisher | None = None) -> tuple[Path, dict[str, Any]]:
         out = self.tmp / f"{unique('rec')}.json"
-        done = self.cli(who or self.rev1, "release", "record", *args, "--key",
-                        str(self.keys[(who or self.rev1).name]), "--out", str(out), "--json")
+        done = self.cli(
+            who or self.rev1,
+            "release",
+            "record",
+            *args,
+            "--key",
+            str(self.keys[(who or self.rev1).name]),
+            "--out",
+            str(out),
+            "--json",
+        )
         assert done.returncode == 0, done.stderr
         return out, json.loads(done.stdout)
 
     def verify(self, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-        return self.reg.cli("release", "verify", str(path), "--trust-root", str(self.root),
-                            *extra, env=OFFLINE)
+        return self.reg.cli(
+            "release", "verify", str(path), "--trust-root", str(self.root), *extra, env=OFFLINE
+        )
 
 
 def _key_file(who: Publisher, base: Path) -> Path:
@@ -70,24 +81,34 @@ def _key_file(who: Publisher, base: Path) -> Path:
 
 
 def _policy(evaluator: str) -> str:
-    return "\n".join([
-        "version: 1",
-        "trust_registered_signers: true",
-        f"evidence: {{principals: [{evaluator}]}}",
-        "aliases:",
-        "  - {pattern: prod, roles: [publisher], protected: true, approvals: 2, "
-        "gates: {max_critical_safety_failures: 0}}",
-        "  - {pattern: '*', roles: [publisher]}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "version: 1",
+            "trust_registered_signers: true",
+            f"evidence: {{principals: [{evaluator}]}}",
+            "aliases:",
+            "  - {pattern: prod, roles: [publisher], protected: true, approvals: 2, "
+            "gates: {max_critical_safety_failures: 0}}",
+            "  - {pattern: '*', roles: [publisher]}",
+            "",
+        ]
+    )
 
 
 def _move(story: Story, digest: str, *args: str) -> None:
     moved = story.cli(story.pub, "alias", *args, f"{story.repo}@prod", digest, "--json")
     assert moved.returncode == 0, moved.stderr
     for reviewer in (story.rev1, story.rev2):
-        signed = story.cli(reviewer, "approve", f"{story.repo}@{digest}", "--alias", "prod",
-                           "--key", str(story.keys[reviewer.name]), "--json")
+        signed = story.cli(
+            reviewer,
+            "approve",
+            f"{story.repo}@{digest}",
+            "--alias",
+            "prod",
+            "--key",
+            str(story.keys[reviewer.name]),
+            "--json",
+        )
         assert signed.returncode == 0, signed.stderr
     assert json.loads(signed.stdout)["state"] == "published"
 
@@ -96,8 +117,17 @@ def _evaluate(story: Story, digest: str, baseline: str | None) -> None:
     results = story.tmp / f"{unique('results')}.jsonl"
     results.write_bytes(jsonl(HEADER, cases("billing", "human", (10, 0, 0, 0))))
     extra = ("--baseline", f"{story.repo}@{baseline}") if baseline else ()
-    attached = story.cli(story.rev1, "eval", "attach", f"{story.repo}@{digest}", "--results",
-                         str(results), "--key", str(story.keys[story.rev1.name]), *extra)
+    attached = story.cli(
+        story.rev1,
+        "eval",
+        "attach",
+        f"{story.repo}@{digest}",
+        "--results",
+        str(results),
+        "--key",
+        str(story.keys[story.rev1.name]),
+        *extra,
+    )
     assert attached.returncode == 0, attached.stderr
 
 
@@ -115,9 +145,9 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
         assert reg.cli("trust", "root", "--out", str(root)).returncode == 0
         story = Story(reg, tmp, repo, pub, rev1, rev2, keys, root, d1, d2)
         _evaluate(story, d1, None)
-        _move(story, d1, "set")                                   # version 1: release 1
+        _move(story, d1, "set")  # version 1: release 1
         _evaluate(story, d2, d1)
-        _move(story, d2, "set", "--reason", "release 2")          # version 2: release 2
+        _move(story, d2, "set", "--reason", "release 2")  # version 2: release 2
         _evaluate(story, d1, d2)
         _move(story, d1, "rollback", "--reason", "release 2 regressed billing")  # version 3
         yield story
@@ -244,14 +274,13 @@ def test_resigned_record_with_changed_tuf_metadata_fails_the_tuf_check(story: St
     assert f"not the subject {story.d1}" in refused.stderr
 
 
-def test_resigned_record_with_changed_embedded_bytes_fails_the_digest_check(
-    story: Story
-) -> None:
+def test_resigned_record_with_changed_embedded_bytes_fails_the_digest_check(story: Story) -> None:
     path, _ = story.record(f"{story.repo}@prod")
 
     def edit_policy(predicate: dict[str, Any]) -> None:
-        predicate["policy"]["text"] = predicate["policy"]["text"].replace("approvals: 2",
-                                                                          "approvals: 0")
+        predicate["policy"]["text"] = predicate["policy"]["text"].replace(
+            "approvals: 2", "approvals: 0"
+        )
 
     refused = story.verify(_resign(story, path, edit_policy))
     assert refused.returncode == 1
@@ -277,13 +306,16 @@ def test_record_signed_by_a_key_the_chain_does_not_know(story: Story) -> None:
     key = story.tmp / "stranger.key"
     save_private_key(stranger, key)
     out = story.tmp / "stranger-record.json"
-    made = story.cli(story.rev1, "release", "record", f"{story.repo}@prod", "--key", str(key),
-                     "--out", str(out))
+    made = story.cli(
+        story.rev1, "release", "record", f"{story.repo}@prod", "--key", str(key), "--out", str(out)
+    )
     assert made.returncode == 0, made.stderr
     refused = story.verify(out)
     assert refused.returncode == 1
-    assert "check 3 (signature): envelope.signatures: no signature by a key of the " \
+    assert (
+        "check 3 (signature): envelope.signatures: no signature by a key of the "
         "top-level targets or of" in refused.stderr
+    )
     pem = story.tmp / "stranger.pem"
     pem.write_bytes(public_key_pem(stranger.public_key()))
     assert story.verify(out, "--public-key", str(pem)).returncode == 0
@@ -305,8 +337,11 @@ def test_signing_key_smuggled_into_the_embedded_tuf_metadata_is_refused(story: S
         md = Metadata[Targets].from_bytes(base64.b64decode(entry["data"]))
         md.signed.add_key(tuf_key(stranger.public_key()), predicate["tuf"]["role"]["name"])
         data = md.to_bytes()
-        entry.update(data=base64.b64encode(data).decode(), size=len(data),
-                     sha256="sha256:" + hashlib.sha256(data).hexdigest())
+        entry.update(
+            data=base64.b64encode(data).decode(),
+            size=len(data),
+            sha256="sha256:" + hashlib.sha256(data).hexdigest(),
+        )
 
     refused = story.verify(_resign(story, path, smuggle, key=stranger))
     assert refused.returncode == 1
@@ -344,16 +379,34 @@ def test_another_base64_spelling_of_the_same_signature_is_refused(story: Story) 
 
 
 def test_unknown_alias_is_refused_by_name(story: Story) -> None:
-    done = story.cli(story.rev1, "release", "record", f"{story.repo}@nosuch", "--key",
-                     str(story.keys[story.rev1.name]), "--out", str(story.tmp / "x.json"))
+    done = story.cli(
+        story.rev1,
+        "release",
+        "record",
+        f"{story.repo}@nosuch",
+        "--key",
+        str(story.keys[story.rev1.name]),
+        "--out",
+        str(story.tmp / "x.json"),
+    )
     assert done.returncode == 1
     assert f"{story.repo}@nosuch: no such alias" in done.stderr
     assert not (story.tmp / "x.json").exists()
 
 
 def test_version_out_of_range_is_refused_naming_the_range(story: Story) -> None:
-    done = story.cli(story.rev1, "release", "record", f"{story.repo}@prod", "--version", "9",
-                     "--key", str(story.keys[story.rev1.name]), "--out", str(story.tmp / "y.json"))
+    done = story.cli(
+        story.rev1,
+        "release",
+        "record",
+        f"{story.repo}@prod",
+        "--version",
+        "9",
+        "--key",
+        str(story.keys[story.rev1.name]),
+        "--out",
+        str(story.tmp / "y.json"),
+    )
     assert done.returncode == 1
     assert "--version 9 is out of range (history has versions 1 to 3)" in done.stderr
     assert not (story.tmp / "y.json").exists()
@@ -387,8 +440,7 @@ def test_root_of_another_registry_is_refused(story: Story, tmp_path: Path) -> No
     assert "check 2 (tuf): tuf.targets: not signed by the targets keys" in done.stderr
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{}")
-    done = story.reg.cli("release", "verify", str(path), "--trust-root", str(garbage),
-                         env=OFFLINE)
+    done = story.reg.cli("release", "verify", str(path), "--trust-root", str(garbage), env=OFFLINE)
     assert done.returncode == 2
     assert f"--trust-root {garbage}: not TUF root metadata" in done.stderr
 
@@ -397,22 +449,36 @@ def test_public_surface_of_attest_release() -> None:
     import modelward.attest.release as release
 
     assert sorted(release.__all__) == [
-        "CHECKS", "PREDICATE_TYPE", "PinnedRootError", "RecordLimits", "ReleaseRecordInvalid",
+        "CHECKS",
+        "PREDICATE_TYPE",
+        "PinnedRootError",
+        "RecordLimits",
+        "ReleaseRecordInvalid",
         "VerifiedRecord",
-        "build_predicate", "classify_files", "gate_decisions", "make_record_statement",
-        "render_html", "render_markdown", "verify_record", "write_record",
+        "build_predicate",
+        "classify_files",
+        "gate_decisions",
+        "make_record_statement",
+        "render_html",
+        "render_markdown",
+        "verify_record",
+        "write_record",
     ]
-    assert release.CHECKS == {1: "file", 2: "tuf", 3: "signature", 4: "envelopes",
-                              5: "digests"}
+    assert release.CHECKS == {1: "file", 2: "tuf", 3: "signature", 4: "envelopes", 5: "digests"}
 
 
-def test_record_signed_by_the_registry_online_alias_key_is_refused(story: Story,
-                                                                    tmp_path: Path) -> None:
+def test_record_signed_by_the_registry_online_alias_key_is_refused(
+    story: Story, tmp_path: Path
+) -> None:
     """The registry's online key may sign an ``online: true`` alias, never a whole record:
     a compromised registry would vouch for its own evidence, approvals and audit log."""
-    repo = story.reg.repo(story.pub, policy_yaml=(
-        "version: 1\ntrust_registered_signers: true\naliases:\n"
-        "  - {pattern: live, roles: [publisher], online: true}\n"))
+    repo = story.reg.repo(
+        story.pub,
+        policy_yaml=(
+            "version: 1\ntrust_registered_signers: true\naliases:\n"
+            "  - {pattern: live, roles: [publisher], online: true}\n"
+        ),
+    )
     digest = push_new(story.pub, repo, tmp_path)
     moved = story.cli(story.pub, "alias", "set", f"{repo}@live", digest, "--json")
     assert moved.returncode == 0, moved.stderr
@@ -420,8 +486,9 @@ def test_record_signed_by_the_registry_online_alias_key_is_refused(story: Story,
     online_key = story.tmp / "registry" / "data" / "tuf-keys" / "aliases.key"
     assert online_key.exists()
     out = tmp_path / "live.release.json"
-    made = story.reg.cli("release", "record", f"{repo}@live", "--key", str(online_key),
-                         "--out", str(out))
+    made = story.reg.cli(
+        "release", "record", f"{repo}@live", "--key", str(online_key), "--out", str(out)
+    )
     assert made.returncode == 0, made.stderr
     refused = story.reg.cli("release", "verify", str(out), "--trust-root", str(story.root))
     assert refused.returncode == 1
@@ -429,17 +496,28 @@ def test_record_signed_by_the_registry_online_alias_key_is_refused(story: Story,
 
 
 def test_a_move_recorded_unsigned_between_two_signed_ones_is_refused_not_guessed(
-        story: Story, tmp_path: Path) -> None:
+    story: Story, tmp_path: Path
+) -> None:
     """v1 -> d1 signed, v2 -> d2 and v3 -> d1 the registry's word only: the signed role never
     left d1, so which signed version records v3 (or v1) cannot be told."""
     key = str(story.keys[story.pub.name])
     ref = f"{story.repo}@beta"
     for digest, signed in ((story.d1, True), (story.d2, False), (story.d1, False)):
-        moved = story.cli(story.pub, "alias", "set", ref, digest, "--json",
-                          *(("--key", key) if signed else ()))
+        moved = story.cli(
+            story.pub, "alias", "set", ref, digest, "--json", *(("--key", key) if signed else ())
+        )
         assert moved.returncode == 0, moved.stderr
-    made = story.reg.cli("release", "record", ref, "--version", "3", "--key", key, "--out",
-                         str(tmp_path / "beta.json"))
+    made = story.reg.cli(
+        "release",
+        "record",
+        ref,
+        "--version",
+        "3",
+        "--key",
+        key,
+        "--out",
+        str(tmp_path / "beta.json"),
+    )
     assert made.returncode == 1
     assert "moved to" in made.stderr
     assert "ambiguous" in made.stderr

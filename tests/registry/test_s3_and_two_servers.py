@@ -178,17 +178,21 @@ def test_both_replicas_serve_the_same_signed_metadata(
     a, b = pair
     pub = new_publisher(a)
     repo = a.repo(pub)
-    digest = a.client(pub.actor.token).push(make_bundle_dir(tmp_path / "b"), repo,
-                                            sign=pub.sign).digest
+    digest = (
+        a.client(pub.actor.token).push(make_bundle_dir(tmp_path / "b"), repo, sign=pub.sign).digest
+    )
     key = tmp_path / "pub.key"
     save_private_key(pub.key, key)
-    moved = a.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key),
-                  token=pub.actor.token)
+    moved = a.cli("alias", "set", f"{repo}@dev", digest, "--key", str(key), token=pub.actor.token)
     assert moved.returncode == 0, moved.stderr
     worker = b.client(b.actor("reader").token)
     assert worker.tuf_file("timestamp.json") == a.admin.tuf_file("timestamp.json")
-    resolved = resolve_alias(repo, "dev", metadata_url=worker.tuf_url,
-                             cache_dir=tmp_path / "worker",
-                             trust_root=a.admin.tuf_file("1.root.json"),
-                             fetcher=worker.tuf_fetcher())
+    resolved = resolve_alias(
+        repo,
+        "dev",
+        metadata_url=worker.tuf_url,
+        cache_dir=tmp_path / "worker",
+        trust_root=a.admin.tuf_file("1.root.json"),
+        fetcher=worker.tuf_fetcher(),
+    )
     assert resolved.digest == digest

@@ -10,8 +10,9 @@ from modelward.registry.errors import ConfigurationError
 from modelward.registry.settings import load_settings, settings_from_json, worker_settings_json
 
 
-def test_flags_win_over_environment_over_toml(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_win_over_environment_over_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     toml = tmp_path / "registry.toml"
     toml.write_text("port = 9001\nlog_level = 'debug'\nmax_open_uploads = 5\n")
     monkeypatch.setenv("MODELWARD_PORT", "9002")
@@ -29,7 +30,8 @@ def test_bad_values_name_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_worker_settings_round_trip_without_environment_or_token(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MODELWARD_BOOTSTRAP_TOKEN", "secret-bootstrap")
     settings = load_settings(None, data_dir=tmp_path, audit_unauthenticated_per_minute=7)
     text = worker_settings_json(settings)
@@ -39,7 +41,10 @@ def test_worker_settings_round_trip_without_environment_or_token(
     assert worker.audit_unauthenticated_per_minute == 7  # the environment is not read
     assert worker.bootstrap_token is None
     assert worker.resolved_database_url() == settings.resolved_database_url()
-    for bad, message in (("[1]", "not a JSON object"), ("{", "not JSON"),
-                         ('{"port": "x"}', "port: Input should be a valid integer")):
+    for bad, message in (
+        ("[1]", "not a JSON object"),
+        ("{", "not JSON"),
+        ('{"port": "x"}', "port: Input should be a valid integer"),
+    ):
         with pytest.raises(ConfigurationError, match=message):
             settings_from_json(bad)

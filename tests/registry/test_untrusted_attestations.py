@@ -24,13 +24,30 @@ from tests.registry.conftest import (
 )
 
 
-def _pull(registry: Registry, token: str, ref: str, pem: Path, cache: Path,
-          ) -> subprocess.CompletedProcess[str]:
+def _pull(
+    registry: Registry,
+    token: str,
+    ref: str,
+    pem: Path,
+    cache: Path,
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELWARD_URL": registry.url, "MODELWARD_TOKEN": token}
     return subprocess.run(
-        [MODELWARD, "pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir",
-         str(cache)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        [
+            MODELWARD,
+            "pull",
+            ref,
+            "--unsigned-aliases",
+            "--public-key",
+            str(pem),
+            "--cache-dir",
+            str(cache),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
 
 
@@ -59,8 +76,9 @@ def test_statement_signed_by_a_key_the_worker_does_not_trust_leaves_pull_working
     # A reviewer with a registered key attaches a validly signed evaluation statement.
     reviewer = registry.actor("reviewer")
     reviewer_key = generate_private_key()
-    registry.admin.register_key(public_key_pem(reviewer_key.public_key()).decode(),
-                                principal=reviewer.name)
+    registry.admin.register_key(
+        public_key_pem(reviewer_key.public_key()).decode(), principal=reviewer.name
+    )
     evaluation = sign_envelope(
         make_statement(repo, digest, PredicateType.EVALUATION, {"suite": "smoke"}),
         [reviewer_key],
@@ -68,8 +86,9 @@ def test_statement_signed_by_a_key_the_worker_does_not_trust_leaves_pull_working
     reviewer.client.add_attestation(repo, digest, evaluation)
     # A worker that trusts only the publisher ignores it, and the pull works.
     worker = registry.actor("reader")
-    result = _pull(registry, worker.token, f"{repo}@dev", _pem(pub, tmp_path / "pub.pem"),
-                   tmp_path / "cache")
+    result = _pull(
+        registry, worker.token, f"{repo}@dev", _pem(pub, tmp_path / "pub.pem"), tmp_path / "cache"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == digest
     assert "ignored: " in result.stderr  # reported, never a reason to refuse
@@ -90,15 +109,20 @@ def test_publisher_second_key_oms_signature_leaves_pull_working(
     # The publisher signs an OMS model.sig with a second (P-256) key, registered too.
     second = ec.generate_private_key(ec.SECP256R1())
     key_file = tmp_path / "second.key"
-    key_file.write_bytes(second.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
+    key_file.write_bytes(
+        second.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     pub.actor.client.register_key(public_key_pem(second.public_key()).decode())
     pub.actor.client.add_attestation(repo, digest, sign_oms(root, key_file))
     # A worker that trusts only her first key still pulls.
     worker = registry.actor("reader")
-    result = _pull(registry, worker.token, f"{repo}@dev", _pem(pub, tmp_path / "first.pem"),
-                   tmp_path / "cache")
+    result = _pull(
+        registry, worker.token, f"{repo}@dev", _pem(pub, tmp_path / "first.pem"), tmp_path / "cache"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == digest
     assert "ignored: " in result.stderr  # reported, never a reason to refuse
@@ -120,13 +144,26 @@ def test_push_reports_each_ignored_attestation_with_its_reason(
     signed = tmp_path / "signed.json"
     signed.write_bytes(pub.sign_digest(digest))
     stranger = tmp_path / "stranger.json"
-    stranger.write_bytes(sign_envelope(
-        make_statement("bundle", digest, PredicateType.PROVENANCE, {}), [generate_private_key()]))
-    out = registry.cli("push", str(root), repo, "--attestation", str(signed),
-                       "--attestation", str(stranger), token=pub.actor.token)
+    stranger.write_bytes(
+        sign_envelope(
+            make_statement("bundle", digest, PredicateType.PROVENANCE, {}), [generate_private_key()]
+        )
+    )
+    out = registry.cli(
+        "push",
+        str(root),
+        repo,
+        "--attestation",
+        str(signed),
+        "--attestation",
+        str(stranger),
+        token=pub.actor.token,
+    )
     assert out.returncode == 0, out.stderr
-    assert f"warning: attestation {stranger} not recorded: no registered or policy signer" \
+    assert (
+        f"warning: attestation {stranger} not recorded: no registered or policy signer"
         in out.stderr
+    )
     assert str(signed) not in out.stderr
     kept = pub.actor.client.list_attestations(repo, digest)
     assert len(kept) == 1

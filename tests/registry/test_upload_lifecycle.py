@@ -15,15 +15,17 @@ from tests.registry.test_registry_attacks import Reg, assert_denied, error, open
 
 @pytest.fixture(scope="module")
 def short_ttl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reg]:
-    with open_registry(tmp_path_factory.mktemp("upload-ttl"),
-                       {"MODELWARD_UPLOAD_TTL_SECONDS": "3"}) as registry:
+    with open_registry(
+        tmp_path_factory.mktemp("upload-ttl"), {"MODELWARD_UPLOAD_TTL_SECONDS": "3"}
+    ) as registry:
         yield registry
 
 
 @pytest.fixture(scope="module")
 def two_uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reg]:
-    with open_registry(tmp_path_factory.mktemp("upload-quota"),
-                       {"MODELWARD_MAX_OPEN_UPLOADS": "2"}) as registry:
+    with open_registry(
+        tmp_path_factory.mktemp("upload-quota"), {"MODELWARD_MAX_OPEN_UPLOADS": "2"}
+    ) as registry:
         yield registry
 
 
@@ -49,14 +51,16 @@ def test_idle_session_expires_and_the_next_start_removes_its_parts(short_ttl: Re
     err = error(pub.get(url), 404, "upload_expired")
     assert upload_id in err["message"]
     assert "expired after 3 s" in err["message"]
-    error(pub.patch(url, content=data[7:], headers={"Upload-Offset": "7"}), 404,
-          "upload_expired")
+    error(pub.patch(url, content=data[7:], headers={"Upload-Offset": "7"}), 404, "upload_expired")
     error(pub.post(f"{url}/commit"), 404, "upload_expired")
     # anyone's next start sweeps it: the row, its parts, and an audit event
     other = _start(short_ttl, "pub_b", b"another upload " + uuid.uuid4().bytes)
     assert not _parts_dir(short_ttl, upload_id)
-    expired = [e for e in short_ttl.audit()
-               if e["action"] == "upload.expire" and e["details"]["upload_id"] == upload_id]
+    expired = [
+        e
+        for e in short_ttl.audit()
+        if e["action"] == "upload.expire" and e["details"]["upload_id"] == upload_id
+    ]
     assert len(expired) == 1
     assert expired[0]["actor"] == "registry"
     assert expired[0]["details"]["offset"] == 7
@@ -75,8 +79,9 @@ def test_session_kept_alive_by_chunks_does_not_expire(short_ttl: Reg) -> None:
     for _ in range(4):  # about 4 s in all, each chunk well inside the 3 s TTL
         time.sleep(1.0)
         step = 200
-        r = pub.patch(url, content=data[offset:offset + step],
-                      headers={"Upload-Offset": str(offset)})
+        r = pub.patch(
+            url, content=data[offset : offset + step], headers={"Upload-Offset": str(offset)}
+        )
         assert r.status_code == 200, r.text
         offset += step
     r = pub.patch(url, content=data[offset:], headers={"Upload-Offset": str(offset)})
@@ -91,7 +96,8 @@ def test_open_sessions_are_limited_per_principal(two_uploads: Reg) -> None:
     since = two_uploads.last_seq()
     third = b"three " + uuid.uuid4().bytes
     r = two_uploads.actors["pub_a"].client.post(
-        "/v1/uploads", json={"digest": sha(third), "size": len(third)})
+        "/v1/uploads", json={"digest": sha(third), "size": len(third)}
+    )
     err = error(r, 429, "quota_exceeded")
     assert err["detail"] == {"open": 2, "limit": 2}
     assert "pub_a already has 2 open upload sessions (limit 2)" in err["message"]
@@ -103,8 +109,7 @@ def test_open_sessions_are_limited_per_principal(two_uploads: Reg) -> None:
     _start(two_uploads, "pub_a", third)
 
 
-def test_cancel_removes_the_session_and_its_parts_and_only_the_owner_may(
-        two_uploads: Reg) -> None:
+def test_cancel_removes_the_session_and_its_parts_and_only_the_owner_may(two_uploads: Reg) -> None:
     owner, thief = two_uploads.actors["pub_b"].client, two_uploads.actors["pub_a"].client
     data = b"cancel me " + uuid.uuid4().bytes
     upload_id = _start(two_uploads, "pub_b", data)
@@ -119,8 +124,11 @@ def test_cancel_removes_the_session_and_its_parts_and_only_the_owner_may(
     assert not _parts_dir(two_uploads, upload_id)
     error(owner.get(url), 404, "not_found")
     error(owner.delete(url), 404, "not_found")
-    cancelled = [e for e in two_uploads.audit()
-                 if e["action"] == "upload.cancel" and e["details"]["upload_id"] == upload_id]
+    cancelled = [
+        e
+        for e in two_uploads.audit()
+        if e["action"] == "upload.cancel" and e["details"]["upload_id"] == upload_id
+    ]
     assert [e["actor"] for e in cancelled] == ["pub_b"]
 
 
@@ -133,10 +141,14 @@ def test_cut_off_chunk_leaves_nothing_the_next_chunk_does_not_overwrite(short_tt
     data = os.urandom(3 << 20)
     upload_id = _start(short_ttl, "pub_a", data)
     url = f"/v1/uploads/{upload_id}"
-    assert pub.client.patch(url, content=data[:1000],
-                            headers={"Upload-Offset": "0"}).status_code == 200
-    head = (f"PATCH {url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {pub.token}\r\n"
-            f"Upload-Offset: 1000\r\nContent-Length: {len(data) - 1000}\r\n\r\n")
+    assert (
+        pub.client.patch(url, content=data[:1000], headers={"Upload-Offset": "0"}).status_code
+        == 200
+    )
+    head = (
+        f"PATCH {url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {pub.token}\r\n"
+        f"Upload-Offset: 1000\r\nContent-Length: {len(data) - 1000}\r\n\r\n"
+    )
     # wrong bytes, cut short: the server writes the first MiB(s) of them past offset 1000
     status, _ = _raw_http(short_ttl.url, head, b"\xff" * (2 << 20))
     assert status in (0, 400)

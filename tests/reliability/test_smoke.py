@@ -100,10 +100,15 @@ def test_api_fuzz_smoke(sqlite_registry: object, tmp_path: Path) -> None:
     # every operation once per role (the seeded examples); admin also fuzzes and follows links
     phases = dict.fromkeys(ROLES, "examples") | {"admin": "examples,fuzzing,stateful"}
     result = run_one_database(
-        "sqlite", sqlite_registry, tmp_path, examples=3, max_time=120, roles=ROLES,
+        "sqlite",
+        sqlite_registry,
+        tmp_path,
+        examples=3,
+        max_time=120,
+        roles=ROLES,
         phases=phases,
         checks="not_a_server_error,status_code_conformance,content_type_conformance,"
-               "response_schema_conformance,response_headers_conformance",
+        "response_schema_conformance,response_headers_conformance",
     )
     failures = [f for r in result["roles"].values() for f in r["failures"]]
     for role, r in result["roles"].items():
@@ -123,8 +128,9 @@ def test_crash_smoke_kill9_each_write(tmp_path: Path) -> None:
 
     with registry("sqlite", tmp_path / "reg") as reg:
         # the CLI checks (audit verify, --since across all five crashes) run once, at the end
-        result = run_one_database("sqlite", reg, tmp_path, kills=len(OPERATIONS), cli_every=99,
-                                  calibrations=1)
+        result = run_one_database(
+            "sqlite", reg, tmp_path, kills=len(OPERATIONS), cli_every=99, calibrations=1
+        )
     assert result["kills"] == len(OPERATIONS)
     assert set(result["by_operation"]) == set(OPERATIONS)
     assert not result["findings"], result["findings"]

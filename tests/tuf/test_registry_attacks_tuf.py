@@ -62,8 +62,9 @@ def _start(request: pytest.FixtureRequest, base: Path, env: dict[str, str]) -> R
 
 
 @pytest.fixture(scope="module", params=KINDS)
-def reg(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[Registry]:
+def reg(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
     registry = _start(request, tmp_path_factory.mktemp(f"tuf-{request.param}"), QUIET)
     try:
         yield registry
@@ -73,8 +74,9 @@ def reg(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(params=KINDS)
-def fresh(request: pytest.FixtureRequest, tmp_path: Path
-          ) -> Iterator[Callable[[dict[str, str]], Registry]]:
+def fresh(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[dict[str, str]], Registry]]:
     """Starts a private registry with the given TUF settings (lifetimes, refresh)."""
     started: list[Registry] = []
 
@@ -107,8 +109,14 @@ def sign(signer: Publisher, proposal_id: int) -> JSON:
 
 def resolve(client: RegistryClient, root: bytes, repo: str, alias: str, cache: Path) -> str:
     """The digest a worker with ``cache`` (its trusted metadata) resolves ``repo@alias`` to."""
-    return resolve_alias(repo, alias, metadata_url=client.tuf_url, cache_dir=cache,
-                         trust_root=root, fetcher=client.tuf_fetcher()).digest
+    return resolve_alias(
+        repo,
+        alias,
+        metadata_url=client.tuf_url,
+        cache_dir=cache,
+        trust_root=root,
+        fetcher=client.tuf_fetcher(),
+    ).digest
 
 
 def served_timestamp(client: RegistryClient) -> Timestamp:
@@ -161,8 +169,9 @@ def release(reg: Registry, tmp_path: Path) -> Release:
     repo = reg.repo(publisher, policy_yaml=POLICY)
     approved = push_new(publisher, repo, tmp_path)
     worker = reg.actor("reader").client
-    rel = Release(reg, repo, publisher, r1, r2, worker, worker.tuf_file("1.root.json"),
-                  approved, tmp_path)
+    rel = Release(
+        reg, repo, publisher, r1, r2, worker, worker.tuf_file("1.root.json"), approved, tmp_path
+    )
     rel.approve(approved)
     assert rel.resolve("before") == approved
     return rel
@@ -192,23 +201,31 @@ class Attacker:
     def write(self, role: str, version: int, data: bytes) -> None:
         """Serve ``data`` as ``role`` at ``version`` (replacing what is there)."""
         with self.engine.begin() as conn:
-            conn.execute(delete(TufMetadata).where(TufMetadata.role == role,
-                                                   TufMetadata.version == version))
-            conn.execute(insert(TufMetadata).values(role=role, version=version, data=data,
-                                                    created_at=datetime.now(UTC)))
+            conn.execute(
+                delete(TufMetadata).where(TufMetadata.role == role, TufMetadata.version == version)
+            )
+            conn.execute(
+                insert(TufMetadata).values(
+                    role=role, version=version, data=data, created_at=datetime.now(UTC)
+                )
+            )
 
     def drop_after(self, role: str, version: int) -> None:
         """Delete every version of ``role`` newer than ``version``."""
         with self.engine.begin() as conn:
-            conn.execute(delete(TufMetadata).where(TufMetadata.role == role,
-                                                   TufMetadata.version > version))
+            conn.execute(
+                delete(TufMetadata).where(TufMetadata.role == role, TufMetadata.version > version)
+            )
 
     def move_alias(self, repo: str, alias: str, digest: str) -> None:
         """``UPDATE aliases SET digest=...``: the registry's word, without any signature."""
         repo_id = select(Repository.id).where(Repository.name == repo).scalar_subquery()
         with self.engine.begin() as conn:
-            moved = conn.execute(update(Alias).where(Alias.repo_id == repo_id, Alias.name == alias)
-                                 .values(digest=digest))
+            moved = conn.execute(
+                update(Alias)
+                .where(Alias.repo_id == repo_id, Alias.name == alias)
+                .values(digest=digest)
+            )
         assert moved.rowcount == 1
 
 
@@ -230,8 +247,15 @@ def attacker(reg: Registry) -> Iterator[Attacker]:
         engine.dispose()
 
 
-def forge(data: bytes, path: str, digest: str | None, *, version: int,
-          keys: list[PrivateKeyTypes], twice: bool = False) -> bytes:
+def forge(
+    data: bytes,
+    path: str,
+    digest: str | None,
+    *,
+    version: int,
+    keys: list[PrivateKeyTypes],
+    twice: bool = False,
+) -> bytes:
     """``data`` (a delegated role) with ``path`` naming ``digest`` (dropped when None), as
     version ``version``, signed by ``keys`` (each signature listed twice when ``twice``)."""
     md = Metadata[Targets].from_bytes(data)
@@ -281,8 +305,11 @@ def test_prod_pointed_at_a_never_approved_digest_with_one_stolen_key_is_refused(
 ) -> None:
     evil = release.push()
     with attacker(release.reg) as db:
-        db.write(release.role, 2, forge(db.metadata(release.role), release.path, evil,
-                                        version=2, keys=[release.r1.key]))
+        db.write(
+            release.role,
+            2,
+            forge(db.metadata(release.role), release.path, evil, version=2, keys=[release.r1.key]),
+        )
         db.move_alias(release.repo, "prod", evil)
         # the registry's own next snapshot passes over the forgery: it names verified
         # versions only (registry.tuf.repository.MetadataRepository.verified)
@@ -293,8 +320,13 @@ def test_prod_pointed_at_a_never_approved_digest_with_one_stolen_key_is_refused(
         for worker in ("before", "fresh"):
             assert release.resolve(worker) == release.approved
         # served in place of the version the snapshot names, the forgery is refused
-        db.write(release.role, 1, forge(db.metadata(release.role, 1), release.path, evil,
-                                        version=1, keys=[release.r1.key]))
+        db.write(
+            release.role,
+            1,
+            forge(
+                db.metadata(release.role, 1), release.path, evil, version=1, keys=[release.r1.key]
+            ),
+        )
         with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
             release.resolve("fresh-2")
 
@@ -366,14 +398,28 @@ def test_one_stolen_reviewer_key_where_the_threshold_is_2_is_refused(release: Re
     assert release.resolve("before") == release.approved
     # in the database: the current version re-signed by the stolen key alone
     with attacker(release.reg) as db:
-        db.write(release.role, 1, forge(db.metadata(release.role, 1), release.path, evil,
-                                        version=1, keys=[release.r1.key]))
+        db.write(
+            release.role,
+            1,
+            forge(
+                db.metadata(release.role, 1), release.path, evil, version=1, keys=[release.r1.key]
+            ),
+        )
         with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
             release.resolve("fresh")
         # the same write with both reviewers' keys is served and believed: what refused the
         # attack above is the threshold
-        db.write(release.role, 1, forge(db.metadata(release.role, 1), release.path, evil,
-                                        version=1, keys=[release.r1.key, release.r2.key]))
+        db.write(
+            release.role,
+            1,
+            forge(
+                db.metadata(release.role, 1),
+                release.path,
+                evil,
+                version=1,
+                keys=[release.r1.key, release.r2.key],
+            ),
+        )
         assert release.resolve("control") == evil
 
 
@@ -386,8 +432,18 @@ def test_a_threshold_met_by_the_same_key_twice_is_refused(release: Release) -> N
     assert release.worker.get_alias(release.repo, "prod")["digest"] == release.approved
     assert release.resolve("before") == release.approved
     with attacker(release.reg) as db:
-        db.write(release.role, 1, forge(db.metadata(release.role, 1), release.path, evil,
-                                        version=1, keys=[release.r1.key], twice=True))
+        db.write(
+            release.role,
+            1,
+            forge(
+                db.metadata(release.role, 1),
+                release.path,
+                evil,
+                version=1,
+                keys=[release.r1.key],
+                twice=True,
+            ),
+        )
         with pytest.raises(TrustMetadataRefused, match="DeserializationError"):
             release.resolve("fresh")
 
@@ -395,13 +451,19 @@ def test_a_threshold_met_by_the_same_key_twice_is_refused(release: Release) -> N
 def test_the_timestamp_is_re_signed_at_half_life_without_anyone_acting(
     fresh: Callable[[dict[str, str]], Registry], tmp_path: Path
 ) -> None:
-    reg = fresh({"MODELWARD_TUF_TIMESTAMP_EXPIRY_SECONDS": "6",
-                 "MODELWARD_TUF_REFRESH_INTERVAL_SECONDS": "0.5"})
+    reg = fresh(
+        {
+            "MODELWARD_TUF_TIMESTAMP_EXPIRY_SECONDS": "6",
+            "MODELWARD_TUF_REFRESH_INTERVAL_SECONDS": "0.5",
+        }
+    )
     digest, worker, root, repo = _signed_dev(reg, tmp_path)
     first = served_timestamp(worker)
     wait_until(
-        lambda: served_timestamp(worker).version >= first.version + 2
-        and datetime.now(UTC) > first.expires,
+        lambda: (
+            served_timestamp(worker).version >= first.version + 2
+            and datetime.now(UTC) > first.expires
+        ),
         "the timestamp re-signed twice and the first one expired",
     )
     assert resolve(worker, root, repo, "dev", tmp_path / "later") == digest
@@ -429,9 +491,17 @@ def test_a_forged_quarantine_version_is_not_carried_into_the_next_signed_one(
     with attacker(release.reg) as db:
         # an unsigned next version that no longer lists the quarantined bundle
         current = db.latest(QUARANTINE_ROLE)
-        db.write(QUARANTINE_ROLE, current + 1, forge(
-            db.metadata(QUARANTINE_ROLE), "quarantine/" + release.approved[7:], None,
-            version=current + 1, keys=[]))
+        db.write(
+            QUARANTINE_ROLE,
+            current + 1,
+            forge(
+                db.metadata(QUARANTINE_ROLE),
+                "quarantine/" + release.approved[7:],
+                None,
+                version=current + 1,
+                keys=[],
+            ),
+        )
         # a reviewer quarantines something else, and signs what the registry proposes
         with contextlib.suppress(APIError):  # a registry that refuses to build on it is right
             quarantine = release.r1.actor.client.quarantine(release.repo, decoy, "other")
@@ -445,7 +515,10 @@ def test_an_alias_named_by_a_forged_role_version_is_not_shown_as_signed(
 ) -> None:
     evil = release.push()
     with attacker(release.reg) as db:
-        db.write(release.role, 2, forge(db.metadata(release.role), release.path, evil,
-                                        version=2, keys=[release.r1.key]))
+        db.write(
+            release.role,
+            2,
+            forge(db.metadata(release.role), release.path, evil, version=2, keys=[release.r1.key]),
+        )
         db.move_alias(release.repo, "prod", evil)
         assert release.worker.get_alias(release.repo, "prod")["signed"] is False

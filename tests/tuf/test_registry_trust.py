@@ -52,8 +52,13 @@ def _principal(session: Session, name: str, role: str) -> tuple[Principal, Priva
     session.add(principal)
     session.flush()
     key = generate_private_key("ed25519")
-    session.add(SigningKey(keyid=keyid(key.public_key()), principal_id=principal.id,
-                           public_key_pem=public_key_pem(key.public_key()).decode()))
+    session.add(
+        SigningKey(
+            keyid=keyid(key.public_key()),
+            principal_id=principal.id,
+            public_key_pem=public_key_pem(key.public_key()).decode(),
+        )
+    )
     return principal, key
 
 
@@ -108,8 +113,12 @@ def test_a_worker_resolves_an_alias_the_publisher_signed_and_loses_it_when_her_k
         repo = open_repository(session, keys)
         root = repo.store.read("root")
         data = manifest(7)
-        md = repo.propose(open_role(REPO), lambda t: t.targets.__setitem__(
-            alias_path(REPO, "dev"), TargetFile.from_data(alias_path(REPO, "dev"), data)))
+        md = repo.propose(
+            open_role(REPO),
+            lambda t: t.targets.__setitem__(
+                alias_path(REPO, "dev"), TargetFile.from_data(alias_path(REPO, "dev"), data)
+            ),
+        )
         md.sign(tuf_signer(people["alice"]), append=True)
         repo.publish_delegated(open_role(REPO), md)
     served = DirectoryStore(tmp_path / "served")
@@ -117,20 +126,23 @@ def test_a_worker_resolves_an_alias_the_publisher_signed_and_loses_it_when_her_k
     try:
         with db.read() as session:
             export_metadata(SessionStore(session), served)
-        resolved = resolve_alias(REPO, "dev", metadata_url=url, cache_dir=tmp_path / "worker",
-                                 trust_root=root)
+        resolved = resolve_alias(
+            REPO, "dev", metadata_url=url, cache_dir=tmp_path / "worker", trust_root=root
+        )
         assert resolved.digest == digest_of(data)
         with db.write() as session:
             for row in session.query(SigningKey).join(Principal).filter(Principal.name == "alice"):
                 row.revoked_at = utcnow()
             session.flush()
-            assert sync_delegations(session, open_repository(session, keys), keys, None,
-                                    proposer_id=None)
+            assert sync_delegations(
+                session, open_repository(session, keys), keys, None, proposer_id=None
+            )
         with db.read() as session:
             assert export_metadata(SessionStore(session), served) == 3  # targets, snapshot, ts
         with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
-            resolve_alias(REPO, "dev", metadata_url=url, cache_dir=tmp_path / "worker",
-                          trust_root=root)
+            resolve_alias(
+                REPO, "dev", metadata_url=url, cache_dir=tmp_path / "worker", trust_root=root
+            )
     finally:
         server.shutdown()
 
@@ -139,9 +151,16 @@ def _prod_proposal(session: Session, keys: OnlineKeys, data: bytes, proposer: st
     repo = open_repository(session, keys)
     proposer_id = session.scalar(select(Principal.id).where(Principal.name == proposer))
     assert proposer_id is not None
-    return propose_target(session, repo, path=alias_path(REPO, "prod"), data=data,
-                          proposer_id=proposer_id, reason="release", from_digest=None,
-                          to_digest=digest_of(data))
+    return propose_target(
+        session,
+        repo,
+        path=alias_path(REPO, "prod"),
+        data=data,
+        proposer_id=proposer_id,
+        reason="release",
+        from_digest=None,
+        to_digest=digest_of(data),
+    )
 
 
 def _sign(proposal: TufProposal, key: PrivateKeyTypes) -> tuple[str, str]:
@@ -163,8 +182,13 @@ def test_a_reviewer_signature_publishes_a_prod_proposal(
     with db.write() as session:
         proposal = _prod_proposal(session, bootstrapped, manifest(1), "alice")
         keyid_, sig = _sign(proposal, people["bob"])
-        added = add_signature(session, open_repository(session, bootstrapped), proposal,
-                              keyid=keyid_, signature_hex=sig)
+        added = add_signature(
+            session,
+            open_repository(session, bootstrapped),
+            proposal,
+            keyid=keyid_,
+            signature_hex=sig,
+        )
         assert added == Added(signatures=1, threshold=1, published=True)
         assert proposal.state == "published"
         assert SessionStore(session).latest_versions()[protected_role(REPO, "prod")] == 1
@@ -179,8 +203,14 @@ def test_the_proposers_own_key_does_not_count(
         bob = session.scalar(select(Principal.id).where(Principal.name == "bob"))
         assert bob is not None
         with pytest.raises(SignatureRefused, match="belongs to the proposer"):
-            add_signature(session, open_repository(session, bootstrapped), proposal,
-                          keyid=keyid_, signature_hex=sig, excluded={bob: "the proposer"})
+            add_signature(
+                session,
+                open_repository(session, bootstrapped),
+                proposal,
+                keyid=keyid_,
+                signature_hex=sig,
+                excluded={bob: "the proposer"},
+            )
 
 
 def test_a_key_the_role_is_not_delegated_to_does_not_count(
@@ -190,8 +220,13 @@ def test_a_key_the_role_is_not_delegated_to_does_not_count(
         proposal = _prod_proposal(session, bootstrapped, manifest(1), "alice")
         keyid_, sig = _sign(proposal, people["alice"])  # a publisher, not a reviewer
         with pytest.raises(SignatureRefused, match="not one of the keys"):
-            add_signature(session, open_repository(session, bootstrapped), proposal,
-                          keyid=keyid_, signature_hex=sig)
+            add_signature(
+                session,
+                open_repository(session, bootstrapped),
+                proposal,
+                keyid=keyid_,
+                signature_hex=sig,
+            )
 
 
 def test_a_signature_by_another_key_under_a_reviewers_keyid_is_refused(
@@ -201,8 +236,13 @@ def test_a_signature_by_another_key_under_a_reviewers_keyid_is_refused(
         proposal = _prod_proposal(session, bootstrapped, manifest(1), "alice")
         _, sig = _sign(proposal, people["carol"])
         with pytest.raises(SignatureRefused, match="does not verify"):
-            add_signature(session, open_repository(session, bootstrapped), proposal,
-                          keyid=keyid(people["bob"].public_key()), signature_hex=sig)
+            add_signature(
+                session,
+                open_repository(session, bootstrapped),
+                proposal,
+                keyid=keyid(people["bob"].public_key()),
+                signature_hex=sig,
+            )
 
 
 def test_a_proposal_made_before_the_role_moved_is_stale(

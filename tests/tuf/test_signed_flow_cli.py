@@ -48,12 +48,28 @@ class Flow:
         return answer
 
     def pull(self, alias: str, cache: str = "cache") -> subprocess.CompletedProcess[str]:
-        return self.cli(None, "pull", f"{self.repo}@{alias}", "--trust-root", str(self.root),
-                        "--public-key", str(self.pem), "--cache-dir", str(self.tmp / cache))
+        return self.cli(
+            None,
+            "pull",
+            f"{self.repo}@{alias}",
+            "--trust-root",
+            str(self.root),
+            "--public-key",
+            str(self.pem),
+            "--cache-dir",
+            str(self.tmp / cache),
+        )
 
     def approve(self, reviewer: Publisher, digest: str) -> dict[str, object]:
-        return self.as_json(reviewer, "approve", f"{self.repo}@{digest}", "--alias", "prod",
-                            "--key", str(self.keys[reviewer.name]))
+        return self.as_json(
+            reviewer,
+            "approve",
+            f"{self.repo}@{digest}",
+            "--alias",
+            "prod",
+            "--key",
+            str(self.keys[reviewer.name]),
+        )
 
 
 def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
@@ -67,8 +83,9 @@ def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
     assert "compare them with the ones your admins hold" in saved.stderr
 
     # dev: the publisher signs her own move (the repository's publishers' role, threshold 1)
-    dev = flow.as_json(flow.pub, "alias", "set", f"{flow.repo}@dev", d1, "--key",
-                       str(flow.keys[flow.pub.name]))
+    dev = flow.as_json(
+        flow.pub, "alias", "set", f"{flow.repo}@dev", d1, "--key", str(flow.keys[flow.pub.name])
+    )
     assert dev["signed"] is True
     pulled = flow.pull("dev")
     assert pulled.returncode == 0, pulled.stderr
@@ -86,16 +103,30 @@ def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
     assert "no signed target names this alias" in refused.stderr
 
     # the publisher's key is not a reviewer's: her signature does not count
-    own = flow.cli(flow.pub, "approve", f"{flow.repo}@{d1}", "--alias", "prod", "--key",
-                   str(flow.keys[flow.pub.name]))
+    own = flow.cli(
+        flow.pub,
+        "approve",
+        f"{flow.repo}@{d1}",
+        "--alias",
+        "prod",
+        "--key",
+        str(flow.keys[flow.pub.name]),
+    )
     assert own.returncode == 1
     assert "is not one of the keys role" in own.stderr
 
     first = flow.approve(flow.rev1, d1)
     assert first["state"] == "pending"
     assert flow.pull("prod").returncode == 1  # one of two signatures is not a decision
-    again = flow.cli(flow.rev1, "approve", f"{flow.repo}@{d1}", "--alias", "prod", "--key",
-                     str(flow.keys[flow.rev1.name]))
+    again = flow.cli(
+        flow.rev1,
+        "approve",
+        f"{flow.repo}@{d1}",
+        "--alias",
+        "prod",
+        "--key",
+        str(flow.keys[flow.rev1.name]),
+    )
     assert again.returncode == 0  # the same key again changes nothing
     assert "signatures 1/2" in again.stdout
     second = flow.approve(flow.rev2, d1)
@@ -111,16 +142,24 @@ def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
     flow.approve(flow.rev1, d2)
     assert flow.approve(flow.rev2, d2)["state"] == "published"
     assert d2 in flow.pull("prod").stdout
-    held = flow.as_json(flow.rev1, "quarantine", f"{flow.repo}@{d2}", "--reason", "bad weights",
-                        "--key", str(flow.keys[flow.rev1.name]))
+    held = flow.as_json(
+        flow.rev1,
+        "quarantine",
+        f"{flow.repo}@{d2}",
+        "--reason",
+        "bad weights",
+        "--key",
+        str(flow.keys[flow.rev1.name]),
+    )
     assert held["signed"] is True
     refused = flow.pull("prod", cache="cache-2")
     assert refused.returncode == 1
     assert "listed by the signed quarantine role" in refused.stderr
 
     # rollback: proposed under the same rule, signed by both reviewers
-    rolled = flow.as_json(flow.pub, "alias", "rollback", f"{flow.repo}@prod", d1, "--reason",
-                          "v2 quarantined")
+    rolled = flow.as_json(
+        flow.pub, "alias", "rollback", f"{flow.repo}@prod", d1, "--reason", "v2 quarantined"
+    )
     assert isinstance(rolled["pending"], dict)
     flow.approve(flow.rev1, d1)
     assert flow.approve(flow.rev2, d1)["state"] == "published"
@@ -132,8 +171,11 @@ def test_propose_two_reviewers_sign_worker_resolves_quarantine_and_rollback(
     assert [h["to_digest"] for h in history] == [d1, d2, d1]
     assert history[-1]["rollback"] is True
 
-    actions = [e["action"] for e in registry.admin.iter_audit()
-               if e["subject"].startswith(f"{flow.repo}@") or "proposal" in e["details"]]
+    actions = [
+        e["action"]
+        for e in registry.admin.iter_audit()
+        if e["subject"].startswith(f"{flow.repo}@") or "proposal" in e["details"]
+    ]
     assert {"alias.propose", "tuf.sign", "tuf.publish", "alias.rollback"} <= set(actions)
 
 
@@ -142,8 +184,17 @@ def test_push_to_a_protected_alias_proposes_the_move(registry: Registry, tmp_pat
 
     flow = Flow(registry, tmp_path)
     bundle = make_bundle_dir(tmp_path / "bundle")
-    pushed = flow.cli(flow.pub, "push", str(bundle), flow.repo, "--sign", "--key",
-                      str(flow.keys[flow.pub.name]), "--alias", "prod")
+    pushed = flow.cli(
+        flow.pub,
+        "push",
+        str(bundle),
+        flow.repo,
+        "--sign",
+        "--key",
+        str(flow.keys[flow.pub.name]),
+        "--alias",
+        "prod",
+    )
     assert pushed.returncode == 0, pushed.stderr
     assert "proposed #" in pushed.stdout
     assert f" {flow.repo}@prod: (unset) -> sha256:" in pushed.stdout

@@ -65,8 +65,13 @@ class World:
     targets_signers: list[CryptoSigner] = field(default_factory=list)
 
     def resolve(self, alias: str, *, cache: Path | None = None) -> str:
-        return resolve_alias(REPO, alias, metadata_url=self.url, cache_dir=cache or self.cache,
-                             trust_root=self.pinned_root).digest
+        return resolve_alias(
+            REPO,
+            alias,
+            metadata_url=self.url,
+            cache_dir=cache or self.cache,
+            trust_root=self.pinned_root,
+        ).digest
 
     def move(self, role: str, alias: str, data: bytes, signers: list[CryptoSigner]) -> None:
         md = self.repo.propose(role, lambda t: set_target(t, alias_path(REPO, alias), data))
@@ -76,8 +81,11 @@ class World:
 
     def delegations(self, quarantine: bool) -> Delegations:
         return delegations(
-            [RepositoryTrust(REPO, [ProtectedRule("prod", self.approvals)], [],
-                             [self.publisher.public_key])],
+            [
+                RepositoryTrust(
+                    REPO, [ProtectedRule("prod", self.approvals)], [], [self.publisher.public_key]
+                )
+            ],
             reviewer_keys=[r.public_key for r in self.reviewers],
             online_key=self.online.public_key,
             quarantine=quarantine,
@@ -114,17 +122,30 @@ def make_world(tmp_path: Path, *, approvals: int = 2, expiries: Expiries | None 
         expiries=expiries,
     )
     root = new_root(
-        root_keys=[s.public_key for s in root_signers], root_threshold=2,
-        targets_keys=[root_signers[0].public_key], targets_threshold=1,
-        snapshot_key=online.public_key, timestamp_key=online.public_key,
+        root_keys=[s.public_key for s in root_signers],
+        root_threshold=2,
+        targets_keys=[root_signers[0].public_key],
+        targets_threshold=1,
+        snapshot_key=online.public_key,
+        timestamp_key=online.public_key,
         expires=datetime.now(UTC) + timedelta(days=365),
     )
     for s in root_signers:
         root.sign(s, append=True)
     repo.install_root(root.to_bytes())
     url, server = _serve(store.root)
-    world = World(store, url, tmp_path / "cache", root_signers, online, publisher, reviewers,
-                  repo, pinned_root=root.to_bytes(), approvals=approvals)
+    world = World(
+        store,
+        url,
+        tmp_path / "cache",
+        root_signers,
+        online,
+        publisher,
+        reviewers,
+        repo,
+        pinned_root=root.to_bytes(),
+        approvals=approvals,
+    )
     with repo.edit_targets() as targets:
         targets.delegations = world.delegations(quarantine=False)
     repo.publish()
@@ -159,8 +180,9 @@ def test_an_alias_without_a_signed_target_is_refused(tmp_path: Path) -> None:
 def test_resolving_without_a_pinned_root_is_refused_with_a_hint(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     with pytest.raises(TrustMetadataRefused, match="needs a pinned TUF root"):
-        resolve_alias(REPO, "prod", metadata_url=world.url, cache_dir=tmp_path / "fresh",
-                      trust_root=None)
+        resolve_alias(
+            REPO, "prod", metadata_url=world.url, cache_dir=tmp_path / "fresh", trust_root=None
+        )
 
 
 def test_prod_moved_with_fewer_approvals_than_the_threshold_is_refused(tmp_path: Path) -> None:
@@ -229,13 +251,15 @@ def test_a_quarantine_hidden_by_serving_an_older_quarantine_role_is_refused(
 ) -> None:
     world = make_world(tmp_path)
     other, prod = manifest(99), manifest(1)
-    first = world.repo.propose("quarantine", lambda t: set_target(
-        t, quarantine_path(digest_of(other)), other))
+    first = world.repo.propose(
+        "quarantine", lambda t: set_target(t, quarantine_path(digest_of(other)), other)
+    )
     first.sign(world.reviewers[2], append=True)
     world.repo.publish_delegated("quarantine", first, delegations=world.delegations(True))
     assert world.resolve("prod") == digest_of(prod)
-    second = world.repo.propose("quarantine", lambda t: set_target(
-        t, quarantine_path(digest_of(prod)), prod))
+    second = world.repo.propose(
+        "quarantine", lambda t: set_target(t, quarantine_path(digest_of(prod)), prod)
+    )
     second.sign(world.reviewers[1], append=True)
     world.repo.publish_delegated("quarantine", second)
     with pytest.raises(BundleQuarantined):
@@ -274,8 +298,7 @@ def test_mix_and_match_of_role_versions_from_different_snapshots_is_refused(
 def test_a_stale_proposal_is_refused(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     role = protected_role(REPO, "prod")
-    late = world.repo.propose(role, lambda t: set_target(t, alias_path(REPO, "prod"),
-                                                         manifest(5)))
+    late = world.repo.propose(role, lambda t: set_target(t, alias_path(REPO, "prod"), manifest(5)))
     world.move(role, "prod", manifest(4), world.reviewers[:2])
     for s in world.reviewers[:2]:
         late.sign(s, append=True)
@@ -299,8 +322,13 @@ def test_a_worker_with_only_the_old_root_follows_a_root_rotation(tmp_path: Path)
         rotated.sign(s, append=True)
     world.repo.install_root(rotated.to_bytes())
     # A fresh worker pinned to root v1 walks to v2; the old worker's cache does too.
-    fresh = resolve_alias(REPO, "prod", metadata_url=world.url, cache_dir=tmp_path / "fresh",
-                          trust_root=world.pinned_root)
+    fresh = resolve_alias(
+        REPO,
+        "prod",
+        metadata_url=world.url,
+        cache_dir=tmp_path / "fresh",
+        trust_root=world.pinned_root,
+    )
     assert fresh.digest == digest_of(manifest(1))
     assert json.loads((tmp_path / "fresh" / "root.json").read_bytes())["signed"]["version"] == 2
     assert world.resolve("prod") == digest_of(manifest(1))

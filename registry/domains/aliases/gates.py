@@ -57,7 +57,10 @@ def check_gates(
     # (1) + (2): the one rule (attest.evaluation), with the registry's evidence signers and
     # the bundle on the alias now as the baseline.
     judged = judge_evaluations(
-        gates, statements, digest=digest, baseline=current_digest,
+        gates,
+        statements,
+        digest=digest,
+        baseline=current_digest,
         evidence=vouches.reason_against,
         missing=f"no evaluation of {digest}{against} signed by an evidence signer of the policy",
     )
@@ -80,7 +83,8 @@ def check_gates(
         )
     reasons = "; ".join(
         f"{gate_label(g)} {g.verdict.upper()}: {g.message}"
-        for g in judged.gates if g.verdict != "pass"
+        for g in judged.gates
+        if g.verdict != "pass"
     )
     raise Refused(
         f"{ref} may not move to {digest}: do not promote: {reasons}",

@@ -123,9 +123,7 @@ def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
         message += f" (`modelward alias list {repo.name}` lists its {len(names)} aliases)"
     else:
         message += f" ({repo.name} has no aliases yet)"
-    return NotFound(
-        message, detail={"repository": repo.name, "alias": alias, "suggestions": close}
-    )
+    return NotFound(message, detail={"repository": repo.name, "alias": alias, "suggestions": close})
 
 
 def get_alias(session: Session, repo_name: str, alias: str) -> dict[str, Any]:
@@ -359,8 +357,15 @@ def _check_move(
                 detail={"evidence": evidence, "not_counted": not_counted},
                 code="replay_required",
             )
-        check_gates(rule, trusted.statements, vouches, repo_name=repo_name, alias=alias,
-                    digest=digest, current_digest=current_digest)
+        check_gates(
+            rule,
+            trusted.statements,
+            vouches,
+            repo_name=repo_name,
+            alias=alias,
+            digest=digest,
+            current_digest=current_digest,
+        )
     if rollback and digest not in earlier:
         raise BadRequest(
             f"{digest} was never an earlier target of {repo_name}@{alias}", code="not_a_rollback"
@@ -373,8 +378,9 @@ def require_move_allowed(
 ) -> None:
     """Checks (1) to (4), less the approvals, of ``mover`` moving ``repo_name@alias`` to
     ``digest``: what the registry checks again before it publishes a signed move."""
-    _check_move(state, repo_name=repo_name, alias=alias, digest=digest, rollback=False,
-                caller=mover)
+    _check_move(
+        state, repo_name=repo_name, alias=alias, digest=digest, rollback=False, caller=mover
+    )
 
 
 def set_alias(
@@ -405,8 +411,14 @@ def set_alias(
     if rule.protected and len(move.approvers) < rule.approvals and propose:
         with state.db.write() as session:
             proposal = propose_alias(
-                session, state, repo_name=repo_name, alias=alias, digest=digest,
-                manifest=move.manifest, from_digest=move.current_digest, caller=caller,
+                session,
+                state,
+                repo_name=repo_name,
+                alias=alias,
+                digest=digest,
+                manifest=move.manifest,
+                from_digest=move.current_digest,
+                caller=caller,
                 reason=reason,
             )
             if proposal is None:
@@ -415,10 +427,18 @@ def set_alias(
                     "pending top-level targets first (`modelward trust pending`)",
                     code="delegation_pending",
                 )
-            append(session, actor=caller.name, action="alias.propose",
-                   subject=f"{repo_name}@{alias}",
-                   details={"from": move.current_digest, "to": digest, "proposal": proposal.id,
-                            "reason": reason})
+            append(
+                session,
+                actor=caller.name,
+                action="alias.propose",
+                subject=f"{repo_name}@{alias}",
+                details={
+                    "from": move.current_digest,
+                    "to": digest,
+                    "proposal": proposal.id,
+                    "reason": reason,
+                },
+            )
             current = _alias_row(session, get_repo(session, repo_name), alias)
             answer = _state_json(current, alias)
             answer["pending"] = tuf_json(session, repository(session, state), proposal)
@@ -525,12 +545,26 @@ def _swap(
         if (current.version if current is not None else 0) != expected:
             raise _stale(current, alias, expected)
         from_digest = current.digest if current is not None else None
-        row = record_move(session, repo_name=repo_name, alias=alias, digest=digest,
-                          actor=caller.name, reason=reason, rollback=rollback,
-                          expected=expected)
+        row = record_move(
+            session,
+            repo_name=repo_name,
+            alias=alias,
+            digest=digest,
+            actor=caller.name,
+            reason=reason,
+            rollback=rollback,
+            expected=expected,
+        )
         proposal = propose_alias(
-            session, state, repo_name=repo_name, alias=alias, digest=digest, manifest=manifest,
-            from_digest=from_digest, caller=caller, reason=reason,
+            session,
+            state,
+            repo_name=repo_name,
+            alias=alias,
+            digest=digest,
+            manifest=manifest,
+            from_digest=from_digest,
+            caller=caller,
+            reason=reason,
         )
         answer = _state_json(row, alias)
         answer["signed"] = proposal is not None and proposal.state == "published"
@@ -560,9 +594,15 @@ def record_move(
     if current is not None and current.digest == digest and signed_by is not None:
         return current  # the registry's word already agreed with the signed decision
     if rollback is None:
-        earlier = set() if current is None else set(session.execute(
-            select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
-        ).scalars())
+        earlier = (
+            set()
+            if current is None
+            else set(
+                session.execute(
+                    select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
+                ).scalars()
+            )
+        )
         rollback = digest in earlier
     if current is None:
         row = Alias(repo_id=repo.id, name=alias, digest=digest, version=1, updated_at=now)
@@ -595,7 +635,10 @@ def record_move(
         )
     )
     details: dict[str, Any] = {
-        "from": from_digest, "to": digest, "version": row.version, "reason": reason,
+        "from": from_digest,
+        "to": digest,
+        "version": row.version,
+        "reason": reason,
     }
     if signed_by is not None:
         details["signed"] = True

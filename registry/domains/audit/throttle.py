@@ -48,8 +48,9 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def client_address(peer: str | None, forwarded_for: Sequence[str],
-                   trusted_proxies: Sequence[Network]) -> str:
+def client_address(
+    peer: str | None, forwarded_for: Sequence[str], trusted_proxies: Sequence[Network]
+) -> str:
     """The client's address: ``peer`` (the TCP peer), or — only when ``peer`` is in
     ``trusted_proxies`` — the rightmost ``X-Forwarded-For`` hop (``forwarded_for``: every
     header value, in order) that is not a trusted proxy. A hop that is not an address ends
@@ -96,8 +97,13 @@ class _Window:
 class DenialThrottle:
     """Decide, per client address, whether an unauthenticated denial is audited."""
 
-    def __init__(self, per_minute: int, *, max_clients: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_minute: int,
+        *,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if per_minute < 1:
             raise ValueError("per_minute must be at least 1")
         self.per_minute = per_minute
@@ -128,8 +134,11 @@ class DenialThrottle:
         if window is not None:
             return window
         if len(self._windows) >= self.max_clients:
-            for key in [k for k, w in self._windows.items()
-                        if now - w.start >= WINDOW_SECONDS and not w.carried]:
+            for key in [
+                k
+                for k, w in self._windows.items()
+                if now - w.start >= WINDOW_SECONDS and not w.carried
+            ]:
                 del self._windows[key]
         if len(self._windows) >= self.max_clients:
             client = OVERFLOW

@@ -71,8 +71,12 @@ def get_blob(
 @router.put(
     "/{digest}",
     status_code=201,
-    responses={413: {"description": "too_large, or repository_quota_exceeded: the blob does "
-                                    "not fit the quota of the repository named"}},
+    responses={
+        413: {
+            "description": "too_large, or repository_quota_exceeded: the blob does "
+            "not fit the quota of the repository named"
+        }
+    },
 )
 async def put_blob(
     digest: str,

@@ -72,7 +72,8 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
 def _collected(digest: str) -> Conflict:
     return Conflict(
         f"blob {digest} was garbage-collected while this upload ran; send it again",
-        detail={"digest": digest}, code="blob_collected",
+        detail={"digest": digest},
+        code="blob_collected",
     )
 
 
@@ -95,7 +96,12 @@ def lease_blob(session: Session, *, digest: str, size: int, repo_id: int | None)
 
 
 def charge_repository(
-    session: Session, state: AppState, *, repository: str | None, digest: str, size: int,
+    session: Session,
+    state: AppState,
+    *,
+    repository: str | None,
+    digest: str,
+    size: int,
     caller: Caller,
 ) -> Repository | None:
     """The repository an upload names, once the caller may publish to it and the blob fits
@@ -156,8 +162,9 @@ def put_blob(
     repo_id: int | None = None
     if repository is not None:
         with state.db.write() as session:
-            repo = charge_repository(session, state, repository=repository, digest=digest,
-                                     size=size, caller=caller)
+            repo = charge_repository(
+                session, state, repository=repository, digest=digest, size=size, caller=caller
+            )
             if repo is not None:
                 repo_id = repo.id
                 reserved = lease_blob(session, digest=digest, size=size, repo_id=repo_id).id
@@ -171,8 +178,15 @@ def put_blob(
             return False
         state.store.put_verified(digest, size, chunks)
         with state.db.write() as session:
-            return record_blob(session, digest=digest, size=size, actor=caller.name, via="put",
-                               repo_id=repo_id, store=state.store)
+            return record_blob(
+                session,
+                digest=digest,
+                size=size,
+                actor=caller.name,
+                via="put",
+                repo_id=repo_id,
+                store=state.store,
+            )
     except BaseException:
         if reserved is not None:
             with state.db.write() as session:

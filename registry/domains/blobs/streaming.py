@@ -46,8 +46,7 @@ def declared_length(request: Request, limit: int) -> int:
         shown = "more than 2^63" if length >= SATURATED else str(length)
         raise PayloadTooLarge(
             f"Content-Length: body of {shown} bytes exceeds the limit of {limit} bytes",
-            detail={"header": "Content-Length", "size": min(length, SATURATED),
-                    "limit": limit},
+            detail={"header": "Content-Length", "size": min(length, SATURATED), "limit": limit},
         )
     return length
 

@@ -120,8 +120,12 @@ def get_bundle(org: str, name: str, digest: str, caller: AnyCaller, state: State
 @router.get(
     "/{digest}/manifest",
     response_class=Response,
-    responses={200: {"content": {"application/vnd.oci.image.manifest.v1+json": {}},
-                     "description": "the exact manifest bytes the digest names"}},
+    responses={
+        200: {
+            "content": {"application/vnd.oci.image.manifest.v1+json": {}},
+            "description": "the exact manifest bytes the digest names",
+        }
+    },
 )
 def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: State) -> Response:
     """The exact manifest bytes. A quarantined digest (in any repository): only admins and
@@ -153,7 +157,11 @@ def quarantine(
         )
         row = service.find_bundle(session, get_repo(session, repo_name), digest)
         proposal = propose_quarantine(
-            session, state, digest=digest, manifest=bytes(row.manifest), caller=caller,
+            session,
+            state,
+            digest=digest,
+            manifest=bytes(row.manifest),
+            caller=caller,
             reason=body.reason,
         )
         return {**service.bundle_json(session, row, caller), "proposal": proposal.id}

@@ -320,9 +320,7 @@ def push(
     return decision.as_dict(), True, ignored
 
 
-def _not_held(
-    session: Session, bundle: Bundle, attestations: list[bytes]
-) -> list[dict[str, str]]:
+def _not_held(session: Session, bundle: Bundle, attestations: list[bytes]) -> list[dict[str, str]]:
     held = set(
         session.execute(
             select(Attestation.sha256).where(Attestation.bundle_id == bundle.id, is_live())

@@ -51,7 +51,8 @@ def get_quota(org: str, name: str, caller: AnyCaller, state: State) -> dict[str,
         if not (caller.is_admin or may_publish(session, repo, caller)):
             raise Forbidden(
                 f"{caller.name} may not read the quota of {repo.name}: admins and its "
-                "publishers may")
+                "publishers may"
+            )
         return _quota_out(repo, quotas.usage(session, repo.id, state.settings))
 
 
@@ -64,6 +65,11 @@ def set_quota(org: str, name: str, body: QuotaIn, caller: Admin, state: State) -
         before = repo.quota_bytes
         repo.quota_bytes = body.quota_bytes
         used = quotas.usage(session, repo.id, state.settings)
-        append(session, actor=caller.name, action="repo.quota", subject=repo.name,
-               details={"from": before, "to": body.quota_bytes, "usage_bytes": used})
+        append(
+            session,
+            actor=caller.name,
+            action="repo.quota",
+            subject=repo.name,
+            details={"from": before, "to": body.quota_bytes, "usage_bytes": used},
+        )
         return _quota_out(repo, used)

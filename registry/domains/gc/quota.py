@@ -91,9 +91,7 @@ def require_room(
         return
     current = charged(repo.id, settings, now)
     have = set(
-        session.execute(
-            select(current.c.digest).where(current.c.digest.in_(list(blobs)))
-        ).scalars()
+        session.execute(select(current.c.digest).where(current.c.digest.in_(list(blobs)))).scalars()
     )
     asked = sum(size for digest, size in blobs.items() if digest not in have)
     if asked == 0:
@@ -104,8 +102,12 @@ def require_room(
             f"repository {repo.name} is over its storage quota: {asked} more bytes asked, "
             f"{used} of {quota} bytes used ({used + asked - quota} bytes too many); an admin "
             f"can raise it with `modelward repo quota set {repo.name} BYTES`",
-            detail={"repository": repo.name, "quota_bytes": quota, "usage_bytes": used,
-                    "requested_bytes": asked},
+            detail={
+                "repository": repo.name,
+                "quota_bytes": quota,
+                "usage_bytes": used,
+                "requested_bytes": asked,
+            },
             code=QUOTA_CODE,
         )
 

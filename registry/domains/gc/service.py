@@ -128,16 +128,22 @@ def collect(
 def _uploads(state: AppState, cutoff: datetime, report: GcReport) -> None:
     """(2): sessions idle since before the cutoff, and their chunks."""
     with state.db.read() as session:
-        idle = session.execute(
-            select(UploadSession).where(UploadSession.updated_at < cutoff)
-            .order_by(UploadSession.updated_at)
-        ).scalars().all()
+        idle = (
+            session.execute(
+                select(UploadSession)
+                .where(UploadSession.updated_at < cutoff)
+                .order_by(UploadSession.updated_at)
+            )
+            .scalars()
+            .all()
+        )
     for row in idle:
         if not report.dry_run:
             with state.db.write() as session:
                 gone = session.execute(
                     delete(UploadSession).where(
-                        UploadSession.id == row.id, UploadSession.updated_at == row.updated_at)
+                        UploadSession.id == row.id, UploadSession.updated_at == row.updated_at
+                    )
                 )
                 if gone.rowcount == 0:  # type: ignore[attr-defined]
                     continue  # a chunk landed meanwhile, or it ended
@@ -151,13 +157,18 @@ def _blobs(state: AppState, cutoff: datetime, report: GcReport) -> None:
     if report.dry_run:
         with state.db.read() as session:
             count, total = session.execute(
-                select(func.count(), func.coalesce(func.sum(Blob.size), 0))
-                .where(collectable(cutoff))
+                select(func.count(), func.coalesce(func.sum(Blob.size), 0)).where(
+                    collectable(cutoff)
+                )
             ).one()
-            report.digests = list(session.execute(
-                select(Blob.digest).where(collectable(cutoff)).order_by(Blob.digest)
-                .limit(LISTED)
-            ).scalars())
+            report.digests = list(
+                session.execute(
+                    select(Blob.digest)
+                    .where(collectable(cutoff))
+                    .order_by(Blob.digest)
+                    .limit(LISTED)
+                ).scalars()
+            )
         report.blobs, report.blob_bytes = int(count), int(total)
         return
     failed: set[str] = set()
@@ -194,9 +205,17 @@ def _strays(state: AppState, cutoff: datetime, report: GcReport) -> None:
     # Upload chunks whose session row is gone.
     leftovers = [u for u in state.store.stored_uploads() if u.modified < oldest]
     with state.db.read() as session:
-        live = set(session.execute(
-            select(UploadSession.id).where(UploadSession.id.in_([u.name for u in leftovers]))
-        ).scalars()) if leftovers else set()
+        live = (
+            set(
+                session.execute(
+                    select(UploadSession.id).where(
+                        UploadSession.id.in_([u.name for u in leftovers])
+                    )
+                ).scalars()
+            )
+            if leftovers
+            else set()
+        )
     for upload in leftovers:
         if upload.name in live:
             continue
@@ -220,13 +239,15 @@ def _stray_blobs(state: AppState, batch: list[StoredObject], report: GcReport) -
     names = [b.name for b in batch]
     if report.dry_run:
         with state.db.read() as session:
-            known = set(session.execute(select(Blob.digest).where(Blob.digest.in_(names)))
-                        .scalars())
+            known = set(
+                session.execute(select(Blob.digest).where(Blob.digest.in_(names))).scalars()
+            )
         strays = [b for b in batch if b.name not in known]
     else:
         with state.db.write() as session:
-            known = set(session.execute(select(Blob.digest).where(Blob.digest.in_(names)))
-                        .scalars())
+            known = set(
+                session.execute(select(Blob.digest).where(Blob.digest.in_(names))).scalars()
+            )
             strays = []
             for stored in batch:
                 if stored.name in known:

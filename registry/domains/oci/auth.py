@@ -48,8 +48,10 @@ TOKEN_TTL = 300  # seconds a token-endpoint bearer lives
 TOKEN_PREFIX = "mwo_"  # noqa: S105 - a prefix, not a secret
 MAX_SCOPES = 20
 SWEEP_BATCH = 200  # expired oci_tokens rows removed per issue
-_SCOPE_RE = re.compile(r"^(repository):([a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}):"
-                       r"([a-z*]+(?:,[a-z*]+)*)$|^(registry):(catalog):(\*)$")
+_SCOPE_RE = re.compile(
+    r"^(repository):([a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}):"
+    r"([a-z*]+(?:,[a-z*]+)*)$|^(registry):(catalog):(\*)$"
+)
 CATALOG = "registry:catalog"
 
 
@@ -66,7 +68,8 @@ class OciCaller:
         the token endpoint again)."""
         if self.scopes is not None and (resource, action) not in self.scopes:
             raise OciError(
-                403, "DENIED",
+                403,
+                "DENIED",
                 f"this token does not grant {action} on {resource}; ask the token endpoint "
                 f"for scope {resource}:{action}",
                 detail={"error": "insufficient_scope", "resource": resource, "action": action},
@@ -78,9 +81,11 @@ def parse_scope(text: str) -> tuple[str, frozenset[str]]:
     """``(resource, actions)`` of one ``scope`` parameter; 400 UNSUPPORTED when malformed."""
     match = _SCOPE_RE.fullmatch(text)
     if match is None:
-        raise OciError(400, "UNSUPPORTED",
-                       f"scope {text[:200]!r}: expected repository:ORG/NAME:pull[,push] or "
-                       "registry:catalog:*")
+        raise OciError(
+            400,
+            "UNSUPPORTED",
+            f"scope {text[:200]!r}: expected repository:ORG/NAME:pull[,push] or registry:catalog:*",
+        )
     if match.group(1):
         return f"repository:{match.group(2)}", frozenset(match.group(3).split(","))
     return CATALOG, frozenset({"*"})
@@ -103,9 +108,10 @@ def _may_push(session: Session, state: AppState, repo: Repository, caller: Calle
     except (PolicyError, ValueError):
         return False
     # a publisher moves aliases by role only where it publishes (aliases.service, step 1)
-    return any(caller.name in r.principals
-               or (caller.role in r.roles and caller.role != "publisher")
-               for r in policy.aliases)
+    return any(
+        caller.name in r.principals or (caller.role in r.roles and caller.role != "publisher")
+        for r in policy.aliases
+    )
 
 
 def granted(
@@ -141,8 +147,9 @@ def _basic(request: Request) -> tuple[str, str]:
     try:
         user, sep, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
     except (binascii.Error, ValueError) as exc:
-        raise NotAuthenticated("Authorization: Basic credentials are not base64 of "
-                               "NAME:TOKEN") from exc
+        raise NotAuthenticated(
+            "Authorization: Basic credentials are not base64 of NAME:TOKEN"
+        ) from exc
     if not sep or not user or not password:
         raise NotAuthenticated("Authorization: Basic credentials must be NAME:TOKEN")
     return user, password
@@ -155,15 +162,17 @@ def _api_token_id(session: Session, token: str) -> str:
     return str(row[0])
 
 
-def issue(state: AppState, request: Request, scopes: list[str], service: str | None
-          ) -> dict[str, Any]:
+def issue(
+    state: AppState, request: Request, scopes: list[str], service: str | None
+) -> dict[str, Any]:
     """Authenticate basic credentials and store a short-lived bearer; the token response."""
     from modelward.registry.domains.audit.service import append
     from modelward.registry.domains.oci.errors import SERVICE
 
     if service is not None and service != SERVICE:
-        raise OciError(400, "UNSUPPORTED", f"unknown service {service[:100]!r}: this registry "
-                       f"is {SERVICE!r}")
+        raise OciError(
+            400, "UNSUPPORTED", f"unknown service {service[:100]!r}: this registry is {SERVICE!r}"
+        )
     user, password = _basic(request)
     now = datetime.now(UTC)
     with state.db.write() as session:
@@ -174,21 +183,31 @@ def issue(state: AppState, request: Request, scopes: list[str], service: str | N
         access = granted(session, state, caller, scopes)
         token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
         token = f"{TOKEN_PREFIX}{token_id}_{secret}"
-        session.execute(delete(OciToken).where(OciToken.id.in_(
-            select(OciToken.id).where(OciToken.expires_at < now).limit(SWEEP_BATCH)
-        )))
-        session.add(OciToken(
-            id=token_id,
-            secret_hash=hash_token(token),
-            principal_id=caller.id,
-            api_token_id=_api_token_id(session, password),
-            scopes=json.dumps([[r, sorted(a)] for r, a in access]),
-            created_at=now,
-            expires_at=now + timedelta(seconds=TOKEN_TTL),
-        ))
-        append(session, actor=caller.name, action="oci.token", subject=caller.name,
-               details={"id": token_id, "scopes": [f"{r}:{','.join(sorted(a))}"
-                                                   for r, a in access]})
+        session.execute(
+            delete(OciToken).where(
+                OciToken.id.in_(
+                    select(OciToken.id).where(OciToken.expires_at < now).limit(SWEEP_BATCH)
+                )
+            )
+        )
+        session.add(
+            OciToken(
+                id=token_id,
+                secret_hash=hash_token(token),
+                principal_id=caller.id,
+                api_token_id=_api_token_id(session, password),
+                scopes=json.dumps([[r, sorted(a)] for r, a in access]),
+                created_at=now,
+                expires_at=now + timedelta(seconds=TOKEN_TTL),
+            )
+        )
+        append(
+            session,
+            actor=caller.name,
+            action="oci.token",
+            subject=caller.name,
+            details={"id": token_id, "scopes": [f"{r}:{','.join(sorted(a))}" for r, a in access]},
+        )
     return {
         "token": token,
         "access_token": token,
@@ -219,11 +238,13 @@ def _from_oci_token(session: Session, token: str) -> OciCaller:
     if _aware(oci.expires_at) <= now:
         raise NotAuthenticated(f"token {oci.id} has expired: ask the token endpoint again")
     if revoked_at is not None:
-        raise NotAuthenticated(f"the API token {oci.api_token_id} it was issued against "
-                               "was revoked")
+        raise NotAuthenticated(
+            f"the API token {oci.api_token_id} it was issued against was revoked"
+        )
     if api_expires is not None and _aware(api_expires) <= now:
-        raise NotAuthenticated(f"the API token {oci.api_token_id} it was issued against "
-                               "has expired")
+        raise NotAuthenticated(
+            f"the API token {oci.api_token_id} it was issued against has expired"
+        )
     scopes = frozenset(
         (resource, action) for resource, actions in json.loads(oci.scopes) for action in actions
     )
@@ -236,8 +257,10 @@ def oci_caller(request: Request, state: AppState) -> OciCaller:
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        raise NotAuthenticated("authentication required: get a token from /v2/token "
-                               "(basic auth: principal name and API token)")
+        raise NotAuthenticated(
+            "authentication required: get a token from /v2/token "
+            "(basic auth: principal name and API token)"
+        )
     with state.db.read() as session:
         if token.startswith(TOKEN_PREFIX):
             who = _from_oci_token(session, token)

@@ -51,8 +51,9 @@ def upload_limit(state: AppState, repo_name: str, caller: Caller) -> int:
         try:
             require_may_attach_some(session, repo, caller)
         except Forbidden as exc:
-            raise OciError(403, "DENIED", f"{caller.name} ({caller.role}) may not push to "
-                           f"{repo_name}") from exc
+            raise OciError(
+                403, "DENIED", f"{caller.name} ({caller.role}) may not push to {repo_name}"
+            ) from exc
     return min(state.settings.max_attestation_bytes, state.settings.max_blob_bytes)
 
 
@@ -61,8 +62,9 @@ def start(state: AppState, *, repo_name: str, caller: Caller) -> UploadSession:
     return uploads.start(state, digest=UNKNOWN_DIGEST, size=limit, caller=caller)
 
 
-def mount(state: AppState, *, repo_name: str, digest: str, source: str, caller: Caller
-          ) -> int | None:
+def mount(
+    state: AppState, *, repo_name: str, digest: str, source: str, caller: Caller
+) -> int | None:
     """The size of ``digest`` when a bundle of ``source`` holds it and ``caller`` may read
     it (and push here); None when the client must upload it instead."""
     upload_limit(state, repo_name, caller)
@@ -71,9 +73,15 @@ def mount(state: AppState, *, repo_name: str, digest: str, source: str, caller: 
             repo = get_repo(session, source)
         except NotFound:  # an unknown source: upload instead (the spec's fallback)
             return None
-        held = session.execute(select(exists().where(
-            BundleBlob.digest == digest, Bundle.id == BundleBlob.bundle_id,
-            Bundle.repo_id == repo.id))).scalar_one()
+        held = session.execute(
+            select(
+                exists().where(
+                    BundleBlob.digest == digest,
+                    Bundle.id == BundleBlob.bundle_id,
+                    Bundle.repo_id == repo.id,
+                )
+            )
+        ).scalar_one()
         if not held:
             return None
         try:
@@ -94,26 +102,41 @@ def _pieces(chunks: Iterable[bytes], piece: int) -> Iterator[bytes]:
 
 
 def append(
-    state: AppState, *, upload_id: str, start_at: int | None, length: int | None,
-    chunks: Iterable[bytes], caller: Caller,
+    state: AppState,
+    *,
+    upload_id: str,
+    start_at: int | None,
+    length: int | None,
+    chunks: Iterable[bytes],
+    caller: Caller,
 ) -> int:
     """Append one PATCH (or the closing PUT's) body; returns the new offset."""
     row = uploads.get_session(state, upload_id, caller)
     if start_at is not None and start_at != row.offset:
         blobs.drain(chunks)
-        raise OciError(416, "RANGE_INVALID",
-                       f"Content-Range starts at {start_at}, the upload is at {row.offset}",
-                       detail={"offset": row.offset})
+        raise OciError(
+            416,
+            "RANGE_INVALID",
+            f"Content-Range starts at {start_at}, the upload is at {row.offset}",
+            detail={"offset": row.offset},
+        )
     offset = row.offset
     if length is not None:
         if length == 0:
             blobs.drain(chunks)
             return offset
-        return uploads.append_chunk(state, upload_id=upload_id, offset=offset, length=length,
-                                    chunks=chunks, caller=caller)
+        return uploads.append_chunk(
+            state, upload_id=upload_id, offset=offset, length=length, chunks=chunks, caller=caller
+        )
     for piece in _pieces(chunks, PIECE_BYTES):
-        offset = uploads.append_chunk(state, upload_id=upload_id, offset=offset,
-                                      length=len(piece), chunks=[piece], caller=caller)
+        offset = uploads.append_chunk(
+            state,
+            upload_id=upload_id,
+            offset=offset,
+            length=len(piece),
+            chunks=[piece],
+            caller=caller,
+        )
     return offset
 
 
@@ -125,15 +148,20 @@ def finish(
     upload service."""
     row = uploads.get_session(state, upload_id, caller)
     with state.db.write() as session:
-        repo = blobs.charge_repository(session, state, repository=repo_name, digest=digest,
-                                       size=row.offset, caller=caller)
+        repo = blobs.charge_repository(
+            session, state, repository=repo_name, digest=digest, size=row.offset, caller=caller
+        )
         result = session.execute(
             update(UploadSession)
-            .where(UploadSession.id == upload_id, UploadSession.offset == row.offset,
-                   UploadSession.digest == UNKNOWN_DIGEST)
+            .where(
+                UploadSession.id == upload_id,
+                UploadSession.offset == row.offset,
+                UploadSession.digest == UNKNOWN_DIGEST,
+            )
             .values(digest=digest, size=row.offset, repo_id=repo.id if repo else None)
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise OciError(400, "BLOB_UPLOAD_INVALID",
-                           f"upload {upload_id} changed while it was being closed")
+            raise OciError(
+                400, "BLOB_UPLOAD_INVALID", f"upload {upload_id} changed while it was being closed"
+            )
     return uploads.commit(state, upload_id=upload_id, caller=caller)

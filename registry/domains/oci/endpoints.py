@@ -31,8 +31,10 @@ from modelward.registry.errors import NotFound
 router = APIRouter(prefix="/v2", tags=["oci"], responses=OCI_RESPONSES)
 Documented = dict[int | str, dict[str, Any]]
 _MANIFEST_BODY: Documented = {
-    200: {"content": {mt.IMAGE_MANIFEST: {}},
-          "description": "the exact manifest bytes; Docker-Content-Digest"},
+    200: {
+        "content": {mt.IMAGE_MANIFEST: {}},
+        "description": "the exact manifest bytes; Docker-Content-Digest",
+    },
 }
 _BLOB_BODY: Documented = {
     200: {"content": {"application/octet-stream": {}}, "description": "the bytes"},
@@ -82,8 +84,7 @@ def token(
 
 
 @router.get("/_catalog")
-def catalog(request: Request, state: State, n: PageN = None, last: PageLast = None
-            ) -> JSONResponse:
+def catalog(request: Request, state: State, n: PageN = None, last: PageLast = None) -> JSONResponse:
     auth.oci_caller(request, state).require(auth.CATALOG, "*")
     names, more = manifests.catalog(state, n=n, last=last)
     headers = _headers()
@@ -101,22 +102,31 @@ def _manifest_response(out: manifests.ManifestOut, head: bool) -> Response:
     return Response(content=out.data, headers=headers, media_type=out.media_type)
 
 
-@router.get(REPO + "/manifests/{reference}", response_class=Response,
-            operation_id="oci_get_manifest", responses=_MANIFEST_BODY)
-@router.head(REPO + "/manifests/{reference}", response_class=Response,
-             operation_id="oci_head_manifest", responses=_MANIFEST_BODY)
-def get_manifest(org: str, name: str, reference: str, request: Request, state: State
-                 ) -> Response:
+@router.get(
+    REPO + "/manifests/{reference}",
+    response_class=Response,
+    operation_id="oci_get_manifest",
+    responses=_MANIFEST_BODY,
+)
+@router.head(
+    REPO + "/manifests/{reference}",
+    response_class=Response,
+    operation_id="oci_head_manifest",
+    responses=_MANIFEST_BODY,
+)
+def get_manifest(org: str, name: str, reference: str, request: Request, state: State) -> Response:
     repo = f"{org}/{name}"
     caller = _caller(request, state, repo, "pull")
     out = manifests.get(state, repo_name=repo, reference=reference, caller=caller)
     return _manifest_response(out, request.method == "HEAD")
 
 
-@router.put(REPO + "/manifests/{reference}", status_code=201, response_class=Response,
-            responses=_CREATED)
-async def put_manifest(org: str, name: str, reference: str, request: Request, state: State
-                       ) -> Response:
+@router.put(
+    REPO + "/manifests/{reference}", status_code=201, response_class=Response, responses=_CREATED
+)
+async def put_manifest(
+    org: str, name: str, reference: str, request: Request, state: State
+) -> Response:
     """Store a manifest: a ModelPack bundle (or ``pending``) or an attestation referrer;
     by tag, the tag (an alias) moves under the alias rules."""
     repo = f"{org}/{name}"
@@ -127,10 +137,12 @@ async def put_manifest(org: str, name: str, reference: str, request: Request, st
         body += chunk
         if len(body) > limit:
             raise OciError(413, "SIZE_INVALID", f"manifest larger than {limit} bytes")
-    out = await run_in_threadpool(manifests.put, state, repo_name=repo, reference=reference,
-                                  body=bytes(body), caller=caller)
-    headers = _headers(**{"Docker-Content-Digest": out.digest,
-                          "Location": f"/v2/{repo}/manifests/{out.digest}"})
+    out = await run_in_threadpool(
+        manifests.put, state, repo_name=repo, reference=reference, body=bytes(body), caller=caller
+    )
+    headers = _headers(
+        **{"Docker-Content-Digest": out.digest, "Location": f"/v2/{repo}/manifests/{out.digest}"}
+    )
     if out.subject:
         headers["OCI-Subject"] = out.subject
     headers["Modelward-State"] = out.state
@@ -138,42 +150,55 @@ async def put_manifest(org: str, name: str, reference: str, request: Request, st
 
 
 @router.delete(REPO + "/manifests/{reference}", response_class=Response)
-def delete_manifest(org: str, name: str, reference: str, request: Request, state: State
-                    ) -> Response:
+def delete_manifest(
+    org: str, name: str, reference: str, request: Request, state: State
+) -> Response:
     """Refused: bundles are immutable; an admin tombstones one with a reason
     (DELETE /v1/repos/ORG/NAME/bundles/DIGEST)."""
     _caller(request, state, f"{org}/{name}", "pull")
-    raise OciError(405, "UNSUPPORTED",
-                   "manifests are immutable here: an admin deletes (tombstones) a bundle with "
-                   f"a reason through DELETE /v1/repos/{org}/{name}/bundles/<digest>")
+    raise OciError(
+        405,
+        "UNSUPPORTED",
+        "manifests are immutable here: an admin deletes (tombstones) a bundle with "
+        f"a reason through DELETE /v1/repos/{org}/{name}/bundles/<digest>",
+    )
 
 
 # -- tags and referrers -----------------------------------------------------------------------
 @router.get(REPO + "/tags/list")
-def list_tags(*, org: str, name: str, request: Request, state: State, n: PageN = None,
-              last: PageLast = None) -> JSONResponse:
+def list_tags(
+    *, org: str, name: str, request: Request, state: State, n: PageN = None, last: PageLast = None
+) -> JSONResponse:
     repo = f"{org}/{name}"
     _caller(request, state, repo, "pull")
     names, more = manifests.tags(state, repo_name=repo, n=n, last=last)
     headers = _headers()
     if more and names:
-        headers["Link"] = (f'</v2/{repo}/tags/list?n={len(names)}&last={quote(names[-1])}>; '
-                           'rel="next"')
+        headers["Link"] = (
+            f'</v2/{repo}/tags/list?n={len(names)}&last={quote(names[-1])}>; rel="next"'
+        )
     return JSONResponse({"name": repo, "tags": names}, headers=headers)
 
 
-@router.get(REPO + "/referrers/{digest}",
-            responses={200: {"content": {mt.IMAGE_INDEX: {}},
-                             "description": "an image index of the referrers"}})
+@router.get(
+    REPO + "/referrers/{digest}",
+    responses={
+        200: {"content": {mt.IMAGE_INDEX: {}}, "description": "an image index of the referrers"}
+    },
+)
 def list_referrers(
-    *, org: str, name: str, digest: str, request: Request, state: State,
+    *,
+    org: str,
+    name: str,
+    digest: str,
+    request: Request,
+    state: State,
     artifact_type: Annotated[str | None, Query(alias="artifactType", max_length=200)] = None,
 ) -> JSONResponse:
     repo = f"{org}/{name}"
     _caller(request, state, repo, "pull")
     check_digest(digest)
-    found = manifests.referrers(state, repo_name=repo, digest=digest,
-                                artifact_type=artifact_type)
+    found = manifests.referrers(state, repo_name=repo, digest=digest, artifact_type=artifact_type)
     headers = _headers()
     if artifact_type is not None:
         headers["OCI-Filters-Applied"] = "artifactType"
@@ -182,18 +207,30 @@ def list_referrers(
 
 
 # -- blobs ------------------------------------------------------------------------------------
-@router.get(REPO + "/blobs/{digest}", response_model=None, operation_id="oci_get_blob",
-            response_class=Response, responses=_BLOB_BODY)
-@router.head(REPO + "/blobs/{digest}", response_model=None, operation_id="oci_head_blob",
-             response_class=Response, responses=_BLOB_BODY)
-def get_blob(org: str, name: str, digest: str, request: Request, state: State
-             ) -> Response | StreamingResponse | RedirectResponse:
+@router.get(
+    REPO + "/blobs/{digest}",
+    response_model=None,
+    operation_id="oci_get_blob",
+    response_class=Response,
+    responses=_BLOB_BODY,
+)
+@router.head(
+    REPO + "/blobs/{digest}",
+    response_model=None,
+    operation_id="oci_head_blob",
+    response_class=Response,
+    responses=_BLOB_BODY,
+)
+def get_blob(
+    org: str, name: str, digest: str, request: Request, state: State
+) -> Response | StreamingResponse | RedirectResponse:
     repo = f"{org}/{name}"
     caller = _caller(request, state, repo, "pull")
     check_digest(digest)
     _repo_exists(state, repo)
-    base = _headers(**{"Docker-Content-Digest": digest, "Accept-Ranges": "bytes",
-                       "ETag": f'"{digest}"'})
+    base = _headers(
+        **{"Docker-Content-Digest": digest, "Accept-Ranges": "bytes", "ETag": f'"{digest}"'}
+    )
     try:
         with state.db.read() as session:
             size = blob_service.readable_blob_size(session, digest, caller)
@@ -203,57 +240,84 @@ def get_blob(org: str, name: str, digest: str, request: Request, state: State
             raise OciError(404, "BLOB_UNKNOWN", f"blob {digest} not found") from exc
         return _small_blob(small, request, base)
     if request.method == "HEAD":
-        return Response(status_code=200, headers={**base, "Content-Length": str(size)},
-                        media_type="application/octet-stream")
+        return Response(
+            status_code=200,
+            headers={**base, "Content-Length": str(size)},
+            media_type="application/octet-stream",
+        )
     if state.settings.s3_presign:
         url = state.store.presign(digest, state.settings.s3_presign_expires)
         if url is not None:
             return RedirectResponse(url, status_code=307, headers=base)
     rng = parse_range(request.headers.get("range"), size)
     if rng is None:
-        return StreamingResponse(state.store.read(digest), media_type="application/octet-stream",
-                                 headers={**base, "Content-Length": str(size)})
+        return StreamingResponse(
+            state.store.read(digest),
+            media_type="application/octet-stream",
+            headers={**base, "Content-Length": str(size)},
+        )
     start, end = rng
     return StreamingResponse(
-        state.store.read(digest, start, end), status_code=206,
+        state.store.read(digest, start, end),
+        status_code=206,
         media_type="application/octet-stream",
-        headers={**base, "Content-Length": str(end - start),
-                 "Content-Range": f"bytes {start}-{end - 1}/{size}"})
+        headers={
+            **base,
+            "Content-Length": str(end - start),
+            "Content-Range": f"bytes {start}-{end - 1}/{size}",
+        },
+    )
 
 
 def _small_blob(data: bytes, request: Request, headers: dict[str, str]) -> Response:
     if request.method == "HEAD":
-        return Response(status_code=200, media_type="application/octet-stream",
-                        headers={**headers, "Content-Length": str(len(data))})
+        return Response(
+            status_code=200,
+            media_type="application/octet-stream",
+            headers={**headers, "Content-Length": str(len(data))},
+        )
     rng = parse_range(request.headers.get("range"), len(data))
     if rng is None:
         return Response(content=data, media_type="application/octet-stream", headers=headers)
     start, end = rng
-    return Response(content=data[start:end], status_code=206,
-                    media_type="application/octet-stream",
-                    headers={**headers, "Content-Range": f"bytes {start}-{end - 1}/{len(data)}"})
+    return Response(
+        content=data[start:end],
+        status_code=206,
+        media_type="application/octet-stream",
+        headers={**headers, "Content-Range": f"bytes {start}-{end - 1}/{len(data)}"},
+    )
 
 
 @router.delete(REPO + "/blobs/{digest}", response_class=Response)
 def delete_blob(org: str, name: str, digest: str, request: Request, state: State) -> Response:
     _caller(request, state, f"{org}/{name}", "pull")
-    raise OciError(405, "UNSUPPORTED", "blobs are not deleted through /v2: unreferenced blobs "
-                   "are garbage-collected by the registry")
+    raise OciError(
+        405,
+        "UNSUPPORTED",
+        "blobs are not deleted through /v2: unreferenced blobs "
+        "are garbage-collected by the registry",
+    )
 
 
 # -- uploads ----------------------------------------------------------------------------------
 def _upload_headers(repo: str, upload_id: str, offset: int) -> dict[str, str]:
-    return _headers(**{
-        "Location": f"/v2/{repo}/blobs/uploads/{upload_id}",
-        "Docker-Upload-UUID": upload_id,
-        "Range": f"0-{max(offset - 1, 0)}",
-        "OCI-Chunk-Min-Length": "0",
-    })
+    return _headers(
+        **{
+            "Location": f"/v2/{repo}/blobs/uploads/{upload_id}",
+            "Docker-Upload-UUID": upload_id,
+            "Range": f"0-{max(offset - 1, 0)}",
+            "OCI-Chunk-Min-Length": "0",
+        }
+    )
 
 
 def _blob_created(repo: str, digest: str) -> Response:
-    return Response(status_code=201, headers=_headers(**{
-        "Location": f"/v2/{repo}/blobs/{digest}", "Docker-Content-Digest": digest}))
+    return Response(
+        status_code=201,
+        headers=_headers(
+            **{"Location": f"/v2/{repo}/blobs/{digest}", "Docker-Content-Digest": digest}
+        ),
+    )
 
 
 def _length(request: Request, limit: int) -> int | None:
@@ -263,12 +327,16 @@ def _length(request: Request, limit: int) -> int | None:
     return declared_length(request, limit)
 
 
-@router.post(REPO + "/blobs/uploads/", response_class=Response, status_code=202,
-             responses=_CREATED)
-@router.post(REPO + "/blobs/uploads", response_class=Response, status_code=202,
-             include_in_schema=False)
+@router.post(REPO + "/blobs/uploads/", response_class=Response, status_code=202, responses=_CREATED)
+@router.post(
+    REPO + "/blobs/uploads", response_class=Response, status_code=202, include_in_schema=False
+)
 async def start_upload(
-    *, org: str, name: str, request: Request, state: State,
+    *,
+    org: str,
+    name: str,
+    request: Request,
+    state: State,
     digest: Annotated[str | None, Query(max_length=100)] = None,
     mount: Annotated[str | None, Query(max_length=100)] = None,
     from_: Annotated[str | None, Query(alias="from", max_length=300)] = None,
@@ -282,9 +350,13 @@ async def start_upload(
     if mount is not None and from_ is not None:
         check_digest(mount)
         readable = who.scopes is None or (f"repository:{from_}", "pull") in who.scopes
-        size = await run_in_threadpool(
-            blobs.mount, state, repo_name=repo, digest=mount, source=from_, caller=caller
-        ) if readable else None
+        size = (
+            await run_in_threadpool(
+                blobs.mount, state, repo_name=repo, digest=mount, source=from_, caller=caller
+            )
+            if readable
+            else None
+        )
         if size is not None:
             return _blob_created(repo, mount)
     limit = state.settings.max_blob_bytes
@@ -294,26 +366,42 @@ async def start_upload(
         if length is not None:
             allowed = await run_in_threadpool(blobs.upload_limit, state, repo, caller)
             if length > allowed:
-                raise OciError(413, "SIZE_INVALID",
-                               f"blob of {length} bytes exceeds the {allowed} bytes "
-                               f"{caller.name} may upload to {repo}")
-            await run_in_threadpool(blob_service.put_blob, state, digest=digest, size=length,
-                                    chunks=body_chunks(request), caller=caller,
-                                    repository=repo)
+                raise OciError(
+                    413,
+                    "SIZE_INVALID",
+                    f"blob of {length} bytes exceeds the {allowed} bytes "
+                    f"{caller.name} may upload to {repo}",
+                )
+            await run_in_threadpool(
+                blob_service.put_blob,
+                state,
+                digest=digest,
+                size=length,
+                chunks=body_chunks(request),
+                caller=caller,
+                repository=repo,
+            )
             return _blob_created(repo, digest)
     row = await run_in_threadpool(blobs.start, state, repo_name=repo, caller=caller)
     if digest is not None:  # a monolithic POST with a chunked body
-        await run_in_threadpool(blobs.append, state, upload_id=row.id, start_at=None,
-                                length=None, chunks=body_chunks(request), caller=caller)
-        await run_in_threadpool(blobs.finish, state, upload_id=row.id, digest=digest,
-                                caller=caller, repo_name=repo)
+        await run_in_threadpool(
+            blobs.append,
+            state,
+            upload_id=row.id,
+            start_at=None,
+            length=None,
+            chunks=body_chunks(request),
+            caller=caller,
+        )
+        await run_in_threadpool(
+            blobs.finish, state, upload_id=row.id, digest=digest, caller=caller, repo_name=repo
+        )
         return _blob_created(repo, digest)
     return Response(status_code=202, headers=_upload_headers(repo, row.id, 0))
 
 
 @router.get(REPO + "/blobs/uploads/{upload_id}", response_class=Response, status_code=204)
-def upload_status(org: str, name: str, upload_id: str, request: Request, state: State
-                  ) -> Response:
+def upload_status(org: str, name: str, upload_id: str, request: Request, state: State) -> Response:
     repo = f"{org}/{name}"
     caller = _caller(request, state, repo, "push")
     row = upload_service.get_session(state, upload_id, caller)
@@ -326,28 +414,39 @@ def _content_range(request: Request) -> int | None:
         return None
     match = _CONTENT_RANGE.fullmatch(raw.strip())
     if match is None:
-        raise OciError(416, "RANGE_INVALID",
-                       f"Content-Range {raw[:60]!r}: expected <start>-<end>")
+        raise OciError(416, "RANGE_INVALID", f"Content-Range {raw[:60]!r}: expected <start>-<end>")
     return header_decimal("Content-Range", match.group(1))
 
 
 @router.patch(REPO + "/blobs/uploads/{upload_id}", response_class=Response, status_code=202)
-async def patch_upload(org: str, name: str, upload_id: str, request: Request, state: State
-                       ) -> Response:
+async def patch_upload(
+    org: str, name: str, upload_id: str, request: Request, state: State
+) -> Response:
     """Append a chunk (``Content-Range`` optional; it must start at the current offset)."""
     repo = f"{org}/{name}"
     caller = await run_in_threadpool(_caller, request, state, repo, "push")
     start_at = _content_range(request)
     length = _length(request, state.settings.max_blob_bytes)
-    offset = await run_in_threadpool(blobs.append, state, upload_id=upload_id,
-                                     start_at=start_at, length=length,
-                                     chunks=body_chunks(request), caller=caller)
+    offset = await run_in_threadpool(
+        blobs.append,
+        state,
+        upload_id=upload_id,
+        start_at=start_at,
+        length=length,
+        chunks=body_chunks(request),
+        caller=caller,
+    )
     return Response(status_code=202, headers=_upload_headers(repo, upload_id, offset))
 
 
 @router.put(REPO + "/blobs/uploads/{upload_id}", response_class=Response, status_code=201)
 async def close_upload(
-    *, org: str, name: str, upload_id: str, request: Request, state: State,
+    *,
+    org: str,
+    name: str,
+    upload_id: str,
+    request: Request,
+    state: State,
     digest: Annotated[str, Query(max_length=100)],
 ) -> Response:
     """Close the upload: an optional last chunk, then the blob is verified against
@@ -358,17 +457,23 @@ async def close_upload(
     start_at = _content_range(request)
     length = _length(request, state.settings.max_blob_bytes)
     if length != 0:
-        await run_in_threadpool(blobs.append, state, upload_id=upload_id, start_at=start_at,
-                                length=length, chunks=body_chunks(request), caller=caller)
-    await run_in_threadpool(blobs.finish, state, upload_id=upload_id, digest=digest,
-                            caller=caller, repo_name=repo)
+        await run_in_threadpool(
+            blobs.append,
+            state,
+            upload_id=upload_id,
+            start_at=start_at,
+            length=length,
+            chunks=body_chunks(request),
+            caller=caller,
+        )
+    await run_in_threadpool(
+        blobs.finish, state, upload_id=upload_id, digest=digest, caller=caller, repo_name=repo
+    )
     return _blob_created(repo, digest)
 
 
 @router.delete(REPO + "/blobs/uploads/{upload_id}", response_class=Response, status_code=204)
-def cancel_upload(org: str, name: str, upload_id: str, request: Request, state: State
-                  ) -> Response:
+def cancel_upload(org: str, name: str, upload_id: str, request: Request, state: State) -> Response:
     caller = _caller(request, state, f"{org}/{name}", "push")
     upload_service.cancel(state, upload_id=upload_id, caller=caller)
     return Response(status_code=204, headers=_headers())
-

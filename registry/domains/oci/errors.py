@@ -37,12 +37,25 @@ __all__ = [
 
 SERVICE = "modelward"
 API_VERSION_HEADER = {"Docker-Distribution-API-Version": "registry/2.0"}
-OCI_CODES = frozenset({
-    "BLOB_UNKNOWN", "BLOB_UPLOAD_INVALID", "BLOB_UPLOAD_UNKNOWN", "DIGEST_INVALID",
-    "MANIFEST_BLOB_UNKNOWN", "MANIFEST_INVALID", "MANIFEST_UNKNOWN", "NAME_INVALID",
-    "NAME_UNKNOWN", "SIZE_INVALID", "UNAUTHORIZED", "DENIED", "UNSUPPORTED",
-    "TOOMANYREQUESTS", "RANGE_INVALID",
-})
+OCI_CODES = frozenset(
+    {
+        "BLOB_UNKNOWN",
+        "BLOB_UPLOAD_INVALID",
+        "BLOB_UPLOAD_UNKNOWN",
+        "DIGEST_INVALID",
+        "MANIFEST_BLOB_UNKNOWN",
+        "MANIFEST_INVALID",
+        "MANIFEST_UNKNOWN",
+        "NAME_INVALID",
+        "NAME_UNKNOWN",
+        "SIZE_INVALID",
+        "UNAUTHORIZED",
+        "DENIED",
+        "UNSUPPORTED",
+        "TOOMANYREQUESTS",
+        "RANGE_INVALID",
+    }
+)
 
 
 class _OciErrorItem(BaseModel):
@@ -126,12 +139,22 @@ _BY_CODE = {
     # garbage collection removed the blob while this upload ran: send it again
     "blob_collected": (400, "BLOB_UPLOAD_INVALID"),
 }
-_BY_STATUS = {401: "UNAUTHORIZED", 403: "DENIED", 405: "UNSUPPORTED", 409: "DENIED",
-              413: "SIZE_INVALID", 416: "RANGE_INVALID", 422: "DENIED", 429: "TOOMANYREQUESTS"}
-_NOT_FOUND = {"manifest": "MANIFEST_UNKNOWN", "blob": "BLOB_UNKNOWN",
-              "upload": "BLOB_UPLOAD_UNKNOWN"}
-_BAD = {"manifest": "MANIFEST_INVALID", "blob": "DIGEST_INVALID",
-        "upload": "BLOB_UPLOAD_INVALID"}
+_BY_STATUS = {
+    401: "UNAUTHORIZED",
+    403: "DENIED",
+    405: "UNSUPPORTED",
+    409: "DENIED",
+    413: "SIZE_INVALID",
+    416: "RANGE_INVALID",
+    422: "DENIED",
+    429: "TOOMANYREQUESTS",
+}
+_NOT_FOUND = {
+    "manifest": "MANIFEST_UNKNOWN",
+    "blob": "BLOB_UNKNOWN",
+    "upload": "BLOB_UPLOAD_UNKNOWN",
+}
+_BAD = {"manifest": "MANIFEST_INVALID", "blob": "DIGEST_INVALID", "upload": "BLOB_UPLOAD_INVALID"}
 
 
 def oci_code(path: str, status: int, code: str, message: str) -> tuple[int, str]:

@@ -91,17 +91,22 @@ def _media_type(doc: dict[str, Any]) -> str:
 
 
 # -- reading ----------------------------------------------------------------------------------
-def _synthesized(session: Session, repo: Repository, subject: str | None = None
-                 ) -> dict[str, tuple[bytes, Attestation]]:
+def _synthesized(
+    session: Session, repo: Repository, subject: str | None = None
+) -> dict[str, tuple[bytes, Attestation]]:
     """The referrer manifest of every live attestation of the repository's bundles (of the
     bundle ``subject`` when given) that no pushed referrer carries, by manifest digest."""
     carried = select(OciManifest.attestation_id).where(
-        OciManifest.repo_id == repo.id, OciManifest.attestation_id.is_not(None))
+        OciManifest.repo_id == repo.id, OciManifest.attestation_id.is_not(None)
+    )
     query = (
         select(Attestation, Bundle.digest, Bundle.manifest)
         .join(Bundle, Bundle.id == Attestation.bundle_id)
-        .where(Bundle.repo_id == repo.id, Attestation.retracted_at.is_(None),
-               Attestation.id.not_in(carried))
+        .where(
+            Bundle.repo_id == repo.id,
+            Attestation.retracted_at.is_(None),
+            Attestation.id.not_in(carried),
+        )
         .order_by(Attestation.id)
     )
     if subject is not None:
@@ -112,9 +117,13 @@ def _synthesized(session: Session, repo: Repository, subject: str | None = None
         if att.kind not in mt.ARTIFACT_TYPE_BY_KIND:
             continue
         data = mt.referrer_manifest(
-            kind=att.kind, predicate_type=att.predicate_type, attestation_digest=att.sha256,
-            attestation_size=len(att.data), subject_digest=bundle_digest,
-            subject_size=len(manifest))
+            kind=att.kind,
+            predicate_type=att.predicate_type,
+            attestation_digest=att.sha256,
+            attestation_size=len(att.data),
+            subject_digest=bundle_digest,
+            subject_size=len(manifest),
+        )
         out[_digest(data)] = (data, att)
     return out
 
@@ -141,8 +150,7 @@ def get(state: AppState, *, repo_name: str, reference: str, caller: Caller) -> M
             require_readable(session, digest, caller)
             return ManifestOut(digest, mt.IMAGE_MANIFEST, row.manifest, "bundle")
         oci = session.execute(
-            select(OciManifest).where(OciManifest.repo_id == repo.id,
-                                      OciManifest.digest == digest)
+            select(OciManifest).where(OciManifest.repo_id == repo.id, OciManifest.digest == digest)
         ).scalar_one_or_none()
         if oci is not None:
             return ManifestOut(digest, oci.media_type, oci.manifest, oci.state, oci.subject)
@@ -160,8 +168,10 @@ def attestation_blob(state: AppState, *, repo_name: str, digest: str) -> bytes |
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         row = session.execute(
-            select(Attestation.data).join(Bundle, Bundle.id == Attestation.bundle_id)
-            .where(Bundle.repo_id == repo.id, Attestation.sha256 == digest).limit(1)
+            select(Attestation.data)
+            .join(Bundle, Bundle.id == Attestation.bundle_id)
+            .where(Bundle.repo_id == repo.id, Attestation.sha256 == digest)
+            .limit(1)
         ).first()
     return None if row is None else bytes(row[0])
 
@@ -175,18 +185,28 @@ def referrers(
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         retracted = select(Attestation.id).where(Attestation.retracted_at.is_not(None))
-        pushed = session.execute(
-            select(OciManifest).where(
-                OciManifest.repo_id == repo.id, OciManifest.subject == digest,
-                OciManifest.state.in_((REFERRER, HELD)),
-                (OciManifest.attestation_id.is_(None))
-                | OciManifest.attestation_id.not_in(retracted))
-            .order_by(OciManifest.id)
-        ).scalars().all()
+        pushed = (
+            session.execute(
+                select(OciManifest)
+                .where(
+                    OciManifest.repo_id == repo.id,
+                    OciManifest.subject == digest,
+                    OciManifest.state.in_((REFERRER, HELD)),
+                    (OciManifest.attestation_id.is_(None))
+                    | OciManifest.attestation_id.not_in(retracted),
+                )
+                .order_by(OciManifest.id)
+            )
+            .scalars()
+            .all()
+        )
         kinds = {
-            a_id: (kind, ptype) for a_id, kind, ptype in session.execute(
+            a_id: (kind, ptype)
+            for a_id, kind, ptype in session.execute(
                 select(Attestation.id, Attestation.kind, Attestation.predicate_type).where(
-                    Attestation.id.in_([r.attestation_id for r in pushed if r.attestation_id])))
+                    Attestation.id.in_([r.attestation_id for r in pushed if r.attestation_id])
+                )
+            )
         }
         for row in pushed:
             doc = json.loads(row.manifest)
@@ -195,19 +215,29 @@ def referrers(
             if row.attestation_id in kinds:  # what the verifier found it to be
                 kind, ptype = kinds[row.attestation_id]
                 annotations |= {mt.ANNOTATION_KIND: kind, mt.ANNOTATION_PREDICATE_TYPE: ptype}
-            out.append(_descriptor(row.digest, len(row.manifest), row.media_type,
-                                   row.artifact_type, annotations))
+            out.append(
+                _descriptor(
+                    row.digest, len(row.manifest), row.media_type, row.artifact_type, annotations
+                )
+            )
         for manifest_digest, (data, att) in _synthesized(session, repo, digest).items():
-            out.append(_descriptor(manifest_digest, len(data), mt.IMAGE_MANIFEST,
-                                   mt.ARTIFACT_TYPE_BY_KIND[att.kind],
-                                   json.loads(data)["annotations"]))
+            out.append(
+                _descriptor(
+                    manifest_digest,
+                    len(data),
+                    mt.IMAGE_MANIFEST,
+                    mt.ARTIFACT_TYPE_BY_KIND[att.kind],
+                    json.loads(data)["annotations"],
+                )
+            )
     if artifact_type is not None:
         out = [d for d in out if d.get("artifactType") == artifact_type]
     return out
 
 
-def _descriptor(digest: str, size: int, media_type: str, artifact_type: str | None,
-                annotations: Any) -> dict[str, Any]:
+def _descriptor(
+    digest: str, size: int, media_type: str, artifact_type: str | None, annotations: Any
+) -> dict[str, Any]:
     out: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": size}
     if artifact_type:
         out["artifactType"] = artifact_type
@@ -221,8 +251,9 @@ def _page(names: Sequence[str], n: int | None) -> tuple[list[str], bool]:
     return list(names[:limit]), len(names) > limit
 
 
-def tags(state: AppState, *, repo_name: str, n: int | None, last: str | None
-         ) -> tuple[list[str], bool]:
+def tags(
+    state: AppState, *, repo_name: str, n: int | None, last: str | None
+) -> tuple[list[str], bool]:
     """The repository's aliases in name order after ``last``; (page, more follow)."""
     limit = MAX_PAGE if n is None else min(n, MAX_PAGE)
     with state.db.read() as session:
@@ -250,9 +281,12 @@ def catalog(state: AppState, *, n: int | None, last: str | None) -> tuple[list[s
 def _parse_json(state: AppState, body: bytes) -> dict[str, Any]:
     # (1): bounded, a JSON object, an OCI image manifest.
     if len(body) > state.settings.max_manifest_bytes:
-        raise OciError(413, "SIZE_INVALID",
-                       f"manifest of {len(body)} bytes exceeds the limit of "
-                       f"{state.settings.max_manifest_bytes} bytes")
+        raise OciError(
+            413,
+            "SIZE_INVALID",
+            f"manifest of {len(body)} bytes exceeds the limit of "
+            f"{state.settings.max_manifest_bytes} bytes",
+        )
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -261,9 +295,12 @@ def _parse_json(state: AppState, body: bytes) -> dict[str, Any]:
         raise OciError(400, "MANIFEST_INVALID", "manifest must be a JSON object")
     media = doc.get("mediaType", mt.IMAGE_MANIFEST)
     if media != mt.IMAGE_MANIFEST or doc.get("schemaVersion") != 2:
-        raise OciError(415, "UNSUPPORTED",
-                       f"manifest mediaType {str(media)[:100]!r}: only OCI image manifests "
-                       f"({mt.IMAGE_MANIFEST}, schemaVersion 2) are stored here")
+        raise OciError(
+            415,
+            "UNSUPPORTED",
+            f"manifest mediaType {str(media)[:100]!r}: only OCI image manifests "
+            f"({mt.IMAGE_MANIFEST}, schemaVersion 2) are stored here",
+        )
     return doc
 
 
@@ -276,9 +313,12 @@ def _check_tag(reference: str) -> str | None:
     if reference.startswith("sha256:") or ":" in reference:
         raise OciError(400, "DIGEST_INVALID", f"invalid digest {reference[:100]!r}")
     if not ALIAS_RE.fullmatch(reference):
-        raise OciError(400, "MANIFEST_INVALID",
-                       f"invalid tag {reference[:100]!r}: a tag is an alias name "
-                       "([A-Za-z0-9][A-Za-z0-9._-]{0,99})")
+        raise OciError(
+            400,
+            "MANIFEST_INVALID",
+            f"invalid tag {reference[:100]!r}: a tag is an alias name "
+            "([A-Za-z0-9][A-Za-z0-9._-]{0,99})",
+        )
     return reference
 
 
@@ -289,28 +329,38 @@ def put(
     tag = _check_tag(reference)
     digest = _digest(body)
     if tag is None and reference != digest:
-        raise OciError(400, "DIGEST_INVALID",
-                       f"manifest digest mismatch: URL names {reference}, bytes hash to {digest}",
-                       detail={"expected": reference, "actual": digest})
+        raise OciError(
+            400,
+            "DIGEST_INVALID",
+            f"manifest digest mismatch: URL names {reference}, bytes hash to {digest}",
+            detail={"expected": reference, "actual": digest},
+        )
     doc = _parse_json(state, body)
     with state.db.read() as session:
         get_repo(session, repo_name)
     if "subject" in doc:
         # (2): an attestation as a referrer.
         if tag is not None:
-            raise OciError(400, "UNSUPPORTED",
-                           "a referrer (a manifest with subject) is pushed by digest: tags "
-                           "name bundles; find referrers with GET /v2/<name>/referrers/<digest>")
-        return attach_referrer(state, repo_name=repo_name, digest=digest, body=body, doc=doc,
-                               caller=caller)
+            raise OciError(
+                400,
+                "UNSUPPORTED",
+                "a referrer (a manifest with subject) is pushed by digest: tags "
+                "name bundles; find referrers with GET /v2/<name>/referrers/<digest>",
+            )
+        return attach_referrer(
+            state, repo_name=repo_name, digest=digest, body=body, doc=doc, caller=caller
+        )
     # (3): a ModelPack bundle, judged by the one verifier.
     art = doc.get("artifactType")
     config = doc.get("config")
     config_type = config.get("mediaType") if isinstance(config, dict) else None
     if art != mt.MODEL_ARTIFACT_TYPE and config_type != mt.MODEL_CONFIG:
-        raise OciError(415, "UNSUPPORTED",
-                       f"artifactType {str(art)[:100]!r}: this registry stores ModelPack "
-                       f"bundles ({mt.MODEL_ARTIFACT_TYPE}) and attestations as referrers")
+        raise OciError(
+            415,
+            "UNSUPPORTED",
+            f"artifactType {str(art)[:100]!r}: this registry stores ModelPack "
+            f"bundles ({mt.MODEL_ARTIFACT_TYPE}) and attestations as referrers",
+        )
     out = _store_bundle(state, repo_name=repo_name, digest=digest, body=body, caller=caller)
     # (4): the tag is an alias.
     if tag is not None:
@@ -319,7 +369,8 @@ def put(
                 row = _oci_row(session, get_repo(session, repo_name), digest)
                 reasons = json.loads(row.reasons) if row is not None else []
             raise OciError(
-                403, "DENIED",
+                403,
+                "DENIED",
                 f"{repo_name}@{tag} not moved: {digest} is stored as pending, the policy does "
                 f"not pass yet: {'; '.join(reasons)}; push its attestations as referrers",
                 detail={"state": PENDING, "digest": digest, "reasons": reasons},
@@ -340,8 +391,16 @@ def move_tag(state: AppState, *, repo_name: str, tag: str, digest: str, caller: 
         version = 0 if row is None else row.version
         if row is not None and row.digest == digest:
             return
-    set_alias(state, repo_name=repo_name, alias=tag, digest=digest, expected_version=version,
-              reason=f"OCI push by {caller.name}", rollback=False, caller=caller)
+    set_alias(
+        state,
+        repo_name=repo_name,
+        alias=tag,
+        digest=digest,
+        expected_version=version,
+        reason=f"OCI push by {caller.name}",
+        rollback=False,
+        caller=caller,
+    )
 
 
 def _oci_row(session: Session, repo: Repository, digest: str) -> OciManifest | None:
@@ -362,8 +421,9 @@ def _pending_reasons(exc: Refused) -> list[str] | None:
     return None
 
 
-def _store_bundle(state: AppState, *, repo_name: str, digest: str, body: bytes,
-                  caller: Caller) -> ManifestOut:
+def _store_bundle(
+    state: AppState, *, repo_name: str, digest: str, body: bytes, caller: Caller
+) -> ManifestOut:
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         existing = session.execute(
@@ -375,14 +435,21 @@ def _store_bundle(state: AppState, *, repo_name: str, digest: str, body: bytes,
         pending = _oci_row(session, repo, digest)
         held = _held_data(state, session, repo, digest) if pending is not None else []
     try:
-        bundles.push(state, repo_name=repo_name, digest=digest, manifest_bytes=body,
-                     attestations=held, caller=caller)
+        bundles.push(
+            state,
+            repo_name=repo_name,
+            digest=digest,
+            manifest_bytes=body,
+            attestations=held,
+            caller=caller,
+        )
     except Refused as exc:
         reasons = _pending_reasons(exc)
         if reasons is None:
             raise
-        _record_pending(state, repo_name=repo_name, digest=digest, body=body, reasons=reasons,
-                        caller=caller)
+        _record_pending(
+            state, repo_name=repo_name, digest=digest, body=body, reasons=reasons, caller=caller
+        )
         return ManifestOut(digest, mt.IMAGE_MANIFEST, body, PENDING)
     _accepted(state, repo_name=repo_name, digest=digest)
     return ManifestOut(digest, mt.IMAGE_MANIFEST, body, "bundle")
@@ -390,11 +457,19 @@ def _store_bundle(state: AppState, *, repo_name: str, digest: str, body: bytes,
 
 def _held_data(state: AppState, session: Session, repo: Repository, digest: str) -> list[bytes]:
     """The attestation bytes of the referrers held for a pending ``digest``."""
-    rows = session.execute(
-        select(OciManifest).where(OciManifest.repo_id == repo.id,
-                                  OciManifest.subject == digest, OciManifest.state == HELD)
-        .order_by(OciManifest.id)
-    ).scalars().all()
+    rows = (
+        session.execute(
+            select(OciManifest)
+            .where(
+                OciManifest.repo_id == repo.id,
+                OciManifest.subject == digest,
+                OciManifest.state == HELD,
+            )
+            .order_by(OciManifest.id)
+        )
+        .scalars()
+        .all()
+    )
     out = []
     for row in rows:
         layer = json.loads(row.manifest)["layers"][0]
@@ -404,19 +479,35 @@ def _held_data(state: AppState, session: Session, repo: Repository, digest: str)
     return out
 
 
-def _record_pending(state: AppState, *, repo_name: str, digest: str, body: bytes,
-                    reasons: list[str], caller: Caller) -> None:
+def _record_pending(
+    state: AppState, *, repo_name: str, digest: str, body: bytes, reasons: list[str], caller: Caller
+) -> None:
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         row = _oci_row(session, repo, digest)
         if row is None:
-            session.add(OciManifest(
-                repo_id=repo.id, digest=digest, media_type=mt.IMAGE_MANIFEST,
-                artifact_type=mt.MODEL_ARTIFACT_TYPE, subject=None, state=PENDING,
-                manifest=body, reasons=json.dumps(reasons), attestation_id=None,
-                created_by=caller.id, created_at=datetime.now(UTC)))
-            append(session, actor=caller.name, action="oci.manifest.pending",
-                   subject=f"{repo_name}@{digest}", details={"reasons": reasons})
+            session.add(
+                OciManifest(
+                    repo_id=repo.id,
+                    digest=digest,
+                    media_type=mt.IMAGE_MANIFEST,
+                    artifact_type=mt.MODEL_ARTIFACT_TYPE,
+                    subject=None,
+                    state=PENDING,
+                    manifest=body,
+                    reasons=json.dumps(reasons),
+                    attestation_id=None,
+                    created_by=caller.id,
+                    created_at=datetime.now(UTC),
+                )
+            )
+            append(
+                session,
+                actor=caller.name,
+                action="oci.manifest.pending",
+                subject=f"{repo_name}@{digest}",
+                details={"reasons": reasons},
+            )
         else:
             row.reasons = json.dumps(reasons)
 
@@ -432,18 +523,29 @@ def _accepted(state: AppState, *, repo_name: str, digest: str) -> None:
         bundle = bundles.find_bundle(session, repo, digest)
         row.state = ACCEPTED
         row.reasons = "[]"
-        stored = {a.sha256: a.id for a in session.execute(live_attestations(bundle.id))
-                  .scalars()}
-        held = session.execute(
-            select(OciManifest).where(OciManifest.repo_id == repo.id,
-                                      OciManifest.subject == digest, OciManifest.state == HELD)
-        ).scalars().all()
+        stored = {a.sha256: a.id for a in session.execute(live_attestations(bundle.id)).scalars()}
+        held = (
+            session.execute(
+                select(OciManifest).where(
+                    OciManifest.repo_id == repo.id,
+                    OciManifest.subject == digest,
+                    OciManifest.state == HELD,
+                )
+            )
+            .scalars()
+            .all()
+        )
         for ref in held:
             layer = json.loads(ref.manifest)["layers"][0]
             ref.state = REFERRER
             ref.attestation_id = stored.get(layer["digest"])
-        append(session, actor="registry", action="oci.manifest.accepted",
-               subject=f"{repo_name}@{digest}", details={"referrers": len(held)})
+        append(
+            session,
+            actor="registry",
+            action="oci.manifest.accepted",
+            subject=f"{repo_name}@{digest}",
+            details={"referrers": len(held)},
+        )
 
 
 # -- referrers --------------------------------------------------------------------------------
@@ -451,27 +553,32 @@ def _referrer_parts(state: AppState, doc: dict[str, Any]) -> tuple[str, str, dic
     """(subject digest, artifactType, the one layer) of a pushed referrer; MANIFEST_INVALID."""
     subject = doc.get("subject")
     if not isinstance(subject, dict) or not DIGEST_RE.fullmatch(str(subject.get("digest"))):
-        raise OciError(400, "MANIFEST_INVALID", "subject must be a descriptor with a sha256 "
-                       "digest")
+        raise OciError(400, "MANIFEST_INVALID", "subject must be a descriptor with a sha256 digest")
     config = doc.get("config")
     config_type = config.get("mediaType") if isinstance(config, dict) else None
     art = doc.get("artifactType") or config_type
     if art not in mt.ATTESTATION_ARTIFACT_TYPES:
-        raise OciError(415, "UNSUPPORTED",
-                       f"artifactType {str(art)[:100]!r}: referrers stored here are "
-                       f"attestations ({', '.join(sorted(mt.ATTESTATION_ARTIFACT_TYPES))})")
+        raise OciError(
+            415,
+            "UNSUPPORTED",
+            f"artifactType {str(art)[:100]!r}: referrers stored here are "
+            f"attestations ({', '.join(sorted(mt.ATTESTATION_ARTIFACT_TYPES))})",
+        )
     layers = doc.get("layers")
     if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
-        raise OciError(400, "MANIFEST_INVALID", "a referrer carries exactly one layer: the "
-                       "attestation")
+        raise OciError(
+            400, "MANIFEST_INVALID", "a referrer carries exactly one layer: the attestation"
+        )
     layer = layers[0]
-    if not DIGEST_RE.fullmatch(str(layer.get("digest"))) or not isinstance(
-            layer.get("size"), int):
+    if not DIGEST_RE.fullmatch(str(layer.get("digest"))) or not isinstance(layer.get("size"), int):
         raise OciError(400, "MANIFEST_INVALID", "layers[0] needs a sha256 digest and a size")
     if layer["size"] > state.settings.max_attestation_bytes:
-        raise OciError(413, "SIZE_INVALID",
-                       f"attestation of {layer['size']} bytes exceeds the limit of "
-                       f"{state.settings.max_attestation_bytes} bytes")
+        raise OciError(
+            413,
+            "SIZE_INVALID",
+            f"attestation of {layer['size']} bytes exceeds the limit of "
+            f"{state.settings.max_attestation_bytes} bytes",
+        )
     return str(subject["digest"]), str(art), layer
 
 
@@ -495,9 +602,12 @@ def _read_layer(state: AppState, layer: dict[str, Any]) -> bytes:
     with state.db.read() as session:
         row = session.get(Blob, digest)
     if row is None or row.size != size:
-        raise OciError(400, "MANIFEST_BLOB_UNKNOWN",
-                       f"layer {digest} of {size} bytes is not uploaded: push the blob first",
-                       detail={"digest": digest})
+        raise OciError(
+            400,
+            "MANIFEST_BLOB_UNKNOWN",
+            f"layer {digest} of {size} bytes is not uploaded: push the blob first",
+            detail={"digest": digest},
+        )
     data = b"".join(state.store.read(digest))
     if _digest(data) != digest:
         raise OciError(400, "DIGEST_INVALID", f"stored blob {digest} does not hash to itself")
@@ -505,7 +615,12 @@ def _read_layer(state: AppState, layer: dict[str, Any]) -> bytes:
 
 
 def attach_referrer(
-    state: AppState, *, repo_name: str, digest: str, body: bytes, doc: dict[str, Any],
+    state: AppState,
+    *,
+    repo_name: str,
+    digest: str,
+    body: bytes,
+    doc: dict[str, Any],
     caller: Caller,
 ) -> ManifestOut:
     """Verify and store the attestation a referrer carries (module doc)."""
@@ -515,29 +630,45 @@ def attach_referrer(
     data = _read_layer(state, layer)
     kinds = _sniff_kinds(data)
     if not kinds & mt.KINDS_BY_ARTIFACT_TYPE[art]:
-        raise OciError(400, "MANIFEST_INVALID",
-                       f"artifactType {art} does not match the layer: it is not "
-                       f"{' or '.join(sorted(mt.KINDS_BY_ARTIFACT_TYPE[art]))}")
+        raise OciError(
+            400,
+            "MANIFEST_INVALID",
+            f"artifactType {art} does not match the layer: it is not "
+            f"{' or '.join(sorted(mt.KINDS_BY_ARTIFACT_TYPE[art]))}",
+        )
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         existing = _oci_row(session, repo, digest)
         if existing is not None:
-            return ManifestOut(digest, existing.media_type, existing.manifest, existing.state,
-                               existing.subject)
+            return ManifestOut(
+                digest, existing.media_type, existing.manifest, existing.state, existing.subject
+            )
         bundle = session.execute(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == subject)
         ).scalar_one_or_none()
         pending = _oci_row(session, repo, subject)
         if bundle is None and (pending is None or pending.state != PENDING):
-            raise OciError(400, "MANIFEST_INVALID",
-                           f"subject {subject} is not a bundle or a pending manifest in "
-                           f"{repo_name}: push it first")
+            raise OciError(
+                400,
+                "MANIFEST_INVALID",
+                f"subject {subject} is not a bundle or a pending manifest in "
+                f"{repo_name}: push it first",
+            )
     if bundle is not None:
-        summary, _ = attestations.attach(state, repo_name=repo_name, digest=subject, data=data,
-                                         caller=caller)
-        _record_referrer(state, repo_name=repo_name, digest=digest, body=body, art=art,
-                         subject=subject, state_=REFERRER, attestation_id=int(summary["id"]),
-                         caller=caller)
+        summary, _ = attestations.attach(
+            state, repo_name=repo_name, digest=subject, data=data, caller=caller
+        )
+        _record_referrer(
+            state,
+            repo_name=repo_name,
+            digest=digest,
+            body=body,
+            art=art,
+            subject=subject,
+            state_=REFERRER,
+            attestation_id=int(summary["id"]),
+            caller=caller,
+        )
         return ManifestOut(digest, mt.IMAGE_MANIFEST, body, REFERRER, subject)
     # A pending subject: verify against it, hold, judge the subject again.
     assert pending is not None  # noqa: S101 - checked above
@@ -550,34 +681,70 @@ def attach_referrer(
         publisher = session.get(Principal, pending.created_by)
     stmt = verdict.verify_attachment(state, manifest=manifest, data=data, trust=trust).statement
     with state.db.read() as session:
-        rules.require_may_attach(session, get_repo(session, repo_name), caller,
-                                 stmt.predicate_type, stmt.kind)
-    _record_referrer(state, repo_name=repo_name, digest=digest, body=body, art=art,
-                     subject=subject, state_=HELD, attestation_id=None, caller=caller)
+        rules.require_may_attach(
+            session, get_repo(session, repo_name), caller, stmt.predicate_type, stmt.kind
+        )
+    _record_referrer(
+        state,
+        repo_name=repo_name,
+        digest=digest,
+        body=body,
+        art=art,
+        subject=subject,
+        state_=HELD,
+        attestation_id=None,
+        caller=caller,
+    )
     if publisher is not None:
         original = Caller(id=publisher.id, name=publisher.name, role=publisher.role)
-        out = _store_bundle(state, repo_name=repo_name, digest=subject, body=pending.manifest,
-                            caller=original)
+        out = _store_bundle(
+            state, repo_name=repo_name, digest=subject, body=pending.manifest, caller=original
+        )
         if out.state != PENDING:
             return ManifestOut(digest, mt.IMAGE_MANIFEST, body, REFERRER, subject)
     return ManifestOut(digest, mt.IMAGE_MANIFEST, body, HELD, subject)
 
 
 def _record_referrer(
-    state: AppState, *, repo_name: str, digest: str, body: bytes, art: str, subject: str,
-    state_: str, attestation_id: int | None, caller: Caller,
+    state: AppState,
+    *,
+    repo_name: str,
+    digest: str,
+    body: bytes,
+    art: str,
+    subject: str,
+    state_: str,
+    attestation_id: int | None,
+    caller: Caller,
 ) -> None:
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         if _oci_row(session, repo, digest) is not None:
             return
-        session.add(OciManifest(
-            repo_id=repo.id, digest=digest, media_type=mt.IMAGE_MANIFEST, artifact_type=art,
-            subject=subject, state=state_, manifest=body, reasons="[]",
-            attestation_id=attestation_id, created_by=caller.id,
-            created_at=datetime.now(UTC)))
-        append(session, actor=caller.name, action="oci.referrer",
-               subject=f"{repo_name}@{subject}",
-               details={"manifest": digest, "artifact_type": art, "state": state_,
-                        "attestation_id": attestation_id})
-
+        session.add(
+            OciManifest(
+                repo_id=repo.id,
+                digest=digest,
+                media_type=mt.IMAGE_MANIFEST,
+                artifact_type=art,
+                subject=subject,
+                state=state_,
+                manifest=body,
+                reasons="[]",
+                attestation_id=attestation_id,
+                created_by=caller.id,
+                created_at=datetime.now(UTC),
+            )
+        )
+        append(
+            session,
+            actor=caller.name,
+            action="oci.referrer",
+            subject=f"{repo_name}@{subject}",
+            details={
+                "manifest": digest,
+                "artifact_type": art,
+                "state": state_,
+                "attestation_id": attestation_id,
+            },
+        )

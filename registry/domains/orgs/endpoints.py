@@ -39,10 +39,14 @@ def _out(session: Session, org: Org) -> dict[str, Any]:
     return {**service.org_summary(session, org), "created_at": iso(org.created_at)}
 
 
-@router.put("/{org}", status_code=201, responses={
-    200: {"description": "the org existed and was updated"},
-    409: {"description": "policy_below_floor: repositories of the org would fall below it"},
-})
+@router.put(
+    "/{org}",
+    status_code=201,
+    responses={
+        200: {"description": "the org existed and was updated"},
+        409: {"description": "policy_below_floor: repositories of the org would fall below it"},
+    },
+)
 def put_org(
     org: OrgName, body: OrgIn, caller: Admin, state: State, response: Response
 ) -> dict[str, Any]:

@@ -55,8 +55,9 @@ UNSET: Any = object()  # "leave as it is" for put_org's optional fields
 
 def check_org_name(name: str) -> str:
     if not ORG_RE.fullmatch(name):
-        raise BadRequest(f"invalid org name {name!r}: lowercase letters, digits, . _ -",
-                         code="invalid_name")
+        raise BadRequest(
+            f"invalid org name {name!r}: lowercase letters, digits, . _ -", code="invalid_name"
+        )
     return name
 
 
@@ -99,8 +100,15 @@ def _sha(text: str | None) -> str | None:
     return None if text is None else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _create(session: Session, name: str, caller: Caller, *, implicit: bool,
-            owner_rows: list[Principal], floor: PolicyFloor | None) -> Org:
+def _create(
+    session: Session,
+    name: str,
+    caller: Caller,
+    *,
+    implicit: bool,
+    owner_rows: list[Principal],
+    floor: PolicyFloor | None,
+) -> Org:
     org = Org(name=name, floor=dump_floor(floor), created_by=caller.id)
     session.add(org)
     session.flush()
@@ -161,8 +169,9 @@ def _principals(session: Session, names: list[str]) -> list[Principal]:
     return rows
 
 
-def _repos_below(session: Session, org: Org, floor: PolicyFloor,
-                 default_policy_yaml: str | None) -> list[dict[str, Any]]:
+def _repos_below(
+    session: Session, org: Org, floor: PolicyFloor, default_policy_yaml: str | None
+) -> list[dict[str, Any]]:
     below = []
     repos = session.execute(
         select(Repository).where(Repository.org_id == org.id).order_by(Repository.name)
@@ -197,8 +206,14 @@ def put_org(
     owner_rows = None if owner_names is None else _principals(session, owner_names)
     org = session.execute(select(Org).where(Org.name == name)).scalar_one_or_none()
     if org is None:
-        return _create(session, name, caller, implicit=False, owner_rows=owner_rows or [],
-                       floor=None if floor is UNSET else floor), True
+        return _create(
+            session,
+            name,
+            caller,
+            implicit=False,
+            owner_rows=owner_rows or [],
+            floor=None if floor is UNSET else floor,
+        ), True
     details: dict[str, Any] = {}
     if floor is not UNSET and dump_floor(floor) != org.floor:
         if floor is not None:
@@ -222,8 +237,9 @@ def put_org(
         for principal in owner_rows:
             session.add(OrgOwner(org_id=org.id, principal_id=principal.id))
         if before != after:
-            details.update(owners_added=sorted(after - before),
-                           owners_removed=sorted(before - after))
+            details.update(
+                owners_added=sorted(after - before), owners_removed=sorted(before - after)
+            )
     if details:
         append(session, actor=caller.name, action="org.update", subject=name, details=details)
     return org, False
@@ -237,8 +253,13 @@ def add_owner(session: Session, *, name: str, principal: str, caller: Caller) ->
     (row,) = _principals(session, [principal])
     if session.get(OrgOwner, (org.id, row.id)) is None:
         session.add(OrgOwner(org_id=org.id, principal_id=row.id))
-    append(session, actor=caller.name, action="org.owner.add", subject=name,
-           details={"principal": principal})
+    append(
+        session,
+        actor=caller.name,
+        action="org.owner.add",
+        subject=name,
+        details={"principal": principal},
+    )
     return org
 
 
@@ -256,6 +277,11 @@ def remove_owner(session: Session, *, name: str, principal: str, caller: Caller)
     if row is None:
         raise NotFound(f"{principal!r} is not an owner of {name}")
     session.delete(row)
-    append(session, actor=caller.name, action="org.owner.remove", subject=name,
-           details={"principal": principal})
+    append(
+        session,
+        actor=caller.name,
+        action="org.owner.remove",
+        subject=name,
+        details={"principal": principal},
+    )
     return org

@@ -173,4 +173,3 @@ def list_repos(
     ]
     more = len(rows) > limit
     return Page(items, encode_cursor("repositories", str(items[-1]["name"])) if more else None)
-

@@ -104,8 +104,9 @@ def parse_stored_policy(text: str, source: str = "policy") -> Policy:
     return policy
 
 
-def effective_policy(policy_yaml: str | None, default_policy_yaml: str | None,
-                     source: str) -> Policy:
+def effective_policy(
+    policy_yaml: str | None, default_policy_yaml: str | None, source: str
+) -> Policy:
     """A repository's own (self-contained) policy, else the operator's, else the packaged
     default. Raises BadRequest (invalid_policy)."""
     if policy_yaml:

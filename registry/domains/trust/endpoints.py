@@ -87,9 +87,7 @@ def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any
 
 
 @router.post("/v1/tuf/proposals/{proposal_id}/signatures")
-def sign(
-    proposal_id: int, body: SignatureIn, caller: AnyCaller, state: State
-) -> dict[str, Any]:
+def sign(proposal_id: int, body: SignatureIn, caller: AnyCaller, state: State) -> dict[str, Any]:
     """Add a signature made with one of the caller's keys; published at threshold."""
     return service.sign_proposal(
         state, proposal_id, keyid=body.keyid, signature_hex=body.signature, caller=caller

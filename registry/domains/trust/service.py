@@ -156,13 +156,21 @@ def sync(
     proposal is then checked against the published ones, never against none)."""
     try:
         return sync_delegations(
-            session, repo, trust_of(state.settings).keys, state.default_policy_yaml,
+            session,
+            repo,
+            trust_of(state.settings).keys,
+            state.default_policy_yaml,
             proposer_id=proposer_id,
         )
     except Exception as exc:  # noqa: BLE001 - any failure: keep the published delegations
         log.error(  # noqa: TRY400 - type and message; no payload in logs
-            json.dumps({"event": "tuf_sync_failed", "exception": type(exc).__name__,
-                        "message": str(exc)[:500]})
+            json.dumps(
+                {
+                    "event": "tuf_sync_failed",
+                    "exception": type(exc).__name__,
+                    "message": str(exc)[:500],
+                }
+            )
         )
         return False
 
@@ -200,20 +208,33 @@ def propose_alias(
         return None
     _supersede(session, path)
     proposal = propose_target(
-        session, repo, path=path, data=manifest, proposer_id=caller.id, reason=reason,
-        from_digest=from_digest, to_digest=digest, delegated_role=role,
+        session,
+        repo,
+        path=path,
+        data=manifest,
+        proposer_id=caller.id,
+        reason=reason,
+        from_digest=from_digest,
+        to_digest=digest,
+        delegated_role=role,
     )
     if role.name == online_role(repo_name):
         signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
         md = Metadata[Targets].from_bytes(proposal.payload)
         signature = signer.sign(md.signed_bytes)
-        add_signature(session, repo, proposal, keyid=signature.keyid,
-                      signature_hex=signature.signature)
+        add_signature(
+            session, repo, proposal, keyid=signature.keyid, signature_hex=signature.signature
+        )
     return proposal
 
 
 def propose_quarantine(
-    session: Session, state: AppState, *, digest: str, manifest: bytes, caller: Caller,
+    session: Session,
+    state: AppState,
+    *,
+    digest: str,
+    manifest: bytes,
+    caller: Caller,
     reason: str,
 ) -> TufProposal:
     """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1)."""
@@ -222,8 +243,14 @@ def propose_quarantine(
     path = quarantine_path(digest)
     _supersede(session, path)
     return propose_target(
-        session, repo, path=path, data=manifest, proposer_id=caller.id, reason=reason,
-        from_digest=None, to_digest=digest,
+        session,
+        repo,
+        path=path,
+        data=manifest,
+        proposer_id=caller.id,
+        reason=reason,
+        from_digest=None,
+        to_digest=digest,
     )
 
 
@@ -238,8 +265,10 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
     with state.db.write() as session:
         repo = repository(session, state)
         sync(session, state, repo, proposer_id=caller.id)
-        pending = {(p.target, p.to_digest) for p in session.scalars(
-            select(TufProposal).where(TufProposal.state == "pending"))}
+        pending = {
+            (p.target, p.to_digest)
+            for p in session.scalars(select(TufProposal).where(TufProposal.state == "pending"))
+        }
         by_role: dict[str, dict[str, bytes | None]] = {}
         rows = session.execute(
             select(Repository.name, Alias.name, Alias.digest, Bundle.manifest)
@@ -262,19 +291,35 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
         made = []
         for role, changes in sorted(by_role.items()):
             proposal = propose_changes(
-                session, repo, role, changes, proposer_id=caller.id, label=ADOPT_TARGET,
+                session,
+                repo,
+                role,
+                changes,
+                proposer_id=caller.id,
+                label=ADOPT_TARGET,
                 reason=f"adopt {len(changes)} alias(es) the registry recorded unsigned",
             )
             if role.endswith("@online"):
                 signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
-                signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload)
-                                        .signed_bytes)
-                add_signature(session, repo, proposal, keyid=signature.keyid,
-                              signature_hex=signature.signature)
+                signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload).signed_bytes)
+                add_signature(
+                    session,
+                    repo,
+                    proposal,
+                    keyid=signature.keyid,
+                    signature_hex=signature.signature,
+                )
             made.append(proposal)
-        append(session, actor=caller.name, action="tuf.adopt", subject="aliases",
-               details={"proposals": [p.id for p in made],
-                        "aliases": sum(len(c) for c in by_role.values())})
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.adopt",
+            subject="aliases",
+            details={
+                "proposals": [p.id for p in made],
+                "aliases": sum(len(c) for c in by_role.values()),
+            },
+        )
         return [proposal_json(session, repo, p) for p in made]
 
 
@@ -284,8 +329,7 @@ def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:
 
 
 def _is_protected(role: str, repo_name: str) -> bool:
-    return role not in (QUARANTINE_ROLE, TARGETS_ROLE, online_role(repo_name),
-                        open_role(repo_name))
+    return role not in (QUARANTINE_ROLE, TARGETS_ROLE, online_role(repo_name), open_role(repo_name))
 
 
 def proposal_json(
@@ -297,11 +341,18 @@ def proposal_json(
     except NotFound:
         keyids, threshold = [], 0
     signed = [s["keyid"] for s in json.loads(p.signatures)]
-    owners = dict(session.execute(
-        select(SigningKey.keyid, SigningKey.principal_id).where(SigningKey.keyid.in_(signed))
-    ).all())
-    names = dict(session.execute(select(Principal.id, Principal.name).where(
-        Principal.id.in_({p.created_by, *owners.values()}))).all())
+    owners = dict(
+        session.execute(
+            select(SigningKey.keyid, SigningKey.principal_id).where(SigningKey.keyid.in_(signed))
+        ).all()
+    )
+    names = dict(
+        session.execute(
+            select(Principal.id, Principal.name).where(
+                Principal.id.in_({p.created_by, *owners.values()})
+            )
+        ).all()
+    )
     target = _alias_of(p)
     out: dict[str, Any] = {
         "id": p.id,
@@ -328,7 +379,11 @@ def proposal_json(
 
 
 def list_proposals(
-    session: Session, state: AppState, *, pending_only: bool, repo_name: str | None,
+    session: Session,
+    state: AppState,
+    *,
+    pending_only: bool,
+    repo_name: str | None,
     alias: str | None,
 ) -> list[dict[str, Any]]:
     query = select(TufProposal).order_by(TufProposal.id.desc()).limit(PROPOSAL_PAGE)
@@ -358,7 +413,8 @@ def _excluded(session: Session, p: TufProposal, repo_name: str) -> dict[int, str
         return {}
     excluded = {p.created_by: "the principal who proposed this move"}
     publisher = session.scalar(
-        select(Bundle.created_by).join(Repository, Repository.id == Bundle.repo_id)
+        select(Bundle.created_by)
+        .join(Repository, Repository.id == Bundle.repo_id)
         .where(Repository.name == repo_name, Bundle.digest == p.to_digest)
     )
     if publisher is not None:
@@ -388,11 +444,19 @@ def sign_proposal(
         except NotFound:
             threshold = 0
     checked = False
-    if (target is not None and row.state == "pending" and row.to_digest and proposer
-            and len(collected) >= threshold):
+    if (
+        target is not None
+        and row.state == "pending"
+        and row.to_digest
+        and proposer
+        and len(collected) >= threshold
+    ):
         # the registry's own gates, checked again before it publishes anything
         require_move_allowed(
-            state, repo_name=target[0], alias=target[1], digest=row.to_digest,
+            state,
+            repo_name=target[0],
+            alias=target[1],
+            digest=row.to_digest,
             mover=Caller(id=proposer.id, name=proposer.name, role=proposer.role),
         )
         checked = True
@@ -409,8 +473,11 @@ def sign_proposal(
         row = session.get(TufProposal, proposal_id)
         if row is None:  # pragma: no cover - rows are never deleted
             raise NotFound(f"no TUF proposal {proposal_id}")
-        owner = session.scalar(select(SigningKey.principal_id).where(
-            SigningKey.keyid == keyid, SigningKey.revoked_at.is_(None)))
+        owner = session.scalar(
+            select(SigningKey.principal_id).where(
+                SigningKey.keyid == keyid, SigningKey.revoked_at.is_(None)
+            )
+        )
         if row.role == TARGETS_ROLE:
             if not caller.is_admin:
                 raise Forbidden("only admins sign top-level targets")
@@ -422,21 +489,45 @@ def sign_proposal(
             )
         repo = repository(session, state)
         added: Added = add_signature(
-            session, repo, row, keyid=keyid, signature_hex=signature_hex,
+            session,
+            repo,
+            row,
+            keyid=keyid,
+            signature_hex=signature_hex,
             excluded=_excluded(session, row, target[0]) if target else {},
             before_publish=gates_checked,
         )
-        append(session, actor=caller.name, action="tuf.sign", subject=f"{row.role} v{row.version}",
-               details={"proposal": row.id, "keyid": keyid, "target": row.target,
-                        "signatures": added.signatures, "threshold": added.threshold})
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.sign",
+            subject=f"{row.role} v{row.version}",
+            details={
+                "proposal": row.id,
+                "keyid": keyid,
+                "target": row.target,
+                "signatures": added.signatures,
+                "threshold": added.threshold,
+            },
+        )
         if added.published:
-            append(session, actor=caller.name, action="tuf.publish",
-                   subject=f"{row.role} v{row.version}",
-                   details={"proposal": row.id, "target": row.target, "to": row.to_digest})
+            append(
+                session,
+                actor=caller.name,
+                action="tuf.publish",
+                subject=f"{row.role} v{row.version}",
+                details={"proposal": row.id, "target": row.target, "to": row.to_digest},
+            )
             if target is not None and row.to_digest is not None:
-                record_move(session, repo_name=target[0], alias=target[1],
-                            digest=row.to_digest, actor=proposer.name if proposer else "?",
-                            reason=row.reason, signed_by=caller.name)
+                record_move(
+                    session,
+                    repo_name=target[0],
+                    alias=target[1],
+                    digest=row.to_digest,
+                    actor=proposer.name if proposer else "?",
+                    reason=row.reason,
+                    signed_by=caller.name,
+                )
         return proposal_json(session, repo, row)
 
 
@@ -494,7 +585,7 @@ def _signed_aliases(repo: MetadataRepository, repo_name: str, roles: list[str]) 
             # an alias counts only in the role a worker's lookup reaches first
             deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
             if path.startswith(head) and deciding == role:
-                signed[path[len(head):]] = "sha256:" + target.hashes.get("sha256", "")
+                signed[path[len(head) :]] = "sha256:" + target.hashes.get("sha256", "")
     return signed
 
 
@@ -510,17 +601,20 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
         md: Metadata[Any] = Metadata.from_bytes(data)
         lifetime = repo.expiries.of(role)
         left = md.signed.expires - now
-        roles.append({
-            "role": role,
-            "version": version,
-            "expires": iso(md.signed.expires),
-            "expires_soon": left <= lifetime / 4,
-            "expired": left.total_seconds() <= 0,
-        })
+        roles.append(
+            {
+                "role": role,
+                "version": version,
+                "expires": iso(md.signed.expires),
+                "expires_soon": left <= lifetime / 4,
+                "expired": left.total_seconds() <= 0,
+            }
+        )
     keys = trust_of(state.settings).keys
     held = [r for r in ("root", "targets", "snapshot", "timestamp", ALIAS_KEY) if keys.has(r)]
     pending = session.scalar(
-        select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending"))
+        select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending")
+    )
     return {
         "roles": roles,
         "online_keys": held,
@@ -559,20 +653,29 @@ def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, A
                 code="root_refused",
             ) from exc
         offline = [
-            role for role in ("root", "targets")
+            role
+            for role in ("root", "targets")
             if keys.has(role)
             and keys.signer(role).public_key.keyid not in md.signed.roles[role].keyids
         ]
         # online keys rotated (``trust rotate --online``): the new root names the next keys
         promoted = [
-            role for role in ONLINE_ROLES
+            role
+            for role in ONLINE_ROLES
             if keys.has(next_role(role))
             and keys.signer(next_role(role)).public_key.keyid in md.signed.roles[role].keyids
         ]
-        append(session, actor=caller.name, action="tuf.root", subject=f"root v{md.signed.version}",
-               details={"root_keys": md.signed.roles[Root.type].keyids,
-                        "targets_keys": md.signed.roles[Targets.type].keyids,
-                        "now_offline": offline})
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.root",
+            subject=f"root v{md.signed.version}",
+            details={
+                "root_keys": md.signed.roles[Root.type].keyids,
+                "targets_keys": md.signed.roles[Targets.type].keyids,
+                "now_offline": offline,
+            },
+        )
         # snapshot and timestamp are signed again under the new root right away; new targets
         # keys need a new targets version: signed here if the registry holds the key, else
         # a proposal for the admins (``trust init`` signs it with the new keys)
@@ -580,8 +683,9 @@ def install_root(state: AppState, data: bytes, *, caller: Caller) -> dict[str, A
         for role in promoted:
             repo.signers = {**repo.signers, role: [keys.signer(next_role(role))]}
         if list(md.signed.roles[Targets.type].keyids) != old_targets:
-            sync_delegations(session, repo, keys, state.default_policy_yaml,
-                             proposer_id=caller.id, force=True)
+            sync_delegations(
+                session, repo, keys, state.default_policy_yaml, proposer_id=caller.id, force=True
+            )
         repo.do_snapshot(force=True)
         repo.do_timestamp(force=True)
         held = sorted(repo.signers)
@@ -603,6 +707,11 @@ def next_online_keys(state: AppState, *, caller: Caller) -> dict[str, Any]:
         public = keys.signer(next_role(role)).public_key
         answer[role] = {"keyid": public.keyid, "key": public.to_dict()}
     with state.db.write() as session:
-        append(session, actor=caller.name, action="tuf.online_keys", subject="next",
-               details={role: a["keyid"] for role, a in answer.items()})
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.online_keys",
+            subject="next",
+            details={role: a["keyid"] for role, a in answer.items()},
+        )
     return answer

@@ -30,15 +30,22 @@ class UploadIn(BaseModel):
     "",
     status_code=201,
     responses={
-        413: {"description": "too_large, or repository_quota_exceeded: the blob does not fit "
-                             "the repository's quota"},
+        413: {
+            "description": "too_large, or repository_quota_exceeded: the blob does not fit "
+            "the repository's quota"
+        },
         429: {"description": "quota_exceeded: too many open sessions for the caller"},
     },
 )
 def start_upload(body: UploadIn, caller: Publisher, state: State) -> dict[str, Any]:
     """Open a session; naming ``repository`` charges the blob to its quota."""
-    row = service.start(state, digest=check_digest(body.digest), size=body.size, caller=caller,
-                        repository=body.repository)
+    row = service.start(
+        state,
+        digest=check_digest(body.digest),
+        size=body.size,
+        caller=caller,
+        repository=body.repository,
+    )
     return {"id": row.id, "offset": row.offset, "digest": row.digest, "size": row.size}
 
 

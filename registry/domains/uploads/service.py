@@ -59,8 +59,10 @@ def _visible(session: Session, upload_id: str, caller: Caller, ttl: int) -> Uplo
     if row is None:
         raise NotFound(f"no upload session {upload_id}")
     if _expired(row, ttl, datetime.now(UTC)):
-        raise NotFound(f"upload session {upload_id} expired after {ttl} s without a chunk",
-                       code="upload_expired")
+        raise NotFound(
+            f"upload session {upload_id} expired after {ttl} s without a chunk",
+            code="upload_expired",
+        )
     return row
 
 
@@ -73,9 +75,13 @@ def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
     ttl = state.settings.upload_ttl_seconds
     now = now or datetime.now(UTC)
     with state.db.read() as session:
-        oldest = session.execute(
-            select(UploadSession).order_by(UploadSession.updated_at).limit(SWEEP_BATCH)
-        ).scalars().all()
+        oldest = (
+            session.execute(
+                select(UploadSession).order_by(UploadSession.updated_at).limit(SWEEP_BATCH)
+            )
+            .scalars()
+            .all()
+        )
     removed = 0
     for row in oldest:
         if not _expired(row, ttl, now):
@@ -83,13 +89,23 @@ def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
         with state.db.write() as session:
             gone = session.execute(
                 delete(UploadSession).where(
-                    UploadSession.id == row.id, UploadSession.updated_at == row.updated_at)
+                    UploadSession.id == row.id, UploadSession.updated_at == row.updated_at
+                )
             )
             if gone.rowcount == 0:  # type: ignore[attr-defined]
                 continue
-            append(session, actor="registry", action="upload.expire", subject=row.digest,
-                   details={"upload_id": row.id, "offset": row.offset, "size": row.size,
-                            "idle_seconds": ttl})
+            append(
+                session,
+                actor="registry",
+                action="upload.expire",
+                subject=row.digest,
+                details={
+                    "upload_id": row.id,
+                    "offset": row.offset,
+                    "size": row.size,
+                    "idle_seconds": ttl,
+                },
+            )
         state.store.delete_upload(row.id, json.loads(row.parts))
         removed += 1
     return removed
@@ -114,10 +130,12 @@ def start(
     now = datetime.now(UTC)
     limit = state.settings.max_open_uploads
     with state.db.write() as session:
-        repo = charge_repository(session, state, repository=repository, digest=digest,
-                                 size=size, caller=caller)
+        repo = charge_repository(
+            session, state, repository=repository, digest=digest, size=size, caller=caller
+        )
         open_ = session.execute(
-            select(func.count()).select_from(UploadSession)
+            select(func.count())
+            .select_from(UploadSession)
             .where(UploadSession.principal_id == caller.id)
         ).scalar_one()
         if open_ >= limit:
@@ -164,8 +182,13 @@ def cancel(state: AppState, *, upload_id: str, caller: Caller) -> None:
         gone = session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
         if gone.rowcount == 0:  # type: ignore[attr-defined]
             raise NotFound(f"no upload session {upload_id}")
-        append(session, actor=caller.name, action="upload.cancel", subject=row.digest,
-               details={"upload_id": upload_id, "offset": row.offset, "size": row.size})
+        append(
+            session,
+            actor=caller.name,
+            action="upload.cancel",
+            subject=row.digest,
+            details={"upload_id": upload_id, "offset": row.offset, "size": row.size},
+        )
     state.store.delete_upload(upload_id, json.loads(row.parts))
 
 
@@ -225,8 +248,15 @@ def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int
         raise
     try:
         with state.db.write() as session:
-            record_blob(session, digest=row.digest, size=row.size, actor=caller.name,
-                        via="upload", repo_id=row.repo_id, store=state.store)
+            record_blob(
+                session,
+                digest=row.digest,
+                size=row.size,
+                actor=caller.name,
+                via="upload",
+                repo_id=row.repo_id,
+                store=state.store,
+            )
             session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
     except Conflict:  # collected meanwhile (record_blob): the parts are gone, so is the session
         _end(state, upload_id, parts)
