@@ -50,6 +50,7 @@ __all__ = [
     "FILEPATH_ANNOTATION",
     "LAYER_MEDIA_TYPES",
     "MANIFEST_MEDIA_TYPE",
+    "TITLE_ANNOTATION",
     "WEIGHT_CONFIG_MEDIA_TYPE",
     "WEIGHT_MEDIA_TYPE",
     "BuiltBundle",
@@ -69,6 +70,10 @@ MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
 CONFIG_MEDIA_TYPE = "application/vnd.cncf.model.config.v1+json"
 FILEPATH_ANNOTATION = "org.cncf.model.filepath"
+# The OCI title annotation: the name oras (and other OCI clients) give a pulled layer's
+# file. Built manifests carry it equal to the file path (docs/bundle-format.md#layers);
+# manifests built before it (filepath alone) still parse.
+TITLE_ANNOTATION = "org.opencontainers.image.title"
 
 _MAX_SAFE_INT = 2**53 - 1  # RFC 8785 / I-JSON integer domain
 
@@ -179,7 +184,7 @@ def build_bundle(
                 "mediaType": layer.media_type,
                 "digest": layer.digest,
                 "size": layer.size,
-                "annotations": {FILEPATH_ANNOTATION: layer.path},
+                "annotations": {FILEPATH_ANNOTATION: layer.path, TITLE_ANNOTATION: layer.path},
             }
             for layer in layers
         ],
@@ -255,6 +260,10 @@ def _descriptor(value: Any, where: str, keys: frozenset[str]) -> dict[str, Any]:
 _TOP_KEYS = frozenset({"schemaVersion", "mediaType", "artifactType", "config", "layers"})
 _CONFIG_KEYS = frozenset({"mediaType", "digest", "size"})
 _LAYER_KEYS = frozenset({"mediaType", "digest", "size", "annotations"})
+_ANNOTATION_SETS = (
+    frozenset({FILEPATH_ANNOTATION, TITLE_ANNOTATION}),
+    frozenset({FILEPATH_ANNOTATION}),  # manifests built before the title annotation
+)
 
 
 def parse_manifest(data: bytes, limits: ManifestLimits = ManifestLimits()) -> Manifest:
@@ -310,13 +319,22 @@ def _layer(value: Any, index: int, limits: ManifestLimits) -> Layer:
             f"manifest: {where}.mediaType: unknown media type {obj['mediaType'][:120]!r}"
         )
     annotations = obj["annotations"]
-    if not isinstance(annotations, dict) or annotations.keys() != {FILEPATH_ANNOTATION}:
+    if not isinstance(annotations, dict) or frozenset(annotations) not in _ANNOTATION_SETS:
         raise ManifestError(
-            f"manifest: {where}.annotations: must hold exactly {FILEPATH_ANNOTATION!r}"
+            f"manifest: {where}.annotations: must hold exactly {FILEPATH_ANNOTATION!r} "
+            f"and optionally {TITLE_ANNOTATION!r}"
         )
     path = annotations[FILEPATH_ANNOTATION]
     if not isinstance(path, str):
         raise ManifestError(f"manifest: {where}: {FILEPATH_ANNOTATION} must be a string")
+    # Two names for one file would let two readers (ours by filepath, an OCI client by
+    # title) materialize different trees from one digest: they must be equal.
+    if TITLE_ANNOTATION in annotations and annotations[TITLE_ANNOTATION] != path:
+        raise ManifestError(
+            f"manifest: {where}: {TITLE_ANNOTATION} "
+            f"{str(annotations[TITLE_ANNOTATION])[:200]!r} differs from "
+            f"{FILEPATH_ANNOTATION} {path[:200]!r}"
+        )
     if len(path.encode("utf-8", "surrogatepass")) > limits.max_path_bytes:
         raise ManifestError(f"manifest: {where}: path longer than {limits.max_path_bytes} bytes")
     problem = check_relpath(path)

@@ -12,6 +12,12 @@ bundle without it. An OMS signature that signs a file under P is refused (the fi
 missing), as model_signing refuses it. ``--json`` prints one document on stdout
 (docs/attestations.md#json-output); messages go to stderr.
 
+``--manifest FILE`` names the manifest the signatures are about (as a registry serves it:
+``oras manifest fetch``, ``skopeo inspect --raw``). A directory that holds exactly its
+files is verified against those bytes (a bundle built before the title annotation,
+docs/bundle-format.md#layers, has another digest for the same files); one that differs is
+refused naming the added, removed and changed files.
+
 Heavy modules (the policy models, the verifier, cryptography) are imported inside the
 command: ``modelward --help`` does not pay for them.
 """
@@ -37,6 +43,7 @@ from modelward.attest.cli._trust_flags import (
 )
 
 if TYPE_CHECKING:
+    from modelward.attest.manifest import Manifest
     from modelward.attest.trust import VerifiedStatement
     from modelward.attest.verifier import BundleVerdict
 
@@ -120,6 +127,17 @@ def _print_human(verdict: BundleVerdict, excluded: list[str]) -> None:
             err_console.print(f"  {reason}", markup=False)
 
 
+def _differences(expected: Manifest, actual: Manifest) -> list[str]:
+    """The files of ``actual`` (a directory) that are not those of ``expected``: added,
+    removed and changed, each path once, in path order; empty when the files are the same."""
+    want = {layer.path: layer.digest for layer in expected.layers}
+    have = {layer.path: layer.digest for layer in actual.layers}
+    found = [f"added {p}" for p in have.keys() - want.keys()]
+    found += [f"removed {p}" for p in want.keys() - have.keys()]
+    found += [f"changed {p}" for p in want.keys() & have.keys() if want[p] != have[p]]
+    return sorted(found, key=lambda item: item.split(" ", 1)[1].encode())
+
+
 def _excluded_present(directory: Path, ignores: tuple[str, ...]) -> list[str]:
     """The ignore paths that exist in ``directory``: what the bundle leaves out."""
     return [p for p in ignores if (directory / p).exists() or (directory / p).is_symlink()]
@@ -155,6 +173,15 @@ def verify(
             "--ignore-paths does; repeatable.",
         ),
     ] = None,
+    manifest_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            metavar="FILE",
+            help="The manifest the signatures are about (e.g. from `oras manifest fetch`): "
+            "verify DIR against it, or name the files that differ.",
+        ),
+    ] = None,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -164,7 +191,7 @@ def verify(
 ) -> None:
     """Verify signatures over a bundle directory against a policy or trusted signers."""
     from modelward.attest.errors import AttestError, PolicyError
-    from modelward.attest.manifest import build_bundle
+    from modelward.attest.manifest import ManifestLimits, build_bundle, parse_manifest
     from modelward.attest.policy import policy_from_flags
     from modelward.attest.tree import normalize_excludes
     from modelward.attest.verifier import DirectoryReader, verify_bundle_result
@@ -190,6 +217,8 @@ def verify(
     except PolicyError as exc:
         fail(str(exc), code=2, hint=_TRUST_HELP)
     signatures = [read_bounded(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]
+    limit = ManifestLimits().max_bytes
+    expected_raw = None if manifest_file is None else read_bounded(manifest_file, "manifest", limit)
     excluded = _excluded_present(directory, ignores)
 
     def refuse(message: str) -> NoReturn:
@@ -201,8 +230,19 @@ def verify(
         # (2): the bundle digest, the ignored paths left out; (3): the one verifier over
         # the manifest, the signatures and the bundle's files.
         built = build_bundle(directory, exclude=ignores)
+        raw = built.manifest.raw
+        if expected_raw is not None:
+            # (2a): --manifest: the directory must hold exactly the files it names.
+            expected = parse_manifest(expected_raw)
+            differ = _differences(expected, built.manifest)
+            if differ:
+                refuse(
+                    f"{directory} is not the bundle {expected.digest} ({manifest_file}); "
+                    f"it is {built.manifest.digest}: {', '.join(differ)}"
+                )
+            raw = expected.raw
         verdict = verify_bundle_result(
-            built.manifest.raw,
+            raw,
             signatures,
             policy=policy,
             trust=trust,
@@ -214,6 +254,14 @@ def verify(
         refuse(str(exc))
     except OSError as exc:
         refuse(f"{directory}: {exc.strerror or exc}")
+    if expected_raw is None and any(
+        "statement is not about bundle" in aside.reason for aside in verdict.rejected
+    ):
+        err_console.print(
+            f"hint: {directory} is {verdict.digest}; give the signed bundle's manifest with "
+            "--manifest FILE to see which files differ",
+            markup=False,
+        )
     if json_output:
         typer.echo(json.dumps(verdict_json(verdict, excluded), indent=2, sort_keys=True))
         if not verdict.allowed:

@@ -26,6 +26,7 @@ from modelward.attest.manifest import (
     DOC_MEDIA_TYPE,
     FILEPATH_ANNOTATION,
     MANIFEST_MEDIA_TYPE,
+    TITLE_ANNOTATION,
     WEIGHT_CONFIG_MEDIA_TYPE,
     WEIGHT_MEDIA_TYPE,
     ManifestLimits,
@@ -293,6 +294,14 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     "layers_object": (_set("layers", value={}), "non-empty"),
     "annotation_missing": (_set("layers", 0, "annotations", value={}), FILEPATH_ANNOTATION),
     "annotation_extra": (_set("layers", 0, "annotations", "x", value="y"), FILEPATH_ANNOTATION),
+    "title_differs_from_filepath": (
+        _set("layers", 0, "annotations", TITLE_ANNOTATION, value="model.safetensors"),
+        f"{TITLE_ANNOTATION} 'model.safetensors' differs from {FILEPATH_ANNOTATION}",
+    ),
+    "title_only": (
+        lambda d: d["layers"][0].__setitem__("annotations", {TITLE_ANNOTATION: "README.md"}),
+        FILEPATH_ANNOTATION,
+    ),
     "path_not_string": (_set(*PATH, value=1), "string"),
     "path_dotdot": (_paths("../etc/passwd"), "tree.name"),
     "path_inner_dotdot": (_paths("a/../../b"), "tree.name"),
@@ -334,6 +343,23 @@ def test_parse_manifest_accepts_what_build_produces(small_manifest: dict[str, An
     assert manifest.raw == data
     assert manifest.digest == bundle_digest(data)
     assert [layer.path for layer in manifest.layers] == sorted(SMALL)
+
+
+def test_built_layers_carry_the_title_oci_clients_name_files_by(
+    small_manifest: dict[str, Any],
+) -> None:
+    for layer in small_manifest["layers"]:
+        path = layer["annotations"][FILEPATH_ANNOTATION]
+        assert layer["annotations"] == {FILEPATH_ANNOTATION: path, TITLE_ANNOTATION: path}
+
+
+def test_manifests_built_before_the_title_annotation_still_parse(
+    small_manifest: dict[str, Any],
+) -> None:
+    for layer in small_manifest["layers"]:
+        del layer["annotations"][TITLE_ANNOTATION]
+    data = rfc8785.dumps(small_manifest)
+    assert [layer.path for layer in parse_manifest(data).layers] == sorted(SMALL, key=str.encode)
 
 
 @pytest.mark.parametrize(
@@ -444,6 +470,7 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(modelward.attest.manifest.__all__) == [
         "ARTIFACT_TYPE", "BuiltBundle", "CONFIG_MEDIA_TYPE", "DOC_MEDIA_TYPE", "Descriptor",
         "FILEPATH_ANNOTATION", "LAYER_MEDIA_TYPES", "Layer", "MANIFEST_MEDIA_TYPE", "Manifest",
-        "ManifestLimits", "WEIGHT_CONFIG_MEDIA_TYPE", "WEIGHT_MEDIA_TYPE", "build_bundle",
-        "bundle_digest", "check_config", "layer_media_type", "parse_manifest", "verify_tree",
+        "ManifestLimits", "TITLE_ANNOTATION", "WEIGHT_CONFIG_MEDIA_TYPE", "WEIGHT_MEDIA_TYPE",
+        "build_bundle", "bundle_digest", "check_config", "layer_media_type", "parse_manifest",
+        "verify_tree",
     ]  # fmt: skip
