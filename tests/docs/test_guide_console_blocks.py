@@ -6,7 +6,7 @@ The guides are one story, run in this order, each by its own user in its own dir
 1. setup (an admin, before the story): a registry on loopback; principals alice and bob
    (publishers), carol (reviewer) and worker-1 (reader), their tokens in ``$ALICE_TOKEN``,
    ``$BOB_TOKEN``, ``$CAROL_TOKEN``, ``$WORKER_TOKEN`` and the admin's in ``$ADMIN_TOKEN`` for
-   every user; the org ``acme`` owned by alice; the tiny Llama (tests/tinymodel.py) at
+   every user; the org ``acme`` owned by alice; the tiny Llama (demo/tinymodel.py) at
    ``./tiny-llama`` in alice's directory.
    carol's signing key at ``~/.config/modelward/carol.key`` in her home, registered.
 2. publishers.md, as alice: release 1 is proposed for ``prod``; then carol signs the
