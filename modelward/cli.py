@@ -199,6 +199,11 @@ COMMANDS: dict[str, Entry] = {
         "Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
         "modelward.registry._cli_attestation:attestation_app",
     ),
+    "attach": Entry(
+        "Attach signatures, provenance or evaluations to a bundle as OCI referrers (through "
+        "/v2).",
+        "modelward.registry._cli_attach:attach",
+    ),
     "eval": Entry(
         "Evaluation statements: per-case results, signed and attached to a bundle.",
         children={
