@@ -7,7 +7,8 @@ them with ``tuf.ngclient``; this module is what the two agree on. Target paths:
   sha256; the sha256 *is* the bundle digest);
 - ``quarantine/<hex>``: present when the bundle ``sha256:<hex>`` is quarantined.
 
-Role names: ``ORG:NAME@PATTERN`` (a protected alias rule), ``ORG:NAME@online`` (aliases the
+Role names: ``ORG:NAME@PATTERN`` (a protected alias rule; ``ORG:NAME@=PATTERN`` for the
+patterns ``online``, ``*`` and those starting with ``=``), ``ORG:NAME@online`` (aliases the
 registry's online key may move), ``ORG:NAME@*`` (every other alias), ``quarantine``. A role
 name is part of a metadata file's name (``VERSION.ROLE.json``), so it holds no ``/``: static
 file servers, S3 and CDNs would read one as a directory.
@@ -74,8 +75,20 @@ def _role_prefix(repo: str) -> str:
     return f"{org}:{name}"
 
 
+# The names ``online_role`` and ``open_role`` end in; a protected pattern spelt like one of
+# them (or like an escaped pattern) is escaped with ``=``, so no pattern can name another
+# kind's role and no two patterns name one role (docs/tuf.md#roles).
+_RESERVED_PATTERNS = frozenset({"online", "*"})
+_ESCAPE = "="
+
+
 def protected_role(repo: str, pattern: str) -> str:
-    """The role that signs ``repo``'s aliases matching the protected ``pattern``."""
+    """The role that signs ``repo``'s aliases matching the protected ``pattern``:
+    ``ORG:NAME@PATTERN``, or ``ORG:NAME@=PATTERN`` when ``PATTERN`` is ``online``, ``*``
+    or starts with ``=`` (injective over (repository, kind, pattern); every other name is
+    what it always was)."""
+    if pattern in _RESERVED_PATTERNS or pattern.startswith(_ESCAPE):
+        pattern = _ESCAPE + pattern
     return f"{_role_prefix(repo)}@{pattern}"
 
 

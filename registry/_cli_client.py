@@ -753,6 +753,16 @@ def approve(
     emit(answer, as_json, _approval_line(r.repo))
 
 
+def _alias_now(client: RegistryClient, repo: str, alias: str) -> dict[str, Any] | None:
+    """``repo@alias`` as the registry shows it, None when it does not exist."""
+    from modelward.registry._client_errors import NotFound
+
+    try:
+        return dict(client.get_alias(repo, alias))
+    except NotFound:
+        return None
+
+
 def _approve_signed(
     repo: str, digest: str, alias: str, key: Path, *, passphrase_env: str | None, as_json: bool
 ) -> None:
@@ -764,6 +774,19 @@ def _approve_signed(
     with _reported(), _client() as client:
         pending = find_pending(client, repo=repo, alias=alias, target=target, digest=digest)
         if pending is None:
+            current = _alias_now(client, repo, alias)
+            if current is not None and current.get("digest") == digest:
+                # a late approval: the threshold was met before this signature came
+                signed = bool(current.get("signed"))
+                emit(
+                    {"repository": repo, "alias": alias, "digest": digest, "already": True,
+                     "signed": signed},
+                    as_json,
+                    lambda _: f"{repo}@{alias} already points to {digest}"
+                    + (" (signed)" if signed else " (not signed yet)")
+                    + ": nothing to approve",
+                )  # fmt: skip
+                return
             fail(
                 f"no pending proposal moves {repo}@{alias} to {digest}",
                 hint=f"the publisher proposes it: modelward alias set {repo}@{alias} {digest}",

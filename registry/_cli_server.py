@@ -123,7 +123,7 @@ def serve(
     secret = settings.bootstrap_token.get_secret_value() if settings.bootstrap_token else None
     with state.db.write() as session:
         created = bootstrap_admin(session, secret)
-    from modelward.registry.domains.trust.service import ensure_root
+    from modelward.registry.domains.trust.service import DB_WRITER_ONLINE, ensure_root, trust_of
 
     if ensure_root(state):
         typer.echo(
@@ -132,6 +132,8 @@ def serve(
             "with offline keys (docs/tuf.md#keys)",
             err=True,
         )
+    if trust_of(settings).keys.has("targets"):  # every start, until `trust init`
+        typer.echo(f"warning: {DB_WRITER_ONLINE}", err=True)
     url = f"http://{settings.host}:{settings.port}"
     processes = settings.resolved_workers()
     typer.echo(

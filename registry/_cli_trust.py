@@ -184,13 +184,20 @@ def _status_lines(status: dict[str, Any]) -> str:
             f"{role.get('role'):<40} v{role.get('version'):<6} expires {role.get('expires')}{flag}"
         )
     out.append(f"online keys: {', '.join(status.get('online_keys') or []) or 'none'}")
+    if "targets_key" in status:
+        out.append(
+            f"targets key: {status['targets_key']}; protects against a database writer: "
+            f"{'yes' if status.get('protects_against_db_writer') else 'NO'}"
+        )
+        out.append(f"  {status.get('db_writer')}")
     out.append(f"pending proposals: {status.get('pending_proposals')}")
     return "\n".join(out)
 
 
 @trust_app.command("status")
 def trust_status(as_json: AsJson = False) -> None:
-    """Every TUF role's version and expiry, which expire soon, the keys held online."""
+    """Every TUF role's version and expiry, which expire soon, the keys held online, and
+    whether the delegations protect against a database writer (targets key offline)."""
     with _reported(), _client() as client:
         status = client.tuf_status()
     emit(status, as_json, _status_lines)

@@ -8,15 +8,19 @@ their own machines and send the signature back (``add_signature``), which checks
 1. the proposal is still pending;
 2. it is still the next version of its role (otherwise it is stale: propose again);
 3. the key is one the role's delegation names (for top-level ``targets``: one root names),
-   and its owner is not excluded by the caller (the two-person rule of protected aliases:
-   not the proposer, not the bundle's publisher; the delegation alone cannot say who
-   proposed);
-4. the signature verifies over the payload's canonical signed bytes.
+   it is not revoked, and its owner is not excluded by the caller (the two-person rule of
+   protected aliases: not the proposer, not the bundle's publisher; the delegation alone
+   cannot say who proposed);
+4. the signature verifies over the payload's canonical signed bytes;
+5. the signatures that count: those collected before, less any whose key the delegation
+   no longer names or that was revoked since (``withdraw_signatures`` already took out a
+   withdrawn approval's and a revoked key's), with this one.
 
-Once the signatures meet the delegation's threshold the proposal is published with
-``MetadataRepository.publish_delegated`` (``publish_targets`` for top-level targets), which
-checks the threshold again with python-tuf, exactly as a worker will, before anything is
-kept.
+Once the signatures that count meet the delegation's threshold the proposal is published
+with ``MetadataRepository.publish_delegated`` (``publish_targets`` for top-level targets),
+which checks the threshold again with python-tuf, exactly as a worker will, before anything
+is kept; a role that does not verify there is refused for this proposal (``RoleUnverified``,
+409), never an error of the server.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from securesystemslib.exceptions import UnverifiedSignatureError
 from securesystemslib.signer import Signature
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, Targets
 
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -38,6 +43,7 @@ from modelward.registry.tuf.repository import MetadataRepository, StaleProposal
 __all__ = [
     "Added",
     "ProposalStale",
+    "RoleUnverified",
     "SignatureRefused",
     "add_signature",
     "delegated_role_for",
@@ -45,6 +51,7 @@ __all__ = [
     "propose_target",
     "propose_targets",
     "signing_role",
+    "withdraw_signatures",
 ]
 
 TARGETS_ROLE = Targets.type
@@ -58,6 +65,12 @@ class ProposalStale(Conflict):
     """The proposal's role moved on; propose again from its current version."""
 
     code = "proposal_stale"
+
+
+class RoleUnverified(Conflict):
+    """The signatures that count do not verify under the role's current delegation."""
+
+    code = "role_unverified"
 
 
 class SignatureRefused(Forbidden):
@@ -250,7 +263,13 @@ def add_signature(
             f"key {keyid} is not one of the keys role {role_name} is delegated to",
             detail={"role": role_name, "keyid": keyid, "keyids": keyids},
         )
-    owner = session.scalar(select(SigningKey.principal_id).where(SigningKey.keyid == keyid))
+    row = session.get(SigningKey, keyid)
+    if row is not None and row.revoked_at is not None:
+        raise SignatureRefused(
+            f"key {keyid} was revoked; its signatures no longer count",
+            detail={"role": role_name, "keyid": keyid},
+        )
+    owner = row.principal_id if row is not None else None
     if owner is not None and owner in (excluded or {}):
         raise SignatureRefused(
             f"key {keyid} belongs to {(excluded or {})[owner]}; another signer must "
@@ -269,9 +288,14 @@ def add_signature(
             f"the signature of key {keyid} does not verify over proposal {proposal.id}",
             detail={"role": role_name, "keyid": keyid},
         ) from exc
-    collected = {s["keyid"]: s["sig"] for s in json.loads(proposal.signatures)}
+    # (5) the signatures that count: keys the delegation names now, none revoked since
+    collected = {
+        k: v
+        for k, v in _signatures(proposal).items()
+        if k in keyids and k not in _revoked(session, [k])
+    }
     collected[keyid] = signature_hex
-    proposal.signatures = json.dumps([{"keyid": k, "sig": v} for k, v in sorted(collected.items())])
+    _keep(proposal, collected)
     session.flush()
     if len(collected) < threshold:
         return Added(len(collected), threshold, published=False)
@@ -286,6 +310,13 @@ def add_signature(
             repo.publish_delegated(role_name, md)
     except StaleProposal as exc:  # pragma: no cover - step 2 ran in this transaction
         raise ProposalStale(str(exc)) from exc
+    except UnsignedMetadataError as exc:
+        raise RoleUnverified(
+            f"proposal {proposal.id}: its signatures do not meet the threshold of role "
+            f"{role_name} as it is delegated now ({exc}); it stays pending for the signers "
+            "the role names now",
+            detail={"role": role_name, "keyids": keyids, "threshold": threshold},
+        ) from exc
     proposal.state, proposal.decided_at = "published", utcnow()
     # every other pending proposal of this role was made from the version just replaced
     for other in session.scalars(
@@ -298,3 +329,49 @@ def add_signature(
         other.state, other.decided_at = "stale", utcnow()
     session.flush()
     return Added(len(collected), threshold, published=True)
+
+
+def _signatures(proposal: TufProposal) -> dict[str, str]:
+    return {s["keyid"]: s["sig"] for s in json.loads(proposal.signatures)}
+
+
+def _keep(proposal: TufProposal, signatures: Mapping[str, str]) -> None:
+    proposal.signatures = json.dumps(
+        [{"keyid": k, "sig": v} for k, v in sorted(signatures.items())]
+    )
+
+
+def _revoked(session: Session, keyids: list[str]) -> set[str]:
+    return set(
+        session.scalars(
+            select(SigningKey.keyid).where(
+                SigningKey.keyid.in_(keyids), SigningKey.revoked_at.is_not(None)
+            )
+        )
+    )
+
+
+def withdraw_signatures(
+    session: Session,
+    keyids: list[str],
+    *,
+    target: str | None = None,
+    to_digest: str | None = None,
+) -> list[TufProposal]:
+    """Take the signatures of ``keyids`` off every pending proposal (only those setting
+    ``target`` to ``to_digest`` when given): a withdrawn approval or a revoked key stops
+    counting at once. Returns the proposals that lost a signature."""
+    if not keyids:
+        return []
+    query = select(TufProposal).where(TufProposal.state == "pending")
+    if target is not None:
+        query = query.where(TufProposal.target == target, TufProposal.to_digest == to_digest)
+    changed = []
+    for proposal in session.scalars(query.order_by(TufProposal.id)):
+        signatures = _signatures(proposal)
+        kept = {k: v for k, v in signatures.items() if k not in keyids}
+        if len(kept) != len(signatures):
+            _keep(proposal, kept)
+            changed.append(proposal)
+    session.flush()
+    return changed

@@ -178,8 +178,12 @@ class MetadataRepository(Repository):
         versions, top-level targets against root, a delegated role against top-level
         targets' delegation (``verified``); snapshot and timestamp as stored (the registry
         signs them itself). A blank role when none is stored yet."""
-        if role in (Root.type, Targets.type) or role not in TOP_LEVEL:
+        if role in (Root.type, Targets.type):
             md = self.verified(role)
+            if md is not None:
+                return md
+        elif role not in TOP_LEVEL:
+            md = self._delegated_base(role)
             if md is not None:
                 return md
         else:
@@ -214,6 +218,38 @@ class MetadataRepository(Repository):
             f"role {role}: none of its newest stored versions (up to {latest}) is signed by "
             "its delegation's threshold: the metadata store was written around the registry"
         )
+
+    def _delegated_base(self, role: str) -> Metadata[Any] | None:
+        """What the next version of delegated ``role`` is made from: its newest version that
+        verifies (``verified``); when none does under the current delegation because its
+        keys changed (a revoked key that signed it), its newest version that verified under
+        an earlier verified top-level targets. Never a row no delegation ever accepted (a
+        forgery is not carried into what the signers sign). None: nothing to build on."""
+        try:
+            return self.verified(role)
+        except UnsignedMetadataError:
+            earlier = self._earlier_verified(role)
+            if earlier is None:
+                raise
+            return earlier
+
+    def _earlier_verified(self, role: str) -> Metadata[Any] | None:
+        """The newest stored version of ``role`` that verifies under one of the newest
+        ``MAX_UNVERIFIED`` earlier versions of top-level targets that verify against root."""
+        versions = self.store.latest_versions()
+        latest, current = versions.get(role, 0), versions.get(Targets.type, 0)
+        roots = self._delegators(Targets.type)
+        for targets_version in range(current - 1, max(0, current - 1 - MAX_UNVERIFIED), -1):
+            seal = self.store.read(Targets.type, targets_version)
+            if seal is None or not any(
+                _verifies(Targets.type, seal, targets_version, root) for root in roots
+            ):
+                continue
+            for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
+                data = self.store.read(role, version)
+                if data is not None and _verifies(role, data, version, seal):
+                    return Metadata.from_bytes(data)
+        return None
 
     def _delegators(self, role: str) -> list[bytes]:
         """The verified metadata that delegates ``role``, as bytes: for top-level targets

@@ -10,8 +10,10 @@ a path is decided by the first role whose patterns match it):
    workers read as "nothing is quarantined" (``loader.tuf_resolve``). (An alias role without
    metadata refuses its aliases, which is right: nothing signed names them.)
 2. per repository ``ORG/NAME``, per protected alias rule ``PATTERN`` (from the repository's
-   policy): role ``ORG:NAME@PATTERN``, paths ``ORG/NAME/aliases/PATTERN``, the reviewers'
-   keys, threshold = the rule's ``approvals``. The reviewers' signatures are the approvals.
+   policy): role ``ORG:NAME@PATTERN`` (``attest.tuf.protected_role``: ``ORG:NAME@=PATTERN``
+   for ``online``, ``*`` and patterns starting with ``=``, so it is never the name of
+   another kind's role), paths ``ORG/NAME/aliases/PATTERN``, the reviewers' keys, threshold
+   = the rule's ``approvals``. The reviewers' signatures are the approvals.
 3. per repository, the aliases the policy lets the registry move on its own (``online:
    true`` rules, e.g. ``dev-*``): role ``ORG:NAME@online``, the registry's online key,
    threshold 1.
@@ -20,6 +22,9 @@ a path is decided by the first role whose patterns match it):
 
 An alias target ``ORG/NAME/aliases/ALIAS`` describes the bundle's manifest bytes: their
 length and sha256, which *is* the bundle digest (docs/bundle-format.md#digest).
+
+Two roles with one name are refused (``RoleNameCollision``), never resolved by keeping the
+last: that is how a protected ``*`` once replaced the reviewers' role by the publishers'.
 """
 
 from __future__ import annotations
@@ -32,7 +37,18 @@ from tuf.api.metadata import DelegatedRole, Delegations
 
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, open_role, protected_role
 
-__all__ = ["ProtectedRule", "RepositoryTrust", "delegations"]
+__all__ = ["ProtectedRule", "RepositoryTrust", "RoleNameCollision", "delegations"]
+
+
+class RoleNameCollision(ValueError):  # noqa: N818 - a domain name, like StaleProposal
+    """Two delegations would be one role: the policy or the naming is at fault."""
+
+    def __init__(self, name: str, first: Sequence[str], second: Sequence[str]) -> None:
+        super().__init__(
+            f"TUF role {name!r} would delegate both {list(first)} and {list(second)}: "
+            "two alias rules map to one role; make their patterns distinct (docs/tuf.md#roles)"
+        )
+        self.name, self.first, self.second = name, list(first), list(second)
 
 
 @dataclass(frozen=True)
@@ -106,4 +122,16 @@ def delegations(
         roles.append(
             _role(open_role(trust.repo), trust.publisher_keys, 1, [alias_path(trust.repo, "*")])
         )
-    return Delegations(keys=keys, roles={role.name: role for role in roles})
+    return Delegations(keys=keys, roles=_by_name(roles))
+
+
+def _by_name(roles: Sequence[DelegatedRole]) -> dict[str, DelegatedRole]:
+    """``roles`` by name; two roles with one name are refused, never one overwriting the
+    other (the second would silently take the first's place, keys and threshold)."""
+    named: dict[str, DelegatedRole] = {}
+    for role in roles:
+        first = named.get(role.name)
+        if first is not None:
+            raise RoleNameCollision(role.name, first.paths or [], role.paths or [])
+        named[role.name] = role
+    return named

@@ -717,6 +717,20 @@ def withdraw_approval(
     repo = get_repo(session, repo_name)
     bundle = find_bundle(session, repo, digest)
     row = _approval(session, bundle.id, alias, caller.id)
+    # the caller's TUF signatures on the pending move stop counting too (docs/tuf.md)
+    from modelward.registry.domains.trust.service import withdraw_approval_signatures
+
+    unsigned = withdraw_approval_signatures(
+        session, repo_name=repo_name, alias=alias, digest=bundle.digest, caller=caller
+    )
+    if unsigned and (row is None or row.withdrawn_at is not None):
+        return {
+            "digest": digest,
+            "alias": alias,
+            "approvers": _approvers(session, bundle.id, alias, {bundle.created_by}),
+            "withdrawn": {"approver": caller.name, "at": None, "reason": reason},
+            "unsigned_proposals": unsigned,
+        }
     if row is None:
         others = _approvers(session, bundle.id, alias, {caller.id})
         if not others:

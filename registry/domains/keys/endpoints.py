@@ -11,6 +11,7 @@ from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, Publisher, require_roles
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.keys import service
+from modelward.registry.domains.trust.service import key_revoked
 
 router = APIRouter(prefix="/v1", tags=["keys"])
 
@@ -49,6 +50,8 @@ def list_keys(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
 def revoke_key(keyid: str, caller: KeyHolder, state: State) -> Response:
     with state.db.write() as session:
         service.revoke_key(session, kid=keyid, caller=caller)
+        # one transaction: the key's signatures stop counting and it leaves the delegations
+        key_revoked(session, state, keyid, caller=caller)
     return Response(status_code=204)
 
 

@@ -1,5 +1,11 @@
 """Signing keys and Sigstore identities bound to principals (publishers their own, admins
-anyone's); every change audited."""
+anyone's); every change audited.
+
+A key registered here is a database row: with the embedded default's online targets key the
+registry delegates alias roles to it on its own word, so a database writer can add one
+(docs/tuf.md#keys). Revoking one also takes it out of the TUF delegations and its
+signatures off pending proposals, in the same transaction (``trust.service.key_revoked``,
+called by the endpoint)."""
 
 from __future__ import annotations
 

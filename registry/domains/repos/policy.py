@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, object_session
 
 from modelward.attest.errors import PolicyError
 from modelward.attest.policy import PolicyBelowFloor, PolicyFloor, load_policy, require_meets_floor
+from modelward.attest.policy._rules import require_distinct_role_patterns
 from modelward.registry.errors import BadRequest, Conflict
 from modelward.registry.models import Org, Repository
 
@@ -59,7 +60,9 @@ def builtin_default_policy() -> str:
 def parse_policy(text: str, source: str = "policy") -> Policy:
     """Validate a policy document; raises BadRequest (invalid_policy) naming the field."""
     try:
-        return load_policy(text.encode(), source=source)
+        policy = load_policy(text.encode(), source=source)
+        require_distinct_role_patterns(policy, source)  # each protected rule: one TUF role
+        return policy
     except PolicyError as exc:
         raise BadRequest(str(exc), code="invalid_policy") from exc
     except RecursionError as exc:

@@ -64,6 +64,7 @@ from modelward.registry.tuf.proposals import (
     propose_changes,
     propose_target,
     signing_role,
+    withdraw_signatures,
 )
 from modelward.registry.tuf.repository import Expiries, MetadataRepository
 from modelward.registry.tuf.service import (
@@ -75,9 +76,12 @@ from modelward.registry.tuf.service import (
 from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
+    "DB_WRITER_OFFLINE",
+    "DB_WRITER_ONLINE",
     "Trust",
     "adopt",
     "ensure_root",
+    "key_revoked",
     "list_proposals",
     "proposal_json",
     "propose_alias",
@@ -87,10 +91,26 @@ __all__ = [
     "signed_aliases",
     "status",
     "trust_of",
+    "withdraw_approval_signatures",
 ]
 
 log = logging.getLogger("modelward.registry")
 PROPOSAL_PAGE = 200
+
+# What the registry says about someone who can write its database (docs/tuf.md#keys), in
+# ``serve``'s start-up and ``trust status``.
+DB_WRITER_ONLINE = (
+    "the TUF targets key is ONLINE (the embedded default): the registry derives the "
+    "delegations from database rows (principals, publishers, signing_keys) and signs them "
+    "itself, so anyone who can write the database can add a key that signs protected "
+    "aliases. It does not protect against a database writer until `modelward trust init` "
+    "takes the targets key offline (docs/tuf.md#keys)"
+)
+DB_WRITER_OFFLINE = (
+    "the TUF targets key is offline: a delegation change (a key, a reviewer, a publisher, "
+    "a policy) waits as a targets proposal until the admins sign it (`modelward trust "
+    "sign`), so a database writer cannot add a key to any role (docs/tuf.md#keys)"
+)
 
 
 @dataclass(frozen=True)
@@ -270,6 +290,7 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
             for p in session.scalars(select(TufProposal).where(TufProposal.state == "pending"))
         }
         by_role: dict[str, dict[str, bytes | None]] = {}
+        online_roles: set[str] = set()
         rows = session.execute(
             select(Repository.name, Alias.name, Alias.digest, Bundle.manifest)
             .join(Alias, Alias.repo_id == Repository.id)
@@ -288,6 +309,8 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
             except NotFound:
                 continue
             by_role.setdefault(deciding.name, {})[path] = bytes(manifest)
+            if deciding.name == online_role(repo_name):
+                online_roles.add(deciding.name)
         made = []
         for role, changes in sorted(by_role.items()):
             proposal = propose_changes(
@@ -299,7 +322,7 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
                 label=ADOPT_TARGET,
                 reason=f"adopt {len(changes)} alias(es) the registry recorded unsigned",
             )
-            if role.endswith("@online"):
+            if role in online_roles:
                 signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
                 signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload).signed_bytes)
                 add_signature(
@@ -321,6 +344,53 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
             },
         )
         return [proposal_json(session, repo, p) for p in made]
+
+
+def key_revoked(session: Session, state: AppState, keyid: str, *, caller: Caller) -> None:
+    """In the revocation's own transaction: take ``keyid``'s signatures off every pending
+    proposal (they stop counting at once) and bring the delegations in line (the key leaves
+    every role: signed at once with an online targets key, else a targets proposal for the
+    admins; until they sign it the registry refuses the key's signatures itself). Audited
+    as ``tuf.signature.withdraw`` when a proposal lost a signature."""
+    unsigned = withdraw_signatures(session, [keyid])
+    if unsigned:
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.signature.withdraw",
+            subject=keyid,
+            details={"proposals": [p.id for p in unsigned], "why": "key revoked"},
+        )
+    try:
+        repo = repository(session, state)
+    except TufKeyUnavailable as exc:  # no TUF keys here: nothing is signed with them either
+        log.error(json.dumps({"event": "tuf_sync_failed", "message": str(exc)[:500]}))  # noqa: TRY400
+        return
+    sync(session, state, repo, proposer_id=caller.id)
+
+
+def withdraw_approval_signatures(
+    session: Session, *, repo_name: str, alias: str, digest: str, caller: Caller
+) -> list[int]:
+    """``caller`` withdraws the approval of ``repo_name@alias`` -> ``digest``: the signatures
+    of every key ``caller`` registered come off the pending proposals making that move, in
+    the withdrawal's transaction. The proposals' ids; audited as ``tuf.signature.withdraw``.
+    """
+    keyids = list(
+        session.scalars(select(SigningKey.keyid).where(SigningKey.principal_id == caller.id))
+    )
+    unsigned = withdraw_signatures(
+        session, keyids, target=alias_path(repo_name, alias), to_digest=digest
+    )
+    if unsigned:
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.signature.withdraw",
+            subject=f"{repo_name}@{alias}",
+            details={"proposals": [p.id for p in unsigned], "to": digest, "why": "withdrawn"},
+        )
+    return [p.id for p in unsigned]
 
 
 def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:
@@ -615,10 +685,14 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
     pending = session.scalar(
         select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending")
     )
+    online_targets = "targets" in held
     return {
         "roles": roles,
         "online_keys": held,
         "embedded": "root" in held,
+        "targets_key": "online" if online_targets else "offline",
+        "protects_against_db_writer": not online_targets,
+        "db_writer": DB_WRITER_ONLINE if online_targets else DB_WRITER_OFFLINE,
         "pending_proposals": int(pending or 0),
     }
 
