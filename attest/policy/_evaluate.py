@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from modelward.attest.alias_decision import WORKER_STEPS, MoveRequest, decide_move_result
 from modelward.attest.errors import AttestError
 from modelward.attest.evaluation import PREDICATE_TYPE as EVALUATION_V1
-from modelward.attest.evaluation import GateResult, gate_label, judge_evaluations
+from modelward.attest.evaluation import GateResult, gate_label
 from modelward.attest.policy._model import PROVENANCE_V1, Policy
 from modelward.attest.policy._rules import alias_rule_for
 from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
@@ -303,8 +304,9 @@ def _gate_check(result: GateResult) -> Check:
 def _step_gates(
     policy: Policy, alias: str, manifest: Manifest, bound: Sequence[VerifiedStatement]
 ) -> list[Check]:
-    """Step (9): every gate of the alias rule, from the evaluations that count (the one rule
-    of attest.evaluation.judge_evaluations, with this policy's evidence signers)."""
+    """Step (9): every gate of the alias rule, from the evaluations that count, as the one
+    owner of a move's verdict judges them (attest.alias_decision, a worker's steps: the
+    gates, with this policy's evidence signers and no baseline)."""
     rule = alias_rule_for(policy, alias)
     if rule is None or rule.gates is None:
         what = "no alias rule" if rule is None else f"alias rule {rule.pattern!r} sets no gates"
@@ -318,22 +320,30 @@ def _step_gates(
             "registry's, a worker counts only its own evidence.signers)"
         )
     )
-    judged = judge_evaluations(
-        rule.gates,
-        bound,
-        digest=digest,
-        baseline=None,
-        evidence=_evidence_rule(policy, bound),
-        missing="no evaluation signed by an evidence signer of the policy counts",
+    # the one owner of a move's verdict, for the steps a worker judges itself (its gates)
+    report = decide_move_result(
+        MoveRequest(
+            repo="",
+            alias=alias,
+            digest=digest,
+            rule=rule,
+            statements=tuple(bound),
+            evidence=_evidence_rule(policy, bound),
+            judged=WORKER_STEPS,
+        )
     )
+    judged = report.gates
+    if judged is None:  # pragma: no cover - the rule sets gates (checked above)
+        raise AssertionError("the alias decision judged no gates")
+    promote = report.allowed
     checks = [_gate_check(g) for g in judged.gates]
     checks.extend(
         Check("gates", False, f"evaluation by {n.signer} not counted: {n.reason}")
         for n in judged.not_counted
-        if not judged.promote
+        if not promote
     )
     where = f"alias {alias!r} (rule {rule.pattern!r})"
-    if judged.promote:
+    if promote:
         message = (
             f"promote: {len(judged.evaluations)} evaluation(s) of {digest} by evidence "
             f"signers pass every gate of {where}"
@@ -350,7 +360,7 @@ def _step_gates(
             f"do not promote: {len(blocking)} of {len(judged.gates)} gate(s) of {where} "
             f"block ({', '.join(blocking)}); passed: {', '.join(passed) or 'none'}"
         )
-    checks.append(Check("gates", judged.promote, message))
+    checks.append(Check("gates", promote, message))
     return checks
 
 

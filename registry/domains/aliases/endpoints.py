@@ -26,6 +26,11 @@ class AliasIn(BaseModel):
     propose: bool = False  # a protected alias short of approvals: 202 with the proposal
 
 
+class DryRunIn(BaseModel):
+    digest: str = Field(max_length=100)
+    rollback: bool = False
+
+
 class ApprovalIn(BaseModel):
     alias: str = Field(min_length=1, max_length=100)
 
@@ -88,6 +93,24 @@ def set_alias(
         propose=body.propose,
     )
     return JSONResponse(answer, status_code=202 if "pending" in answer else 200)
+
+
+@router.post("/aliases/{alias}/dry-run")
+def dry_run(
+    *, org: str, name: str, alias: str, body: DryRunIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Every check a move of the alias to ``digest`` by the caller would make, each reported
+    (``checks``: step, check, passed, message, reason, evidence) and ``allowed``: nothing
+    moves and nothing is proposed. Audited (``alias.dry_run``). 404/410 for a missing or
+    deleted bundle."""
+    return service.dry_run(
+        state,
+        repo_name=f"{org}/{name}",
+        alias=alias,
+        digest=check_digest(body.digest),
+        rollback=body.rollback,
+        caller=caller,
+    )
 
 
 @router.get("/aliases/{alias}/history")

@@ -1,23 +1,20 @@
 """Aliases ``org/name@alias``: compare-and-swap moves under the policy's alias rules.
 
-``set_alias`` checks, in order (docs/registry.md#aliases):
-  (1) an alias rule matches (none: nobody may move it) and names the caller's principal or
-      role (a publisher also needs to publish to this repository);
-  (2) the bundle exists, is not tombstoned, and its digest is not quarantined in any
-      repository (bundles.quarantine);
-  (3) the repository's current policy still allows the bundle: the one bundle verifier
-      (attest.verifier) judges it as it is now, scanning the stored layers again under the
-      current policy and re-verifying every attestation that is not retracted;
-  (4) protected aliases: k approvals (not withdrawn) by reviewers or admins other than the
-      publisher and the mover, a trusted determinism baseline, replay results and the
-      rule's release gates over evaluation statements (aliases.gates), as the rule requires
-      (baselines, replay results and evaluations count only when signed by an evidence
-      signer the policy names, never the publisher, the mover, a publisher of the repository
-      or an admin: aliases.evidence; a replay result counts only against the bundle
-      currently on the alias, or against none when the alias has no bundle yet);
-  (5) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
-      history row and audit event in the same transaction, which checks (2) and the
-      approvals of (4) again (a quarantine or a withdrawal that landed meanwhile counts).
+``set_alias`` reads what a move is decided on (aliases.repository, authorization through
+``auth.authz.may``), has the bundle judged by the one bundle verifier as it is now (a re-scan
+under the current policy, every attestation not retracted verified again), and hands it all
+to the one owner of the move's verdict, ``attest.alias_decision.decide_move``: steps (1) rule
+and mover, (2) quarantine, (3) policy, (4) a protected alias's baseline, replay and release
+gates, (5) rollback, (6) approvals (docs/registry.md#aliases). A refusal is answered by
+aliases.refusals, the one map from its typed reason to the HTTP error. Then:
+
+  (7) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
+      history row and audit event in the same transaction, which decides (2) and (6) again
+      on what it reads (a quarantine or a withdrawal that landed meanwhile counts).
+
+``dry_run`` runs every step of the decision (``decide_move_result``) and reports each;
+nothing moves and nothing is proposed. ``require_move_allowed`` is steps (1)-(5), for a
+signed proposal at its threshold (the reviewers' signatures are its approvals).
 
 Approvals (``approve``, ``withdraw_approval``) are the principal's, not the token's: an
 approval survives the revocation of the token that made it, counts only while its approver is
@@ -29,19 +26,28 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from modelward.attest.alias_decision import (
+    AliasDecision,
+    AliasMoveRefused,
+    MoveRequest,
+    RefusalReason,
+    decide_move,
+    decide_move_result,
+)
+from modelward.attest.errors import BundleError
+from modelward.attest.verifier import verify_bundle_result
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.aliases.evidence import EvidenceSigners, evidence_signers
-from modelward.registry.domains.aliases.gates import check_gates
-from modelward.registry.domains.attestations.repository import live_attestations
+from modelward.registry.domains.aliases import repository
+from modelward.registry.domains.aliases.refusals import http_error
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, may
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.quarantine import require_not_quarantined
@@ -53,13 +59,13 @@ from modelward.registry.domains.repos.listing import (
     encode_cursor,
     readable_repo,
 )
-from modelward.registry.domains.repos.service import get_repo, may_publish, repo_policy
+from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
     Forbidden,
+    InvalidManifest,
     NotFound,
-    Refused,
     StaleVersion,
 )
 from modelward.registry.models import (
@@ -67,17 +73,16 @@ from modelward.registry.models import (
     AliasHistory,
     Approval,
     Bundle,
-    Principal,
     QuarantinedDigest,
     Repository,
 )
 
 if TYPE_CHECKING:
-    from modelward.attest.policy import AliasRule
-    from modelward.attest.trust import VerifiedStatement
+    from modelward.attest.trust import Signer
 
 __all__ = [
     "approve",
+    "dry_run",
     "get_alias",
     "history",
     "list_aliases",
@@ -88,7 +93,6 @@ __all__ = [
 ]
 
 ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-APPROVER_ROLES = ("reviewer", "admin")
 # A mistyped alias's 404 suggests up to this many existing names (difflib), read from at most
 # SUGGESTION_SCAN of the repository's aliases.
 MAX_SUGGESTIONS = 3
@@ -101,10 +105,7 @@ def _state_json(row: Alias | None, alias: str) -> dict[str, Any]:
     return {"alias": row.name, "digest": row.digest, "version": row.version}
 
 
-def _alias_row(session: Session, repo: Repository, alias: str) -> Alias | None:
-    return session.execute(
-        select(Alias).where(Alias.repo_id == repo.id, Alias.name == alias)
-    ).scalar_one_or_none()
+_alias_row = repository.alias_row
 
 
 def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
@@ -203,184 +204,122 @@ def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]
     ]
 
 
-def _approvers(session: Session, bundle_id: int, alias: str, exclude: set[int]) -> list[str]:
-    """Who approved the bundle for ``alias`` and still counts: not withdrawn, the approver
-    still a reviewer or an admin (a principal's current role, whatever token it used)."""
-    rows = session.execute(
-        select(Principal.id, Principal.name)
-        .join(Approval, Approval.principal_id == Principal.id)
-        .where(
-            Approval.bundle_id == bundle_id,
-            Approval.alias == alias,
-            Approval.withdrawn_at.is_(None),
-            Principal.role.in_(APPROVER_ROLES),
-        )
-    ).all()
-    return sorted({name for pid, name in rows if pid not in exclude})
+def _nobody(_signer: Signer) -> str:
+    return "not judged before step (1) passed"
 
 
-def _vouched(
-    statements: Sequence[VerifiedStatement], predicate_type: str, vouches: EvidenceSigners
-) -> tuple[list[VerifiedStatement], list[dict[str, str]]]:
-    """The statements of ``predicate_type`` an evidence signer vouched for, and each signer
-    of the others with the reason it does not count."""
-    counted: list[VerifiedStatement] = []
-    refused: list[dict[str, str]] = []
-    for stmt in statements:
-        if stmt.predicate_type != predicate_type:
-            continue
-        reasons = [(s.name, vouches.reason_against(s)) for s in stmt.signers]
-        if any(reason is None for _, reason in reasons):
-            counted.append(stmt)
-        else:
-            refused += [{"signer": n, "reason": r} for n, r in reasons if r is not None]
-    return counted, refused
-
-
-def _against(stmt: Any) -> str | None:
-    """The digest a replay result compared against (``against``), or None."""
-    predicate = stmt.statement.get("predicate", {})
-    against = predicate.get("against") if isinstance(predicate, dict) else None
-    return against if isinstance(against, str) else None
-
-
-def _replay_ok(statements: list[Any], min_consecutive: int, max_divergences: int) -> bool:
-    for stmt in statements:
-        predicate = stmt.statement.get("predicate", {})
-        consecutive = predicate.get("consecutive_matches")
-        divergences = predicate.get("divergence_count")
-        if (
-            isinstance(consecutive, int)
-            and isinstance(divergences, int)
-            and consecutive >= min_consecutive
-            and divergences <= max_divergences
-        ):
-            return True
-    return False
-
-
-@dataclass(frozen=True)
-class _Move:
-    """What the checks of a move found."""
-
-    rule: AliasRule
-    manifest: bytes
-    current_digest: str | None
-    is_rollback: bool
-    approvers: list[str]
-
-
-def _check_move(
-    state: AppState, *, repo_name: str, alias: str, digest: str, rollback: bool, caller: Caller
-) -> _Move:
-    """Checks (1) to (4) of a move by ``caller``, except the approvals of (4)."""
-    from modelward.attest.manifest import parse_manifest
-    from modelward.attest.policy import alias_rule_for
-    from modelward.attest.statement import PredicateType
-
+def _read_move(
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    digest: str,
+    rollback: bool,
+    caller: Caller,
+    every_check: bool = False,
+) -> tuple[MoveRequest, bytes]:
+    """What the decision needs (aliases.repository) and the bundle verifier's report for
+    step (3), judged outside the read transaction; and the manifest bytes. Unless
+    ``every_check``, step (1) is decided first, before the bundle is read: who may not move
+    the alias learns nothing about it."""
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
-        policy = repo_policy(repo, state.default_policy_yaml)
-        # (1): who may move this alias.
-        rule = alias_rule_for(policy, alias)
-        if rule is None:
-            raise Forbidden(
-                f"{caller.name} ({caller.role}) may not move {repo_name}@{alias}: no alias "
-                f"rule in the repository's policy matches {alias!r}, so nobody may move it",
-                detail={
-                    "principal": caller.name,
-                    "role": caller.role,
-                    "repository": repo_name,
-                    "alias": alias,
-                    "rule": None,
-                    "cause": "no_rule",
-                },
+        rule = repository.read_rule(session, state, repo_name=repo_name, alias=alias, caller=caller)
+        if not every_check:
+            _decide(
+                MoveRequest(
+                    repo=repo_name,
+                    alias=alias,
+                    digest=digest,
+                    rule=rule.rule,
+                    statements=(),
+                    evidence=_nobody,
+                    mover=rule.mover,
+                    judged=frozenset({"1"}),
+                )
             )
-        publishes_here = may_publish(session, repo, caller)
-        by_role = caller.role in rule.roles and (caller.role != "publisher" or publishes_here)
-        if caller.name not in rule.principals and not by_role:
-            raise _may_not_move(caller, repo_name, alias, rule, publishes_here=publishes_here)
-        # (2): a live bundle of this repository, its digest quarantined nowhere.
-        bundle = live_bundle(session, repo, digest)
-        require_not_quarantined(session, digest)
-        # (3): the current policy still allows it (judged below, outside the transaction).
-        raw_manifest = bytes(bundle.manifest)
-        manifest = parse_manifest(raw_manifest)
-        stored = [a.data for a in session.execute(live_attestations(bundle.id)).scalars()]
-        trust = verdict.trust_for(session, repo, policy, state)
-        publisher_id = bundle.created_by
-        approvers = _approvers(session, bundle.id, alias, {publisher_id, caller.id})
-        vouches = evidence_signers(
-            session, repo, policy, publisher_id=publisher_id, mover_id=caller.id
+        found = repository.read_facts(
+            session, state, rule, alias=alias, digest=digest, caller=caller
         )
-        current = _alias_row(session, repo, alias)
-        current_digest = current.digest if current is not None else None
-        earlier = set()
-        if current is not None:
-            earlier = set(
-                session.execute(
-                    select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
-                ).scalars()
-            ) - {current.digest}
-    trusted = verdict.judge(
-        state, manifest=manifest, attestations=stored, policy=policy, trust=trust
+    # (3): the bundle as it is now, under the current policy (the one bundle verifier).
+    try:
+        bundle = verify_bundle_result(
+            found.manifest.raw,
+            found.attestations,
+            policy=rule.policy,
+            trust=found.trust.verify,
+            registered=found.trust.extra,
+            reader=verdict.StoreReader(state, found.manifest),
+            expected_digest=found.manifest.digest,
+        )
+    except BundleError as exc:
+        raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
+    request = MoveRequest.for_bundle(
+        bundle,
+        repo=repo_name,
+        alias=alias,
+        rule=rule.rule,
+        mover=rule.mover,
+        rollback=rollback,
+        **found.request,
     )
-    # (4): protected-alias evidence (the approvals are the caller's to check).
-    if rule.protected:
-        # Baselines and replay results are a serving worker's evidence: only statements an
-        # evidence signer of the policy vouched for count (aliases.evidence).
-        evidence = policy.evidence.model_dump()
-        baselines, not_counted = _vouched(trusted.statements, PredicateType.BASELINE, vouches)
-        if rule.require_baseline and not baselines:
-            raise Refused(
-                f"{repo_name}@{alias} needs a determinism baseline for {digest} signed by an "
-                "evidence signer of the policy (never the publisher, the mover, a publisher "
-                "of the repository or an admin)",
-                detail={"evidence": evidence, "not_counted": not_counted},
-                code="baseline_required",
-            )
-        reference = current_digest  # the bundle on the alias now (None: the alias is new)
-        vouched, not_counted = _vouched(trusted.statements, PredicateType.REPLAY, vouches)
-        replays = [s for s in vouched if _against(s) == reference]
-        if rule.replay is not None and not _replay_ok(
-            replays, rule.replay.min_consecutive, rule.replay.max_divergences
-        ):
-            against = f"against {reference}" if reference else "against no bundle"
-            raise Refused(
-                f"{repo_name}@{alias} needs a replay result {against} (the bundle on the "
-                f"alias now) with at least {rule.replay.min_consecutive} consecutive "
-                f"matches and at most {rule.replay.max_divergences} divergences, signed by "
-                "an evidence signer of the policy (never the publisher, the mover, a "
-                "publisher of the repository or an admin)",
-                detail={"evidence": evidence, "not_counted": not_counted},
-                code="replay_required",
-            )
-        check_gates(
-            rule,
-            trusted.statements,
-            vouches,
-            repo_name=repo_name,
-            alias=alias,
-            digest=digest,
-            current_digest=current_digest,
-        )
-    if rollback and digest not in earlier:
-        raise BadRequest(
-            f"{digest} was never an earlier target of {repo_name}@{alias}", code="not_a_rollback"
-        )
-    return _Move(rule, raw_manifest, current_digest, rollback or digest in earlier, approvers)
+    return request, bytes(found.manifest.raw)
+
+
+def _decide(request: MoveRequest) -> AliasDecision:
+    """attest.alias_decision.decide_move, its refusal answered as the registry answers it
+    (aliases.refusals)."""
+    try:
+        return decide_move(request)
+    except AliasMoveRefused as refused:
+        raise http_error(refused) from refused
 
 
 def require_move_allowed(
     state: AppState, *, repo_name: str, alias: str, digest: str, mover: Caller
 ) -> None:
-    """Checks (1) to (4), less the approvals, of ``mover`` moving ``repo_name@alias`` to
-    ``digest``: what the registry checks again before it publishes a signed move."""
-    _check_move(
+    """Steps (1) to (5) of ``mover`` moving ``repo_name@alias`` to ``digest``: what the
+    registry checks again before it publishes a signed move (the reviewers' signatures are
+    its approvals, step (6))."""
+    request, _ = _read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=False, caller=mover
     )
+    _decide(replace(request, approvers=None))
+
+
+def dry_run(
+    state: AppState, *, repo_name: str, alias: str, digest: str, rollback: bool, caller: Caller
+) -> dict[str, Any]:
+    """Every step of a move of ``repo_name@alias`` to ``digest`` by ``caller``, judged and
+    reported (attest.alias_decision.decide_move_result): nothing moves, nothing is proposed.
+    Audited as ``alias.dry_run`` with the verdict and the reasons refused. Raises BadRequest
+    (alias name), NotFound (repository, bundle), Gone (deleted bundle)."""
+    request, _ = _read_move(
+        state,
+        repo_name=repo_name,
+        alias=alias,
+        digest=digest,
+        rollback=rollback,
+        caller=caller,
+        every_check=True,
+    )
+    report = decide_move_result(request)
+    with state.db.write() as session:
+        append(
+            session,
+            actor=caller.name,
+            action="alias.dry_run",
+            subject=f"{repo_name}@{alias}",
+            details={
+                "to": digest,
+                "allowed": report.allowed,
+                "refused": [r.reason.value for r in report.refusals],
+            },
+        )
+    answer = report.to_json()
+    answer["dry_run"] = True
+    return answer
 
 
 def set_alias(
@@ -401,146 +340,93 @@ def set_alias(
     ``propose``: a protected alias short of approvals is not refused but proposed: the
     answer's ``pending`` is the proposal its reviewers sign (``approve --key``), and the
     alias moves when they have."""
-    from modelward.registry.domains.trust.service import proposal_json as tuf_json
-    from modelward.registry.domains.trust.service import propose_alias, repository
-
-    move = _check_move(
+    request, manifest = _read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=rollback, caller=caller
     )
-    rule = move.rule
-    if rule.protected and len(move.approvers) < rule.approvals and propose:
-        with state.db.write() as session:
-            proposal = propose_alias(
-                session,
-                state,
-                repo_name=repo_name,
-                alias=alias,
-                digest=digest,
-                manifest=move.manifest,
-                from_digest=move.current_digest,
-                caller=caller,
-                reason=reason,
-            )
-            if proposal is None:
-                raise Conflict(
-                    f"no TUF role is delegated {repo_name}@{alias} yet: the admins sign the "
-                    "pending top-level targets first (`modelward trust pending`)",
-                    code="delegation_pending",
-                )
-            append(
-                session,
-                actor=caller.name,
-                action="alias.propose",
-                subject=f"{repo_name}@{alias}",
-                details={
-                    "from": move.current_digest,
-                    "to": digest,
-                    "proposal": proposal.id,
-                    "reason": reason,
-                },
-            )
-            current = _alias_row(session, get_repo(session, repo_name), alias)
-            answer = _state_json(current, alias)
-            answer["pending"] = tuf_json(session, repository(session, state), proposal)
-            return answer
-    if rule.protected:
-        _require_approvals(move.approvers, rule.approvals, f"{repo_name}@{alias}", digest)
-    # (5): compare-and-swap, history and audit in one transaction.
+    try:
+        decision = decide_move(request)
+    except AliasMoveRefused as refused:
+        # (6) is the last step: short only of approvals, the move may be proposed instead.
+        if refused.reason is not RefusalReason.APPROVALS_REQUIRED or not propose:
+            raise http_error(refused) from refused
+        return _propose(state, request, manifest=manifest, caller=caller, reason=reason)
+    # (7): compare-and-swap, history and audit in one transaction.
     return _swap(
         state=state,
-        repo_name=repo_name,
-        alias=alias,
-        digest=digest,
+        request=decision.request,
         expected=expected_version,
         reason=reason,
-        rollback=move.is_rollback,
-        approvals=rule.approvals if rule.protected else 0,
         caller=caller,
-        manifest=move.manifest,
+        manifest=manifest,
     )
 
 
-def _may_not_move(
-    caller: Caller, repo_name: str, alias: str, rule: AliasRule, *, publishes_here: bool
-) -> Forbidden:
-    """Why ``caller`` may not move ``repo_name@alias`` under ``rule``, in plain words: the
-    rule lets its role move the alias only as a publisher of the repository, or it names
-    neither the caller nor its role."""
-    who = f"{caller.name} ({caller.role})"
-    ref = f"{repo_name}@{alias}"
-    plural = {"publisher": f"publishers of {repo_name}", "admin": "admins"}
-    allowed = [plural.get(r, f"{r}s") for r in rule.roles]
-    allowed += [f"principal {p}" for p in rule.principals]
-    rule_text = f"the alias rule {rule.pattern!r} of {repo_name}'s policy"
-    if caller.role in rule.roles and caller.role == "publisher" and not publishes_here:
-        cause = "not_a_publisher_of_repository"
-        message = (
-            f"{who} may not move {ref}: {caller.name} is not a publisher of {repo_name} "
-            f"({rule_text} lets publishers move it only in repositories they may publish to; "
-            f"an admin adds one with `modelward repo add-publisher {repo_name} {caller.name}`)"
+def _propose(
+    state: AppState, request: MoveRequest, *, manifest: bytes, caller: Caller, reason: str | None
+) -> dict[str, Any]:
+    """A protected move short only of approvals, proposed to the alias's TUF role."""
+    from modelward.registry.domains.trust.service import proposal_json as tuf_json
+    from modelward.registry.domains.trust.service import propose_alias
+    from modelward.registry.domains.trust.service import repository as tuf_repository
+
+    repo_name, alias, digest = request.repo, request.alias, request.digest
+    with state.db.write() as session:
+        proposal = propose_alias(
+            session,
+            state,
+            repo_name=repo_name,
+            alias=alias,
+            digest=digest,
+            manifest=manifest,
+            from_digest=request.current,
+            caller=caller,
+            reason=reason,
         )
-    else:
-        cause = "not_allowed_by_rule"
-        message = (
-            f"{who} may not move {ref}: {rule_text} allows only {_and(allowed)}, and "
-            f"names neither {caller.name} nor role {caller.role}"
-        )
-    return Forbidden(
-        message,
-        detail={
-            "principal": caller.name,
-            "role": caller.role,
-            "repository": repo_name,
-            "alias": alias,
-            "rule": {
-                "pattern": rule.pattern,
-                "roles": list(rule.roles),
-                "principals": list(rule.principals),
+        if proposal is None:
+            raise Conflict(
+                f"no TUF role is delegated {repo_name}@{alias} yet: the admins sign the "
+                "pending top-level targets first (`modelward trust pending`)",
+                code="delegation_pending",
+            )
+        append(
+            session,
+            actor=caller.name,
+            action="alias.propose",
+            subject=f"{repo_name}@{alias}",
+            details={
+                "from": request.current,
+                "to": digest,
+                "proposal": proposal.id,
+                "reason": reason,
             },
-            "cause": cause,
-            # kept from the earlier answer's detail, for scripts that read it
-            "pattern": rule.pattern,
-        },
-    )
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _require_approvals(approvers: list[str], need: int, ref: str, digest: str) -> None:
-    if len(approvers) < need:
-        raise Forbidden(
-            f"{ref} needs {need} approval(s) by reviewers other than the publisher and the "
-            f"mover; {digest} has {len(approvers)}",
-            detail={"have": approvers, "need": need},
-            code="approvals_required",
         )
+        current = _alias_row(session, get_repo(session, repo_name), alias)
+        answer = _state_json(current, alias)
+        answer["pending"] = tuf_json(session, tuf_repository(session, state), proposal)
+        return answer
 
 
 def _swap(
     *,
     state: AppState,
-    repo_name: str,
-    alias: str,
-    digest: str,
+    request: MoveRequest,
     expected: int,
     reason: str | None,
-    rollback: bool,
-    approvals: int,
     caller: Caller,
     manifest: bytes,
 ) -> dict[str, Any]:
     from modelward.registry.domains.trust.service import propose_alias
 
+    repo_name, alias, digest = request.repo, request.alias, request.digest
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         bundle = live_bundle(session, repo, digest)
-        # (2) and the approvals of (4) again: quarantined or withdrawn meanwhile.
-        require_not_quarantined(session, digest)
-        if approvals:
-            counted = _approvers(session, bundle.id, alias, {bundle.created_by, caller.id})
-            _require_approvals(counted, approvals, f"{repo_name}@{alias}", digest)
+        # (2) and (6) decided again on what this transaction reads: a quarantine or a
+        # withdrawal that landed meanwhile counts.
+        fresh = repository.fresh_facts(session, repo, bundle, alias=alias, caller=caller)
+        decision = _decide(
+            replace(request, quarantine=fresh["quarantine"], approvers=fresh["approvers"])
+        )
         current = _alias_row(session, repo, alias)
         if (current.version if current is not None else 0) != expected:
             raise _stale(current, alias, expected)
@@ -552,7 +438,7 @@ def _swap(
             digest=digest,
             actor=caller.name,
             reason=reason,
-            rollback=rollback,
+            rollback=decision.is_rollback,
             expected=expected,
         )
         proposal = propose_alias(
@@ -594,16 +480,7 @@ def record_move(
     if current is not None and current.digest == digest and signed_by is not None:
         return current  # the registry's word already agreed with the signed decision
     if rollback is None:
-        earlier = (
-            set()
-            if current is None
-            else set(
-                session.execute(
-                    select(AliasHistory.to_digest).where(AliasHistory.alias_id == current.id)
-                ).scalars()
-            )
-        )
-        rollback = digest in earlier
+        rollback = digest in repository.earlier_targets(session, current)
     if current is None:
         row = Alias(repo_id=repo.id, name=alias, digest=digest, version=1, updated_at=now)
         session.add(row)
@@ -668,11 +545,11 @@ def approve(
 
     Raises Forbidden (not a reviewer or admin; the bundle's publisher), BadRequest (alias
     name), NotFound, Gone, BundleQuarantined."""
-    if caller.role not in APPROVER_ROLES:
+    repo = get_repo(session, repo_name)
+    if not may(session, caller, Action.APPROVE, repo):
         raise Forbidden("only reviewers and admins may approve")
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")
-    repo = get_repo(session, repo_name)
     bundle = live_bundle(session, repo, digest)
     if bundle.created_by == caller.id:
         raise Forbidden("the publisher of a bundle may not approve it (two-person rule)")
@@ -695,7 +572,7 @@ def approve(
         subject=f"{repo_name}@{digest}",
         details={"alias": alias},
     )
-    return _approvers(session, bundle.id, alias, {bundle.created_by})
+    return repository.approvers(session, bundle.id, alias, {bundle.created_by})
 
 
 def withdraw_approval(
@@ -727,12 +604,12 @@ def withdraw_approval(
         return {
             "digest": digest,
             "alias": alias,
-            "approvers": _approvers(session, bundle.id, alias, {bundle.created_by}),
+            "approvers": repository.approvers(session, bundle.id, alias, {bundle.created_by}),
             "withdrawn": {"approver": caller.name, "at": None, "reason": reason},
             "unsigned_proposals": unsigned,
         }
     if row is None:
-        others = _approvers(session, bundle.id, alias, {caller.id})
+        others = repository.approvers(session, bundle.id, alias, {caller.id})
         if not others:
             raise NotFound(f"no approval of {repo_name}@{digest} for {alias}")
         raise Forbidden(
@@ -759,7 +636,7 @@ def withdraw_approval(
     return {
         "digest": digest,
         "alias": alias,
-        "approvers": _approvers(session, bundle.id, alias, {bundle.created_by}),
+        "approvers": repository.approvers(session, bundle.id, alias, {bundle.created_by}),
         "withdrawn": {"approver": caller.name, "at": iso(row.withdrawn_at), "reason": reason},
     }
 

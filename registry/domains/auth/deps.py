@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, State
+from modelward.registry.domains.auth.authz import APPROVER_ROLES, PUBLISHER_ROLES
 from modelward.registry.domains.auth.service import Caller, authenticate
 from modelward.registry.errors import Forbidden, NotAuthenticated
 
@@ -71,5 +72,5 @@ def require_roles(*roles: str) -> Callable[[Caller], Caller]:
 
 AnyCaller = Annotated[Caller, Depends(caller_from_request)]
 Admin = Annotated[Caller, Depends(require_roles("admin"))]
-Publisher = Annotated[Caller, Depends(require_roles("admin", "publisher"))]
-Reviewer = Annotated[Caller, Depends(require_roles("admin", "reviewer"))]
+Publisher = Annotated[Caller, Depends(require_roles(*PUBLISHER_ROLES))]
+Reviewer = Annotated[Caller, Depends(require_roles(*APPROVER_ROLES))]

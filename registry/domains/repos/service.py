@@ -17,6 +17,7 @@ from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import PUBLISHER_ROLES, Action, may, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs.service import creatable_org
 from modelward.registry.domains.repos.policy import (
@@ -83,7 +84,7 @@ def create_repo(
        valid and meets the org's floor (400 ``invalid_policy`` / ``policy_below_floor``);
     4. the name is free (409).
     """
-    if caller.role not in ("admin", "publisher"):
+    if caller.role not in PUBLISHER_ROLES:
         raise Forbidden(f"role {caller.role!r} may not create repositories")
     if not NAME_RE.fullmatch(name):
         raise BadRequest(f"invalid repository name {name!r}: use org/name (lowercase)")
@@ -120,15 +121,10 @@ def get_repo(session: Session, name: str) -> Repository:
 
 def writable_repo(session: Session, name: str, caller: Caller) -> Repository:
     """The repository if ``caller`` may publish to it; Forbidden or NotFound otherwise."""
-    query = select(Repository).where(Repository.name == name)
-    if not caller.is_admin:
-        if caller.role != "publisher":
-            get_repo(session, name)
-            raise Forbidden(f"role {caller.role!r} may not publish to {name}")
-        member = select(RepoPublisher.repo_id).where(
-            RepoPublisher.repo_id == Repository.id, RepoPublisher.principal_id == caller.id
-        )
-        query = query.where(member.exists())
+    if caller.role not in PUBLISHER_ROLES:
+        get_repo(session, name)
+        raise Forbidden(f"role {caller.role!r} may not publish to {name}")
+    query = select(Repository).where(Repository.name == name, may_clause(caller, Action.PUBLISH))
     repo = session.execute(query).scalar_one_or_none()
     if repo is None:
         get_repo(session, name)  # NotFound when it does not exist at all
@@ -137,12 +133,8 @@ def writable_repo(session: Session, name: str, caller: Caller) -> Repository:
 
 
 def may_publish(session: Session, repo: Repository, caller: Caller) -> bool:
-    if caller.is_admin:
-        return True
-    if caller.role != "publisher":
-        return False
-    row = session.get(RepoPublisher, (repo.id, caller.id))
-    return row is not None
+    """``auth.authz.may(caller, PUBLISH, repo)``: admins anywhere, listed publishers."""
+    return may(session, caller, Action.PUBLISH, repo)
 
 
 def publishers(session: Session, repo: Repository) -> list[str]:
