@@ -8,8 +8,9 @@ verifies it exactly as it verifies ``attestation add`` (``oci.manifests.attach_r
 hands it to ``attestations.service.attach``: one code path), and refuses what that refuses.
 
 Steps, per file: (1) read it (bounded) and tell its format from its content: the
-artifactType (attest.oci_media); (2) resolve REF and fetch the subject's manifest bytes,
-checked against the digest (its size goes in ``subject``); (3) upload the layer and the
+artifactType (attest.oci_media); (2) resolve REF and fetch the subject's manifest bytes
+through ``/v2`` (a bundle, or a manifest pending its attestations), checked against the
+digest (its size goes in ``subject``); (3) upload the layer and the
 empty config (``POST /v2/R/blobs/uploads/?digest=``); (4) PUT the referrer manifest
 (canonical JSON) by the digest of those exact bytes. A refusal prints the registry's
 message with exit 1; a malformed REPO@REF or an unreadable or unknown file exits 2.
@@ -88,24 +89,37 @@ def attach(
     repo = reference.repo
     done: list[dict[str, Any]] = []
     with _reported(), _client() as client:
-        # (2): the subject, its exact bytes checked against the digest.
         digest = client.resolve(reference)
-        subject_size = len(client.get_manifest(repo, digest))
         http = client._http  # /v2 answers OCI error bodies: read them here
 
         def send(
-            method: str, url: str, body: bytes, content_type: str, *, path: Path, hint: str | None
+            method: str,
+            url: str,
+            body: bytes,
+            content_type: str,
+            *,
+            path: Path | None,
+            hint: str | None,
         ) -> httpx.Response:
             try:
+                header = "Accept" if method == "GET" else "Content-Type"
                 answer = http.request(
-                    method, url, content=body, headers={"Content-Type": content_type}
+                    method, url, content=body or None, headers={header: content_type}
                 )
             except httpx.HTTPError as exc:
                 raise transport_error(exc, method, client.base_url + url) from exc
             if answer.status_code >= 400:
-                fail(f"{path}: {method} {url}: {_oci_error(answer)}", hint=hint)
+                where = f"{path}: " if path is not None else ""
+                fail(f"{where}{method} {url}: {_oci_error(answer)}", hint=hint)
             return answer
 
+        # (2): the subject through /v2 (a bundle, or a manifest pending its attestations),
+        # its exact bytes checked against the digest.
+        url = f"/v2/{repo}/manifests/{digest}"
+        subject = send("GET", url, b"", mt.IMAGE_MANIFEST, path=None, hint=None)
+        if "sha256:" + hashlib.sha256(subject.content).hexdigest() != digest:
+            fail(f"{repo}@{digest}: the registry served a manifest of other bytes")
+        subject_size = len(subject.content)
         for n, (path, data, kind) in enumerate(layers):
             hint = f"the {n} file(s) before it were attached" if n else None
             layer_digest = "sha256:" + hashlib.sha256(data).hexdigest()
