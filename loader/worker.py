@@ -266,13 +266,13 @@ def _witness(client: RegistrySource, options: BootOptions, *, log: Log) -> dict[
     that cannot show its signed checkpoint is not booted from); without one it is recorded
     unverified, and a failure to fetch it is only a warning.
     """
+    from modelward.attest.errors import AuditVerificationError
     from modelward.registry._client_audit import witness_checkpoint
     from modelward.registry.client import RegistryClientError
-    from modelward.registry.errors import RegistryError
 
     try:
         return witness_checkpoint(client, options.audit_key)
-    except (RegistryClientError, RegistryError, ValueError) as exc:
+    except (RegistryClientError, AuditVerificationError, ValueError) as exc:
         if options.audit_key:
             raise RefusedError(f"the registry's audit checkpoint is refused: {exc}") from exc
         log(f"warning: no audit checkpoint recorded for this boot: {exc}")

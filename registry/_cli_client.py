@@ -916,10 +916,10 @@ def audit_verify(
     """
     from sqlalchemy.exc import SQLAlchemyError
 
+    from modelward.attest.audit.signed_note import MalformedKey, parse_verifier_key
+    from modelward.attest.errors import AuditVerificationError, BrokenChain
     from modelward.registry._client_audit import verify_database, verify_through_api
-    from modelward.registry.audit_chain import BrokenChain
     from modelward.registry.errors import RegistryError
-    from modelward.registry.signed_note import MalformedKey, parse_verifier_key
 
     if since is not None and key is None:
         fail(
@@ -941,7 +941,7 @@ def audit_verify(
                 report = verify_through_api(client, verifier=verifier, since=saved)
     except BrokenChain as exc:
         fail(str(exc))
-    except RegistryError as exc:  # a rewritten log, a failed proof, a bad checkpoint
+    except (AuditVerificationError, RegistryError) as exc:  # a rewritten log, a failed proof
         fail(str(exc))
     except (ValueError, TypeError) as exc:
         fail(f"unreadable audit event: {exc}")
@@ -1003,10 +1003,10 @@ def audit_checkpoint(
     Keep it somewhere the registry's operator cannot write; later, `audit verify --since FILE
     --key KEY` proves the log only grew since.
     """
+    from modelward.attest.audit.checkpoint import open_checkpoint, unsafe_read_checkpoint
+    from modelward.attest.audit.signed_note import MalformedKey, parse_verifier_key
+    from modelward.attest.errors import AuditVerificationError
     from modelward.registry._client_audit import checkpoint_from_answer
-    from modelward.registry.audit_checkpoint import open_checkpoint, unsafe_read_checkpoint
-    from modelward.registry.errors import RegistryError
-    from modelward.registry.signed_note import MalformedKey, parse_verifier_key
 
     try:
         verifier = parse_verifier_key(key) if key else None
@@ -1017,7 +1017,7 @@ def audit_checkpoint(
     try:
         note = checkpoint_from_answer(answer)
         checkpoint = open_checkpoint(note, verifier) if verifier else unsafe_read_checkpoint(note)
-    except (RegistryError, ValueError) as exc:
+    except (AuditVerificationError, ValueError) as exc:
         fail(f"the registry's checkpoint is refused: {exc}")
     if out is None:
         typer.echo(note.decode(), nl=False)
@@ -1061,13 +1061,13 @@ def audit_key(
 ) -> None:
     """Print the registry's checkpoint verifier key (NAME+ID+KEY) for workers and auditors
     to pin; on the registry host (it reads the private key file)."""
+    from modelward.attest.audit.signed_note import MalformedKey
     from modelward.registry.domains.audit.keyfile import (
         create_signer_file,
         default_key_name,
         read_signer_file,
     )
     from modelward.registry.settings import load_settings
-    from modelward.registry.signed_note import MalformedKey
 
     settings = load_settings(config, data_dir=data_dir, audit_checkpoint_key=key_file)
     path = settings.resolved_audit_checkpoint_key()

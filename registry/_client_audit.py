@@ -1,16 +1,17 @@
 """``modelward audit verify``: fetch the audit log (through the API, or straight from a
 database) and hand the bytes to the pure checkers (docs/registry.md#checkpoints).
 
-- ``events_from_api`` / ``events_from_database`` yield ``registry.audit_chain.AuditEvent`` in
+- ``events_from_api`` / ``events_from_database`` yield ``attest.audit.chain.AuditEvent`` in
   sequence order.
-- ``verify_through_api`` / ``verify_database`` re-hash the log (``audit_checkpoint.verify_log``:
-  the hash chain and the Merkle roots) against the checkpoints they gather, and, given a
-  checkpoint saved earlier and the pinned key, prove the log only grew since
-  (``audit_checkpoint.TrustedLog``).
+- ``verify_through_api`` / ``verify_database`` re-hash the log
+  (``attest.audit.checkpoint.verify_log``: the hash chain and the Merkle roots) against the
+  checkpoints they gather, and, given a checkpoint saved earlier and the pinned key, prove the
+  log only grew since (``attest.audit.checkpoint.TrustedLog``).
 - ``witness_checkpoint``: what a serving worker records of the checkpoint it saw at boot.
 
-Nothing here decides: every verdict is raised by registry.audit_checkpoint,
-registry.audit_tree, registry.signed_note or registry.audit_chain.
+Nothing here decides: every verdict is raised by attest.audit (checkpoint, tree, signed_note,
+chain) as an ``attest.errors.AuditVerificationError`` with its evidence; the CLI reports it
+(exit 1), never as a crash.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from modelward.registry.audit_chain import AuditEvent, event_from_json
-from modelward.registry.audit_checkpoint import (
+from modelward.attest.audit.chain import AuditEvent, event_from_json
+from modelward.attest.audit.checkpoint import (
     Checkpoint,
     TrustedLog,
     open_checkpoint,
     unsafe_read_checkpoint,
     verify_log,
 )
-from modelward.registry.audit_tree import fold, perfect_cover
-from modelward.registry.signed_note import NoteVerifier, parse_verifier_key
+from modelward.attest.audit.signed_note import NoteVerifier, parse_verifier_key
+from modelward.attest.audit.tree import fold, perfect_cover
 
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
@@ -125,8 +126,9 @@ def verify_through_api(
 ) -> AuditReport:
     """Re-hash the log served by ``client`` into its current checkpoint (signature checked
     when ``verifier`` is given) and, with ``since`` (a saved checkpoint; needs ``verifier``),
-    prove the log only grew since. Raises BrokenChain, LogRewritten, InvalidProof, NoteError,
-    MalformedCheckpoint, ValueError (malformed answers), client errors."""
+    prove the log only grew since. Raises AuditVerificationError (BrokenChain, LogRewritten,
+    InvalidProof, NoteError, MalformedCheckpoint; TrustedCheckpointRefused for ``since``),
+    ValueError (malformed answers), client errors."""
     trusted: TrustedLog | None = None
     if since is not None:
         if verifier is None:
@@ -196,7 +198,7 @@ def verify_database(
     if since is not None:
         if verifier is None:
             raise ValueError("checking a log against a saved checkpoint needs the pinned key")
-        old = open_checkpoint(since, verifier)
+        old = TrustedLog(since, verifier).trusted
     size, root, notes = _database_tree(url)
     stored = Checkpoint("the database's stored tree", size, root, b"", None)
     checkpoints: list[Checkpoint] = [stored]

@@ -607,7 +607,7 @@ class RegistryClient(ListingMixin):
     # -- audit: signed checkpoints and Merkle proofs (registry._client_audit) -------------
     def audit_checkpoint(self) -> JSON:
         """GET /v1/audit/checkpoint -> {checkpoint (the signed note), origin, tree_size,
-        root_hash, verifier_key}: unverified; ``registry.audit_checkpoint`` checks it."""
+        root_hash, verifier_key}: unverified; ``attest.audit.checkpoint`` checks it."""
         result: JSON = self._json(
             "GET", "/v1/audit/checkpoint", what="audit checkpoint", max_bytes=256 * 1024
         )

@@ -315,7 +315,7 @@ class AuditRow(Base):
 
 
 class AuditNode(Base):
-    """A complete perfect subtree of the audit log's Merkle tree (registry.audit_tree): level 0
+    """A complete perfect subtree of the audit log's Merkle tree (attest.audit.tree): level 0
     holds the leaf hashes; written in the same transaction as the event that completes it."""
 
     __tablename__ = "audit_tree_nodes"

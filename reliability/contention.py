@@ -170,8 +170,8 @@ def _problems(
 ) -> tuple[list[str], list[int]]:
     """Every check of the module docstring; returns the problems and the doubly granted
     versions."""
+    from modelward.attest.audit.chain import verify_chain
     from modelward.registry._client_audit import events_from_database
-    from modelward.registry.audit_chain import verify_chain
 
     problems = list(tally.errors)
     versions = [v for v, _, _ in tally.wins]

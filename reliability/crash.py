@@ -357,8 +357,8 @@ class Campaign:
         self.checkpoint = path if result.returncode == 0 else None
 
     def audit_problems(self, *, cli: bool) -> list[str]:
+        from modelward.attest.audit.chain import verify_chain
         from modelward.registry._client_audit import events_from_database
-        from modelward.registry.audit_chain import verify_chain
 
         problems: list[str] = []
         try:

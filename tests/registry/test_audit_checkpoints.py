@@ -15,6 +15,15 @@ from typing import Any
 
 import pytest
 
+from modelward.attest.audit.chain import AuditEvent, event_entry, event_hash, next_event
+from modelward.attest.audit.checkpoint import open_checkpoint, verify_event_inclusion
+from modelward.attest.audit.signed_note import (
+    NoteVerifier,
+    UnverifiedNote,
+    generate_signer_key,
+    parse_verifier_key,
+)
+from modelward.attest.audit.tree import leaf_hash, node_hash
 from modelward.registry._client_audit import (
     checkpoint_from_answer,
     events_from_api,
@@ -22,16 +31,7 @@ from modelward.registry._client_audit import (
     verify_through_api,
     witness_checkpoint,
 )
-from modelward.registry.audit_chain import AuditEvent, event_entry, event_hash, next_event
-from modelward.registry.audit_checkpoint import open_checkpoint, verify_event_inclusion
-from modelward.registry.audit_tree import leaf_hash, node_hash
 from modelward.registry.client import BadRequest
-from modelward.registry.signed_note import (
-    NoteVerifier,
-    UnverifiedNote,
-    generate_signer_key,
-    parse_verifier_key,
-)
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 from tests.registry.test_audit_cli import COLUMNS, Db
 
@@ -233,6 +233,53 @@ def test_checkpoint_signed_by_another_key_is_refused(registry: Registry, tmp_pat
         witness_checkpoint(reader, other)
 
 
+def test_malformed_saved_checkpoint_is_named_not_a_crash(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A --since file that is cut short, not UTF-8 or edited is refused as the saved
+    checkpoint it is (attest.errors.TrustedCheckpointRefused), through the API and straight
+    from the database: exit 1 with the reason, no traceback."""
+    key = _key(registry)
+    saved, _ = _save_checkpoint(registry, tmp_path, key)
+    good = saved.read_bytes()
+    origin, size, rest = good.split(b"\n", 2)
+    bad = {
+        "no blank line before its signatures": good[: good.rfind(b"\n\n") + 1],
+        "not UTF-8": b"\xff" + good,
+        "the note was changed or forged": b"\n".join([origin, str(int(size) + 1).encode(), rest]),
+    }
+    for reason, note in bad.items():
+        path = tmp_path / f"{unique('bad')}.txt"
+        path.write_bytes(note)
+        for where in ((), ("--database-url", registry.database_url)):
+            out = _verify(registry, *where, "--since", str(path), "--key", key)
+            assert out.returncode == 1, (reason, where, out.stdout, out.stderr)
+            assert "the trusted checkpoint (saved earlier) is refused" in out.stderr, out.stderr
+            assert reason in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+
+
+def test_malformed_checkpoint_from_the_registry_is_named_not_a_crash(
+    registry: Registry, attacker: Attacker
+) -> None:
+    """A stored checkpoint note edited in the database is served as it is (the registry
+    signs, it does not re-verify what it stored: no 500); the CLI names what is wrong."""
+    key = registry.admin.audit_checkpoint()["verifier_key"]
+    attacker.db.run(
+        "UPDATE audit_checkpoints SET note = ? WHERE id = (SELECT MAX(id) FROM audit_checkpoints)",
+        "not a note\n",
+    )
+    assert registry.admin.audit_checkpoint()["checkpoint"] == "not a note\n"
+    fetch = registry.cli("audit", "checkpoint", "--key", key)
+    assert fetch.returncode == 1
+    assert "the registry's checkpoint is refused" in fetch.stderr, fetch.stderr
+    assert "no blank line before its signatures" in fetch.stderr
+    out = _verify(registry, "--key", key)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "no blank line before its signatures" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr + fetch.stderr
+
+
 def test_since_needs_the_pinned_key(registry: Registry, tmp_path: Path) -> None:
     saved, _ = _save_checkpoint(registry, tmp_path, _key(registry))
     out = _verify(registry, "--since", str(saved))
@@ -307,7 +354,7 @@ def test_worker_records_the_checkpoint_it_saw(registry: Registry) -> None:
 def test_0005_backfills_the_tree_from_the_events(tmp_path: Path) -> None:
     from sqlalchemy import text
 
-    from modelward.registry.audit_tree import CompactRange
+    from modelward.attest.audit.tree import CompactRange
     from modelward.registry.db import Database, downgrade, make_engine, upgrade
     from modelward.registry.domains.audit.service import append
     from modelward.registry.domains.audit.tree import root_at, tree_size

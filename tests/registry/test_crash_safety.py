@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from modelward.attest.audit.chain import verify_chain
 from modelward.registry._client_audit import events_from_api
 from modelward.registry._client_blobs import BlobSource
 from modelward.registry._client_config import parse_reference
 from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.audit_chain import verify_chain
 from modelward.registry.client import NotFound, RegistryClientError, TransportError
 from tests.registry.conftest import (
     Publisher,

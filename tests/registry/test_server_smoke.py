@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelward.registry.audit_chain import BrokenChain, event_from_json, verify_chain
+from modelward.attest.audit.chain import BrokenChain, event_from_json, verify_chain
 
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from modelward.registry.audit_checkpoint import sign_checkpoint
+from modelward.attest.audit.checkpoint import sign_checkpoint
+from modelward.attest.audit.signed_note import NoteSigner
 from modelward.registry.db import Database
 from modelward.registry.domains.audit.tree import root_at, tree_size
 from modelward.registry.errors import RegistryError
 from modelward.registry.models import AuditCheckpointRow, AuditRow
-from modelward.registry.signed_note import NoteSigner
 
 __all__ = ["AuditLogInconsistent", "SignedCheckpoint", "current_checkpoint"]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from modelward.registry.audit_chain import event_to_json
+from modelward.attest.audit.chain import event_to_json
 from modelward.registry.domains._state import State
 from modelward.registry.domains.audit.checkpoints import current_checkpoint
 from modelward.registry.domains.audit.keyfile import checkpoint_signer

@@ -2,7 +2,7 @@
 (docs/registry.md#checkpoints).
 
 The file holds one line, the signer key string ``PRIVATE+KEY+<name>+<id>+<base64>``
-(registry.signed_note), mode 0600. Its path is ``audit_checkpoint_key``; unset, it is
+(attest.audit.signed_note), mode 0600. Its path is ``audit_checkpoint_key``; unset, it is
 ``<data_dir>/audit-checkpoint.key`` and is created on first use (atomically: processes
 starting together end up with one key). A path that is set is never created: a missing mount
 must not quietly become a new key.
@@ -13,15 +13,15 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from modelward.registry.errors import RegistryError
-from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
-from modelward.registry.settings import Settings
-from modelward.registry.signed_note import (
+from modelward.attest.audit.signed_note import (
     MalformedKey,
     NoteSigner,
     generate_signer_key,
     parse_signer_key,
 )
+from modelward.registry.errors import RegistryError
+from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
+from modelward.registry.settings import Settings
 
 __all__ = [
     "CheckpointKeyUnavailable",

@@ -1,6 +1,6 @@
 """Append to and page through the audit log. Appends run inside the caller's write transaction
-(which the Database serializes), so the chain stays gapless; see registry.audit_chain. Each
-append also adds the event's leaf to the Merkle tree in that transaction (registry.audit_tree,
+(which the Database serializes), so the chain stays gapless; see attest.audit.chain. Each
+append also adds the event's leaf to the Merkle tree in that transaction (attest.audit.tree,
 domains.audit.tree): event ``seq`` is leaf ``seq - 1``."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import rfc8785
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelward.registry.audit_chain import AuditEvent, event_entry, next_event
-from modelward.registry.audit_tree import leaf_hash
+from modelward.attest.audit.chain import AuditEvent, event_entry, next_event
+from modelward.attest.audit.tree import leaf_hash
 from modelward.registry.domains.audit.tree import add_leaf
 from modelward.registry.models import AuditRow
 

@@ -1,5 +1,5 @@
 """The audit log's Merkle tree in the database: ``audit_tree_nodes`` holds every complete
-perfect subtree (registry.audit_tree). Appends add O(1) nodes on average and read O(log n);
+perfect subtree (attest.audit.tree). Appends add O(1) nodes on average and read O(log n);
 roots and proofs read O(log n) nodes in one query each."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from sqlalchemy import and_, func, insert, or_, select
 from sqlalchemy.orm import Session
 
-from modelward.registry.audit_tree import (
+from modelward.attest.audit.tree import (
     Node,
     Range,
     append_needs,

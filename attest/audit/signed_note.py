@@ -10,9 +10,9 @@ Ed25519 over the text, final newline included. Key strings are golang.org/x/mod/
 
 ``open_note`` checks a note against one pinned verifier key, in the spec's order. Signatures by
 other keys are ignored (an unknown signer is not tampering); a signature that names the pinned
-key and fails to verify is. Errors::
+key and fails to verify is. Errors (attest.errors)::
 
-    RegistryError
+    AuditVerificationError
     └── NoteError               root of everything a note or key string can be wrong about
         ├── MalformedKey        a key string that is not one (names the part)
         ├── MalformedNote       not a signed note (size, encoding, layout)
@@ -32,7 +32,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from modelward.registry.errors import RegistryError
+from modelward.attest.errors import (
+    BadNoteSignature,
+    MalformedKey,
+    MalformedNote,
+    NoteError,
+    UnverifiedNote,
+)
 
 __all__ = [
     "ALG_ED25519",
@@ -58,48 +64,6 @@ SIG_PREFIX = "\u2014 "  # em dash, space
 MAX_NOTE_BYTES = 64 * 1024
 MAX_SIGNATURES = 100  # the spec asks verifiers to accept at least 16
 _SPACE = re.compile(r"\s")
-
-
-class NoteError(RegistryError):
-    """Root of the signed-note errors."""
-
-    code = "invalid_note"
-
-
-class MalformedKey(NoteError):  # noqa: N818 - the name is the finding
-    code = "invalid_note_key"
-
-
-class MalformedNote(NoteError):  # noqa: N818 - the name is the finding
-    code = "invalid_note"
-
-
-class UnverifiedNote(NoteError):  # noqa: N818 - the name is the finding
-    """No signature by the pinned key; ``signers`` are the ``name+id`` pairs that did sign."""
-
-    code = "unverified_note"
-
-    def __init__(self, pinned: str, signers: list[str]) -> None:
-        self.pinned = pinned
-        self.signers = signers
-        seen = ", ".join(signers) or "none"
-        super().__init__(
-            f"no signature by the pinned key {pinned} (signed by: {seen})",
-            detail={"pinned": pinned, "signers": signers},
-        )
-
-
-class BadNoteSignature(NoteError):  # noqa: N818 - the name is the finding
-    """A signature line names the pinned key (name and id) but does not verify."""
-
-    code = "bad_note_signature"
-
-    def __init__(self, pinned: str) -> None:
-        self.pinned = pinned
-        super().__init__(
-            f"the signature by {pinned} does not verify: the note was changed or forged",
-            detail={"pinned": pinned},
-        )
 
 
 def _valid_name(name: str) -> bool:

@@ -17,9 +17,9 @@ up RFC 9162's PATH (§2.1.3.1) and PROOF (§2.1.4.1); ``verify_inclusion`` and
 ``verify_consistency`` are §2.1.3.2 and §2.1.4.2 step by step. A verifier that streams the
 entries keeps a ``CompactRange`` (``O(log n)`` memory).
 
-Errors::
+Errors (attest.errors)::
 
-    RegistryError
+    AuditVerificationError
     └── InvalidProof        a proof does not lead from its inputs to the given root(s)
 
 Caller misuse (an index outside the tree, a range RFC 9162 never asks for) is ``ValueError``.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from modelward.registry.errors import RegistryError
+from modelward.attest.errors import InvalidProof
 
 __all__ = [
     "EMPTY_ROOT",
@@ -55,19 +55,6 @@ HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 Node = tuple[int, int]  # (level, index) of a perfect subtree
 Range = tuple[int, int]  # leaves [start, end)
-
-
-class InvalidProof(RegistryError):  # noqa: N818 - the name is the finding
-    """A Merkle proof that does not verify; ``kind`` is ``inclusion`` or ``consistency``."""
-
-    code = "invalid_proof"
-
-    def __init__(self, kind: str, reason: str, **evidence: int) -> None:
-        self.kind = kind
-        self.reason = reason
-        self.evidence = evidence
-        where = ", ".join(f"{k} {v}" for k, v in evidence.items())
-        super().__init__(f"{kind} proof ({where}) does not verify: {reason}", detail=dict(evidence))
 
 
 def leaf_hash(entry: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""registry.audit_chain: one test per way to tamper with the log."""
+"""attest.audit.chain: one test per way to tamper with the log."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from modelward.registry.audit_chain import (
+from modelward.attest.audit.chain import (
     GENESIS_HASH,
     AuditEvent,
     BrokenChain,

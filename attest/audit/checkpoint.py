@@ -2,29 +2,30 @@
 pure logic, no I/O (docs/registry.md#checkpoints).
 
 A checkpoint is a C2SP tlog-checkpoint (https://c2sp.org/tlog-checkpoint): a signed note
-(registry.signed_note) whose text is three lines::
+(attest.audit.signed_note) whose text is three lines::
 
     <origin>
     <tree size, decimal, no leading zeros>
     <base64 of the 32-byte RFC 6962 root hash>
 
 signed by the registry's checkpoint key, whose key name is the origin. The tree is
-registry.audit_tree over the events' entries (registry.audit_chain.event_entry), event ``seq``
+attest.audit.tree over the events' entries (attest.audit.chain.event_entry), event ``seq``
 being leaf ``seq - 1``.
 
 ``TrustedLog`` holds a checkpoint verified with a pinned key and moves to a newer one only
 after every check passed (the steps are numbered on ``advance``). ``verify_log`` re-hashes the
 events in one pass: the hash chain, and the Merkle root over the first ``size`` events against
-each checkpoint given. Errors::
+each checkpoint given. Errors (attest.errors)::
 
-    RegistryError
-    ├── NoteError               registry.signed_note: malformed, unsigned or forged notes
-    ├── InvalidProof            registry.audit_tree: an inclusion or consistency proof fails
-    ├── BrokenChain             registry.audit_chain: the hash chain breaks at a seq
+    AuditVerificationError
+    ├── NoteError               attest.audit.signed_note: malformed, unsigned or forged notes
+    ├── InvalidProof            attest.audit.tree: an inclusion or consistency proof fails
+    ├── BrokenChain             attest.audit.chain: the hash chain breaks at a seq
     └── CheckpointError
         ├── MalformedCheckpoint the note's text is not a checkpoint of the pinned log
-        └── LogRewritten        fewer events than a checkpoint counted, or events that do not
-                                hash to its root (edited, removed or reordered since)
+        ├── LogRewritten        fewer events than a checkpoint counted, or events that do not
+        │                       hash to its root (edited, removed or reordered since)
+        └── TrustedCheckpointRefused  the checkpoint ``TrustedLog`` starts from does not open
 """
 
 from __future__ import annotations
@@ -36,16 +37,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from modelward.registry.audit_chain import AuditEvent, event_entry, verify_chain
-from modelward.registry.audit_tree import (
-    HASH_SIZE,
-    CompactRange,
-    leaf_hash,
-    verify_consistency,
-    verify_inclusion,
-)
-from modelward.registry.errors import RegistryError
-from modelward.registry.signed_note import (
+from modelward.attest.audit.chain import AuditEvent, event_entry, verify_chain
+from modelward.attest.audit.signed_note import (
     MAX_NOTE_BYTES,
     MalformedNote,
     NoteSigner,
@@ -53,12 +46,27 @@ from modelward.registry.signed_note import (
     open_note,
     sign_note,
 )
+from modelward.attest.audit.tree import (
+    HASH_SIZE,
+    CompactRange,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+from modelward.attest.errors import (
+    AuditVerificationError,
+    CheckpointError,
+    LogRewritten,
+    MalformedCheckpoint,
+    TrustedCheckpointRefused,
+)
 
 __all__ = [
     "Checkpoint",
     "CheckpointError",
     "LogRewritten",
     "MalformedCheckpoint",
+    "TrustedCheckpointRefused",
     "TrustedLog",
     "checkpoint_text",
     "open_checkpoint",
@@ -70,28 +78,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _SIZE = re.compile(r"0|[1-9][0-9]{0,18}")
-
-
-class CheckpointError(RegistryError):
-    code = "invalid_checkpoint"
-
-
-class MalformedCheckpoint(CheckpointError):  # noqa: N818 - the name is the finding
-    code = "invalid_checkpoint"
-
-
-class LogRewritten(CheckpointError):  # noqa: N818 - the name is the finding
-    """The events do not add up to a checkpoint: ``size`` is the checkpoint's tree size."""
-
-    code = "log_rewritten"
-
-    def __init__(self, size: int, reason: str, **evidence: object) -> None:
-        self.size = size
-        self.reason = reason
-        super().__init__(
-            f"the audit log no longer matches the checkpoint of size {size}: {reason}",
-            detail={"tree_size": size, **evidence},
-        )
 
 
 @dataclass(frozen=True)
@@ -147,7 +133,7 @@ def open_checkpoint(
 ) -> Checkpoint:
     """Verify a checkpoint note with the pinned key. Raises NoteError subclasses and
     MalformedCheckpoint."""
-    # (1): a signed note with a valid signature by the pinned key (registry.signed_note).
+    # (1): a signed note with a valid signature by the pinned key (attest.audit.signed_note).
     text = open_note(note, verifier, max_bytes=max_bytes)
     # (2): its text is a checkpoint.
     origin, size, root = _parse_text(text)
@@ -182,10 +168,14 @@ class TrustedLog:
     def __init__(
         self, trusted_note: bytes, verifier: NoteVerifier, *, max_bytes: int = MAX_NOTE_BYTES
     ) -> None:
-        """Start from a checkpoint saved earlier; raises as ``open_checkpoint``."""
+        """Start from a checkpoint saved earlier; raises TrustedCheckpointRefused (its
+        ``cause`` is the error ``open_checkpoint`` raised)."""
         self.verifier = verifier
         self.max_bytes = max_bytes
-        self.trusted = open_checkpoint(trusted_note, verifier, max_bytes=max_bytes)
+        try:
+            self.trusted = open_checkpoint(trusted_note, verifier, max_bytes=max_bytes)
+        except AuditVerificationError as exc:
+            raise TrustedCheckpointRefused(exc) from exc
 
     def advance(self, note: bytes, consistency_proof: Sequence[bytes]) -> Checkpoint:
         """Trust a newer checkpoint if the log only grew since the trusted one; return it.
@@ -219,7 +209,7 @@ class TrustedLog:
 def verify_log(events: Iterable[AuditEvent], checkpoints: Sequence[Checkpoint] = ()) -> int:
     """Re-hash the whole log in one pass; return the number of events.
 
-    1. the hash chain (registry.audit_chain.verify_chain) names the first broken link;
+    1. the hash chain (attest.audit.chain.verify_chain) names the first broken link;
     2. the Merkle root over the first ``size`` events equals each checkpoint's root;
     3. the log has at least as many events as every checkpoint counted.
 

@@ -1,4 +1,4 @@
-"""registry.signed_note and registry.audit_checkpoint: the C2SP formats against a reference
+"""attest.audit.signed_note and attest.audit.checkpoint: the C2SP formats against a reference
 vector, and one test per way a verifier holding an earlier checkpoint could be fooled."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
-from modelward.registry.audit_chain import AuditEvent, BrokenChain, event_hash, next_event
-from modelward.registry.audit_checkpoint import (
+from modelward.attest.audit.chain import AuditEvent, BrokenChain, event_hash, next_event
+from modelward.attest.audit.checkpoint import (
     Checkpoint,
     LogRewritten,
     MalformedCheckpoint,
+    TrustedCheckpointRefused,
     TrustedLog,
     checkpoint_text,
     open_checkpoint,
@@ -21,16 +22,7 @@ from modelward.registry.audit_checkpoint import (
     verify_event_inclusion,
     verify_log,
 )
-from modelward.registry.audit_tree import (
-    CompactRange,
-    InvalidProof,
-    consistency_ranges,
-    fold,
-    inclusion_ranges,
-    leaf_hash,
-    node_hash,
-)
-from modelward.registry.signed_note import (
+from modelward.attest.audit.signed_note import (
     BadNoteSignature,
     MalformedKey,
     MalformedNote,
@@ -41,6 +33,15 @@ from modelward.registry.signed_note import (
     parse_signer_key,
     parse_verifier_key,
     sign_note,
+)
+from modelward.attest.audit.tree import (
+    CompactRange,
+    InvalidProof,
+    consistency_ranges,
+    fold,
+    inclusion_ranges,
+    leaf_hash,
+    node_hash,
 )
 
 # golang.org/x/mod/sumdb/note's documented example key pair and signed note
@@ -209,7 +210,7 @@ def _checkpoint(signer: NoteSigner, events: list[AuditEvent], size: int) -> byte
 
 
 def _entry(event: AuditEvent) -> bytes:
-    from modelward.registry.audit_chain import event_entry
+    from modelward.attest.audit.chain import event_entry
 
     return event_entry(event)
 
@@ -248,6 +249,18 @@ def test_consistency_proof_for_a_forked_log_is_refused() -> None:
     with pytest.raises(InvalidProof):
         trusted.advance(fork, _proof(ours, 6, 9))
     assert trusted.trusted.size == 6  # nothing changed
+
+
+def test_forged_saved_checkpoint_is_refused_as_the_trusted_one() -> None:
+    signer, events = _signer(), _log(5)
+    good = _checkpoint(signer, events, 5)
+    forged = good.replace(b"\n5\n", b"\n4\n", 1)
+    for note, cause in ((forged, BadNoteSignature), (good[:40], MalformedNote)):
+        with pytest.raises(TrustedCheckpointRefused) as info:
+            TrustedLog(note, signer.verifier)
+        assert isinstance(info.value.cause, cause)
+        assert info.value.detail["cause"] == cause.code
+        assert str(info.value).startswith("the trusted checkpoint (saved earlier) is refused: ")
 
 
 def test_truncated_log_is_refused() -> None:

@@ -10,8 +10,15 @@ longer matches), deleted (a gap in seq / a prev_hash that matches nothing), inse
 
 The same canonical bytes (``event_entry``) are the event's entry in the audit log's Merkle tree:
 event ``seq`` is leaf ``seq - 1`` and its leaf hash is ``SHA-256(0x00 || entry)``
-(registry.audit_tree). The chain finds a changed row; only a signed checkpoint held outside the
-database finds a row changed by someone who also recomputed the chain (registry.audit_checkpoint).
+(attest.audit.tree). The chain finds a changed row; only a signed checkpoint held outside the
+database finds a row changed by someone who also recomputed the chain (attest.audit.checkpoint).
+
+Errors (attest.errors)::
+
+    AuditVerificationError
+    └── BrokenChain         the chain breaks at ``seq`` (``reason`` says how)
+
+A malformed wire event (``event_from_json``) is a ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 
 import rfc8785
 
-from modelward.registry.errors import RegistryError
+from modelward.attest.errors import BrokenChain
 
 __all__ = [
     "GENESIS_HASH",
@@ -38,17 +45,6 @@ __all__ = [
 ]
 
 GENESIS_HASH = "sha256:" + "0" * 64
-
-
-class BrokenChain(RegistryError):  # noqa: N818 - the name is the finding
-    """The chain breaks at ``seq``; ``reason`` says how."""
-
-    code = "broken_chain"
-
-    def __init__(self, seq: int, reason: str) -> None:
-        self.seq = seq
-        self.reason = reason
-        super().__init__(f"audit chain broken at seq {seq}: {reason}", detail={"seq": seq})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""registry.audit_tree: RFC 6962 / RFC 9162 hashing and proofs against known vectors and an
+"""attest.audit.tree: RFC 6962 / RFC 9162 hashing and proofs against known vectors and an
 independent recursive implementation; every corrupted proof is refused.
 
 The vectors (leaves, roots, inclusion and consistency proofs) are the RFC 6962 test vectors
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.audit_tree import (
+from modelward.attest.audit.tree import (
     EMPTY_ROOT,
     CompactRange,
     InvalidProof,
