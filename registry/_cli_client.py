@@ -541,6 +541,14 @@ def alias_set(
         typer.Option(metavar="FILE", help="Sign the move with your key (publishers' aliases)"),
     ] = None,
     passphrase_env: PassphraseEnvOpt = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Evaluate every check of the move and report each; move and propose nothing "
+            "(exit 1 when the move would be refused)",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Move an alias to a digest (compare-and-swap on its version); a protected alias short
@@ -548,6 +556,18 @@ def alias_set(
     from modelward.registry._cli_trust import load_key
 
     r = parse_reference(ref, require="alias")
+    if dry_run:
+        if key is not None or expected_version is not None:
+            raise typer.BadParameter(
+                "a dry run moves nothing: it takes neither --key nor --expected-version",
+                param_hint="--dry-run",
+            )
+        with _reported(), _client() as client:
+            report = client.dry_run_alias(r.repo, str(r.alias), digest)
+        emit(report, as_json, _dry_run_lines)
+        if not report.get("allowed"):
+            raise typer.Exit(1)
+        return
     private = load_key(key, passphrase_env) if key is not None else None
     with _reported(), _client() as client:
         state = client.set_alias(
@@ -560,6 +580,19 @@ def alias_set(
         )
         _sign_move(client, state, r.repo, str(r.alias), private)
     emit(state, as_json, _alias_line(r.repo))
+
+
+def _dry_run_lines(report: Any) -> str:
+    """A dry run's checks, one line each, and its verdict."""
+    lines = [
+        f"{'ok  ' if c.get('passed') else 'FAIL'} ({c.get('step')}) {c.get('check')}: "
+        f"{c.get('message')}"
+        for c in report.get("checks", [])
+    ]
+    ref = f"{report.get('repository')}@{report.get('alias')}"
+    verdict = "would move" if report.get("allowed") else "would be refused"
+    lines.append(f"dry run: {ref} -> {report.get('digest')} {verdict}; nothing moved")
+    return "\n".join(lines)
 
 
 def _sign_move(

@@ -455,6 +455,14 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("PUT", path, json_body=body)
         return result
 
+    def dry_run_alias(self, repo: str, alias: str, digest: str, *, rollback: bool = False) -> JSON:
+        """POST a dry run of moving ``repo@alias`` to ``digest``: every check of the move,
+        each reported (``checks``), and ``allowed``; nothing moves, nothing is proposed."""
+        path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}/dry-run"
+        body: JSON = {"digest": digest, "rollback": rollback}
+        result: JSON = self._json("POST", path, json_body=body)
+        return result
+
     def alias_history(self, repo: str, alias: str) -> list[JSON]:
         """GET the alias's history [{version, from_digest, to_digest, actor, at, reason...}]."""
         path = f"{_repo_path(repo)}/aliases/{quote(alias, safe='')}/history"
