@@ -288,3 +288,29 @@ def test_a_signature_collected_before_its_key_was_revoked_is_not_counted(
     r3 = new_reviewer(reg)
     reg.admin.tuf_sync()  # a new key joins the delegations with the next sync
     assert sign(r3, proposal)["state"] == "published"
+
+
+# -- issue 22 item 5: a late approval -----------------------------------------------------------
+def test_a_late_approve_says_the_alias_already_points_there(
+    fresh_registry: Registry, tmp_path: Path
+) -> None:
+    reg = fresh_registry
+    pub, r1, r2 = new_publisher(reg), new_reviewer(reg), new_reviewer(reg)
+    repo = reg.repo(pub, policy_yaml=PROD_POLICY)
+    digest = push_new(pub, repo, tmp_path)
+    propose(pub, repo, "prod", digest)
+    keys = {}
+    for reviewer in (r1, r2):
+        keys[reviewer.name] = tmp_path / f"{reviewer.name}.key"
+        save_private_key(reviewer.key, keys[reviewer.name])
+    ref = f"{repo}@{digest}"
+    first = reg.cli("approve", ref, "--alias", "prod", "--key", str(keys[r1.name]),
+                    token=r1.actor.token, check=True)  # fmt: skip
+    assert "published" in first.stdout
+    late = reg.cli("approve", ref, "--alias", "prod", "--key", str(keys[r2.name]),
+                   token=r2.actor.token)  # fmt: skip
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert f"{repo}@prod already points to {digest} (signed): nothing to approve" in late.stdout
+    as_json = reg.cli("approve", ref, "--alias", "prod", "--key", str(keys[r2.name]), "--json",
+                      token=r2.actor.token, check=True)  # fmt: skip
+    assert json.loads(as_json.stdout)["already"] is True
