@@ -7,6 +7,8 @@ Every refusal carries its evidence (the argument, the digest, the probe). The tr
     │   ├── UnsafeArgument        extra vLLM arguments that would weaken the hardening
     │   ├── EngineVersionMismatch running vLLM is not the bundle's pinned engine
     │   ├── BundleQuarantined     the registry marks the bundle quarantined or tombstoned
+    │   ├── TrustMetadataRefused  (loader.tuf_resolve) the registry's TUF metadata failed a
+    │   │                         check or names no such alias
     │   └── BaselineDivergence    outputs differ from the recorded baseline (policy: enforce)
     ├── IntegrityError            bytes on disk or from the registry do not match their digest
     ├── EngineUnavailable         vLLM is not installed (names what to install)
@@ -14,6 +16,9 @@ Every refusal carries its evidence (the argument, the digest, the probe). The tr
     └── InputError                a requests/outputs file or reference is malformed (names it)
 
 attest/ errors (``AttestError``) pass through unchanged: they already carry their evidence.
+Registry client errors (``RegistryClientError``, registry._client_errors) pass through too;
+the registry's own answer to a quarantined bundle is ``registry.errors.Quarantined`` (409
+``bundle_quarantined``); the worker refuses such a bundle as ``BundleQuarantined``.
 Caller misuse is a plain ``ValueError``.
 """
 
@@ -65,12 +70,29 @@ class EngineVersionMismatch(RefusedError):  # noqa: N818
 
 
 class BundleQuarantined(RefusedError):  # noqa: N818
-    """The bundle is quarantined or tombstoned in the registry."""
+    """The bundle is quarantined or tombstoned in the registry.
 
-    def __init__(self, digest: str, reason: str) -> None:
+    ``signed``: the verified TUF quarantine role lists the digest, and ``reason`` is the one
+    its reviewer signed (None when the listing carries none); otherwise ``reason`` is the
+    registry's answer. Shown with control characters replaced, at most 500 characters.
+    """
+
+    def __init__(self, digest: str, reason: str | None, *, signed: bool = False) -> None:
         self.digest = digest
         self.reason = reason
-        super().__init__(f"bundle {digest} is quarantined: {reason}")
+        self.signed = signed
+        shown = _printable(reason) if reason else None
+        if signed:
+            why = f"reason (signed): {shown}" if shown else "no reason signed"
+            text = f"bundle {digest} is quarantined: listed by the signed quarantine role; {why}"
+        else:
+            text = f"bundle {digest} is quarantined: {shown or 'no reason given'}"
+        super().__init__(text)
+
+
+def _printable(text: str, limit: int = 500) -> str:
+    shown = "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+    return shown + ("..." if len(text) > limit else "")
 
 
 class BaselineDivergence(RefusedError):  # noqa: N818

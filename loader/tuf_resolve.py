@@ -122,7 +122,11 @@ def _check_quarantine(updater: Updater, cache_dir: Path, digest: str, what: str)
     except RepositoryError as exc:
         raise _refused(what, exc) from exc
     if listed is not None:
-        raise BundleQuarantined(digest, "listed by the signed quarantine role")
+        # the reason is the target's signed ``custom`` (registry: propose_quarantine), never
+        # the registry's unsigned answer
+        custom = listed.custom if isinstance(listed.custom, dict) else {}
+        reason = custom.get("reason")
+        raise BundleQuarantined(digest, reason if isinstance(reason, str) else None, signed=True)
 
 
 def _deciding_role(cache_dir: Path, path: str) -> str | None:

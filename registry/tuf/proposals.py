@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from securesystemslib.exceptions import UnverifiedSignatureError
 from securesystemslib.signer import Signature
@@ -111,8 +112,10 @@ def propose_target(
     from_digest: str | None,
     to_digest: str | None,
     delegated_role: DelegatedRole | None = None,
+    custom: Mapping[str, Any] | None = None,
 ) -> TufProposal:
-    """A pending proposal setting ``path`` to ``data`` (removing it when None)."""
+    """A pending proposal setting ``path`` to ``data`` (removing it when None); ``custom``:
+    the target's signed ``custom`` field (the quarantine's reason), when given."""
     role = delegated_role or delegated_role_for(repo, path)
     return propose_changes(
         session,
@@ -124,6 +127,7 @@ def propose_target(
         label=path,
         from_digest=from_digest,
         to_digest=to_digest,
+        custom=custom,
     )
 
 
@@ -138,17 +142,22 @@ def propose_changes(
     label: str,
     from_digest: str | None = None,
     to_digest: str | None = None,
+    custom: Mapping[str, Any] | None = None,
 ) -> TufProposal:
     """A pending proposal of ``role``'s next version with every target path in ``changes``
-    set to its bytes (removed when None); ``label`` is its ``target`` (the one path, or
-    ``ADOPT_TARGET`` for several)."""
+    set to its bytes (removed when None), each with ``custom`` as its signed ``custom``
+    field when given; ``label`` is its ``target`` (the one path, or ``ADOPT_TARGET`` for
+    several)."""
 
     def change(targets: Targets) -> None:
         for path, data in changes.items():
             if data is None:
                 targets.targets.pop(path, None)
             else:
-                targets.targets[path] = TargetFile.from_data(path, data, ["sha256"])
+                target = TargetFile.from_data(path, data, ["sha256"])
+                if custom is not None:
+                    target.unrecognized_fields["custom"] = dict(custom)
+                targets.targets[path] = target
 
     md = repo.propose(role, change)
     return _pending(

@@ -257,7 +257,8 @@ def propose_quarantine(
     caller: Caller,
     reason: str,
 ) -> TufProposal:
-    """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1)."""
+    """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1); the
+    target's signed ``custom`` carries ``{"reason": reason}`` for workers to show."""
     repo = repository(session, state)
     sync(session, state, repo, proposer_id=caller.id)
     path = quarantine_path(digest)
@@ -271,6 +272,7 @@ def propose_quarantine(
         reason=reason,
         from_digest=None,
         to_digest=digest,
+        custom={"reason": reason},
     )
 
 
