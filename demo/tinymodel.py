@@ -39,7 +39,8 @@ def train_tokenizer(vocab_size: int = 512) -> Any:  # a transformers PreTrainedT
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer=trainer)
-    return PreTrainedTokenizerFast(  # the special tokens are words, not secrets
+    # the special tokens are words, not secrets
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         unk_token="<unk>",  # noqa: S106
         bos_token="<s>",  # noqa: S106
@@ -67,7 +68,7 @@ def make_tiny_llama(out_dir: Path, *, seed: int = 0, dtype: str = "float32") -> 
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))  # type: ignore[no-untyped-call]
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
