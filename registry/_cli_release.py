@@ -46,8 +46,8 @@ def record(
             metavar="FILE",
             exists=True,
             dir_okay=False,
-            help="Private key that signs the record (a key of the alias's TUF role "
-            "or of the top-level targets, for `release verify` to trust it)",
+            help="Private key that signs the record: a key of the alias's TUF role "
+            "or of the top-level targets (checked before anything is written)",
         ),
     ],
     out: Annotated[
@@ -65,7 +65,17 @@ def record(
             "--version",
             metavar="N",
             min=1,
-            help="The alias-history version to record (default: the current one)",
+            help="The alias's signed move to record, counted in its TUF role's versions "
+            "(default: the latest)",
+        ),
+    ] = None,
+    trust_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--trust-root",
+            metavar="FILE",
+            help="Check the key against the chain from this root.json (default: the "
+            "registry's first root version as it serves it)",
         ),
     ] = None,
     markdown: Annotated[
@@ -86,10 +96,14 @@ def record(
     """Export the signed release record of REPO@ALIAS at one version of its history."""
     from modelward.attest.errors import AttestError
     from modelward.attest.release import (
+        PinnedRootError,
+        RecordKeyRefused,
+        ReleaseRecordInvalid,
         build_predicate,
         make_record_statement,
         render_html,
         render_markdown,
+        verify_record_key,
         write_record,
     )
     from modelward.registry._cli_client import _client, _reported
@@ -98,6 +112,9 @@ def record(
     from modelward.registry._client_release import ReleaseInputError, collect_release
 
     private = load_key(key, passphrase_env)  # a bad key: nothing is fetched
+    pinned = (
+        None if trust_root is None else read_bounded(trust_root, "--trust-root", MAX_ROOT_BYTES)
+    )
     target = parse_reference(ref, require="alias")
     assert target.alias is not None  # noqa: S101 - required above
     with _reported(), _client() as client:
@@ -112,7 +129,21 @@ def record(
             f"{target.repo}@{target.alias}: the registry's data for the record is "
             f"malformed: {type(exc).__name__}: {exc}"
         )
-    data = write_record(make_record_statement(predicate), [private])
+    statement = make_record_statement(predicate)
+    # the signer rule of `release verify` (check 3), applied before anything is written
+    try:
+        verify_record_key(statement, pinned or inputs["roots"][0], private.public_key())
+    except RecordKeyRefused as exc:
+        fail(f"--key {key}: {exc}", code=2)
+    except PinnedRootError as exc:
+        where = f"--trust-root {trust_root}" if trust_root else "the registry's 1.root.json"
+        fail(f"{where}: {exc}", code=2 if trust_root else 1)
+    except ReleaseRecordInvalid as exc:
+        fail(
+            f"{target.repo}@{target.alias}: the registry's TUF metadata for the record does "
+            f"not verify: {exc}"
+        )
+    data = write_record(statement, [private])
     _write(out, data, "--out")
     if markdown is not None:
         _write(markdown, render_markdown(predicate).encode("utf-8"), "--markdown")

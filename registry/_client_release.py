@@ -55,74 +55,66 @@ def _tuf_roots(client: RegistryClient) -> list[bytes]:
     return roots
 
 
-def _target_digest(data: bytes, path: str) -> str | None:
-    from tuf.api.metadata import Metadata, Targets
-
-    target = Metadata[Targets].from_bytes(data).signed.targets.get(path)
-    return None if target is None else "sha256:" + str(target.hashes.get("sha256"))
-
-
-def _role_version(
-    client: RegistryClient,
-    role: str,
-    current: int,
-    *,
-    path: str,
-    digest: str,
-    occurrence: int,
-    moves: int,
-) -> bytes:
-    """The role version that set ``path`` to ``digest`` for the ``occurrence``-th time
-    (0-based) of the ``moves`` times the alias history moved there. When the role moved there
-    another number of times (a move the registry recorded unsigned), which signed version
-    records this move is ambiguous: refused rather than guessed."""
-    found: list[bytes] = []
-    previous: str | None = None
-    first = max(1, current - MAX_ROLE_VERSIONS + 1)
-    for version in range(first, current + 1):
-        data = client.tuf_file(f"{version}.{role}.json")
-        named = _target_digest(data, path)
-        if named == digest and previous != digest:
-            found.append(data)
-        previous = named
-    if not found:
+def _role_versions(client: RegistryClient, role: str, current: int) -> list[bytes]:
+    """Every version of ``role``, 1 to ``current``: the alias's signed history."""
+    if current > MAX_ROLE_VERSIONS:
         raise ReleaseInputError(
-            f"{path}: no signed version of TUF role {role} names {digest}: that move is the "
-            "registry's word only (unsigned); sign it first (`modelward trust adopt`)"
+            f"TUF role {role} has {current} versions, more than a record holds "
+            f"({MAX_ROLE_VERSIONS})"
         )
-    if first == 1 and len(found) != moves:
-        raise ReleaseInputError(
-            f"{path}: the alias history moved to {digest} {moves} time(s) and its signed TUF "
-            f"role {role} {len(found)} time(s): a move was the registry's word only, so which "
-            "signed version records this one is ambiguous"
-        )
-    return found[min(occurrence, len(found) - 1)]
+    return [client.tuf_file(f"{version}.{role}.json") for version in range(1, current + 1)]
 
 
-def _targets_for(client: RegistryClient, current: int, role: str, role_data: bytes) -> bytes:
-    """The newest top-level targets version whose delegation verifies ``role_data``."""
+def _targets_for(
+    client: RegistryClient, current: int, role: str, path: str, role_versions: list[bytes]
+) -> list[bytes]:
+    """Top-level targets versions that delegate ``path`` to ``role`` and verify each of
+    ``role_versions`` (for each, the newest that does), oldest first."""
     from tuf.api.exceptions import RepositoryError
     from tuf.api.metadata import Metadata, Targets
 
-    role_md = Metadata[Targets].from_bytes(role_data)
-    for version in range(current, max(0, current - MAX_ROLE_VERSIONS), -1):
-        data = client.tuf_file(f"{version}.targets.json")
+    fetched: dict[int, Metadata[Targets]] = {}
+    raw: dict[int, bytes] = {}
+
+    def delegates(version: int, role_md: Metadata[Targets]) -> bool:
+        if version not in fetched:
+            raw[version] = client.tuf_file(f"{version}.targets.json")
+            fetched[version] = Metadata[Targets].from_bytes(raw[version])
+        md = fetched[version]
+        delegations = md.signed.delegations
+        if delegations is None or delegations.roles is None:
+            return False
+        if next((n for n, _ in delegations.get_roles_for_target(path)), None) != role:
+            return False
         try:
-            Metadata[Targets].from_bytes(data).verify_delegate(role, role_md)
+            md.verify_delegate(role, role_md)
         except (RepositoryError, ValueError):
-            continue
-        return data
-    raise ReleaseInputError(
-        f"no top-level targets version delegates {role} with the keys that "
-        f"signed its version {role_md.signed.version}"
-    )
+            return False
+        return True
+
+    chosen: set[int] = set()
+    for data in role_versions:
+        role_md = Metadata[Targets].from_bytes(data)
+        candidates = sorted(chosen, reverse=True) + [
+            v for v in range(current, max(0, current - MAX_ROLE_VERSIONS), -1) if v not in chosen
+        ]
+        found = next((v for v in candidates if delegates(v, role_md)), None)
+        if found is None:
+            raise ReleaseInputError(
+                f"no top-level targets version delegates {path} to {role} with the keys "
+                f"that signed its version {role_md.signed.version}"
+            )
+        chosen.add(found)
+    return [raw[v] for v in sorted(chosen)]
 
 
-def _tuf(
-    client: RegistryClient, repo: str, alias: str, digest: str, *, occurrence: int, moves: int
-) -> dict[str, Any]:
+def _tuf(client: RegistryClient, repo: str, alias: str, version: int | None) -> dict[str, Any]:
+    """The TUF metadata of a record of signed move ``version`` (None: the latest) of
+    ``repo@alias``: the roots, the role's versions 1 to the one that ended the move (or the
+    current one), the targets versions delegating them; and the move chosen."""
     from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
 
+    from modelward.attest.release import signed_moves
     from modelward.attest.tuf import alias_path
 
     roots = _tuf_roots(client)
@@ -146,21 +138,51 @@ def _tuf(
     meta = snapshot.signed.meta.get(f"{role}.json")
     if meta is None:
         raise ReleaseInputError(f"{repo}@{alias}: TUF role {role} has no signed version")
-    role_data = _role_version(
-        client, role, meta.version, path=path, digest=digest, occurrence=occurrence, moves=moves
-    )
+    every = _role_versions(client, role, meta.version)
+    moves = signed_moves(path, [Metadata[Targets].from_bytes(data) for data in every])
+    if not any(m["to_digest"] for m in moves):
+        raise ReleaseInputError(
+            f"{path}: no signed version of TUF role {role} names a bundle: every move of it "
+            "is the registry's word only (unsigned); sign it first (`modelward trust adopt`)"
+        )
+    if version is None:
+        version = len(moves)
+    if not 1 <= version <= len(moves):
+        raise ReleaseInputError(
+            f"{repo}@{alias}: --version {version} is out of range (the alias's signed "
+            f"history, TUF role {role}, has moves 1 to {len(moves)}; moves the registry "
+            "recorded unsigned are not versions of it)"
+        )
+    move = moves[version - 1]
+    if move["to_digest"] is None:
+        raise ReleaseInputError(
+            f"{repo}@{alias}: signed move {version} (TUF role {role} version "
+            f"{move['role_version']}) removes the alias: there is no bundle to record"
+        )
+    last = moves[version]["role_version"] if version < len(moves) else meta.version
+    role_versions = every[:last]
     return {
+        "version": version,
+        "digest": str(move["to_digest"]),
+        "moves": moves[version - 1 : version + 1],
         "roots": roots,
-        "targets": _targets_for(client, targets_version, role, role_data),
+        "targets": _targets_for(client, targets_version, role, path, role_versions),
         "role": role,
-        "role_metadata": role_data,
+        "role_versions": role_versions,
     }
 
 
 def _audit(
-    client: RegistryClient, repo: str, alias: str, *, digest: str, version: int, role_subject: str
+    client: RegistryClient,
+    repo: str,
+    alias: str,
+    *,
+    digest: str,
+    rows: set[int],
+    role_subject: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The audit events around the promotion, and the registry's approvals from them."""
+    """The audit events around the promotion (``rows``: the registry's alias-history versions
+    shown as its context), and the registry's approvals from them."""
     events: list[dict[str, Any]] = []
     approvals: dict[str, dict[str, Any]] = {}
     try:
@@ -168,7 +190,7 @@ def _audit(
         for event in stream:
             subject, details = event.get("subject"), event.get("details") or {}
             about_alias = subject == f"{repo}@{alias}" and (
-                details.get("to") == digest or details.get("version") in (version, version + 1)
+                details.get("to") == digest or details.get("version") in rows
             )
             about_bundle = subject == f"{repo}@{digest}"
             about_role = subject == role_subject
@@ -204,47 +226,38 @@ def _audit(
 def collect_release(
     client: RegistryClient, repo: str, alias: str, version: int | None
 ) -> dict[str, Any]:
-    """The keyword arguments of ``attest.release.build_predicate`` for ``repo@alias`` at
-    history ``version`` (None: the current one). Raises ReleaseInputError naming what is
-    missing (no such alias, a version out of range, an unsigned move)."""
+    """The keyword arguments of ``attest.release.build_predicate`` for ``repo@alias`` at its
+    signed move ``version`` (None: the latest): the moves its TUF role versions make, never
+    the registry's alias-history rows (kept as unsigned context). Raises ReleaseInputError
+    naming what is missing (no such alias, a version out of range, no signed move)."""
     from tuf.api.metadata import Metadata, Targets
 
     from modelward.attest.manifest import parse_manifest
 
     history = _history(client, repo, alias)
-    versions = [int(h["version"]) for h in history]
-    if version is None:
-        version = int(client.get_alias(repo, alias)["version"])
-    entry = next((h for h in history if int(h["version"]) == version), None)
-    if entry is None or entry.get("to_digest") is None:
-        raise ReleaseInputError(
-            f"{repo}@{alias}: --version {version} is out of range (history "
-            f"has versions {min(versions)} to {max(versions)})"
-        )
-    digest = str(entry["to_digest"])
-    # the moves *to* the digest (from another), as the role's versions change to it
-    ordered = sorted(history, key=lambda h: int(h["version"]))
-    arrivals = [
-        int(h["version"])
-        for prev, h in zip([None, *ordered], ordered, strict=False)
-        if h.get("to_digest") == digest and (prev is None or prev.get("to_digest") != digest)
-    ]
-    occurrence = max(0, sum(1 for v in arrivals if v <= version) - 1)
+    tuf = _tuf(client, repo, alias, version)
+    version, digest = int(tuf.pop("version")), str(tuf.pop("digest"))
+    moves = tuf.pop("moves")
     manifest = client.get_manifest(repo, digest)
     parsed = parse_manifest(manifest)
     config = client.get_blob(parsed.config.digest)
     spec_layer = next((x for x in parsed.layers if x.path == "modelward.yaml"), None)
     spec = client.get_blob(spec_layer.digest) if spec_layer is not None else None
     policy_text = str(client.get_repo(repo)["effective_policy_yaml"])
-    tuf = _tuf(client, repo, alias, digest, occurrence=occurrence, moves=len(arrivals))
-    role_version = Metadata[Targets].from_bytes(tuf["role_metadata"]).signed.version
+    role_version = moves[0]["role_version"]
+    role_md = Metadata[Targets].from_bytes(tuf["role_versions"][role_version - 1])
+    rows = {
+        int(h["version"])
+        for h in history
+        if h.get("to_digest") == digest or h.get("from_digest") == digest
+    }
     events, approvals = _audit(
         client,
         repo,
         alias,
         digest=digest,
-        version=version,
-        role_subject=f"{tuf['role']} v{role_version}",
+        rows=rows,
+        role_subject=f"{tuf['role']} v{role_md.signed.version}",
     )
     try:
         checkpoint: dict[str, Any] | None = client.audit_checkpoint()

@@ -11,14 +11,21 @@ history of the promotion and the audit events around it.
 
 - ``build_predicate`` assembles it from bytes the caller fetched, computing every digest it
   states; ``make_record_statement`` and ``write_record`` make the signed file (``_build``).
+- ``signed_moves`` is the alias's history as its TUF role versions make it, the only history
+  a record claims (``_moves``); the registry's alias-history rows are unsigned context.
 - ``verify_record`` is the one decision about a record file, offline, in five checks in the
-  order of the spec: file, tuf, signature, envelopes, digests (``_verify``, ``_digests``).
+  order of the spec: file, tuf, signature, envelopes, digests (``_verify``, ``_digests``);
+  ``verify_record_key`` applies its signer rule before a record is signed.
 - ``render_markdown`` and ``render_html`` are readable renderings (``_render``).
 
 Errors (the tree of attest.errors, one branch added)::
 
     VerificationError
     └── ReleaseRecordInvalid   check (1-5 and its name), field, message
+
+    ValueError (the caller's input, not a finding about a record)
+    ├── PinnedRootError        the --trust-root given is not a self-signed TUF root
+    └── RecordKeyRefused       keyid, role: a key verify_record would not trust to sign
 
 Pure: no network, no database, no environment.
 """
@@ -36,17 +43,20 @@ from modelward.attest.release._model import (
     CHECKS,
     PREDICATE_TYPE,
     PinnedRootError,
+    RecordKeyRefused,
     RecordLimits,
     ReleaseRecordInvalid,
     VerifiedRecord,
 )
+from modelward.attest.release._moves import signed_moves
 from modelward.attest.release._render import render_html, render_markdown
-from modelward.attest.release._verify import verify_record
+from modelward.attest.release._verify import verify_record, verify_record_key
 
 __all__ = [
     "CHECKS",
     "PREDICATE_TYPE",
     "PinnedRootError",
+    "RecordKeyRefused",
     "RecordLimits",
     "ReleaseRecordInvalid",
     "VerifiedRecord",
@@ -56,6 +66,8 @@ __all__ = [
     "make_record_statement",
     "render_html",
     "render_markdown",
+    "signed_moves",
     "verify_record",
+    "verify_record_key",
     "write_record",
 ]

@@ -20,7 +20,9 @@ from tuf.api.metadata import Metadata, Root, Targets
 from modelward.attest.dsse import sign_envelope
 from modelward.attest.errors import AttestError
 from modelward.attest.release._model import ATTESTATION_SECTIONS, PREDICATE_TYPE, blob, sha256
+from modelward.attest.release._moves import signed_moves
 from modelward.attest.statement import PredicateType, make_statement, strict_json_loads
+from modelward.attest.tuf import alias_path
 
 __all__ = [
     "build_predicate",
@@ -163,8 +165,8 @@ def _attestation(item: Mapping[str, Any]) -> dict[str, Any]:
         id=item.get("id"),
         predicate_type=item.get("predicate_type"),
         kind=item.get("kind"),
-        attached_by=item.get("created_by"),
-        attached_at=item.get("created_at"),
+        attached_by=item.get("attached_by"),
+        attached_at=item.get("attached_at"),
     )
 
 
@@ -233,17 +235,23 @@ def build_predicate(
     policy_text: str,
     attestations: Sequence[Mapping[str, Any]],
     roots: Sequence[bytes],
-    targets: bytes,
+    targets: Sequence[bytes],
     role: str,
-    role_metadata: bytes,
+    role_versions: Sequence[bytes],
     history: Sequence[Mapping[str, Any]],
     approvals: Sequence[Mapping[str, Any]],
     audit_events: Sequence[Mapping[str, Any]],
     audit_checkpoint: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The release-record predicate from the bytes the caller fetched; every digest in it is
-    computed here. ``attestations``: the registry's listing entries (``data`` base64);
-    ``history``: the alias's whole history (the promotion's entries are picked here)."""
+    computed here. ``version``: the alias's signed move (``attest.release.signed_moves`` of
+    ``role_versions``, the alias's TUF role versions 1, 2, ... through the move after it or
+    the current one); ``targets``: top-level targets versions delegating them;
+    ``attestations``: the registry's listing entries (``data`` base64); ``history``: the
+    registry's alias-history rows, kept only as unsigned context.
+
+    Raises ValueError when ``version`` is not a move of ``role_versions`` to a bundle, or the
+    manifest is not that bundle's."""
     from modelward.attest.manifest import parse_manifest
 
     parsed = parse_manifest(manifest)
@@ -258,7 +266,12 @@ def build_predicate(
         model_config = loaded.get("config") if isinstance(loaded, dict) else None
     spec_entry = _spec_entry(spec)
     sections, evaluation_predicates = _sections(attestations)
-    entries = _promotion(history, version)
+    role_mds = [Metadata[Targets].from_bytes(data) for data in role_versions]
+    moves = signed_moves(alias_path(repository, alias), role_mds)
+    if not 1 <= version <= len(moves) or moves[version - 1]["to_digest"] != parsed.digest:
+        raise ValueError(f"move {version} of {role} does not move the alias to {parsed.digest}")
+    claimed = moves[version - 1 : version + 1]  # this move and the next (which ended it)
+    context = _registry_rows(history, moves, version)
     rollback = next(
         (
             {
@@ -267,13 +280,14 @@ def build_predicate(
                 "actor": h.get("actor"),
                 "at": h.get("at"),
                 "to_digest": h.get("to_digest"),
+                "signed": False,
             }
-            for h in entries
+            for h in context
             if h.get("rollback")
         ),
         None,
     )
-    role_md = Metadata[Targets].from_bytes(role_metadata)
+    role_md = role_mds[claimed[0]["role_version"] - 1]
     return {
         "record": {
             "repository": repository,
@@ -304,10 +318,17 @@ def build_predicate(
         },
         "tuf": {
             "roots": [blob(r, version=Metadata[Root].from_bytes(r).signed.version) for r in roots],
-            "targets": blob(targets, version=Metadata[Targets].from_bytes(targets).signed.version),
-            "role": blob(role_metadata, name=role, version=role_md.signed.version),
+            "targets": [
+                blob(t, version=Metadata[Targets].from_bytes(t).signed.version) for t in targets
+            ],
+            "role": {"name": role, "version": role_md.signed.version},
+            "role_versions": [
+                blob(data, version=md.signed.version)
+                for data, md in zip(role_versions, role_mds, strict=True)
+            ],
         },
-        "history": entries,
+        "history": claimed,
+        "registry_history": {"signed": False, "entries": context},
         "rollback": rollback,
         "audit": {"events": list(audit_events), "checkpoint": audit_checkpoint},
     }
@@ -320,9 +341,24 @@ def _signer_of(kid: str, events: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
-def _promotion(history: Sequence[Mapping[str, Any]], version: int) -> list[dict[str, Any]]:
-    """The history entry of ``version`` and the next move (which ended the release)."""
-    return [dict(h) for h in history if int(h["version"]) in (version, version + 1)]
+def _registry_rows(
+    history: Sequence[Mapping[str, Any]], moves: Sequence[Mapping[str, Any]], version: int
+) -> list[dict[str, Any]]:
+    """The registry's alias-history rows that appear to record signed moves ``version`` and
+    the next (each move matched, in order, to the next row moving to its digest). Context
+    only, the registry's word: who moved it, when, why, whether as a rollback."""
+    rows = sorted((dict(h) for h in history), key=lambda h: int(h["version"]))
+    found: list[dict[str, Any]] = []
+    at = 0
+    for move in moves[: version + 1]:
+        while at < len(rows) and rows[at].get("to_digest") != move["to_digest"]:
+            at += 1
+        if at == len(rows):
+            break
+        if move["move"] >= version:
+            found.append(rows[at])
+        at += 1
+    return found
 
 
 # -- the file ------------------------------------------------------------------------------

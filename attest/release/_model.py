@@ -34,6 +34,20 @@ class PinnedRootError(ValueError):
     own root keys (a wrong file given, not a finding about the record)."""
 
 
+class RecordKeyRefused(ValueError):  # noqa: N818 - the name is the finding
+    """The key given to sign a record is not one ``verify_record`` trusts for it: not a key of
+    the top-level targets nor of the alias's ``role`` in the verified chain."""
+
+    def __init__(self, keyid: str, role: str) -> None:
+        self.keyid = keyid
+        self.role = role
+        super().__init__(
+            f"key {keyid} is not a key of TUF role {role} nor of the top-level targets in the "
+            "verified chain: `release verify` would refuse the record (sign it with a key of "
+            f"{role}: for a protected alias, a reviewer's key)"
+        )
+
+
 @dataclass(frozen=True)
 class RecordLimits:
     """Bounds on an untrusted record file, checked before parsing."""

@@ -16,23 +16,9 @@ from modelward.attest.release._model import ATTESTATION_SECTIONS
 __all__ = ["render_html", "render_markdown"]
 
 
-def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """Sections of plain-text lines, shared by the Markdown and HTML renderings. Only names,
-    digests, verdicts and figures: no embedded bytes, no policy keys, no payloads."""
-    record = predicate["record"]
-    bundle = predicate["bundle"]
+def _pinned_inputs(bundle: Mapping[str, Any]) -> list[str]:
+    """What the bundle pins; a value ``modelward.yaml`` would pin says why it is absent."""
     inputs = bundle["inputs"]
-    out: list[tuple[str, list[str]]] = []
-    out.append(
-        (
-            "Release",
-            [
-                f"{record['repository']}@{record['alias']} version {record['version']}",
-                f"bundle {record['digest']}",
-                f"recorded {record['made_at']} from {record['registry']}",
-            ],
-        )
-    )
     lines = [f"manifest {bundle['manifest']['sha256']} ({bundle['manifest']['size']} bytes)"]
     for name in ("weights", "tokenizer", "chat_template", "adapters"):
         lines.append(f"{name}: {', '.join(inputs[name]) or '(none)'}")
@@ -41,16 +27,44 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         f"quantization: {quant['method'] or '(none)'}"
         + (f" ({', '.join(quant['files'])})" if quant["files"] else "")
     )
+    spec = bundle.get("spec")
     for name in ("runtime_image", "engine", "drivers", "serving_args"):
         value = inputs[name]
-        shown = "(not pinned: no modelward.yaml)"
         if value is not None:
             shown = json.dumps(value, sort_keys=True)
+        elif spec is None:
+            shown = "(not pinned: the bundle has no modelward.yaml)"
+        elif spec.get("parsed") is None:
+            shown = "(unknown: the bundle's modelward.yaml is invalid)"
+        else:
+            shown = "(not pinned: null in the bundle's modelward.yaml)"
         lines.append(f"{name}: {shown}")
     lines += [
         f"file {f['path']} ({f['input']}): {f['digest']} {f['size']} bytes" for f in bundle["files"]
     ]
-    out.append(("Pinned inputs", lines))
+    return lines
+
+
+def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """Sections of plain-text lines, shared by the Markdown and HTML renderings. Only names,
+    digests, verdicts and figures: no embedded bytes, no policy keys, no payloads."""
+    record = predicate["record"]
+    bundle = predicate["bundle"]
+    role = predicate["tuf"]["role"]
+    out: list[tuple[str, list[str]]] = []
+    out.append(
+        (
+            "Release",
+            [
+                f"{record['repository']}@{record['alias']} version {record['version']}: the "
+                f"alias's signed move {record['version']}, TUF role {role['name']} version "
+                f"{role['version']}",
+                f"bundle {record['digest']}",
+                f"recorded {record['made_at']} from {record['registry']}",
+            ],
+        )
+    )
+    out.append(("Pinned inputs", _pinned_inputs(bundle)))
     gates = predicate["gates"]
     lines = [f"policy sha256 {predicate['policy']['sha256']}"]
     rule = gates.get("rule")
@@ -89,15 +103,23 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     ]
     out.append(("Approvals", lines))
     lines = [
-        f"v{h['version']}: {h.get('from_digest')} -> {h.get('to_digest')} by {h.get('actor')}"
-        f" at {h.get('at')}"
+        f"signed move {m['move']} (TUF role {role['name']} version {m['role_version']}): "
+        f"{m['from_digest']} -> {m['to_digest']}"
+        for m in predicate["history"]
+    ]
+    lines += [
+        f"registry row v{h['version']} (unsigned): {h.get('from_digest')} -> "
+        f"{h.get('to_digest')} by {h.get('actor')} at {h.get('at')}"
         + (" (rollback)" if h.get("rollback") else "")
         + (f": {h['reason']}" if h.get("reason") else "")
-        for h in predicate["history"]
+        for h in predicate["registry_history"]["entries"]
     ]
     rollback = predicate.get("rollback")
     if rollback:
-        lines.append(f"rolled back at v{rollback['version']}: {rollback.get('reason')}")
+        lines.append(
+            f"rolled back at registry row v{rollback['version']} (unsigned): "
+            f"{rollback.get('reason')}"
+        )
     out.append(("Alias history", lines))
     audit = predicate["audit"]
     lines = [

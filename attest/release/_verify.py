@@ -10,8 +10,10 @@ check that verifies it.
    one newline, standard base64), so any changed byte shows;
 2. tuf: the statement, read unverified only to find the TUF metadata it embeds, is a
    release record about one bundle; the root chain verifies from the pinned root, the
-   top-level targets by the newest root, the alias's role by its delegation (python-tuf
-   ``verify_delegate``), and that role names exactly the subject digest for the alias;
+   top-level targets by the newest root, every version of the alias's role (1 to the last
+   embedded) by their delegation (python-tuf ``verify_delegate``); the record's version is
+   a signed move of the alias to exactly the subject digest, and the moves it claims
+   (``history``) are exactly those the verified role versions make;
 3. signature: the envelope verifies (attest.dsse) with a key the verified chain holds for
    this record (the top-level targets' or the alias role's) or one the caller gave;
 4. envelopes: every embedded envelope is about the subject and verifies (attest.dsse)
@@ -44,18 +46,21 @@ from modelward.attest.release._model import (
     ATTESTATION_SECTIONS,
     PREDICATE_TYPE,
     PinnedRootError,
+    RecordKeyRefused,
     RecordLimits,
     ReleaseRecordInvalid,
     VerifiedRecord,
+    b64,
     canonical_b64,
     embedded,
     get,
 )
+from modelward.attest.release._moves import signed_moves
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Subject, TrustedKey, TrustSet, VerifiedStatement
 from modelward.attest.tuf import alias_path, online_role, public_key_of
 
-__all__ = ["verify_record"]
+__all__ = ["record_signing_keys", "verify_record", "verify_record_key"]
 
 
 @dataclass(frozen=True)
@@ -92,18 +97,7 @@ def verify_record(
     Raises ReleaseRecordInvalid naming the check and the field at fault; PinnedRootError
     when ``trust_root`` is not TUF root metadata signed by its own keys (a wrong file given).
     """
-    try:
-        pinned: Metadata[Root] = Metadata[Root].from_bytes(trust_root)
-    except DeserializationError as exc:
-        raise PinnedRootError(f"not TUF root metadata: {exc}") from None
-    if not isinstance(pinned.signed, Root):
-        raise PinnedRootError("not TUF root metadata")
-    try:  # as python-tuf loads its trusted root: signed by its own threshold
-        pinned.verify_delegate(Root.type, pinned)
-    except RepositoryError as exc:
-        raise PinnedRootError(
-            f"root version {pinned.signed.version} is not signed by its own root keys: {exc}"
-        ) from None
+    pinned = _pinned(trust_root)
     extra = {keyid(k): k for k in public_keys}
     notes: list[str] = []
     # (1): file: within the limit, and exactly its canonical form.
@@ -135,6 +129,39 @@ def verify_record(
         predicate=predicate,
         notes=tuple(notes),
     )
+
+
+def verify_record_key(statement: bytes, trust_root: bytes, public_key: PublicKeyTypes) -> str:
+    """Refuse, before a record is signed, a key ``verify_record`` would not trust for it:
+    check (2) on ``statement`` (the record's statement bytes) against ``trust_root``, then
+    check (3)'s rule (``record_signing_keys``). Returns the alias's role.
+
+    Raises RecordKeyRefused naming the key and the role; ReleaseRecordInvalid when the
+    statement's TUF metadata does not verify; PinnedRootError as ``verify_record``."""
+    pinned = _pinned(trust_root)
+    chain = _check_tuf(_read_statement({"payload": b64(statement)}), pinned)
+    kid = keyid(public_key)
+    if kid not in chain.record_keys:
+        raise RecordKeyRefused(kid, chain.role)
+    return chain.role
+
+
+def _pinned(trust_root: bytes) -> Metadata[Root]:
+    """The caller's root, loaded as python-tuf loads its trusted root: signed by its own
+    root keys. Raises PinnedRootError."""
+    try:
+        pinned: Metadata[Root] = Metadata[Root].from_bytes(trust_root)
+    except DeserializationError as exc:
+        raise PinnedRootError(f"not TUF root metadata: {exc}") from None
+    if not isinstance(pinned.signed, Root):
+        raise PinnedRootError("not TUF root metadata")
+    try:
+        pinned.verify_delegate(Root.type, pinned)
+    except RepositoryError as exc:
+        raise PinnedRootError(
+            f"root version {pinned.signed.version} is not signed by its own root keys: {exc}"
+        ) from None
+    return pinned
 
 
 def _check_file(data: bytes, limits: RecordLimits) -> Any:
@@ -264,78 +291,170 @@ def _usable(keyids: Iterable[str], keys: Mapping[str, Key]) -> dict[str, PublicK
 
 def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     """Check (2), then: the root chain from the pinned root, the top-level targets by the
-    newest root, the alias's role by its delegation (python-tuf ``verify_delegate``, the
-    checks a worker's updater makes), and the role names exactly the subject for the alias.
-    Returns the role and the keys of that verified metadata."""
+    newest root, every version of the alias's role by a delegation of those targets
+    (python-tuf ``verify_delegate``, the checks a worker's updater makes), and the moves the
+    record claims are the signed moves those versions make. Returns the role and the keys
+    of that verified metadata."""
     tuf = get(statement.predicate, "tuf", dict, 2)
+    path = alias_path(statement.repository, statement.alias)
     # (2a): the root chain, from the root the caller pinned.
     trusted = _root_chain(tuf, pinned)
-    # (2b): the top-level targets, by the newest root's targets keys.
-    targets = _load_md(
-        embedded(get(tuf, "targets", dict, 2), "tuf.targets", 2), Targets, "tuf.targets"
-    )
-    try:
-        trusted.verify_delegate(Targets.type, targets)
-    except RepositoryError as exc:
-        raise ReleaseRecordInvalid(
-            2,
-            "tuf.targets",
-            f"not signed by the targets keys of the trust root's chain (root "
-            f"version {trusted.signed.version}; a root of another registry?): "
-            f"{type(exc).__name__}: {exc}",
-        ) from None
-    # (2c): the role the top-level targets delegate the alias to, by its delegation.
+    # (2b): each top-level targets version, by the newest root's targets keys; each
+    # delegates the alias to the role the record names.
     role_entry = get(tuf, "role", dict, 2)
     role_name = get(role_entry, "name", str, 2)
-    path = alias_path(statement.repository, statement.alias)
-    delegations = targets.signed.delegations
-    deciding = None
-    if delegations is not None:
-        deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
-    if delegations is None or delegations.roles is None or deciding != role_name:
+    all_targets = _targets_versions(tuf, trusted, path, role_name)
+    # (2c): every version of the role, 1 to the last embedded, by a delegation of (2b).
+    role_mds = _role_versions(tuf, all_targets, role_name)
+    # (2d): the record's version is a signed move of the alias to exactly the subject.
+    moves = signed_moves(path, role_mds)
+    version = statement.version
+    move = moves[version - 1] if 1 <= version <= len(moves) else None
+    if move is None or move["to_digest"] != statement.digest:
+        named = None if move is None else move["to_digest"]
         raise ReleaseRecordInvalid(
             2,
-            "tuf.role.name",
-            f"{role_name!r}, but the top-level targets delegate {path} to {deciding!r}",
+            "record.version",
+            f"{role_name} versions 1 to {len(role_mds)} make {len(moves)} signed move(s) of "
+            f"{path}; move {version} is to {named}, not the subject {statement.digest}",
         )
-    role = _load_md(embedded(role_entry, "tuf.role", 2), Targets, "tuf.role")
-    try:
-        targets.verify_delegate(role_name, role)
-    except RepositoryError as exc:
+    if get(role_entry, "version", int, 2) != move["role_version"]:
         raise ReleaseRecordInvalid(
             2,
-            "tuf.role",
-            f"{role_name} version {role.signed.version} "
-            f"fails its delegation: {type(exc).__name__}: {exc}",
-        ) from None
-    # (2d): the role names exactly the subject digest for ORG/NAME/aliases/ALIAS.
-    target = role.signed.targets.get(path)
-    named = None if target is None else "sha256:" + str(target.hashes.get("sha256"))
-    if named != statement.digest:
-        raise ReleaseRecordInvalid(
-            2,
-            "tuf.role",
-            f"{role_name} version {role.signed.version} "
-            f"names {named} for {path}, not the subject "
-            f"{statement.digest}",
+            "tuf.role.version",
+            f"{role_entry['version']}, but {role_name} version {move['role_version']} made "
+            f"move {version}",
         )
-    root, delegated = trusted.signed, delegations.keys or {}
-    # The registry's own online alias key signs an ``@online`` role: it may vouch for the
-    # alias (a worker accepts that only with --online-alias), never for a whole record, which
-    # would then be the registry's word about its own evidence, approvals and audit log.
-    record_roles = [] if role_name == online_role(statement.repository) else [role_name]
+    # (2e): the moves the record claims (``history``) are exactly the signed ones: this move
+    # and the next, each made by a verified role version; nothing else is claimed.
+    claimed = get(statement.predicate, "history", list, 2)
+    signed = moves[version - 1 : version + 1]
+    if claimed != signed:
+        raise ReleaseRecordInvalid(
+            2,
+            "history",
+            f"claims {_moves_text(claimed)}; the signed versions of {role_name} make "
+            f"{_moves_text(signed)}: a move not backed by a signed role version",
+        )
+    newest = all_targets[-1]
+    root = trusted.signed
     return _Chain(
         role=role_name,
-        record_keys={
-            **_usable(root.roles[Targets.type].keyids, root.keys),
+        record_keys=record_signing_keys(trusted, newest, role_name, statement.repository),
+        metadata_keys={
+            **_usable(root.keys, root.keys),
             **{
                 k: v
-                for r in record_roles
-                for k, v in _usable(delegations.roles[r].keyids, delegated).items()
+                for md in all_targets
+                for k, v in _usable(
+                    (md.signed.delegations.keys or {}) if md.signed.delegations else {},
+                    (md.signed.delegations.keys or {}) if md.signed.delegations else {},
+                ).items()
             },
         },
-        metadata_keys={**_usable(root.keys, root.keys), **_usable(delegated, delegated)},
     )
+
+
+def record_signing_keys(
+    root: Metadata[Root], targets: Metadata[Targets], role: str, repository: str
+) -> dict[str, PublicKeyTypes]:
+    """The one rule for who may sign a release record (check 3, and ``release record --key``
+    through ``verify_record_key``): the top-level targets keys of the verified ``root``, and
+    the keys ``targets`` delegates ``role`` to; never the registry's online alias key of an
+    ``ORG:NAME@online`` role: it may vouch for an online alias, but a record signed with it
+    would be the registry's word about its own evidence, approvals and audit log."""
+    keys = _usable(root.signed.roles[Targets.type].keyids, root.signed.keys)
+    delegations = targets.signed.delegations
+    if role != online_role(repository) and delegations is not None and delegations.roles:
+        delegated = delegations.roles.get(role)
+        if delegated is not None:
+            keys.update(_usable(delegated.keyids, delegations.keys or {}))
+    return keys
+
+
+def _moves_text(moves: Sequence[Any]) -> str:
+    if not moves:
+        return "no move"
+    return "; ".join(
+        f"move {m.get('move')} at role version {m.get('role_version')} "
+        f"{m.get('from_digest')} -> {m.get('to_digest')}"
+        if isinstance(m, dict)
+        else repr(m)
+        for m in moves
+    )
+
+
+def _targets_versions(
+    tuf: Mapping[str, Any], trusted: Metadata[Root], path: str, role_name: str
+) -> list[Metadata[Targets]]:
+    """Check (2b): the embedded top-level targets versions, oldest first, each signed by the
+    targets keys of the newest root and delegating ``path`` to ``role_name``."""
+    found: list[Metadata[Targets]] = []
+    entries = get(tuf, "targets", list, 2)
+    if not entries:
+        raise ReleaseRecordInvalid(2, "tuf.targets", "holds no top-level targets version")
+    for i, item in enumerate(entries):
+        where = f"tuf.targets[{i}]"
+        md = _load_md(embedded(item, where, 2), Targets, where)
+        try:
+            trusted.verify_delegate(Targets.type, md)
+        except RepositoryError as exc:
+            raise ReleaseRecordInvalid(
+                2,
+                where,
+                f"not signed by the targets keys of the trust root's chain (root "
+                f"version {trusted.signed.version}; a root of another registry?): "
+                f"{type(exc).__name__}: {exc}",
+            ) from None
+        delegations = md.signed.delegations
+        deciding = None
+        if delegations is not None and delegations.roles is not None:
+            deciding = next((name for name, _ in delegations.get_roles_for_target(path)), None)
+        if deciding != role_name:
+            raise ReleaseRecordInvalid(
+                2,
+                "tuf.role.name",
+                f"{role_name!r}, but targets version {md.signed.version} delegates {path} "
+                f"to {deciding!r}",
+            )
+        found.append(md)
+    return sorted(found, key=lambda md: int(md.signed.version))
+
+
+def _role_versions(
+    tuf: Mapping[str, Any], all_targets: Sequence[Metadata[Targets]], role_name: str
+) -> list[Metadata[Targets]]:
+    """Check (2c): the role's versions 1, 2, ... (no gap: a missing version could hide a
+    move), each verified by the delegation of one of the verified targets versions."""
+    mds: list[Metadata[Targets]] = []
+    for i, item in enumerate(get(tuf, "role_versions", list, 2)):
+        where = f"tuf.role_versions[{i}]"
+        md = _load_md(embedded(item, where, 2), Targets, where)
+        if md.signed.version != i + 1:
+            raise ReleaseRecordInvalid(
+                2,
+                where,
+                f"{role_name} version {md.signed.version} where version {i + 1} was expected: "
+                "the record must hold every version of the role from 1, in order",
+            )
+        failures = []
+        for targets in reversed(all_targets):
+            try:
+                targets.verify_delegate(role_name, md)
+                break
+            except RepositoryError as exc:
+                failures.append(f"targets version {targets.signed.version}: {exc}")
+        else:
+            raise ReleaseRecordInvalid(
+                2,
+                where,
+                f"{role_name} version {md.signed.version} fails its delegation: "
+                + "; ".join(failures),
+            )
+        mds.append(md)
+    if not mds:
+        raise ReleaseRecordInvalid(2, "tuf.role_versions", f"holds no version of {role_name}")
+    return mds
 
 
 def _trust(keys: Mapping[str, PublicKeyTypes]) -> TrustSet:

@@ -262,15 +262,13 @@ def test_every_single_byte_change_is_refused(story: Story) -> None:
 
 def test_resigned_record_with_changed_tuf_metadata_fails_the_tuf_check(story: Story) -> None:
     path, _ = story.record(f"{story.repo}@prod")
-    older, _ = story.record(f"{story.repo}@prod", "--version", "2")
-    other_role = _payload(older)["predicate"]["tuf"]["role"]
 
-    def swap(predicate: dict[str, Any]) -> None:
-        predicate["tuf"]["role"] = other_role  # a signed role version naming release 2
+    def drop_last(predicate: dict[str, Any]) -> None:
+        del predicate["tuf"]["role_versions"][-1]  # the signed version that made move 3
 
-    refused = story.verify(_resign(story, path, swap))
+    refused = story.verify(_resign(story, path, drop_last))
     assert refused.returncode == 1
-    assert "check 2 (tuf): tuf.role:" in refused.stderr
+    assert "check 2 (tuf): record.version:" in refused.stderr
     assert f"not the subject {story.d1}" in refused.stderr
 
 
@@ -292,8 +290,11 @@ def test_older_version_after_a_rollback_carries_the_rollback_reason(story: Story
     assert (answer["digest"], answer["version"]) == (story.d2, 2)
     assert answer["rollback"]["reason"] == "release 2 regressed billing"
     predicate = _payload(path)["predicate"]
-    assert [h["version"] for h in predicate["history"]] == [2, 3]
-    assert predicate["history"][1]["rollback"] is True
+    assert [h["move"] for h in predicate["history"]] == [2, 3]
+    assert [h["to_digest"] for h in predicate["history"]] == [story.d2, story.d1]
+    rows = predicate["registry_history"]
+    assert rows["signed"] is False
+    assert [h["rollback"] for h in rows["entries"]] == [False, True]
     verified = story.verify(path)
     assert verified.returncode == 0, verified.stderr
     assert f"version 2 is {story.d2}" in verified.stdout
@@ -302,6 +303,11 @@ def test_older_version_after_a_rollback_carries_the_rollback_reason(story: Story
 
 
 def test_record_signed_by_a_key_the_chain_does_not_know(story: Story) -> None:
+    """``release record`` refuses the key before writing (issue 21 item 5); a file signed
+    with it anyway (in process) is refused by ``release verify`` unless the key is given."""
+    from modelward.attest.keys import keyid
+    from modelward.attest.release import write_record
+
     stranger = generate_private_key()
     key = story.tmp / "stranger.key"
     save_private_key(stranger, key)
@@ -309,7 +315,14 @@ def test_record_signed_by_a_key_the_chain_does_not_know(story: Story) -> None:
     made = story.cli(
         story.rev1, "release", "record", f"{story.repo}@prod", "--key", str(key), "--out", str(out)
     )
-    assert made.returncode == 0, made.stderr
+    assert made.returncode == 2, made.stderr
+    assert f"key {keyid(stranger.public_key())} is not a key of TUF role" in made.stderr
+    assert f"{story.repo.replace('/', ':')}@prod" in made.stderr
+    assert not out.exists()
+    path, _ = story.record(f"{story.repo}@prod")
+    out.write_bytes(
+        write_record(base64.b64decode(json.loads(path.read_bytes())["payload"]), [stranger])
+    )
     refused = story.verify(out)
     assert refused.returncode == 1
     assert (
@@ -333,7 +346,7 @@ def test_signing_key_smuggled_into_the_embedded_tuf_metadata_is_refused(story: S
     stranger = generate_private_key()
 
     def smuggle(predicate: dict[str, Any]) -> None:
-        entry = predicate["tuf"]["targets"]
+        entry = predicate["tuf"]["targets"][-1]
         md = Metadata[Targets].from_bytes(base64.b64decode(entry["data"]))
         md.signed.add_key(tuf_key(stranger.public_key()), predicate["tuf"]["role"]["name"])
         data = md.to_bytes()
@@ -345,7 +358,7 @@ def test_signing_key_smuggled_into_the_embedded_tuf_metadata_is_refused(story: S
 
     refused = story.verify(_resign(story, path, smuggle, key=stranger))
     assert refused.returncode == 1
-    assert "check 2 (tuf): tuf.targets: not signed by the targets keys" in refused.stderr
+    assert "check 2 (tuf): tuf.targets[0]: not signed by the targets keys" in refused.stderr
 
 
 def test_a_stranger_signature_beside_a_trusted_one_is_ignored_and_noted(story: Story) -> None:
@@ -408,7 +421,8 @@ def test_version_out_of_range_is_refused_naming_the_range(story: Story) -> None:
         str(story.tmp / "y.json"),
     )
     assert done.returncode == 1
-    assert "--version 9 is out of range (history has versions 1 to 3)" in done.stderr
+    assert "--version 9 is out of range (the alias's signed history" in done.stderr
+    assert "has moves 1 to 3;" in done.stderr
     assert not (story.tmp / "y.json").exists()
 
 
@@ -437,7 +451,7 @@ def test_root_of_another_registry_is_refused(story: Story, tmp_path: Path) -> No
     other.write_bytes(md.to_bytes())
     done = story.reg.cli("release", "verify", str(path), "--trust-root", str(other), env=OFFLINE)
     assert done.returncode == 1
-    assert "check 2 (tuf): tuf.targets: not signed by the targets keys" in done.stderr
+    assert "check 2 (tuf): tuf.targets[0]: not signed by the targets keys" in done.stderr
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{}")
     done = story.reg.cli("release", "verify", str(path), "--trust-root", str(garbage), env=OFFLINE)
@@ -452,6 +466,7 @@ def test_public_surface_of_attest_release() -> None:
         "CHECKS",
         "PREDICATE_TYPE",
         "PinnedRootError",
+        "RecordKeyRefused",
         "RecordLimits",
         "ReleaseRecordInvalid",
         "VerifiedRecord",
@@ -461,7 +476,9 @@ def test_public_surface_of_attest_release() -> None:
         "make_record_statement",
         "render_html",
         "render_markdown",
+        "signed_moves",
         "verify_record",
+        "verify_record_key",
         "write_record",
     ]
     assert release.CHECKS == {1: "file", 2: "tuf", 3: "signature", 4: "envelopes", 5: "digests"}
@@ -489,17 +506,16 @@ def test_record_signed_by_the_registry_online_alias_key_is_refused(
     made = story.reg.cli(
         "release", "record", f"{repo}@live", "--key", str(online_key), "--out", str(out)
     )
-    assert made.returncode == 0, made.stderr
-    refused = story.reg.cli("release", "verify", str(out), "--trust-root", str(story.root))
-    assert refused.returncode == 1
-    assert "check 3 (signature)" in refused.stderr
+    assert made.returncode == 2, made.stderr
+    assert f"is not a key of TUF role {repo.replace('/', ':')}@online" in made.stderr
+    assert not out.exists()
 
 
-def test_a_move_recorded_unsigned_between_two_signed_ones_is_refused_not_guessed(
+def test_a_move_recorded_unsigned_between_two_signed_ones_is_not_a_version(
     story: Story, tmp_path: Path
 ) -> None:
-    """v1 -> d1 signed, v2 -> d2 and v3 -> d1 the registry's word only: the signed role never
-    left d1, so which signed version records v3 (or v1) cannot be told."""
+    """v1 -> d1 signed, v2 -> d2 and v3 -> d1 the registry's word only: the signed role made
+    one move, so the alias's signed history has one version; --version 3 is out of range."""
     key = str(story.keys[story.pub.name])
     ref = f"{story.repo}@beta"
     for digest, signed in ((story.d1, True), (story.d2, False), (story.d1, False)):
@@ -519,6 +535,6 @@ def test_a_move_recorded_unsigned_between_two_signed_ones_is_refused_not_guessed
         str(tmp_path / "beta.json"),
     )
     assert made.returncode == 1
-    assert "moved to" in made.stderr
-    assert "ambiguous" in made.stderr
+    assert "--version 3 is out of range" in made.stderr
+    assert "has moves 1 to 1;" in made.stderr
     assert not (tmp_path / "beta.json").exists()
