@@ -1,5 +1,9 @@
-"""The loader's commands: pull, verify, boot, baseline show (``replay``: _cli_replay), as
-``modelward.cli``'s command table names them (docs/loader.md).
+"""The loader's commands: pull, verify, boot, baseline show (``replay``: _cli_replay), and
+``trust pin`` (the worker's pinned TUF root), as ``modelward.cli``'s command table names them
+(docs/loader.md).
+
+A malformed reference (the grammar of ``registry.client.parse_reference``) and a root file that
+is not TUF root metadata are usage errors (exit 2) in every one of them, named.
 
 With ``--json`` each prints one JSON document on stdout (shapes in
 docs/loader.md#json-output) and every message, warning and progress bar on stderr; ``boot``
@@ -42,13 +46,47 @@ if TYPE_CHECKING:
     from modelward.loader.pull import PulledBundle
     from modelward.registry.client import RegistryClient
 
-__all__ = ["baseline_app", "boot", "pull", "verify"]
+__all__ = ["baseline_app", "boot", "pull", "trust_pin", "usage_errors", "valid_reference", "verify"]
 
 baseline_app = typer.Typer(
     name="baseline", help="Determinism baselines recorded at boot.", no_args_is_help=True
 )
 
-RefArg = Annotated[str, typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:...")]
+
+def valid_reference(value: str | None) -> str | None:
+    """Click callback: a reference as ``parse_reference`` reads it, else a usage error (exit
+    2) naming the argument and the forms expected."""
+    if value is not None:
+        from modelward.registry.client import InvalidReference, parse_reference
+
+        try:
+            parse_reference(value)
+        except InvalidReference as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """A root file that is not TUF root metadata (from --trust-root or the worker policy's
+    tuf.root) or a malformed reference found while the command runs: exit 2, named."""
+    from modelward.loader.tuf_resolve import TrustRootInvalid
+    from modelward.registry.client import InvalidReference
+
+    try:
+        yield
+    except (TrustRootInvalid, InvalidReference) as exc:
+        fail(str(exc), code=2)
+
+
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="REPO@REF",
+        help="REPO@ALIAS, REPO:TAG or REPO@sha256:...",
+        callback=valid_reference,
+    ),
+]
 CacheOpt = Annotated[
     Path | None,
     typer.Option(
@@ -213,7 +251,7 @@ def pull(
     """
     from modelward.loader.pull import pull_bundle
 
-    with _client() as client, _progress("pull") as (advance, total):
+    with usage_errors(), _client() as client, _progress("pull") as (advance, total):
         flags = trust_flags(
             policy,
             public_key=public_key,
@@ -269,10 +307,13 @@ def verify(
         manifest = read_local_manifest(path)
     else:
         from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
-        from modelward.registry.client import parse_reference
+        from modelward.registry.client import InvalidReference, parse_reference
 
-        ref = parse_reference(target)
-        with _client() as client:
+        try:
+            ref = parse_reference(target)
+        except InvalidReference as exc:
+            fail(f"{target}: not a directory, and {exc}", code=2)
+        with usage_errors(), _client() as client:
             digest = resolve_reference(
                 client,
                 ref,
@@ -454,7 +495,7 @@ def boot(
     )
     with stdout_reserved(json_output):
         require_vllm()
-        with _client() as client, _progress("pull") as (advance, _total):
+        with usage_errors(), _client() as client, _progress("pull") as (advance, _total):
             try:
                 result = boot_bundle(
                     client, reference, _cache(cache_dir), flags, options, log=_log, progress=advance
@@ -544,7 +585,7 @@ def baseline_show(
     if trust.is_empty():
         fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
     ref = parse_reference(reference)
-    with _client() as client:
+    with usage_errors(), _client() as client:
         digest = resolve_reference(
             client,
             ref,
@@ -577,3 +618,67 @@ def baseline_show(
             f"engine={entry['engine']} dtype={entry['dtype']} "
             f"device={device['type']}:{device['name']} signed_by={','.join(item.signers)}"
         )
+
+
+def trust_pin(
+    trust_root: Annotated[
+        Path,
+        typer.Option(
+            "--trust-root",
+            metavar="FILE",
+            help="The registry's TUF root.json to pin (checked out of band: `modelward trust "
+            "root --out FILE` on a machine you trust)",
+        ),
+    ],
+    *,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Replace a root pinned earlier that is not this one nor one it rotated to",
+        ),
+    ] = False,
+    cache_dir: CacheOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Pin the registry's TUF root in this worker's cache (pull, boot, verify, replay and
+    baseline show resolve aliases from it).
+
+    The registry is the one `modelward login` (or MODELWARD_URL) names. The root must verify
+    the registry's current metadata before it is kept; a cache that pinned another root is
+    refused (exit 1) unless --replace. Exit 2: the file is not a TUF root.
+    """
+    from modelward.loader.tuf_resolve import load_root, pin_root
+
+    with usage_errors():
+        given = load_root(trust_root)
+    cache = _cache(cache_dir)
+    with _client() as client:
+        result = pin_root(client, cache.root, given, replace=replace)
+        url = client.base_url
+    if json_output:
+        emit_json(
+            {
+                "registry": url,
+                "trust_root": str(trust_root),
+                "sha256": given.sha256,
+                "pinned_version": result.pinned_version,
+                "trusted_version": result.trusted_version,
+                "directory": str(result.directory),
+                "replaced": result.replaced,
+                "unchanged": result.unchanged,
+            }
+        )
+        return
+    verb = (
+        "already pinned"
+        if result.unchanged
+        else "replaced the pin with"
+        if result.replaced
+        else "pinned"
+    )
+    console.print(
+        f"{verb} {trust_root} (root v{result.pinned_version}, sha256 {given.sha256}) for "
+        f"{url}; the cache trusts root v{result.trusted_version} in {result.directory}",
+        markup=False,
+    )

@@ -35,6 +35,8 @@ from modelward.loader._cli_commands import (
     KvCacheOpt,
     emit_json,
     stdout_reserved,
+    usage_errors,
+    valid_reference,
 )
 
 __all__ = ["replay"]
@@ -225,7 +227,13 @@ def replay(
     ],
     *,
     bundle: Annotated[
-        str, typer.Option("--bundle", metavar="REPO@REF", help="The bundle to replay through")
+        str,
+        typer.Option(
+            "--bundle",
+            metavar="REPO@REF",
+            help="The bundle to replay through",
+            callback=valid_reference,
+        ),
     ],
     against: Annotated[
         str | None,
@@ -233,6 +241,7 @@ def replay(
             "--against",
             metavar="REPO@REF",
             help="Compare with this bundle's outputs (verified under the same trust flags)",
+            callback=valid_reference,
         ),
     ] = None,
     expected: Annotated[
@@ -334,7 +343,7 @@ def replay(
     registry_url = ""
     with stdout_reserved(json_output):
         require_vllm()
-        with _client() as client:
+        with usage_errors(), _client() as client:
             pulled, _spec, config = _pulled_config(client, bundle, cache, trust)
             other = _pulled_config(client, against, cache, trust) if against else None
             kv_cache = choose_kv_cache(cpu_kvcache_space)

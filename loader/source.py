@@ -40,6 +40,11 @@ class RegistrySource(Protocol):
         """python-tuf's transport to those files (the worker's token, the client's limits)."""
         ...
 
+    def check_repository(self, name: str) -> None:
+        """Raise ``UnknownRepository`` (with close names) when the registry has no repository
+        ``name`` the worker may read: checked before an alias is blamed on TUF."""
+        ...
+
     def resolve(self, ref: Reference) -> str:
         """The ``sha256:<hex>`` digest ``ref`` names by the registry's word (used only with
         ``--unsigned-aliases``: aliases are resolved through TUF, ``loader.tuf_resolve``).

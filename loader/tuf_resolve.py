@@ -11,16 +11,31 @@ the updater two questions and turns its answers into a decision:
    must list the alias among those it accepts so (never by default).
 2. ``quarantine/<hex>``: is that digest quarantined?
 
-The updater keeps its trusted metadata in the cache directory, so rollback protection
-survives restarts. Errors: ``TrustMetadataRefused`` (the metadata failed a check, expired,
-or names no such alias), ``BundleQuarantined``; transport errors stay python-tuf's
-``DownloadError``.
+The updater keeps its trusted metadata in the cache directory, one per registry, so rollback
+protection survives restarts. The root a worker is given (``--trust-root``, the policy's
+``tuf.root``) must be the one that cache pinned, or an ancestor of its chain (the cache moved
+forward by signed rotations); any other root is refused, naming both, with the command that
+re-pins (``modelward trust pin --replace``; docs/guides/serving-workers.md#pinning-the-root).
+A first pin the registry's metadata does not verify against is not kept.
+
+Errors::
+
+    TrustMetadataRefused      the metadata failed a check or expired
+    ├── AliasNotSigned        no signed target names the alias
+    └── PinnedRootMismatch    the given root is not the cache's pinned root nor an ancestor
+    BundleQuarantined         the verified quarantine role lists the digest
+    TrustRootInvalid          (an InputError) the root file is not TUF root metadata
+
+Transport errors stay python-tuf's ``DownloadError``; a mistyped repository is the client's
+``UnknownRepository``, checked before an alias is blamed on TUF.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -28,12 +43,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuf.api.exceptions import RepositoryError
-from tuf.api.metadata import Metadata, Snapshot, Targets
+from tuf.api.metadata import Metadata, Root, Snapshot, Targets
 from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
 from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
+from modelward.registry.client import NotFound
 
 if TYPE_CHECKING:
     from modelward.attest.policy import Policy
@@ -44,10 +60,19 @@ log = logging.getLogger("modelward.loader")
 MAX_ROOT_BYTES = 1 << 20
 
 __all__ = [
+    "AliasNotSigned",
     "AliasResolution",
     "AliasTrust",
+    "GivenRoot",
+    "PinResult",
+    "PinnedRootMismatch",
     "TrustMetadataRefused",
+    "TrustRootInvalid",
     "check_not_quarantined",
+    "check_pin",
+    "load_root",
+    "metadata_dir",
+    "pin_root",
     "resolve_alias",
     "resolve_reference",
 ]
@@ -55,6 +80,50 @@ __all__ = [
 
 class TrustMetadataRefused(RefusedError):  # noqa: N818 - a refusal, named as one
     """The registry's TUF metadata does not (verifiably) say what the alias names."""
+
+
+class AliasNotSigned(TrustMetadataRefused):
+    """No signed target names the alias (never published, not yet signed, or the repository
+    does not exist: ``resolve_reference`` asks the registry which)."""
+
+
+class TrustRootInvalid(InputError):  # noqa: N818 - named after what is wrong
+    """The root file given to pin is not TUF root metadata (the message names the file)."""
+
+
+@dataclass(frozen=True)
+class GivenRoot:
+    """A root file given to pin, as read: its bytes, and what it says of itself."""
+
+    path: Path
+    source: str  # "--trust-root", "the worker policy's tuf.root"
+    data: bytes
+    version: int
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def describe(self) -> str:
+        return f"{self.source} {self.path} (root v{self.version}, sha256 {self.sha256[:16]}…)"
+
+
+class PinnedRootMismatch(TrustMetadataRefused):
+    """The given root is neither the root the cache pinned for this registry nor an ancestor
+    of its chain; carries both, and the command that re-pins."""
+
+    def __init__(self, given: GivenRoot, cached: Path, cached_version: int, repin: str) -> None:
+        self.given = given
+        self.cached = cached
+        self.cached_version = cached_version
+        cached_sha = hashlib.sha256(cached.read_bytes()).hexdigest()
+        super().__init__(
+            f"{given.describe()} is not the root this cache pinned for the registry, "
+            f"{cached} (root v{cached_version}, sha256 {cached_sha[:16]}…), nor one it "
+            "rotated from; nothing was resolved. If the given root is this registry's "
+            "(check it out of band against `modelward trust root --out FILE`), re-pin with: "
+            f"{repin}"
+        )
 
 
 @dataclass(frozen=True)
@@ -67,6 +136,65 @@ class AliasResolution:
     length: int
 
 
+def load_root(path: Path, source: str = "--trust-root") -> GivenRoot:
+    """Read a root file to pin (at most ``MAX_ROOT_BYTES``); raise ``TrustRootInvalid``
+    naming it when it is not TUF root metadata (other JSON, a targets file, not JSON), and
+    ``InputError`` when it cannot be read. Its signatures are checked by the updater."""
+    data = read_bounded(path, MAX_ROOT_BYTES, what=f"{source} {path}", error=InputError)
+    try:
+        parsed = Metadata[Any].from_bytes(data)
+    except Exception as exc:  # noqa: BLE001 - python-tuf raises many types for bad input
+        raise TrustRootInvalid(
+            f"{source} {path}: not TUF root metadata (save the registry's with `modelward "
+            f"trust root --out root.json`): {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(parsed.signed, Root):
+        raise TrustRootInvalid(
+            f"{source} {path}: TUF {parsed.signed.type} metadata, not a root (save the "
+            "registry's root with `modelward trust root --out root.json`)"
+        )
+    return GivenRoot(path=path, source=source, data=data, version=parsed.signed.version)
+
+
+def metadata_dir(cache_root: Path, base_url: str) -> Path:
+    """Where the updater keeps what it trusts of the registry at ``base_url``."""
+    key = hashlib.sha256(base_url.encode()).hexdigest()[:16]
+    return cache_root / "tuf" / key
+
+
+def _repin_command(given: GivenRoot, cache_root: Path | None) -> str:
+    where = f" --cache-dir {cache_root}" if cache_root is not None else ""
+    return f"modelward trust pin --trust-root {given.path} --replace{where}"
+
+
+def check_pin(cache_dir: Path, given: GivenRoot, repin: str) -> None:
+    """Raise ``PinnedRootMismatch`` unless ``given`` is the root ``cache_dir`` pinned or one
+    the cache rotated from (python-tuf keeps every root version it trusted, byte for byte, in
+    ``root_history/``); an empty cache pins nothing yet and passes.
+
+    1. no cached root: nothing to compare;
+    2. the cache trusted a root of the given version with the same bytes: the same root, or
+       an ancestor of the cached chain;
+    3. anything else is another root: refused, naming both and ``repin``.
+    """
+    # (1): nothing pinned yet
+    cached = cache_dir / "root.json"
+    if not cached.exists():
+        return
+    # (2): the same root, or one the cache rotated from
+    kept = cache_dir / "root_history" / f"{given.version}.root.json"
+    if kept.is_file() and kept.read_bytes() == given.data:
+        return
+    if cached.read_bytes() == given.data:  # a cache written before root_history existed
+        return
+    # (3): another root
+    try:
+        version = Metadata[Root].from_bytes(cached.read_bytes()).signed.version
+    except Exception:  # noqa: BLE001 - a damaged cache is another root too
+        version = 0
+    raise PinnedRootMismatch(given, cached.resolve(), version, repin)
+
+
 def _updater(
     *,
     metadata_url: str,
@@ -76,7 +204,11 @@ def _updater(
     config: UpdaterConfig | None,
     what: str,
 ) -> Updater:
-    """A refreshed updater (timestamp, snapshot, top-level targets all verified)."""
+    """A refreshed updater (timestamp, snapshot, top-level targets all verified).
+
+    A first pin (no cached root yet) that fails to verify the registry's metadata is not
+    kept: the cache is left as empty as it was, and the refusal says the root may be wrong.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     cached_root = cache_dir / "root.json"
     if trust_root is None and not cached_root.exists():
@@ -85,18 +217,39 @@ def _updater(
             "or the worker policy's tuf.root; `modelward trust root --out root.json` saves "
             "the registry's, to check out of band); pulling by digest needs none"
         )
-    updater = Updater(
-        metadata_dir=str(cache_dir),
-        metadata_base_url=metadata_url.rstrip("/") + "/",
-        fetcher=fetcher,
-        config=config,
-        bootstrap=None if cached_root.exists() else trust_root,
-    )
+    first_pin = not cached_root.exists()
     try:
+        updater = Updater(
+            metadata_dir=str(cache_dir),
+            metadata_base_url=metadata_url.rstrip("/") + "/",
+            fetcher=fetcher,
+            config=config,
+            bootstrap=None if cached_root.exists() else trust_root,
+        )
         updater.refresh()
     except RepositoryError as exc:
-        raise _refused(what, exc) from exc
+        if not first_pin:
+            raise _refused(what, exc) from exc
+        _empty(cache_dir)
+        raise TrustMetadataRefused(
+            f"{_refused(what, exc)}; nothing was pinned: the registry's metadata does not "
+            "verify against the root given (is it this registry's root? save it with "
+            "`modelward trust root --out root.json` and check it out of band)"
+        ) from exc
+    except BaseException:
+        if first_pin:
+            _empty(cache_dir)
+        raise
     return updater
+
+
+def _empty(cache_dir: Path) -> None:
+    """Remove what a failed first pin wrote, leaving ``cache_dir`` empty."""
+    for child in cache_dir.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _refused(what: str, exc: RepositoryError) -> TrustMetadataRefused:
@@ -167,7 +320,7 @@ def resolve_alias(
     )
     path = alias_path(repo, alias)
     deciding = _deciding_role(cache_dir, path)
-    unsigned = TrustMetadataRefused(
+    unsigned = AliasNotSigned(
         f"{what}: no signed target names this alias in the registry's TUF metadata (never "
         "published, or not yet signed by its role's keys: `modelward alias pending`)"
     )
@@ -243,21 +396,29 @@ class AliasTrust:
         )
 
 
-def _root_bytes(path: Path | None, source: str) -> bytes | None:
-    if path is None:
-        return None
-    return read_bounded(path, MAX_ROOT_BYTES, what=f"{source} {path}", error=InputError)
-
-
 def resolve_reference(
     client: RegistrySource, ref: Reference, cache_dir: Path, trust: AliasTrust
 ) -> str:
     """The digest ``ref`` names: a digest as given (refused when the pinned root's
     quarantine role lists it), an alias through the registry's verified TUF metadata.
-    ``cache_dir``: where the updater keeps what it trusts, one directory per registry."""
-    key = hashlib.sha256(client.base_url.encode()).hexdigest()[:16]
-    metadata = cache_dir / "tuf" / key
-    root = _root_bytes(trust.root, trust.root_source)
+    ``cache_dir``: the cache root; the updater keeps what it trusts under it, one directory
+    per registry.
+
+    1. the given root is read (``TrustRootInvalid``: not a root) and must be the root the
+       cache pinned for this registry, or an ancestor (``PinnedRootMismatch``);
+    2. a digest: refused when the verified quarantine role lists it;
+    3. an alias resolves through TUF (or, with ``--unsigned-aliases`` and no root, by the
+       registry's word, with a warning); when no signed target (or the registry) names it, a
+       repository the caller cannot read is named first (``UnknownRepository``, with the
+       close names it may read).
+    """
+    # (1): the given root is the pinned one, or an ancestor
+    metadata = metadata_dir(cache_dir, client.base_url)
+    given = load_root(trust.root, trust.root_source) if trust.root is not None else None
+    if given is not None:
+        check_pin(metadata, given, _repin_command(given, cache_dir))
+    root = given.data if given is not None else None
+    # (2): a digest, checked against the quarantine role
     if ref.digest is not None:
         if root is not None:
             check_not_quarantined(
@@ -268,22 +429,98 @@ def resolve_reference(
                 fetcher=client.tuf_fetcher(),
             )
         return ref.digest
+    # (3): an alias through TUF; not signed there, it is asked whether the repository exists
     assert ref.alias is not None  # noqa: S101 - a Reference holds one of the two
-    if trust.unsigned and root is None:
-        log.warning(
-            "%s@%s resolved by the registry's word (--unsigned-aliases): "
-            "nothing signed says which bundle it names",
+    try:
+        if trust.unsigned and root is None:
+            log.warning(
+                "%s@%s resolved by the registry's word (--unsigned-aliases): "
+                "nothing signed says which bundle it names",
+                ref.repo,
+                ref.alias,
+            )
+            return client.resolve(ref)
+        resolved = resolve_alias(
             ref.repo,
             ref.alias,
+            metadata_url=client.tuf_url,
+            cache_dir=metadata,
+            trust_root=root,
+            online_aliases=trust.online_aliases,
+            fetcher=client.tuf_fetcher(),
         )
-        return client.resolve(ref)
-    resolved = resolve_alias(
-        ref.repo,
-        ref.alias,
-        metadata_url=client.tuf_url,
-        cache_dir=metadata,
-        trust_root=root,
-        online_aliases=trust.online_aliases,
-        fetcher=client.tuf_fetcher(),
-    )
+    except (AliasNotSigned, NotFound):
+        client.check_repository(ref.repo)  # UnknownRepository, with the names close to it
+        raise
     return resolved.digest
+
+
+@dataclass(frozen=True)
+class PinResult:
+    """What ``pin_root`` did: the root pinned, the root the cache now trusts (after any
+    signed rotations since it), and whether an earlier pin was replaced."""
+
+    directory: Path
+    pinned_version: int
+    trusted_version: int
+    replaced: bool
+    unchanged: bool
+
+
+def pin_root(
+    client: RegistrySource, cache_root: Path, given: GivenRoot, *, replace: bool
+) -> PinResult:
+    """Pin ``given`` as this worker's root for the registry ``client`` talks to.
+
+    1. a cache that pinned the same root (or one given rotated to) is kept as it is;
+    2. a cache that pinned another root is refused (``PinnedRootMismatch``) unless
+       ``replace``;
+    3. the new pin is made in a fresh directory beside the cache and must verify the
+       registry's current metadata (root chain, timestamp, snapshot, targets) there; only then
+       does it replace the old one, so a failure leaves the cache as it was.
+    """
+    metadata = metadata_dir(cache_root, client.base_url)
+    repin = _repin_command(given, cache_root)
+    # (1), (2): the pin the cache holds
+    existed = (metadata / "root.json").exists()
+    try:
+        check_pin(metadata, given, repin)
+        unchanged = existed
+    except PinnedRootMismatch:
+        if not replace:
+            raise
+        unchanged = False
+    if unchanged:
+        _updater(
+            metadata_url=client.tuf_url,
+            cache_dir=metadata,
+            trust_root=None,
+            fetcher=client.tuf_fetcher(),
+            config=None,
+            what=str(given.path),
+        )
+        return PinResult(metadata, given.version, _cached_version(metadata), False, True)
+    # (3): a new pin, verified beside the old one before it replaces it
+    metadata.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=".pin-", dir=metadata.parent))
+    try:
+        _updater(
+            metadata_url=client.tuf_url,
+            cache_dir=fresh,
+            trust_root=given.data,
+            fetcher=client.tuf_fetcher(),
+            config=None,
+            what=str(given.path),
+        )
+        old = metadata.with_name(fresh.name + ".old")
+        if metadata.exists():
+            metadata.rename(old)
+        fresh.rename(metadata)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    return PinResult(metadata, given.version, _cached_version(metadata), existed, False)
+
+
+def _cached_version(cache_dir: Path) -> int:
+    return Metadata[Root].from_bytes((cache_dir / "root.json").read_bytes()).signed.version

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest.cli._common import console, err_console, fail
+from modelward.registry._cli_client import valid_ref
 
 __all__ = ["bundle_export", "bundle_import", "export_help", "import_help"]
 
@@ -48,7 +49,7 @@ def _refusals(layout: Path) -> Iterator[None]:
 
 
 def bundle_export(
-    ref: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>")],
+    ref: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref)],
     oci_layout: Annotated[
         Path,
         typer.Option(

@@ -6,7 +6,8 @@ fetched, what it changes is read from the bytes to be signed (never from the reg
 summary) and shown, a payload that changes anything but the expected target is refused, and
 the signature is made here: the private key never leaves this machine.
 
-``trust status|root|pending|sign|init|rotate|sync`` manage the registry's TUF repository.
+``trust status|root|pending|sign|init|rotate|sync`` manage the registry's TUF repository;
+``trust pin`` (loader/) pins its root in a worker's cache.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.attest.cli._common import err_console, fail
+from modelward.loader._cli_commands import trust_pin
 from modelward.registry._cli_client import PassphraseEnvOpt, _client, _reported, emit
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ __all__ = [
 trust_app = typer.Typer(
     name="trust", help="The registry's TUF keys and metadata (docs/tuf.md).", no_args_is_help=True
 )
+# the worker's side: pinning the root in its cache (docs/guides/serving-workers.md)
+trust_app.command("pin")(trust_pin)
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 KeyOpt = Annotated[Path, typer.Option("--key", metavar="FILE", help="Your private key (PEM)")]

@@ -1,4 +1,5 @@
-"""Client settings: the per-user config file, environment overrides, and ``REPO@REF`` parsing.
+"""Client settings: the per-user config file, environment overrides, and reference parsing
+(``REPO@ALIAS``, ``REPO:TAG``, ``REPO@sha256:...``: ``parse_reference``).
 
 The config file is ``$XDG_CONFIG_HOME/modelward/config.toml`` (``~/.config/...`` by default),
 written with mode 0600 because it holds a bearer token. ``MODELWARD_URL`` and
@@ -45,7 +46,8 @@ class ClientSettings:
 
 @dataclass(frozen=True)
 class Reference:
-    """``org/name@alias`` or ``org/name@sha256:<hex>``; exactly one of alias/digest is set."""
+    """``org/name@alias`` (or ``org/name:tag``) or ``org/name@sha256:<hex>``; exactly one of
+    alias/digest is set."""
 
     repo: str
     alias: str | None = None
@@ -64,35 +66,53 @@ def parse_repo(text: str) -> str:
     return text
 
 
-REFERENCE_FORMS = "REPO@ALIAS or REPO@sha256:<64 hex>"
+REFERENCE_FORMS = "REPO@ALIAS or REPO@sha256:<64 hex>, or REPO:TAG"
 
 
 def parse_reference(text: str, *, require: str | None = None) -> Reference:
-    """Parse ``org/name@alias`` or ``org/name@sha256:<hex>``.
+    """Parse a reference: the one grammar every command and the loader use (docs/cli.md).
+
+    1. ``org/name@sha256:<64 hex>`` is a digest;
+    2. ``org/name@alias`` is an alias;
+    3. ``org/name:tag`` (no ``@``) is the alias ``tag``, as OCI tools write it: unambiguous,
+       since a repository name holds no ``:`` and a tag must be a valid alias name
+       (``org/name:sha256:...`` is refused: a digest is written with ``@``).
 
     ``require`` is ``"alias"`` or ``"digest"`` when only one form is acceptable.
     Raises ``InvalidReference`` naming what is wrong and the form expected.
     """
-    forms = {"alias": "REPO@ALIAS", "digest": "REPO@sha256:<64 hex>"}.get(
+    forms = {"alias": "REPO@ALIAS or REPO:TAG", "digest": "REPO@sha256:<64 hex>"}.get(
         require or "", REFERENCE_FORMS
     )
+    # (3): REPO:TAG, only where there is no '@' and the part before the last ':' is a repo
     repo, sep, ref = text.partition("@")
+    tagged = False
+    if not sep and ":" in text:
+        repo, _, ref = text.partition(":")
+        sep, tagged = ":", True
     if not sep:
         raise InvalidReference(text, f"no '@': expected {forms}, e.g. acme/tiny-llama@prod")
     if not ref:
-        raise InvalidReference(text, f"nothing after '@': expected {forms}")
+        raise InvalidReference(text, f"nothing after {sep!r}: expected {forms}")
     try:
         parse_repo(repo)
     except InvalidReference as exc:
         raise InvalidReference(text, f"{exc.reason}; expected {forms}") from None
+    if tagged and ":" in ref:
+        raise InvalidReference(
+            text, "a digest is written REPO@sha256:<64 hex>, with '@'; a tag holds no ':'"
+        )
+    # (1): a digest
     if ref.startswith("sha256:") or ":" in ref:
         if not _DIGEST_RE.match(ref):
             raise InvalidReference(text, "a digest is sha256: followed by 64 lowercase hex digits")
         if require == "alias":
-            raise InvalidReference(text, "expected an alias here (REPO@ALIAS), not a digest")
+            raise InvalidReference(text, f"expected an alias here ({forms}), not a digest")
         return Reference(repo=repo, digest=ref)
+    # (2): an alias (or a tag, which is one)
     if not _ALIAS_RE.match(ref):
-        raise InvalidReference(text, "an alias is letters, digits, '.', '_' or '-' (max 127)")
+        what = "a tag is an alias name:" if tagged else "an alias is"
+        raise InvalidReference(text, f"{what} letters, digits, '.', '_' or '-' (max 127)")
     if require == "digest":
         raise InvalidReference(text, "expected a digest here (REPO@sha256:<64 hex>)")
     return Reference(repo=repo, alias=ref)

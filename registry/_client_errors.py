@@ -3,6 +3,8 @@
     RegistryClientError              every failure the client reports
      ├── ClientConfigError           no URL/token configured, an unreadable config file
      ├── InvalidReference            ``org/name@alias`` / ``org/name@sha256:<hex>`` did not parse
+ ├── UnknownRepository           no repository of that name the caller may read (with the
+ │                               closest names it may read)
      ├── TransportError              connection refused/reset, timeout, a stream cut short
      ├── BlobIntegrityError          downloaded bytes did not hash/size to the digest asked for
      │                               (a body longer than the stated size is cut off at it)
@@ -45,6 +47,7 @@ __all__ = [
     "ResponseTooLarge",
     "TransportError",
     "Unauthorized",
+    "UnknownRepository",
     "UnsafeFetchWarning",
     "api_error_from_response",
     "transport_error",
@@ -66,6 +69,16 @@ class InvalidReference(RegistryClientError, ValueError):  # noqa: N818 - reads a
         super().__init__(f"invalid reference {text!r}: {reason}")
         self.text = text
         self.reason = reason
+
+
+class UnknownRepository(RegistryClientError):  # noqa: N818 - reads as a noun
+    """The registry has no repository of that name that the caller may read."""
+
+    def __init__(self, repo: str, suggestions: tuple[str, ...]) -> None:
+        hint = f"; did you mean {' or '.join(suggestions)}?" if suggestions else ""
+        super().__init__(f"no such repository {repo}{hint}")
+        self.repo = repo
+        self.suggestions = suggestions
 
 
 class TransportError(RegistryClientError):

@@ -2,7 +2,8 @@
 
 Errors (see ``registry._client_errors`` for the drawn tree)::
 
-    RegistryClientError > ClientConfigError | InvalidReference | TransportError
+    RegistryClientError > ClientConfigError | InvalidReference | UnknownRepository
+                        | TransportError
                         | BlobIntegrityError | ResponseTooLarge
                         | APIError > BadRequest | Unauthorized | Forbidden
                                    | NotFound | Conflict(.current)
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import difflib
 import hashlib
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +57,7 @@ from modelward.registry._client_errors import (
     ResponseTooLarge,
     TransportError,
     Unauthorized,
+    UnknownRepository,
     api_error_from_response,
     transport_error,
 )
@@ -87,6 +91,10 @@ JSON = dict[str, Any]
 MAX_MANIFEST_BYTES = 16 * 2**20
 # An error answer is read for its JSON error only; a longer one is reported by status alone.
 _MAX_ERROR_BYTES = 1 * 2**20
+# A mistyped repository name suggests up to this many close names (difflib), read from at most
+# this many repositories the caller may read.
+MAX_SUGGESTIONS = 3
+MAX_SUGGESTION_SCAN = 2000
 
 
 def _b64(data: bytes) -> str:
@@ -279,6 +287,25 @@ class RegistryClient(ListingMixin):
         """GET /v1/repos/{org}/{name}."""
         return self._json("GET", _repo_path(name))
 
+    def check_repository(self, name: str) -> None:
+        """Raise ``UnknownRepository`` when the registry has no repository ``name`` the caller
+        may read, naming the closest names among those it may read (``GET /v1/repos``, at most
+        ``MAX_SUGGESTION_SCAN`` of them); other errors as the request raises them."""
+        try:
+            self.get_repo(name)
+            return
+        except NotFound:
+            pass
+        try:
+            names = [
+                str(repo.get("name"))
+                for repo in itertools.islice(self.iter_repos(), MAX_SUGGESTION_SCAN)
+            ]
+        except APIError:  # no listing to suggest from: the fact alone
+            names = []
+        close = difflib.get_close_matches(name, names, n=MAX_SUGGESTIONS, cutoff=0.6)
+        raise UnknownRepository(name, tuple(close))
+
     def set_policy(self, name: str, policy_yaml: str) -> Any:
         """PUT /v1/repos/{org}/{name}/policy (admin only)."""
         return self._json(
@@ -366,6 +393,14 @@ class RegistryClient(ListingMixin):
         """POST an attestation (raw bytes) -> {id, kind, predicate_type}."""
         path = f"{_repo_path(repo)}/bundles/{digest}/attestations"
         result: JSON = self._json("POST", path, content=data)
+        return result
+
+    def bundle_gates(self, repo: str, digest: str) -> JSON:
+        """GET what the release gates of ``repo``'s gated aliases say of a bundle now, as if
+        its publisher moved each alias there (``{repository, digest, aliases: [{alias,
+        current, verdict, gates, evaluations, not_counted}]}``); nothing moves."""
+        path = f"{_repo_path(repo)}/bundles/{digest}/gates"
+        result: JSON = self._json("GET", path, what=f"gates of {repo}@{digest}")
         return result
 
     def list_attestations(self, repo: str, digest: str) -> list[JSON]:

@@ -372,6 +372,7 @@ def test_registry_client_has_every_registry_source_method() -> None:
             "report_boot",
             "audit_checkpoint",
             "tuf_fetcher",
+            "check_repository",
         ]
     )
     for name in members:
