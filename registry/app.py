@@ -403,6 +403,18 @@ def _keep_signing(state: AppState, stop: threading.Event) -> None:
         first = False
 
 
+def _metrics_text(request: Request, st: AppState, metrics: CollectorRegistry) -> bytes:
+    """``/metrics``: the HTTP metrics (any token, or none when ``metrics_public``) and, for a
+    caller with a token, the domain gauges (registry/domain_metrics.py; docs/registry.md)."""
+    from modelward.registry.domain_metrics import domain_metrics
+
+    caller = None
+    if not st.settings.metrics_public or "authorization" in request.headers:
+        caller = caller_from_request(request, st)
+    body = generate_latest(metrics)
+    return body + domain_metrics(st, caller) if caller is not None else body
+
+
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
     from modelward.registry.domains.aliases.endpoints import router as aliases
@@ -506,10 +518,8 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         },
     )
     def prometheus(request: Request) -> PlainTextResponse:
-        st: AppState = app.state.registry
-        if not st.settings.metrics_public:
-            caller_from_request(request, st)
-        return PlainTextResponse(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+        body = _metrics_text(request, app.state.registry, metrics)
+        return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)
 
     registry_state: AppState = app.state.registry
     app.add_middleware(BodyLimit, limit=registry_state.settings.max_request_json_bytes)

@@ -20,7 +20,9 @@
       process killed between storing and recording a blob, or between deleting a session's
       row and its chunks), last modified before the cutoff: blobs with no row (checked again
       under the write lock) and upload chunks with no session;
-  (6) one ``storage.gc`` audit event records what was done (or, dry run, what would be).
+  (6) one ``storage.gc`` audit event records what was done (or, dry run, what would be),
+      with ``reclaimed_bytes_total``: the bytes every run so far deleted (blob, upload and
+      stray bytes), which ``/metrics`` reads back (``reclaimed_total``).
 
 Why a push never loses a blob: a push records its bundle (and its ``bundle_blobs`` rows) in a
 write transaction that checks again that every blob row exists (bundles.service step 9), and
@@ -39,16 +41,27 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, func, or_, select
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import Forbidden
-from modelward.registry.models import Blob, BlobLease, Bundle, BundleBlob, UploadSession
+from modelward.registry.models import (
+    AuditRow,
+    Blob,
+    BlobLease,
+    Bundle,
+    BundleBlob,
+    UploadSession,
+)
 from modelward.registry.storage import StoredObject
 
-__all__ = ["GcReport", "collect", "collectable"]
+__all__ = ["GC_ACTION", "GcReport", "collect", "collectable", "reclaimed_total"]
+
+GC_ACTION = "storage.gc"
+_RECLAIMED = ("blob_bytes", "upload_bytes", "stray_bytes")
 
 BATCH = 100  # blobs per write transaction
 LISTED = 1000  # digests named in the answer (the counts are always complete)
@@ -121,8 +134,45 @@ def collect(
             report.leases = result.rowcount  # type: ignore[attr-defined]
         details = report.as_dict()
         details.pop("digests")
-        append(session, actor=caller.name, action="storage.gc", subject="blobs", details=details)
+        done = 0 if dry_run else sum(int(details[k]) for k in _RECLAIMED)
+        details["reclaimed_bytes_total"] = reclaimed_total(session) + done
+        append(session, actor=caller.name, action=GC_ACTION, subject="blobs", details=details)
     return report
+
+
+def reclaimed_total(session: Session) -> int:
+    """Bytes every garbage collection so far deleted: the latest ``storage.gc`` event's
+    ``reclaimed_bytes_total``, or, before any event carried it, the sum of every run's."""
+    latest = session.scalar(
+        select(AuditRow.details)
+        .where(AuditRow.action == GC_ACTION)
+        .order_by(AuditRow.seq.desc())
+        .limit(1)
+    )
+    if latest is None:
+        return 0
+    total = _details(latest).get("reclaimed_bytes_total")
+    if isinstance(total, int):
+        return total
+    runs = (
+        _details(d)
+        for d in session.scalars(select(AuditRow.details).where(AuditRow.action == GC_ACTION))
+    )
+    return sum(
+        v
+        for run in runs
+        if run.get("dry_run") is False
+        for k in _RECLAIMED
+        if isinstance(v := run.get(k), int)
+    )
+
+
+def _details(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _uploads(state: AppState, cutoff: datetime, report: GcReport) -> None:

@@ -1,0 +1,137 @@
+"""The registry's domain gauges on ``/metrics``, computed at scrape time (docs/registry.md#metrics).
+
+Each scrape reads them in one read transaction, with bounded queries:
+
+1. ``modelward_tuf_expiry_seconds{role}``: seconds until the latest version of each TUF role
+   expires (negative once expired), for at most ``MAX_ROLES`` roles by name;
+2. ``modelward_tuf_pending_proposals``: TUF proposals waiting for signatures (one count);
+3. ``modelward_quarantined_digests``: digests quarantined (one count);
+4. ``modelward_storage_bytes{repository}``: the bytes each repository is charged, as its
+   quota counts them (``gc.quota.usage``), for at most ``MAX_REPOSITORIES`` repositories by
+   name, only those the caller may read (``repos.listing.readable_repos``);
+5. ``modelward_gc_reclaimed_bytes_total``: bytes garbage collection deleted (blob, upload
+   and stray bytes), every run: the total the latest ``storage.gc`` audit event records
+   (``gc.service.reclaimed_total``). Read from the database, so every ``serve`` process and
+   replica answers the same total, and a restart does not reset it.
+
+They name repositories and say what is quarantined, so they are only for an authenticated
+caller, even when ``metrics_public`` opens the HTTP metrics to anyone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.gc.quota import usage
+from modelward.registry.domains.gc.service import reclaimed_total
+from modelward.registry.domains.repos.listing import readable_repos
+from modelward.registry.models import QuarantinedDigest, TufMetadata, TufProposal
+
+__all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
+
+MAX_ROLES = 1000
+MAX_REPOSITORIES = 1000
+
+
+def domain_metrics(state: AppState, caller: Caller, now: datetime | None = None) -> bytes:
+    """The domain gauges in Prometheus text format, as ``caller`` may see them."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Domain(state, caller, now))
+    return generate_latest(registry)
+
+
+class _Domain(Collector):
+    def __init__(self, state: AppState, caller: Caller, now: datetime | None) -> None:
+        self.state = state
+        self.caller = caller
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.now or datetime.now(UTC)
+        with self.state.db.read() as session:
+            yield _tuf_expiry(session, now)  # (1)
+            yield GaugeMetricFamily(  # (2)
+                "modelward_tuf_pending_proposals",
+                "TUF proposals waiting for signatures",
+                value=_count(session, select(TufProposal).where(TufProposal.state == "pending")),
+            )
+            yield GaugeMetricFamily(  # (3)
+                "modelward_quarantined_digests",
+                "Bundle digests quarantined",
+                value=_count(session, select(QuarantinedDigest)),
+            )
+            yield self._storage(session, now)  # (4)
+            yield _gc_reclaimed(session)  # (5)
+
+    def _storage(self, session: Session, now: datetime) -> Metric:
+        family = GaugeMetricFamily(
+            "modelward_storage_bytes",
+            "Bytes charged to each repository (as its quota counts them)",
+            labels=["repository"],
+        )
+        repos = session.scalars(
+            readable_repos(self.caller).order_by("name").limit(MAX_REPOSITORIES)
+        )
+        for repo in repos:
+            family.add_metric([repo.name], usage(session, repo.id, self.state.settings, now))
+        return family
+
+
+def _count(session: Session, query: Any) -> int:
+    return int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
+
+
+def _tuf_expiry(session: Session, now: datetime) -> Metric:
+    family = GaugeMetricFamily(
+        "modelward_tuf_expiry_seconds",
+        "Seconds until the latest version of each TUF role expires (negative: expired)",
+        labels=["role"],
+    )
+    latest = (
+        select(TufMetadata.role, func.max(TufMetadata.version).label("version"))
+        .group_by(TufMetadata.role)
+        .order_by(TufMetadata.role)
+        .limit(MAX_ROLES)
+        .subquery()
+    )
+    rows = session.execute(
+        select(TufMetadata.role, TufMetadata.data)
+        .join(
+            latest,
+            (TufMetadata.role == latest.c.role) & (TufMetadata.version == latest.c.version),
+        )
+        .order_by(TufMetadata.role)
+    )
+    for role, data in rows:
+        expires = _expires(bytes(data))
+        if expires is not None:
+            family.add_metric([role], (expires - now).total_seconds())
+    return family
+
+
+def _expires(data: bytes) -> datetime | None:
+    """The ``signed.expires`` of metadata the registry wrote and verified when it kept it."""
+    try:
+        text = json.loads(data)["signed"]["expires"]
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _gc_reclaimed(session: Session) -> Metric:
+    family = CounterMetricFamily(
+        "modelward_gc_reclaimed_bytes", "Bytes garbage collection deleted, every run"
+    )
+    family.add_metric([], reclaimed_total(session))
+    return family
