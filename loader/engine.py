@@ -75,8 +75,23 @@ class Completion:
     text: str | None = None
 
 
+# vLLM logs to stdout unless told otherwise; a modelward command's stdout holds only its own
+# output (docs/cli.md#output), with or without --json.
+VLLM_LOG_STREAM_ENV = "VLLM_LOGGING_STREAM"
+VLLM_LOG_STREAM = "ext://sys.stderr"
+
+
+def route_engine_logs_to_stderr() -> None:
+    """Point vLLM's log stream at stderr: in this process (read when vLLM configures its
+    logging, at engine start), in its worker processes and in a ``--serve`` child, which
+    inherit the environment."""
+    os.environ[VLLM_LOG_STREAM_ENV] = VLLM_LOG_STREAM
+
+
 def require_vllm() -> Any:
-    """Import and return the ``vllm`` module, or raise ``EngineUnavailable`` naming the extra."""
+    """Import and return the ``vllm`` module, or raise ``EngineUnavailable`` naming the extra.
+    vLLM's logs go to stderr from here on (``route_engine_logs_to_stderr``)."""
+    route_engine_logs_to_stderr()
     try:
         import vllm
     except ImportError as exc:
