@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.attest.cli._apps import bundle_app, key_app
-from modelward.attest.cli._common import console, err_console, fail, show_progress
+from modelward.attest.cli._common import console, err_console, fail, read_bounded, show_progress
+from modelward.registry._cli_refusals import describe_refusal
 from modelward.registry._client_config import (
     cache_dir,
     normalize_url,
@@ -149,8 +150,9 @@ def _client(workers: int = 4) -> RegistryClient:
 
 
 @contextlib.contextmanager
-def _reported() -> Iterator[None]:
-    """Turn client errors into ``error: ...`` on stderr and exit 1."""
+def _reported(as_json: bool = False) -> Iterator[None]:
+    """Turn client errors into ``error: ...`` on stderr and exit 1. A ``gates_failed``
+    refusal prints its gates as a table unless ``as_json`` (then the whole detail, as JSON)."""
     try:
         yield
     except Conflict as exc:
@@ -161,7 +163,7 @@ def _reported() -> Iterator[None]:
     except Unauthorized as exc:
         fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except APIError as exc:
-        fail(str(exc))
+        fail(str(exc) if as_json else describe_refusal(exc))
     except PreflightRefused:
         raise  # push words it itself
     except RegistryClientError as exc:
@@ -562,14 +564,14 @@ def alias_set(
                 "a dry run moves nothing: it takes neither --key nor --expected-version",
                 param_hint="--dry-run",
             )
-        with _reported(), _client() as client:
+        with _reported(as_json), _client() as client:
             report = client.dry_run_alias(r.repo, str(r.alias), digest)
         emit(report, as_json, _dry_run_lines)
         if not report.get("allowed"):
             raise typer.Exit(1)
         return
     private = load_key(key, passphrase_env) if key is not None else None
-    with _reported(), _client() as client:
+    with _reported(as_json), _client() as client:
         state = client.set_alias(
             r.repo,
             str(r.alias),
@@ -664,7 +666,7 @@ def alias_rollback(
 
     r = parse_reference(ref, require="alias")
     private = load_key(key, passphrase_env) if key is not None else None
-    with _reported(), _client() as client:
+    with _reported(as_json), _client() as client:
         state = client.rollback(r.repo, str(r.alias), digest, reason=reason, propose=True)
         _sign_move(client, state, r.repo, str(r.alias), private)
     emit(state, as_json, _alias_line(r.repo))
@@ -1103,6 +1105,15 @@ def audit_key(
     from modelward.registry.settings import load_settings
 
     settings = load_settings(config, data_dir=data_dir, audit_checkpoint_key=key_file)
+    # The key is the registry's, wherever its data dir is: never guessed as ./.modelward
+    # (a key read or created there would be a stray, not the one the registry signs with).
+    if not {"data_dir", "audit_checkpoint_key"} & settings.model_fields_set:
+        fail(
+            "audit key: which registry? give its --data-dir D (the one `modelward serve` "
+            "runs with), --key-file F or --config FILE (or MODELWARD_DATA_DIR); the current "
+            "directory's .modelward is never assumed",
+            code=2,
+        )
     path = settings.resolved_audit_checkpoint_key()
     if create:
         try:
@@ -1114,8 +1125,15 @@ def audit_key(
         err_console.print(f"created the checkpoint key {path} (mode 0600)", markup=False)
     elif not path.exists():
         fail(
-            f"no checkpoint key at {path} yet",
-            hint="the registry creates it on first use, or run with --create [--name NAME]",
+            f"no checkpoint key at {path}",
+            hint=(
+                f"is {settings.data_dir} the data dir the registry runs with? It creates "
+                "its key there when it signs its first checkpoint (`modelward audit "
+                "checkpoint` against it)"
+                if key_file is None and "audit_checkpoint_key" not in settings.model_fields_set
+                else "give the audit_checkpoint_key file the registry is configured with "
+                "(a configured key is never created)"
+            ),
         )
     else:
         signer = read_signer_file(path)
@@ -1137,6 +1155,28 @@ def _repo_json(repo: Any) -> dict[str, Any]:
     return {k: repo.get(k) for k in keep}
 
 
+def _policy_text(path: Path) -> str:
+    """The policy file ``path`` as text, refused (exit 2) by its size before a byte is read
+    when it is larger than the registry accepts (``attest.policy.MAX_POLICY_BYTES``)."""
+    from modelward.attest.policy import MAX_POLICY_BYTES
+
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        fail(f"--policy {path}: cannot read: {exc.strerror or exc}", code=2)
+    if size > MAX_POLICY_BYTES:
+        fail(
+            f"--policy {path}: {size} bytes, larger than the {MAX_POLICY_BYTES} bytes the "
+            "registry accepts for a policy; nothing was sent",
+            code=2,
+        )
+    data = read_bounded(path, "--policy", MAX_POLICY_BYTES)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"--policy {path}: not UTF-8 text (byte {exc.start})", code=2)
+
+
 @repo_app.command("create")
 def repo_create(
     name: RepoArg,
@@ -1147,7 +1187,7 @@ def repo_create(
     as_json: AsJson = False,
 ) -> None:
     """Create a repository (optionally with its own policy file)."""
-    text = policy.read_text(encoding="utf-8") if policy else None
+    text = _policy_text(policy) if policy else None
     with _reported(), _client() as client:
         created = client.create_repo(name, text)
     emit(_repo_json(created), as_json, _repo_lines)
