@@ -81,10 +81,10 @@ def attach(
     for path in files:
         data = read_bounded(path, "attestation", MAX_SIGNATURE_BYTES)
         try:
-            kind = detect_kind(data)
+            detected = detect_kind(data)
         except UnknownSignatureFormat as exc:
             fail(f"{path}: {exc}", code=2)
-        layers.append((path, data, kind))
+        layers.append((path, data, detected))
     reference = parse_reference(ref)
     repo = reference.repo
     done: list[dict[str, Any]] = []
