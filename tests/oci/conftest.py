@@ -27,6 +27,7 @@ from tests.registry.conftest import (
     make_bundle_dir,
     new_publisher,
     pg_cluster,
+    registry,
     start_registry,
     unique,
 )
@@ -337,6 +338,7 @@ __all__ = [
     "oras_attach",
     "oras_client",
     "pg_cluster",
+    "registry",
     "skopeo",
     "skopeo_login",
     "write_layout",

@@ -12,12 +12,18 @@ that hands out or builds on a bundle asks here, whatever repository it goes thro
   every worker refuses it (loader/pull.py step 2);
 - blob downloads (``blobs.service.readable_blob_size``) read ``Bundle.quarantined``, a
   read-only view of this table (``models.Bundle``): every bundle row of the digest reads as
-  quarantined.
+  quarantined;
+- every ``/v2`` read door (docs/oci.md#quarantine-and-quotas), whatever state the manifest
+  is stored in there: manifest GET/HEAD by tag and by digest (a bundle, a ``pending`` or
+  ``accepted`` copy, a referrer of a quarantined subject), referrers of a quarantined subject,
+  blob GET/HEAD (a blob whose own digest is quarantined too) and cross-repository mounts
+  ask ``require_readable``; the tag list keeps out tags on quarantined digests
+  (``readable_digest``, the check as a query).
 
 Admins and reviewers keep their forensic view (``FORENSIC_ROLES``): they may read the
 manifest and blobs of a quarantined digest. A quarantine cannot be lifted through the API.
 
-Raises ``BundleQuarantined`` (409, audited as ``denied`` by the app's one error handler).
+Raises ``Quarantined`` (409, audited as ``denied`` by the app's one error handler).
 """
 
 from __future__ import annotations
@@ -25,15 +31,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, select, true
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from modelward.registry.domains._state import iso
 from modelward.registry.domains.attestations.rules import FORENSIC_ROLES
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.errors import BadRequest, BundleQuarantined, Conflict, Forbidden, NotFound
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, Quarantined
 from modelward.registry.models import Bundle, Principal, QuarantinedDigest, Repository
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "quarantine",
     "quarantine_json",
     "quarantine_of",
+    "readable_digest",
     "require_not_quarantined",
     "require_readable",
 ]
@@ -71,12 +78,12 @@ def quarantine_json(session: Session, row: QuarantinedDigest) -> dict[str, Any]:
 
 
 def require_not_quarantined(session: Session, digest: str) -> None:
-    """Raise ``BundleQuarantined`` (detail: the quarantine) when ``digest`` is quarantined
+    """Raise ``Quarantined`` (detail: the quarantine) when ``digest`` is quarantined
     in any repository."""
     row = quarantine_of(session, digest)
     if row is None:
         return
-    raise BundleQuarantined(
+    raise Quarantined(
         f"bundle {digest} is quarantined: {row.reason}", detail=quarantine_json(session, row)
     )
 
@@ -88,10 +95,18 @@ def manifest_readable(session: Session, digest: str, caller: Caller) -> bool:
 
 
 def require_readable(session: Session, digest: str, caller: Caller) -> None:
-    """Raise ``BundleQuarantined`` unless ``caller`` may read the manifest of ``digest``
+    """Raise ``Quarantined`` unless ``caller`` may read the manifest of ``digest``
     (``manifest_readable``)."""
     if not manifest_readable(session, digest, caller):
         require_not_quarantined(session, digest)
+
+
+def readable_digest(column: InstrumentedAttribute[str], caller: Caller) -> ColumnElement[bool]:
+    """``manifest_readable`` as a WHERE clause: rows whose ``column`` names a digest
+    ``caller`` may not read never come back (every row for admins and reviewers)."""
+    if caller.role in FORENSIC_ROLES:
+        return true()
+    return column.not_in(select(QuarantinedDigest.digest))
 
 
 def quarantine(

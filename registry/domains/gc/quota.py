@@ -5,7 +5,10 @@ A repository is charged the size of every **distinct** blob it holds or is about
       tombstoned, or while its digest is quarantined, which keeps its blobs);
   (b) the blobs stored for it by pushes that have not committed yet (``blob_leases`` younger
       than the GC window);
-  (c) the blobs its open upload sessions will store (the declared size).
+  (c) the blobs its open upload sessions will store: the declared size of a session that named
+      its digest (``/v1``), and of one that has not (``/v2``, digest ``UNNAMED_DIGEST`` until
+      its closing PUT) the bytes reserved so far, counted per session (``require_upload_room``
+      charges them as they arrive).
 A blob is counted once per repository however many of its bundles, leases and sessions name
 it, and once in **each** repository that holds it: a repository's usage does not drop because
 another repository happens to share a blob, nor grow when another one deletes its copy.
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, union_all
+from sqlalchemy import case, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from modelward.registry.errors import PayloadTooLarge
@@ -35,9 +38,20 @@ from modelward.registry.models import (
 )
 from modelward.registry.settings import Settings
 
-__all__ = ["QUOTA_CODE", "charged", "require_bundle_room", "require_room", "usage"]
+__all__ = [
+    "QUOTA_CODE",
+    "UNNAMED_DIGEST",
+    "charged",
+    "require_bundle_room",
+    "require_room",
+    "require_upload_room",
+    "usage",
+]
 
 QUOTA_CODE = "repository_quota_exceeded"
+# the digest of an upload session that does not name its blob until it closes (``/v2``):
+# such sessions are charged one by one, under their id, never deduplicated with each other
+UNNAMED_DIGEST = "sha256:" + "0" * 64
 
 
 def _cutoff(settings: Settings, now: datetime | None) -> datetime:
@@ -58,9 +72,12 @@ def charged(repo_id: int, settings: Settings, now: datetime | None = None) -> An
     leased = select(BlobLease.digest.label("digest"), BlobLease.size.label("size")).where(
         BlobLease.repo_id == repo_id, BlobLease.created_at >= cutoff
     )
-    uploading = select(
-        UploadSession.digest.label("digest"), UploadSession.size.label("size")
-    ).where(UploadSession.repo_id == repo_id, UploadSession.updated_at > ttl_cutoff)
+    key = case(
+        (UploadSession.digest == UNNAMED_DIGEST, UploadSession.id), else_=UploadSession.digest
+    )
+    uploading = select(key.label("digest"), UploadSession.size.label("size")).where(
+        UploadSession.repo_id == repo_id, UploadSession.updated_at > ttl_cutoff
+    )
     rows = union_all(held, leased, uploading).subquery("charged_rows")
     return (
         select(rows.c.digest, func.max(rows.c.size).label("size"))
@@ -98,18 +115,45 @@ def require_room(
         return
     used = usage(session, repo.id, settings, now)
     if used + asked > quota:
-        raise PayloadTooLarge(
-            f"repository {repo.name} is over its storage quota: {asked} more bytes asked, "
-            f"{used} of {quota} bytes used ({used + asked - quota} bytes too many); an admin "
-            f"can raise it with `modelward repo quota set {repo.name} BYTES`",
-            detail={
-                "repository": repo.name,
-                "quota_bytes": quota,
-                "usage_bytes": used,
-                "requested_bytes": asked,
-            },
-            code=QUOTA_CODE,
-        )
+        raise _over_quota(repo, quota, used, asked)
+
+
+def require_upload_room(
+    session: Session,
+    repo: Repository,
+    *,
+    reserved: int,
+    wanted: int,
+    settings: Settings,
+    now: datetime | None = None,
+) -> None:
+    """Raise PayloadTooLarge (413 ``repository_quota_exceeded``) when growing the charge of an
+    upload session that has not named its digest (``UNNAMED_DIGEST``) from ``reserved`` to
+    ``wanted`` bytes would take ``repo`` past its quota. The session's ``reserved`` bytes are
+    part of the usage already; only the growth is asked for. Call it in the write transaction
+    that records the new reservation (``UploadSession.size``)."""
+    quota = repo.quota_bytes
+    asked = wanted - reserved
+    if quota is None or asked <= 0:
+        return
+    used = usage(session, repo.id, settings, now)
+    if used + asked > quota:
+        raise _over_quota(repo, quota, used, asked)
+
+
+def _over_quota(repo: Repository, quota: int, used: int, asked: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"repository {repo.name} is over its storage quota: {asked} more bytes asked, "
+        f"{used} of {quota} bytes used ({used + asked - quota} bytes too many); an admin "
+        f"can raise it with `modelward repo quota set {repo.name} BYTES`",
+        detail={
+            "repository": repo.name,
+            "quota_bytes": quota,
+            "usage_bytes": used,
+            "requested_bytes": asked,
+        },
+        code=QUOTA_CODE,
+    )
 
 
 def require_bundle_room(

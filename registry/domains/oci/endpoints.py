@@ -170,8 +170,8 @@ def list_tags(
     *, org: str, name: str, request: Request, state: State, n: PageN = None, last: PageLast = None
 ) -> JSONResponse:
     repo = f"{org}/{name}"
-    _caller(request, state, repo, "pull")
-    names, more = manifests.tags(state, repo_name=repo, n=n, last=last)
+    caller = _caller(request, state, repo, "pull")
+    names, more = manifests.tags(state, repo_name=repo, n=n, last=last, caller=caller)
     headers = _headers()
     if more and names:
         headers["Link"] = (
@@ -196,9 +196,11 @@ def list_referrers(
     artifact_type: Annotated[str | None, Query(alias="artifactType", max_length=200)] = None,
 ) -> JSONResponse:
     repo = f"{org}/{name}"
-    _caller(request, state, repo, "pull")
+    caller = _caller(request, state, repo, "pull")
     check_digest(digest)
-    found = manifests.referrers(state, repo_name=repo, digest=digest, artifact_type=artifact_type)
+    found = manifests.referrers(
+        state, repo_name=repo, digest=digest, artifact_type=artifact_type, caller=caller
+    )
     headers = _headers()
     if artifact_type is not None:
         headers["OCI-Filters-Applied"] = "artifactType"
@@ -232,10 +234,9 @@ def get_blob(
         **{"Docker-Content-Digest": digest, "Accept-Ranges": "bytes", "ETag": f'"{digest}"'}
     )
     try:
-        with state.db.read() as session:
-            size = blob_service.readable_blob_size(session, digest, caller)
+        size = blobs.readable_size(state, digest=digest, caller=caller)
     except NotFound as exc:
-        small = manifests.attestation_blob(state, repo_name=repo, digest=digest)
+        small = manifests.attestation_blob(state, repo_name=repo, digest=digest, caller=caller)
         if small is None:
             raise OciError(404, "BLOB_UNKNOWN", f"blob {digest} not found") from exc
         return _small_blob(small, request, base)
@@ -388,6 +389,7 @@ async def start_upload(
             blobs.append,
             state,
             upload_id=row.id,
+            repo_name=repo,
             start_at=None,
             length=None,
             chunks=body_chunks(request),
@@ -404,7 +406,7 @@ async def start_upload(
 def upload_status(org: str, name: str, upload_id: str, request: Request, state: State) -> Response:
     repo = f"{org}/{name}"
     caller = _caller(request, state, repo, "push")
-    row = upload_service.get_session(state, upload_id, caller)
+    row = blobs.session_of(state, upload_id=upload_id, repo_name=repo, caller=caller)
     return Response(status_code=204, headers=_upload_headers(repo, upload_id, row.offset))
 
 
@@ -422,7 +424,9 @@ def _content_range(request: Request) -> int | None:
 async def patch_upload(
     org: str, name: str, upload_id: str, request: Request, state: State
 ) -> Response:
-    """Append a chunk (``Content-Range`` optional; it must start at the current offset)."""
+    """Append a chunk (``Content-Range`` optional; it must start at the current offset),
+    charged to the repository's quota before it is stored (413 DENIED
+    ``repository_quota_exceeded``: the upload is ended and its bytes deleted)."""
     repo = f"{org}/{name}"
     caller = await run_in_threadpool(_caller, request, state, repo, "push")
     start_at = _content_range(request)
@@ -431,6 +435,7 @@ async def patch_upload(
         blobs.append,
         state,
         upload_id=upload_id,
+        repo_name=repo,
         start_at=start_at,
         length=length,
         chunks=body_chunks(request),
@@ -461,6 +466,7 @@ async def close_upload(
             blobs.append,
             state,
             upload_id=upload_id,
+            repo_name=repo,
             start_at=start_at,
             length=length,
             chunks=body_chunks(request),
@@ -474,6 +480,8 @@ async def close_upload(
 
 @router.delete(REPO + "/blobs/uploads/{upload_id}", response_class=Response, status_code=204)
 def cancel_upload(org: str, name: str, upload_id: str, request: Request, state: State) -> Response:
-    caller = _caller(request, state, f"{org}/{name}", "push")
+    repo = f"{org}/{name}"
+    caller = _caller(request, state, repo, "push")
+    blobs.session_of(state, upload_id=upload_id, repo_name=repo, caller=caller)
     upload_service.cancel(state, upload_id=upload_id, caller=caller)
     return Response(status_code=204, headers=_headers())

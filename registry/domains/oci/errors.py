@@ -80,7 +80,7 @@ OCI_RESPONSES: dict[int | str, dict[str, Any]] = {
         (405, "UNSUPPORTED (DELETE)"),
         (409, "DENIED (a concurrent alias move)"),
         (411, "SIZE_INVALID (Content-Length required)"),
-        (413, "SIZE_INVALID"),
+        (413, "SIZE_INVALID; DENIED (a repository's storage quota: the upload is ended)"),
         (415, "UNSUPPORTED (not an OCI image manifest, not a ModelPack bundle or attestation)"),
         (416, "RANGE_INVALID"),
         (422, "request validation (a query parameter out of range)"),

@@ -43,7 +43,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs.streaming import DIGEST_RE
 from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.quarantine import require_readable
+from modelward.registry.domains.bundles.quarantine import readable_digest, require_readable
 from modelward.registry.domains.oci.errors import OciError
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import Refused
@@ -93,9 +93,10 @@ def _media_type(doc: dict[str, Any]) -> str:
 # -- reading ----------------------------------------------------------------------------------
 def _synthesized(
     session: Session, repo: Repository, subject: str | None = None
-) -> dict[str, tuple[bytes, Attestation]]:
+) -> dict[str, tuple[bytes, Attestation, str]]:
     """The referrer manifest of every live attestation of the repository's bundles (of the
-    bundle ``subject`` when given) that no pushed referrer carries, by manifest digest."""
+    bundle ``subject`` when given) that no pushed referrer carries, by manifest digest:
+    (manifest bytes, attestation, subject digest)."""
     carried = select(OciManifest.attestation_id).where(
         OciManifest.repo_id == repo.id, OciManifest.attestation_id.is_not(None)
     )
@@ -112,7 +113,7 @@ def _synthesized(
     if subject is not None:
         query = query.where(Bundle.digest == subject)
     rows = session.execute(query).all()
-    out: dict[str, tuple[bytes, Attestation]] = {}
+    out: dict[str, tuple[bytes, Attestation, str]] = {}
     for att, bundle_digest, manifest in rows:
         if att.kind not in mt.ARTIFACT_TYPE_BY_KIND:
             continue
@@ -124,12 +125,17 @@ def _synthesized(
             subject_digest=bundle_digest,
             subject_size=len(manifest),
         )
-        out[_digest(data)] = (data, att)
+        out[_digest(data)] = (data, att, bundle_digest)
     return out
 
 
 def get(state: AppState, *, repo_name: str, reference: str, caller: Caller) -> ManifestOut:
-    """The manifest a tag or digest names in the repository; 404 MANIFEST_UNKNOWN."""
+    """The manifest a tag or digest names in the repository; 404 MANIFEST_UNKNOWN.
+
+    Whatever it is stored as here (a bundle, a ``pending`` or ``accepted`` copy, a pushed or
+    synthesized referrer), ``require_readable`` is asked about its digest and, for a
+    referrer, its subject: a digest quarantined through any repository raises
+    Quarantined (403 DENIED) unless ``caller`` is an admin or reviewer."""
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         digest = reference
@@ -153,37 +159,49 @@ def get(state: AppState, *, repo_name: str, reference: str, caller: Caller) -> M
             select(OciManifest).where(OciManifest.repo_id == repo.id, OciManifest.digest == digest)
         ).scalar_one_or_none()
         if oci is not None:
+            require_readable(session, digest, caller)
+            if oci.subject is not None:
+                require_readable(session, oci.subject, caller)
             return ManifestOut(digest, oci.media_type, oci.manifest, oci.state, oci.subject)
         synth = _synthesized(session, repo).get(digest)
         if synth is not None:
-            return ManifestOut(digest, mt.IMAGE_MANIFEST, synth[0], REFERRER)
+            require_readable(session, synth[2], caller)
+            return ManifestOut(digest, mt.IMAGE_MANIFEST, synth[0], REFERRER, synth[2])
     raise OciError(404, "MANIFEST_UNKNOWN", f"no manifest {digest} in {repo_name}")
 
 
-def attestation_blob(state: AppState, *, repo_name: str, digest: str) -> bytes | None:
+def attestation_blob(
+    state: AppState, *, repo_name: str, digest: str, caller: Caller
+) -> bytes | None:
     """The bytes of an attestation of this repository's bundles (a synthesized referrer's
-    layer), or the empty config; None when ``digest`` is neither."""
+    layer), or the empty config; None when ``digest`` is neither. Quarantined when
+    the attestation is about a quarantined bundle (``require_readable``)."""
     if digest == mt.EMPTY_CONFIG_DIGEST:
         return mt.EMPTY_JSON
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         row = session.execute(
-            select(Attestation.data)
+            select(Attestation.data, Bundle.digest)
             .join(Bundle, Bundle.id == Attestation.bundle_id)
             .where(Bundle.repo_id == repo.id, Attestation.sha256 == digest)
             .limit(1)
         ).first()
-    return None if row is None else bytes(row[0])
+        if row is None:
+            return None
+        require_readable(session, row[1], caller)
+    return bytes(row[0])
 
 
 def referrers(
-    state: AppState, *, repo_name: str, digest: str, artifact_type: str | None
+    state: AppState, *, repo_name: str, digest: str, artifact_type: str | None, caller: Caller
 ) -> list[dict[str, Any]]:
     """Descriptors of every attestation about ``digest`` in the repository (pushed
-    referrers, held ones and those attached through ``/v1``), oldest first."""
+    referrers, held ones and those attached through ``/v1``), oldest first.
+    Quarantined when ``digest`` is quarantined (``require_readable``)."""
     out: list[dict[str, Any]] = []
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
+        require_readable(session, digest, caller)
         retracted = select(Attestation.id).where(Attestation.retracted_at.is_not(None))
         pushed = (
             session.execute(
@@ -220,7 +238,7 @@ def referrers(
                     row.digest, len(row.manifest), row.media_type, row.artifact_type, annotations
                 )
             )
-        for manifest_digest, (data, att) in _synthesized(session, repo, digest).items():
+        for manifest_digest, (data, att, _) in _synthesized(session, repo, digest).items():
             out.append(
                 _descriptor(
                     manifest_digest,
@@ -252,13 +270,18 @@ def _page(names: Sequence[str], n: int | None) -> tuple[list[str], bool]:
 
 
 def tags(
-    state: AppState, *, repo_name: str, n: int | None, last: str | None
+    state: AppState, *, repo_name: str, n: int | None, last: str | None, caller: Caller
 ) -> tuple[list[str], bool]:
-    """The repository's aliases in name order after ``last``; (page, more follow)."""
+    """The repository's aliases in name order after ``last``; (page, more follow). Tags on
+    a quarantined digest are left out (``readable_digest``; admins and reviewers see them)."""
     limit = MAX_PAGE if n is None else min(n, MAX_PAGE)
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
-        query = select(Alias.name).where(Alias.repo_id == repo.id).order_by(Alias.name)
+        query = (
+            select(Alias.name)
+            .where(Alias.repo_id == repo.id, readable_digest(Alias.digest, caller))
+            .order_by(Alias.name)
+        )
         if last:
             query = query.where(Alias.name > last)
         names = list(session.execute(query.limit(limit + 1)).scalars())

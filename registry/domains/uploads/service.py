@@ -10,7 +10,12 @@ can end its own session early with ``cancel``.
 A session may name the repository it uploads for: the caller must be able to publish there,
 and the declared size is charged to the repository's quota from ``start`` on (413
 ``repository_quota_exceeded`` when it does not fit), then, once committed, through a blob lease
-until the push commits (docs/registry.md#storage-hygiene)."""
+until the push commits (docs/registry.md#storage-hygiene).
+
+A ``/v2`` session does not know its digest or size until it closes (digest
+``gc.quota.UNNAMED_DIGEST``): its ``size`` is the bytes reserved so far, and each chunk is
+charged before it is stored (``reserve``). A refused reservation ends the session (its row and
+every part it stored, audited as ``upload.abort``), so a refused push leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs.service import charge_repository, drain, record_blob
+from modelward.registry.domains.gc.quota import require_upload_room
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -34,9 +40,18 @@ from modelward.registry.errors import (
     PayloadTooLarge,
     QuotaExceeded,
 )
-from modelward.registry.models import UploadSession
+from modelward.registry.models import Repository, UploadSession
 
-__all__ = ["append_chunk", "cancel", "commit", "expire_idle", "get_session", "start"]
+__all__ = [
+    "abort",
+    "append_chunk",
+    "cancel",
+    "commit",
+    "expire_idle",
+    "get_session",
+    "reserve",
+    "start",
+]
 
 SWEEP_BATCH = 100  # expired sessions removed per start (the rest on the next ones)
 
@@ -112,9 +127,17 @@ def expire_idle(state: AppState, *, now: datetime | None = None) -> int:
 
 
 def start(
-    state: AppState, *, digest: str, size: int, caller: Caller, repository: str | None = None
+    state: AppState,
+    *,
+    digest: str,
+    size: int,
+    caller: Caller,
+    repository: str | None = None,
+    repo_id: int | None = None,
 ) -> UploadSession:
-    """Open a session for ``digest`` of ``size`` bytes, charged to ``repository`` if named.
+    """Open a session for ``digest`` of ``size`` bytes, charged to ``repository`` if named
+    (the caller must be able to publish there), or to ``repo_id``, a repository the caller's
+    right to upload to was checked for already (the ``/v2`` door: ``oci.blobs.upload_limit``).
 
     Raises BadRequest, PayloadTooLarge (413: past ``max_blob_bytes``, or past the
     repository's quota), QuotaExceeded (429: too many open sessions), NotFound/Forbidden (the
@@ -133,6 +156,11 @@ def start(
         repo = charge_repository(
             session, state, repository=repository, digest=digest, size=size, caller=caller
         )
+        if repo is None and repo_id is not None:
+            repo = session.get(Repository, repo_id)
+            if repo is None:
+                raise NotFound(f"no repository with id {repo_id}")
+            require_upload_room(session, repo, reserved=0, wanted=size, settings=state.settings)
         open_ = session.execute(
             select(func.count())
             .select_from(UploadSession)
@@ -190,6 +218,72 @@ def cancel(state: AppState, *, upload_id: str, caller: Caller) -> None:
             details={"upload_id": upload_id, "offset": row.offset, "size": row.size},
         )
     state.store.delete_upload(upload_id, json.loads(row.parts))
+
+
+def reserve(
+    state: AppState, *, upload_id: str, offset: int, wanted: int, caller: Caller
+) -> UploadSession:
+    """Charge a session that has not named its digest for ``wanted`` bytes (its offset plus
+    the chunk about to be stored) before a byte of the chunk is stored: the reservation
+    (``size``) only grows, in one conditional UPDATE, in the write transaction that checks the
+    repository's quota (``gc.quota.require_upload_room``).
+
+    Raises PayloadTooLarge (413 ``repository_quota_exceeded``): the session is aborted first
+    (``abort``), so nothing it stored stays behind; Conflict ``offset_mismatch`` when the
+    session is not at ``offset``; NotFound (no such session, or expired)."""
+    row = get_session(state, upload_id, caller)
+    if offset != row.offset:
+        raise Conflict(
+            f"Upload-Offset {offset} does not match the session offset {row.offset}",
+            detail={"offset": row.offset},
+            code="offset_mismatch",
+        )
+    if wanted <= row.size:
+        return row
+    try:
+        with state.db.write() as session:
+            repo = session.get(Repository, row.repo_id) if row.repo_id is not None else None
+            if repo is not None:
+                require_upload_room(
+                    session, repo, reserved=row.size, wanted=wanted, settings=state.settings
+                )
+            result = session.execute(
+                update(UploadSession)
+                .where(
+                    UploadSession.id == upload_id,
+                    UploadSession.offset == offset,
+                    UploadSession.size == row.size,
+                )
+                .values(size=wanted, updated_at=datetime.now(UTC))
+            )
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise Conflict("another request advanced this upload first", code="offset_mismatch")
+    except PayloadTooLarge as exc:
+        abort(state, row, actor=caller.name, reason=exc.code)
+        raise
+    row.size = wanted
+    return row
+
+
+def abort(state: AppState, row: UploadSession, *, actor: str, reason: str) -> None:
+    """End a session the registry refused to continue (``reason``: the refusal's code):
+    the row, then every part it stored; audited as ``upload.abort``."""
+    with state.db.write() as session:
+        gone = session.execute(delete(UploadSession).where(UploadSession.id == row.id))
+        if gone.rowcount != 0:  # type: ignore[attr-defined]
+            append(
+                session,
+                actor=actor,
+                action="upload.abort",
+                subject=row.digest,
+                details={
+                    "upload_id": row.id,
+                    "offset": row.offset,
+                    "size": row.size,
+                    "reason": reason,
+                },
+            )
+    state.store.delete_upload(row.id, json.loads(row.parts))
 
 
 def append_chunk(
