@@ -28,6 +28,7 @@ from tests.registry.conftest import (
     new_publisher,
     pg_cluster,
     registry,
+    s3_endpoint,
     start_registry,
     unique,
 )
@@ -339,6 +340,7 @@ __all__ = [
     "oras_client",
     "pg_cluster",
     "registry",
+    "s3_endpoint",
     "skopeo",
     "skopeo_login",
     "write_layout",

@@ -20,7 +20,14 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from tests.registry.conftest import Registry, make_bundle_dir, new_publisher
+from tests.registry.conftest import (
+    Registry,
+    S3Endpoint,
+    make_bundle_dir,
+    new_publisher,
+    start_registry,
+    unique,
+)
 
 MIB = 1 << 20
 CODE = "repository_quota_exceeded"
@@ -187,6 +194,56 @@ def test_chunked_transfer_past_quota_is_refused_before_it_is_stored(registry: Re
     _aborted(registry, mark, upload_id, pub.name)
     aborts = [e for e in registry.admin.iter_audit(after=mark) if e["action"] == "upload.abort"]
     assert len(aborts) == 2  # the monolithic POST's session too
+
+
+def test_refused_upload_leaves_no_object_in_the_s3_bucket(
+    s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    """The same attack on an S3 store: the chunk that was stored before the refusal is
+    deleted from the bucket with its session."""
+    import boto3
+
+    prefix = unique("q")
+    reg = start_registry(
+        "sqlite",
+        tmp_path,
+        None,
+        blob_store=f"s3://{s3_endpoint.bucket}/{prefix}",
+        extra_env=s3_endpoint.env(),
+    )
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint.url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+    def objects() -> list[str]:
+        listed = s3.list_objects_v2(Bucket=s3_endpoint.bucket, Prefix=prefix)
+        return [str(o["Key"]) for o in listed.get("Contents", [])]
+
+    try:
+        pub = new_publisher(reg)
+        repo = reg.repo(pub.actor)
+        _set_quota(reg, repo, MIB)
+        data = secrets.token_bytes(2 * MIB)
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        before = objects()
+        mark = _mark(reg)
+        with _client(reg, pub.actor.token) as client:
+            upload_id = _start(client, repo)
+            first = client.patch(f"/v2/{repo}/blobs/uploads/{upload_id}", content=data[:MIB])
+            assert first.status_code == 202, first.text
+            assert any(upload_id in key for key in objects())  # the chunk is in the bucket
+            rest = client.patch(f"/v2/{repo}/blobs/uploads/{upload_id}", content=data[MIB:])
+            _refused_for_quota(rest, repo, MIB)
+            _gone(reg, client, repo, upload_id, digest)
+        assert objects() == before
+        _aborted(reg, mark, upload_id, pub.name)
+    finally:
+        reg.close()
+        reg.server.stop()
 
 
 def test_parallel_upload_sessions_cannot_share_one_quota(registry: Registry) -> None:
