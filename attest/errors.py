@@ -13,6 +13,8 @@ Every failure about untrusted input carries its evidence. The tree::
     │   └── SubjectMismatch         a statement is about another bundle
     ├── PolicyError                 a policy document is invalid (names the field)
     ├── KeyError_                   a key file cannot be read, decrypted or used
+    ├── StaleProposal               a TUF proposal is not the next version of its role any more
+    │                               (compare-and-swap: the role moved on; propose again)
     └── AuditVerificationError      the audit log, a signed note, a checkpoint or a proof about
         │                           them is malformed or does not verify (attest.audit)
         ├── BrokenChain             the hash chain breaks at ``seq`` (a row changed, removed,
@@ -35,6 +37,15 @@ Every ``AuditVerificationError`` has a stable ``code`` and its evidence in ``det
 JSON-able dict): the registry and the CLI report them as they are, never as a server fault.
 
 Caller misuse (wrong argument types, impossible options) is a plain ``ValueError``.
+
+Elsewhere in attest/, each next to its one raiser: ``SpecError`` and ``LayoutError``
+(BundleError), ``OmsFileMismatch`` and ``ReleaseRecordInvalid`` (VerificationError),
+``PolicyBelowFloor`` (PolicyError), ``PolicyDenied``, ``EvaluationError`` (``ResultsError``,
+``PredicateError``), ``AliasMoveRefused``.
+
+The registry's HTTP answers are registry.errors, the HTTP client's errors
+registry._client_errors, the worker's loader.errors: one class per concept across the three
+(tests/attest/test_error_tree.py); the registry and the loader re-use these, never copy them.
 """
 
 from __future__ import annotations
@@ -122,6 +133,19 @@ class PolicyError(AttestError):
 
 class KeyError_(AttestError):  # noqa: N801, N818 - KeyError is a builtin
     """A key file cannot be read, decrypted or used."""
+
+
+class StaleProposal(AttestError):  # noqa: N818 - a domain name, like python-tuf's errors
+    """A proposed version is not the next version of its role any more (the role moved on
+    since the proposal was made: a failed compare-and-swap). Evidence: ``role``,
+    ``proposed``, ``current``."""
+
+    def __init__(self, role: str, proposed: int, current: int) -> None:
+        super().__init__(
+            f"role {role}: the proposal is version {proposed}, but the role is at version "
+            f"{current} now; propose again from the current version"
+        )
+        self.role, self.proposed, self.current = role, proposed, current
 
 
 # -- the audit log (attest.audit) ---------------------------------------------------------------

@@ -1,7 +1,11 @@
-"""Errors raised by registry/ (server side).
+"""Errors raised by registry/ (server side): the registry's HTTP answers.
 
 Every error carries the HTTP status and a stable machine code; the app turns each into the one
-JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handler. The tree::
+JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handler. These are the
+server's answers only: what the HTTP client raises on receiving them is its own tree
+(registry._client_errors), and what the library decides is attest's (attest.errors), which the
+server maps to one of these where it answers (e.g. registry.domains.aliases.refusals). The
+tree::
 
     RegistryError                       500 internal
     ├── NotAuthenticated                401 unauthenticated
@@ -9,8 +13,10 @@ JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handle
     ├── NotFound                        404 not_found
     ├── Gone                            410 gone (tombstoned bundle)
     ├── Conflict                        409 conflict
-    │   ├── StaleVersion                409 stale_version (alias CAS; detail = current state)
-    │   └── BundleQuarantined           409 bundle_quarantined
+    │   ├── StaleVersion                409 stale_version (alias CAS; detail = current state),
+    │   │                               or proposal_stale (a TUF proposal's role moved on:
+    │   │                               attest.errors.StaleProposal on the wire)
+    │   └── Quarantined                 409 bundle_quarantined (the detail: the quarantine)
     ├── BadRequest                      400 bad_request
     │   ├── DigestMismatchError         400 digest_mismatch
     │   ├── TruncatedBody               400 truncated_body
@@ -21,7 +27,12 @@ JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handle
     ├── ConfigurationError              a setting is invalid (CLI reports it, exit 1)
     └── DatabaseOutOfDate               the schema needs ``modelward db upgrade``
 
-``BrokenChain`` (registry.audit_chain) is a RegistryError too.
+Other server errors, each in its domain: ``AuditLogInconsistent`` and ``TreeIncomplete``
+(500 audit_log_inconsistent: the registry's own audit tables disagree),
+``CheckpointKeyUnavailable`` (503), ``TufKeyUnavailable``, ``OciError``,
+``RangeNotSatisfiable``, ``SignatureRefused`` (403), ``RoleUnverified`` (409). The audit
+log's verifiers (attest.audit) raise ``attest.errors.AuditVerificationError``, never one of
+these: a verdict about the log is not a server fault.
 """
 
 from __future__ import annotations
@@ -30,7 +41,6 @@ from typing import Any, ClassVar
 
 __all__ = [
     "BadRequest",
-    "BundleQuarantined",
     "ConfigurationError",
     "Conflict",
     "DatabaseOutOfDate",
@@ -41,6 +51,7 @@ __all__ = [
     "NotAuthenticated",
     "NotFound",
     "PayloadTooLarge",
+    "Quarantined",
     "QuotaExceeded",
     "Refused",
     "RegistryError",
@@ -95,7 +106,10 @@ class StaleVersion(Conflict):
     code = "stale_version"
 
 
-class BundleQuarantined(Conflict):
+class Quarantined(Conflict):
+    """409: the request touches a quarantined (or only-quarantined) bundle or blob. The
+    worker's refusal of such a bundle is ``loader.errors.BundleQuarantined``."""
+
     code = "bundle_quarantined"
 
 

@@ -37,13 +37,13 @@ from sqlalchemy.orm import Session
 from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, Targets
 
-from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelward.attest.errors import StaleProposal
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, StaleVersion
 from modelward.registry.models import SigningKey, TufProposal, utcnow
-from modelward.registry.tuf.repository import MetadataRepository, StaleProposal
+from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = [
     "Added",
-    "ProposalStale",
     "RoleUnverified",
     "SignatureRefused",
     "add_signature",
@@ -60,12 +60,6 @@ DELEGATIONS_TARGET = "delegations"  # what a top-level targets proposal changes
 ADOPT_TARGET = "adopt"  # a proposal signing several aliases the registry recorded unsigned
 
 MAX_SIGNATURE_HEX = 2048
-
-
-class ProposalStale(Conflict):
-    """The proposal's role moved on; propose again from its current version."""
-
-    code = "proposal_stale"
 
 
 class RoleUnverified(Conflict):
@@ -245,24 +239,26 @@ def add_signature(
     ``excluded``: principals whose keys may not sign this proposal, each with the reason
     (the two-person rule). ``before_publish`` runs the registry's own gates (baseline,
     replay) right before publishing and may raise to keep the proposal pending. Raises
-    ProposalStale, SignatureRefused, BadRequest.
+    StaleVersion (``proposal_stale``: the role moved on), SignatureRefused, BadRequest.
     """
     # (1) only a pending proposal takes signatures
     if proposal.state == "stale":
-        raise ProposalStale(
+        raise StaleVersion(
             f"proposal {proposal.id} is stale: {proposal.role} moved on since it was made; "
             "propose again",
             detail={"role": proposal.role, "proposed": proposal.version},
+            code="proposal_stale",
         )
     if proposal.state != "pending":
         raise Conflict(f"proposal {proposal.id} is {proposal.state}, not pending")
     # (2) compare-and-swap: the role must still be at the version it was proposed from
     current = repo.store.latest_versions().get(proposal.role, 0)
     if proposal.version != current + 1:
-        raise ProposalStale(
+        raise StaleVersion(
             f"proposal {proposal.id} made {proposal.role} version {proposal.version}, but the "
             f"role is at version {current} now: propose again",
             detail={"role": proposal.role, "proposed": proposal.version, "current": current},
+            code="proposal_stale",
         )
     md = Metadata[Targets].from_bytes(proposal.payload)
     role_name, keyids, threshold = signing_role(repo, proposal)
@@ -318,7 +314,7 @@ def add_signature(
         else:
             repo.publish_delegated(role_name, md)
     except StaleProposal as exc:  # pragma: no cover - step 2 ran in this transaction
-        raise ProposalStale(str(exc)) from exc
+        raise StaleVersion(str(exc), code="proposal_stale") from exc
     except UnsignedMetadataError as exc:
         raise RoleUnverified(
             f"proposal {proposal.id}: its signatures do not meet the threshold of role "

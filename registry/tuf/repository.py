@@ -17,7 +17,7 @@ Who signs what (docs/tuf.md#keys):
   a worker will check it.
 
 Errors: ``tuf.api.exceptions.UnsignedMetadataError`` (threshold not met),
-``StaleProposal`` (the role moved on since the proposal was made), ``ValueError`` for
+``attest.errors.StaleProposal`` (the role moved on since the proposal was made), ``ValueError`` for
 misuse (a role the registry cannot sign).
 """
 
@@ -45,9 +45,10 @@ from tuf.api.metadata import (
 from tuf.api.serialization import DeserializationError
 from tuf.repository import Repository
 
+from modelward.attest.errors import StaleProposal
 from modelward.registry.tuf.store import MetadataStore
 
-__all__ = ["Expiries", "MetadataRepository", "StaleProposal", "new_root"]
+__all__ = ["Expiries", "MetadataRepository", "new_root"]
 
 TOP_LEVEL = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
 MAX_UNVERIFIED = 64  # stored versions passed over, newest first, before a role is refused
@@ -92,17 +93,6 @@ def _check_chain(chain: tuple[bytes, ...]) -> None:
         trusted = md
     if trusted is None:
         raise ValueError("the repository has no root yet: run `modelward trust init`")
-
-
-class StaleProposal(Exception):  # noqa: N818 - a domain name, like python-tuf's errors
-    """A proposed version is not the next version of its role any more."""
-
-    def __init__(self, role: str, proposed: int, current: int) -> None:
-        super().__init__(
-            f"role {role}: the proposal is version {proposed}, but the role is at version "
-            f"{current} now; propose again from the current version"
-        )
-        self.role, self.proposed, self.current = role, proposed, current
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from modelward.attest.keys import generate_private_key, keyid, public_key_pem
 from modelward.attest.tuf import alias_path, open_role, protected_role, tuf_signer
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
 from modelward.registry.db import Database, make_engine, upgrade
+from modelward.registry.errors import StaleVersion
 from modelward.registry.models import (
     Org,
     Principal,
@@ -28,7 +29,6 @@ from modelward.registry.models import (
 from modelward.registry.tuf.keys import OnlineKeys
 from modelward.registry.tuf.proposals import (
     Added,
-    ProposalStale,
     SignatureRefused,
     add_signature,
     propose_target,
@@ -255,5 +255,6 @@ def test_a_proposal_made_before_the_role_moved_is_stale(
         keyid_, sig = _sign(first, people["bob"])
         add_signature(session, repo, first, keyid=keyid_, signature_hex=sig)
         keyid_, sig = _sign(second, people["carol"])
-        with pytest.raises(ProposalStale, match="propose again"):
+        with pytest.raises(StaleVersion, match="propose again") as info:
             add_signature(session, repo, second, keyid=keyid_, signature_hex=sig)
+        assert info.value.code == "proposal_stale"

@@ -25,11 +25,12 @@ from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import Delegations, Metadata, Root, TargetFile, Targets, Timestamp
 from tuf.api.serialization import DeserializationError
 
+from modelward.attest.errors import StaleProposal
 from modelward.attest.keys import generate_private_key
 from modelward.attest.tuf import alias_path, open_role, protected_role, quarantine_path, tuf_signer
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
-from modelward.registry.tuf.repository import Expiries, MetadataRepository, StaleProposal, new_root
+from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
 from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust, delegations
 from modelward.registry.tuf.store import DirectoryStore, file_name
 

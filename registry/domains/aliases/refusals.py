@@ -25,8 +25,8 @@ from __future__ import annotations
 from modelward.attest.alias_decision import AliasMoveRefused, RefusalReason
 from modelward.registry.errors import (
     BadRequest,
-    BundleQuarantined,
     Forbidden,
+    Quarantined,
     Refused,
     RegistryError,
 )
@@ -53,7 +53,7 @@ def http_error(refused: AliasMoveRefused) -> RegistryError:
     if reason in _WHO:
         return Forbidden(refused.message, detail=detail)
     if reason is RefusalReason.QUARANTINED:
-        return BundleQuarantined(refused.message, detail=detail)
+        return Quarantined(refused.message, detail=detail)
     if reason in _EVIDENCE:
         return Refused(refused.message, detail=detail, code=reason.value)
     if reason is RefusalReason.NOT_A_ROLLBACK:

@@ -544,7 +544,7 @@ def approve(
     withdrawal makes it count again); returns every approver that counts.
 
     Raises Forbidden (not a reviewer or admin; the bundle's publisher), BadRequest (alias
-    name), NotFound, Gone, BundleQuarantined."""
+    name), NotFound, Gone, Quarantined."""
     repo = get_repo(session, repo_name)
     if not may(session, caller, Action.APPROVE, repo):
         raise Forbidden("only reviewers and admins may approve")

@@ -61,7 +61,7 @@ def attach(
     """Verify and store one attestation; returns (its summary, created).
 
     Raises PayloadTooLarge, Forbidden (the caller may not attach it), NotFound, Gone,
-    BundleQuarantined, Refused (``attestation_untrusted``, ``attestation_rejected``)."""
+    Quarantined, Refused (``attestation_untrusted``, ``attestation_rejected``)."""
     from modelward.attest.manifest import parse_manifest
 
     # (1): size.

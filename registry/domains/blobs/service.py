@@ -13,7 +13,7 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.gc.quota import require_room
 from modelward.registry.domains.repos.service import writable_repo
-from modelward.registry.errors import BundleQuarantined, Conflict, NotFound
+from modelward.registry.errors import Conflict, NotFound, Quarantined
 from modelward.registry.models import Blob, BlobLease, Bundle, BundleBlob, Repository
 from modelward.registry.storage import BlobStore
 
@@ -45,7 +45,7 @@ def blob_size(session: Session, digest: str) -> int:
 
 
 def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
-    """The size of a blob ``caller`` may download; NotFound or BundleQuarantined otherwise.
+    """The size of a blob ``caller`` may download; NotFound or Quarantined otherwise.
 
     A blob that bundles hold is readable while at least one of them is neither quarantined
     nor tombstoned; once every holder is, only admins and reviewers may read it. A blob no
@@ -62,7 +62,7 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
     )
     is_held, is_live = session.execute(select(held, live)).one()
     if is_held and not is_live:
-        raise BundleQuarantined(
+        raise Quarantined(
             f"blob {digest} belongs only to quarantined or tombstoned bundles",
             detail={"digest": digest},
         )
