@@ -19,9 +19,6 @@ attest/ errors (``AttestError``) pass through unchanged: they already carry thei
 Registry client errors (``RegistryClientError``, registry._client_errors) pass through too;
 the registry's own answer to a quarantined bundle is ``registry.errors.Quarantined`` (409
 ``bundle_quarantined``); the worker refuses such a bundle as ``BundleQuarantined``.
-Registry client errors (``RegistryClientError``, registry._client_errors) pass through too;
-the registry's own answer to a quarantined bundle is ``registry.errors.Quarantined`` (409
-``bundle_quarantined``); the worker refuses such a bundle as ``BundleQuarantined``.
 Caller misuse is a plain ``ValueError``.
 """
 
