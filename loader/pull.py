@@ -16,8 +16,9 @@
    (attest.verifier.verify_bundle) under the WORKER's policy and trust (never the registry's
    word): it scans, verifies, ignores statements by signers the worker does not trust, and
    the policy decides, including the release gates of the worker policy's alias rule for
-   an alias reference (a reference by digest matches no alias rule); a denial refuses with
-   every failed check;
+   an alias reference, judged after TUF resolved it by the one decision of an alias move
+   (attest.alias_decision, the steps a worker judges itself; a reference by digest matches
+   no alias rule); a denial refuses with every failed check;
 7. make the tree read-only and rename it into place under its digest (with ``repair``,
    replacing a tree materialized earlier).
 

@@ -14,6 +14,7 @@ PolicyError) when a policy is weaker than a floor, with every shortfall.
 from __future__ import annotations
 
 from modelward.attest.policy._evaluate import (
+    ATTESTATION_STEPS,
     OMS_TREE_NOTE,
     Check,
     Decision,
@@ -55,6 +56,7 @@ from modelward.attest.policy._model import (
 from modelward.attest.policy._rules import alias_rule_for, policy_scan_limits
 
 __all__ = [
+    "ATTESTATION_STEPS",
     "MAX_POLICY_BYTES",
     "OMS_TREE_NOTE",
     "PROVENANCE_V1",

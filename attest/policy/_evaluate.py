@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from modelward.attest.alias_decision import WORKER_STEPS, MoveRequest, decide_move_result
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from modelward.attest.scanner import Finding
 
 __all__ = [
+    "ATTESTATION_STEPS",
     "OMS_TREE_NOTE",
     "Check",
     "Decision",
@@ -60,11 +61,19 @@ OMS_TREE_NOTE = "oms files verified against bundle "
 
 @dataclass(frozen=True)
 class Check:
-    """One step's outcome: ``name`` says which step (and what), ``message`` why."""
+    """One step's outcome: ``name`` says which step (and what), ``message`` why; ``step`` is
+    the number of the step in the module doc (0: the trust precondition), for callers that
+    tell checks apart by kind (``ATTESTATION_STEPS``) without reading their names."""
 
     name: str
     passed: bool
     message: str
+    step: int = field(default=0, compare=False)
+
+
+# Steps (2)-(6): what the bundle's attestations show (subject, predicates, threshold,
+# builder, source). A bundle denied only by these may be waiting for its attestations.
+ATTESTATION_STEPS = frozenset({2, 3, 4, 5, 6})
 
 
 @dataclass(frozen=True)
@@ -189,9 +198,9 @@ def _step_subjects(
             continue
         subjects = ", ".join(f"{s.name} {dict(s.digest)}" for s in stmt.subjects) or "none"
         message = f"{_describe(stmt, i)} is not about {manifest.digest}: subjects {subjects}"
-        checks.append(Check("subject", False, message))
+        checks.append(Check("subject", False, message, step=2))
     message = f"{len(bound)} verified statement(s) about {manifest.digest}"
-    checks.append(Check("subject", bool(bound), message))
+    checks.append(Check("subject", bool(bound), message, step=2))
     return bound, checks
 
 
@@ -224,6 +233,7 @@ def _step_threshold(
                 f"predicate {ptype}",
                 bool(group) and bool(signers),
                 present if group else "no verified statement of this type",
+                step=4,
             )
         )
         checks.append(
@@ -231,6 +241,7 @@ def _step_threshold(
                 f"threshold {ptype}",
                 len(signers) >= policy.threshold,
                 f"{len(signers)} of {policy.threshold} required distinct signers ({names}){note}",
+                step=3,
             )
         )
     return counted, checks
@@ -243,22 +254,23 @@ def _builder_id(stmt: VerifiedStatement) -> Any:
 def _step_provenance(policy: Policy, bound: Sequence[VerifiedStatement]) -> list[Check]:
     checks: list[Check] = []
     provenance = [s for s in bound if s.predicate_type == PROVENANCE_V1]
-    for label, patterns, extract in (
-        ("builder", policy.builders, _builder_id),
-        ("source", policy.sources, _source_uri),
+    for step, label, patterns, extract in (
+        (5, "builder", policy.builders, _builder_id),
+        (6, "source", policy.sources, _source_uri),
     ):
         if patterns is None:
-            checks.append(Check(label, True, f"policy does not restrict the {label}"))
+            checks.append(Check(label, True, f"policy does not restrict the {label}", step))
             continue
         if not provenance:
-            checks.append(Check(label, False, f"no provenance to show an allowed {label}"))
+            checks.append(Check(label, False, f"no provenance to show an allowed {label}", step))
         for stmt in provenance:
             value = extract(stmt)
             if not isinstance(value, str):
-                checks.append(Check(label, False, f"a provenance statement names no {label}"))
+                checks.append(Check(label, False, f"a provenance statement names no {label}", step))
                 continue
             ok = _matches(value, patterns)
-            checks.append(Check(label, ok, f"{label} {value!r} is {'' if ok else 'not '}allowed"))
+            verdict = f"{label} {value!r} is {'' if ok else 'not '}allowed"
+            checks.append(Check(label, ok, verdict, step))
     return checks
 
 
@@ -418,9 +430,9 @@ def evaluate(
         checks.append(Check("trust", False, "no trusted signers: nobody can vouch for a bundle"))
 
     # (1): the content scan found nothing (the policy's allow_globs already fed the scanner).
-    checks.extend(Check("scan", False, f"{f.path}: {f.rule}: {f.reason}") for f in findings)
+    checks.extend(Check("scan", False, f"{f.path}: {f.rule}: {f.reason}", 1) for f in findings)
     if not findings:
-        checks.append(Check("scan", True, "no findings"))
+        checks.append(Check("scan", True, "no findings", 1))
 
     # (2): only statements about THIS bundle count (stops replaying another bundle's
     # attestations: SLSA (F)/(G), TUF mix-and-match).
@@ -436,21 +448,21 @@ def evaluate(
     checks.extend(_step_provenance(policy, bound))
 
     # (7): size limits, from the manifest's layer sizes (the bytes were hashed against them).
-    checks.extend(size_checks(policy, manifest))
+    checks.extend(replace(c, step=7) for c in size_checks(policy, manifest))
 
     # (8): an attestation that did not verify denies unless the policy says "record"
     # (fail closed: a forged or tampered signature is evidence of an attack even when
     # other signers meet the threshold).
     deny = policy.rejected_attestations == "deny"
     checks.extend(
-        Check("attestation", not deny, f"rejected: {reason}" + ("" if deny else " (recorded)"))
+        Check("attestation", not deny, f"rejected: {reason}" + ("" if deny else " (recorded)"), 8)
         for reason in rejected
     )
 
     # (9): the release gates of the alias this bundle was resolved from, judged from the
     # evaluations verified here (never the registry's word that they passed).
     if alias is not None:
-        checks.extend(_step_gates(policy, alias, manifest, bound))
+        checks.extend(replace(c, step=9) for c in _step_gates(policy, alias, manifest, bound))
 
     return Decision(
         allowed=all(c.passed for c in checks),

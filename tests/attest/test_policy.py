@@ -239,6 +239,7 @@ def test_schema_forbids_unknown_fields():
 
 def test_public_surface_is_pinned():
     assert set(modelward.attest.policy.__all__) == {
+        "ATTESTATION_STEPS",
         "MAX_POLICY_BYTES",
         "OMS_TREE_NOTE",
         "PROVENANCE_V1",

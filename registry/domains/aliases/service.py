@@ -25,31 +25,35 @@ marked withdrawn, with the reason).
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.attest.alias_decision import (
-    AliasDecision,
     AliasMoveRefused,
     MoveRequest,
     RefusalReason,
     decide_move,
-    decide_move_result,
 )
-from modelward.attest.errors import BundleError
-from modelward.attest.verifier import verify_bundle_result
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.aliases import repository
+from modelward.registry.domains.aliases.moves import (
+    ALIAS_RE,
+    decide,
+    dry_run,
+    read_move,
+    record_move,
+    require_move_allowed,
+    stale_version,
+    state_json,
+)
 from modelward.registry.domains.aliases.refusals import http_error
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, may
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.quarantine import require_not_quarantined
 from modelward.registry.domains.bundles.service import find_bundle, live_bundle
 from modelward.registry.domains.repos.listing import (
@@ -60,13 +64,14 @@ from modelward.registry.domains.repos.listing import (
     readable_repo,
 )
 from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.trust.service import proposal_json as tuf_json
+from modelward.registry.domains.trust.service import propose_alias, signed_aliases
+from modelward.registry.domains.trust.service import repository as tuf_repository
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
     Forbidden,
-    InvalidManifest,
     NotFound,
-    StaleVersion,
 )
 from modelward.registry.models import (
     Alias,
@@ -76,9 +81,6 @@ from modelward.registry.models import (
     QuarantinedDigest,
     Repository,
 )
-
-if TYPE_CHECKING:
-    from modelward.attest.trust import Signer
 
 __all__ = [
     "approve",
@@ -92,17 +94,10 @@ __all__ = [
     "withdraw_approval",
 ]
 
-ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # A mistyped alias's 404 suggests up to this many existing names (difflib), read from at most
 # SUGGESTION_SCAN of the repository's aliases.
 MAX_SUGGESTIONS = 3
 SUGGESTION_SCAN = 10_000
-
-
-def _state_json(row: Alias | None, alias: str) -> dict[str, Any]:
-    if row is None:
-        return {"alias": alias, "digest": None, "version": 0}
-    return {"alias": row.name, "digest": row.digest, "version": row.version}
 
 
 _alias_row = repository.alias_row
@@ -130,13 +125,12 @@ def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
 def get_alias(session: Session, repo_name: str, alias: str) -> dict[str, Any]:
     """The alias's state, ``signed`` when its TUF role signs the same digest; NotFound
     (suggesting close names) when it does not exist."""
-    from modelward.registry.domains.trust.service import signed_aliases
 
     repo = get_repo(session, repo_name)
     row = _alias_row(session, repo, alias)
     if row is None:
         raise _no_alias(session, repo, alias)
-    answer = _state_json(row, alias)
+    answer = state_json(row, alias)
     answer["signed"] = signed_aliases(session, repo_name).get(alias) == row.digest
     return answer
 
@@ -164,7 +158,6 @@ def list_aliases(
     if cursor is not None:
         query = query.where(Alias.name > decode_cursor("aliases", cursor))
     rows = session.execute(query).all()
-    from modelward.registry.domains.trust.service import signed_aliases
 
     signed = signed_aliases(session, repo.name)
     items = [
@@ -204,124 +197,6 @@ def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]
     ]
 
 
-def _nobody(_signer: Signer) -> str:
-    return "not judged before step (1) passed"
-
-
-def _read_move(
-    state: AppState,
-    *,
-    repo_name: str,
-    alias: str,
-    digest: str,
-    rollback: bool,
-    caller: Caller,
-    every_check: bool = False,
-) -> tuple[MoveRequest, bytes]:
-    """What the decision needs (aliases.repository) and the bundle verifier's report for
-    step (3), judged outside the read transaction; and the manifest bytes. Unless
-    ``every_check``, step (1) is decided first, before the bundle is read: who may not move
-    the alias learns nothing about it."""
-    if not ALIAS_RE.fullmatch(alias):
-        raise BadRequest(f"invalid alias name {alias!r}")
-    with state.db.read() as session:
-        rule = repository.read_rule(session, state, repo_name=repo_name, alias=alias, caller=caller)
-        if not every_check:
-            _decide(
-                MoveRequest(
-                    repo=repo_name,
-                    alias=alias,
-                    digest=digest,
-                    rule=rule.rule,
-                    statements=(),
-                    evidence=_nobody,
-                    mover=rule.mover,
-                    judged=frozenset({"1"}),
-                )
-            )
-        found = repository.read_facts(
-            session, state, rule, alias=alias, digest=digest, caller=caller
-        )
-    # (3): the bundle as it is now, under the current policy (the one bundle verifier).
-    try:
-        bundle = verify_bundle_result(
-            found.manifest.raw,
-            found.attestations,
-            policy=rule.policy,
-            trust=found.trust.verify,
-            registered=found.trust.extra,
-            reader=verdict.StoreReader(state, found.manifest),
-            expected_digest=found.manifest.digest,
-        )
-    except BundleError as exc:
-        raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
-    request = MoveRequest.for_bundle(
-        bundle,
-        repo=repo_name,
-        alias=alias,
-        rule=rule.rule,
-        mover=rule.mover,
-        rollback=rollback,
-        **found.request,
-    )
-    return request, bytes(found.manifest.raw)
-
-
-def _decide(request: MoveRequest) -> AliasDecision:
-    """attest.alias_decision.decide_move, its refusal answered as the registry answers it
-    (aliases.refusals)."""
-    try:
-        return decide_move(request)
-    except AliasMoveRefused as refused:
-        raise http_error(refused) from refused
-
-
-def require_move_allowed(
-    state: AppState, *, repo_name: str, alias: str, digest: str, mover: Caller
-) -> None:
-    """Steps (1) to (5) of ``mover`` moving ``repo_name@alias`` to ``digest``: what the
-    registry checks again before it publishes a signed move (the reviewers' signatures are
-    its approvals, step (6))."""
-    request, _ = _read_move(
-        state, repo_name=repo_name, alias=alias, digest=digest, rollback=False, caller=mover
-    )
-    _decide(replace(request, approvers=None))
-
-
-def dry_run(
-    state: AppState, *, repo_name: str, alias: str, digest: str, rollback: bool, caller: Caller
-) -> dict[str, Any]:
-    """Every step of a move of ``repo_name@alias`` to ``digest`` by ``caller``, judged and
-    reported (attest.alias_decision.decide_move_result): nothing moves, nothing is proposed.
-    Audited as ``alias.dry_run`` with the verdict and the reasons refused. Raises BadRequest
-    (alias name), NotFound (repository, bundle), Gone (deleted bundle)."""
-    request, _ = _read_move(
-        state,
-        repo_name=repo_name,
-        alias=alias,
-        digest=digest,
-        rollback=rollback,
-        caller=caller,
-        every_check=True,
-    )
-    report = decide_move_result(request)
-    with state.db.write() as session:
-        append(
-            session,
-            actor=caller.name,
-            action="alias.dry_run",
-            subject=f"{repo_name}@{alias}",
-            details={
-                "to": digest,
-                "allowed": report.allowed,
-                "refused": [r.reason.value for r in report.refusals],
-            },
-        )
-    answer = report.to_json()
-    answer["dry_run"] = True
-    return answer
-
-
 def set_alias(
     state: AppState,
     *,
@@ -340,7 +215,7 @@ def set_alias(
     ``propose``: a protected alias short of approvals is not refused but proposed: the
     answer's ``pending`` is the proposal its reviewers sign (``approve --key``), and the
     alias moves when they have."""
-    request, manifest = _read_move(
+    request, manifest = read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=rollback, caller=caller
     )
     try:
@@ -365,9 +240,6 @@ def _propose(
     state: AppState, request: MoveRequest, *, manifest: bytes, caller: Caller, reason: str | None
 ) -> dict[str, Any]:
     """A protected move short only of approvals, proposed to the alias's TUF role."""
-    from modelward.registry.domains.trust.service import proposal_json as tuf_json
-    from modelward.registry.domains.trust.service import propose_alias
-    from modelward.registry.domains.trust.service import repository as tuf_repository
 
     repo_name, alias, digest = request.repo, request.alias, request.digest
     with state.db.write() as session:
@@ -401,7 +273,7 @@ def _propose(
             },
         )
         current = _alias_row(session, get_repo(session, repo_name), alias)
-        answer = _state_json(current, alias)
+        answer = state_json(current, alias)
         answer["pending"] = tuf_json(session, tuf_repository(session, state), proposal)
         return answer
 
@@ -415,7 +287,6 @@ def _swap(
     caller: Caller,
     manifest: bytes,
 ) -> dict[str, Any]:
-    from modelward.registry.domains.trust.service import propose_alias
 
     repo_name, alias, digest = request.repo, request.alias, request.digest
     with state.db.write() as session:
@@ -424,12 +295,12 @@ def _swap(
         # (2) and (6) decided again on what this transaction reads: a quarantine or a
         # withdrawal that landed meanwhile counts.
         fresh = repository.fresh_facts(session, repo, bundle, alias=alias, caller=caller)
-        decision = _decide(
+        decision = decide(
             replace(request, quarantine=fresh["quarantine"], approvers=fresh["approvers"])
         )
         current = _alias_row(session, repo, alias)
         if (current.version if current is not None else 0) != expected:
-            raise _stale(current, alias, expected)
+            raise stale_version(current, alias, expected)
         from_digest = current.digest if current is not None else None
         row = record_move(
             session,
@@ -452,89 +323,10 @@ def _swap(
             caller=caller,
             reason=reason,
         )
-        answer = _state_json(row, alias)
+        answer = state_json(row, alias)
         answer["signed"] = proposal is not None and proposal.state == "published"
         answer["proposal"] = proposal.id if proposal is not None else None
         return answer
-
-
-def record_move(
-    session: Session,
-    *,
-    repo_name: str,
-    alias: str,
-    digest: str,
-    actor: str,
-    reason: str | None,
-    rollback: bool | None = None,
-    expected: int | None = None,
-    signed_by: str | None = None,
-) -> Alias:
-    """Move the alias row (compare-and-swap on ``expected`` when given), with its history
-    row and an ``alias.set``/``alias.rollback`` audit event. ``rollback`` None: a rollback
-    when ``digest`` was an earlier target. ``signed_by``: the signer whose signature
-    published the move (a signed decision moves the row whatever its version)."""
-    now = datetime.now(UTC)
-    repo = get_repo(session, repo_name)
-    current = _alias_row(session, repo, alias)
-    if current is not None and current.digest == digest and signed_by is not None:
-        return current  # the registry's word already agreed with the signed decision
-    if rollback is None:
-        rollback = digest in repository.earlier_targets(session, current)
-    if current is None:
-        row = Alias(repo_id=repo.id, name=alias, digest=digest, version=1, updated_at=now)
-        session.add(row)
-        session.flush()
-        from_digest = None
-    else:
-        version = current.version if expected is None else expected
-        result = session.execute(
-            update(Alias)
-            .where(Alias.repo_id == repo.id, Alias.name == alias, Alias.version == version)
-            .values(digest=digest, version=Alias.version + 1, updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise _stale(current, alias, version)
-        from_digest = current.digest
-        session.expire(current)
-        row = current
-    session.add(
-        AliasHistory(
-            alias_id=row.id,
-            version=row.version,
-            from_digest=from_digest,
-            to_digest=digest,
-            actor=actor,
-            at=now,
-            reason=reason,
-            rollback=rollback,
-        )
-    )
-    details: dict[str, Any] = {
-        "from": from_digest,
-        "to": digest,
-        "version": row.version,
-        "reason": reason,
-    }
-    if signed_by is not None:
-        details["signed"] = True
-    append(
-        session,
-        actor=actor if signed_by is None else signed_by,
-        action="alias.rollback" if rollback else "alias.set",
-        subject=f"{repo_name}@{alias}",
-        details=details,
-    )
-    return row
-
-
-def _stale(current: Alias | None, alias: str, expected: int) -> StaleVersion:
-    state = _state_json(current, alias)
-    return StaleVersion(
-        f"alias {alias} is at version {state['version']}, not {expected}: re-read and retry",
-        detail=state,
-    )
 
 
 def approve(

@@ -34,6 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.attest import oci_media as mt
+from modelward.attest.policy import ATTESTATION_STEPS, PolicyDenied
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.attestations import rules
 from modelward.registry.domains.attestations import service as attestations
@@ -68,7 +69,6 @@ __all__ = [
 ]
 
 PENDING, ACCEPTED, REFERRER, HELD = "pending", "accepted", "referrer", "held"
-ATTESTATION_CHECKS = ("subject", "predicate ", "threshold ", "builder", "source")
 MAX_PAGE = 1000
 
 
@@ -433,14 +433,15 @@ def _oci_row(session: Session, repo: Repository, digest: str) -> OciManifest | N
 
 
 def _pending_reasons(exc: Refused) -> list[str] | None:
-    """The failed checks when every one is about attestations, else None."""
-    if exc.code != "policy_denied" or not isinstance(exc.detail, dict):
+    """The failed checks when every one is about attestations (the evaluator's typed
+    ``ATTESTATION_STEPS``, read from the ``PolicyDenied`` the refusal came from, never from
+    its message or detail), else None."""
+    denied = exc.__cause__
+    if not isinstance(denied, PolicyDenied):
         return None
-    failed = [c for c in exc.detail.get("checks", []) if not c.get("passed")]
-    if not failed:
-        return None
-    if all(str(c.get("name", "")).startswith(ATTESTATION_CHECKS) for c in failed):
-        return [f"{c['name']}: {c['message']}" for c in failed]
+    failed = [c for c in denied.decision.checks if not c.passed]
+    if failed and all(c.step in ATTESTATION_STEPS for c in failed):
+        return [f"{c.name}: {c.message}" for c in failed]
     return None
 
 

@@ -42,6 +42,7 @@ from modelward.attest.tuf import (
     quarantine_path,
 )
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.aliases.moves import record_move, require_move_allowed
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -500,8 +501,6 @@ def sign_proposal(
     """Add ``caller``'s signature (made with a key it registered; admins' root-listed keys
     for top-level targets) to a proposal and publish it at threshold. Audited as
     ``tuf.sign`` (and ``tuf.publish``); a published alias proposal moves the alias."""
-    from modelward.registry.domains.aliases.service import record_move, require_move_allowed
-
     with state.db.read() as session:
         row = session.get(TufProposal, proposal_id)
         if row is None:
