@@ -419,8 +419,38 @@ def push(
     _report_push(repo, result, names, as_json)
 
 
+def _sign_with(repo: str, state: dict[str, Any]) -> str | None:
+    """The command that signs a move the registry made but no TUF role signed (an alias left
+    UNSIGNED: workers resolving through TUF do not see it); None when signed or not moved."""
+    if state.get("pending") or state.get("signed", True) or not state.get("digest"):
+        return None
+    proposal = state.get("proposal")
+    if proposal is not None:
+        return f"modelward trust sign {proposal} --key KEY"
+    return (
+        "modelward trust adopt (an admin: no role is delegated the alias yet), then "
+        "modelward trust sign ID --key KEY (IDs: modelward alias pending)"
+    )
+
+
+def warn_unsigned(repo: str, state: dict[str, Any]) -> str | None:
+    """``warning: ...`` on stderr when a move left ``repo@alias`` UNSIGNED; returns the
+    signing command (for ``--json``'s ``sign_with``), None when there is nothing to sign."""
+    command = _sign_with(repo, state)
+    if command is not None:
+        err_console.print(
+            f"warning: {repo}@{state.get('alias')} now names {state.get('digest')} on the "
+            "registry's word only: UNSIGNED, so workers resolving through TUF do not see "
+            f"it; sign the move with: {command}",
+            markup=False,
+        )
+    return command
+
+
 def _report_push(repo: str, result: Any, names: dict[str, str], as_json: bool) -> None:
     checked = result.preflight
+    if result.alias is not None:
+        result.alias["sign_with"] = warn_unsigned(repo, result.alias)
     if checked is not None and checked.skipped:
         err_console.print(f"note: not checked before uploading: {checked.skipped}", markup=False)
     ignored = []
@@ -785,16 +815,25 @@ def approve(
         return
     with _reported(), _client() as client:
         answer = client.approve(r.repo, str(r.digest), alias)
+    # a keyless approval counts on the registry only: nothing signed says it to workers
+    answer["signed"] = False
+    answer["sign_with"] = f"modelward approve {r.repo}@{r.digest} --alias {alias} --key KEY"
+    err_console.print(
+        f"warning: approved on the registry's word only: no TUF signature, so {r.repo}@"
+        f"{alias} stays UNSIGNED for workers resolving through TUF once it moves; sign the "
+        f"pending move with: {answer['sign_with']}",
+        markup=False,
+    )
     emit(answer, as_json, _approval_line(r.repo))
 
 
 def _alias_now(client: RegistryClient, repo: str, alias: str) -> dict[str, Any] | None:
     """``repo@alias`` as the registry shows it, None when it does not exist."""
-    from modelward.registry._client_errors import NotFound
+    from modelward.registry._client_errors import NotFoundError
 
     try:
         return dict(client.get_alias(repo, alias))
-    except NotFound:
+    except NotFoundError:
         return None
 
 

@@ -37,10 +37,12 @@ def _object(
 
 ALIAS_STATE = _object(
     {"alias": {"type": "string"}, "digest": DIGEST, "version": {"type": "integer", "minimum": 1}},
-    # signed: its TUF role signs this digest; proposal: the TUF proposal a move made
+    # signed: its TUF role signs this digest; proposal: the TUF proposal a move made;
+    # sign_with (push): the command that signs a move left unsigned, else null
     optional={
         "signed": {"type": "boolean"},
         "proposal": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
+        "sign_with": NULLABLE_STR,
     },
 )
 CHECK = _object(
@@ -91,11 +93,13 @@ APPROVAL = _object(
         "digest": DIGEST,
         "alias": {"type": "string"},
         "approvers": {"type": "array", "items": {"type": "string"}},
-    }
+    },
+    # a keyless approval: signed false and the command that signs the move
+    optional={"signed": {"const": False}, "sign_with": {"type": "string"}},
 )
 WITHDRAWAL = _object(
     {
-        **APPROVAL["properties"],
+        **{k: v for k, v in APPROVAL["properties"].items() if k in APPROVAL["required"]},
         "withdrawn": _object(
             {"approver": {"type": "string"}, "at": {"type": "string"}, "reason": {"type": "string"}}
         ),

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from modelward.attest import oci_media as mt
 from modelward.registry.domains._numbers import header_decimal
-from modelward.registry.domains._state import State
+from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs import service as blob_service
 from modelward.registry.domains.blobs.streaming import (
@@ -146,7 +146,36 @@ async def put_manifest(
     if out.subject:
         headers["OCI-Subject"] = out.subject
     headers["Modelward-State"] = out.state
+    if not reference.startswith("sha256:") and not out.subject:
+        warning = await run_in_threadpool(_unsigned_tag, state, repo, reference, out.digest, caller)
+        if warning is not None:
+            headers["Warning"] = f'299 - "{warning}"'
     return Response(status_code=201, headers=headers)
+
+
+def _unsigned_tag(state: AppState, repo: str, tag: str, digest: str, caller: Caller) -> str | None:
+    """After a push by tag: when the tag (an alias) now names ``digest`` but no TUF role signs
+    it, the words of an RFC 7234 ``Warning`` (skopeo and oras print it; they show no body)
+    and an ``alias.unsigned`` audit event; None when signed or not moved (docs/oci.md)."""
+    from modelward.registry.domains.aliases.service import get_alias
+    from modelward.registry.domains.audit.service import append
+
+    with state.db.write() as session:
+        alias = get_alias(session, repo, tag)
+        if alias.get("digest") != digest or alias.get("signed"):
+            return None
+        append(
+            session,
+            actor=caller.name,
+            action="alias.unsigned",
+            subject=f"{repo}@{tag}",
+            details={"digest": digest, "via": "oci"},
+        )
+    return (
+        f"modelward: {repo}@{tag} now names {digest} UNSIGNED (the registry's word only); "
+        "workers resolving through TUF do not see it; sign the move: modelward trust sign "
+        "ID --key KEY (IDs: modelward alias pending)"
+    )
 
 
 @router.delete(REPO + "/manifests/{reference}", response_class=Response)
