@@ -329,7 +329,7 @@ def _parse_json(state: AppState, body: bytes) -> dict[str, Any]:
 
 def _check_tag(reference: str) -> str | None:
     """The tag ``reference`` names (an alias name), or None when it is a digest."""
-    from modelward.registry.domains.aliases.service import ALIAS_RE
+    from modelward.registry.domains.aliases.moves import ALIAS_RE
 
     if DIGEST_RE.fullmatch(reference):
         return None
