@@ -1134,7 +1134,8 @@ def audit_key(
     ] = None,
 ) -> None:
     """Print the registry's checkpoint verifier key (NAME+ID+KEY) for workers and auditors
-    to pin; on the registry host (it reads the private key file)."""
+    to pin; on the registry host (it reads the private key file). Say where: --data-dir,
+    --key-file or --config (or MODELWARD_DATA_DIR); ./.modelward is never assumed."""
     from modelward.attest.audit.signed_note import MalformedKey
     from modelward.registry.domains.audit.keyfile import (
         create_signer_file,

@@ -5,18 +5,21 @@ the counts, paired differences and 95% intervals of the evaluation/v1 predicate 
 here (attest.evaluation), never typed in. The statement is signed with ``--key`` (DSSE) and
 attached through the registry, which decides who may attach evaluations (reviewers and admins)
 and whose signature counts for a protected alias's gates (the policy's evidence signers).
-A bad results file or key is refused before anything is sent.
+A bad results file or key is refused before anything is sent. After attaching it says, for
+each alias of the repository with release gates, the verdict before and after and every gate
+verdict the evaluation changed (``GET .../bundles/{digest}/gates``, as if the bundle's
+publisher moved the alias).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from modelward.attest.cli._common import fail
+from modelward.attest.cli._common import err_console, fail
 from modelward.registry._cli_client import (
     AnyRef,
     AsJson,
@@ -25,8 +28,12 @@ from modelward.registry._cli_client import (
     _reported,
     valid_ref,
 )
+from modelward.registry._client_errors import APIError
 
-__all__ = ["attach", "describe_predicate", "eval_app"]
+if TYPE_CHECKING:
+    from modelward.registry.client import RegistryClient
+
+__all__ = ["attach", "describe_gate_changes", "describe_predicate", "eval_app", "gate_changes"]
 
 eval_app = typer.Typer(
     name="eval",
@@ -71,6 +78,62 @@ def describe_predicate(predicate: dict[str, Any]) -> list[str]:
             continue
         lines.append(
             f"{name}: {_figure(pair.get('candidate'))} (baseline {_figure(pair.get('baseline'))})"
+        )
+    return lines
+
+
+def _gates(client: RegistryClient, repo: str, digest: str) -> dict[str, Any] | None:
+    """``client.bundle_gates``, or None (said on stderr) when the registry cannot answer:
+    the gate verdicts are a report, never a reason to keep an evaluation from attaching."""
+    try:
+        answer: dict[str, Any] = client.bundle_gates(repo, digest)
+    except APIError as exc:
+        err_console.print(f"note: gate verdicts not shown: {exc}", markup=False)
+        return None
+    return answer
+
+
+def gate_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per gated alias (``client.bundle_gates`` before and after attaching): its verdict
+    before and after, and each gate whose verdict changed (``label``, ``before``, ``after``)."""
+    earlier = {a["alias"]: a for a in before.get("aliases") or []}
+    changes = []
+    for now in after.get("aliases") or []:
+        was = earlier.get(now["alias"], {})
+        old = {g["label"]: g["verdict"] for g in was.get("gates") or []}
+        changed = [
+            {"label": g["label"], "before": old.get(g["label"]), "after": g["verdict"]}
+            for g in now.get("gates") or []
+            if old.get(g["label"]) != g["verdict"]
+        ]
+        changes.append(
+            {
+                "alias": now["alias"],
+                "before": was.get("verdict"),
+                "after": now["verdict"],
+                "changed": changed,
+                "not_counted": now.get("not_counted") or [],
+            }
+        )
+    return changes
+
+
+def describe_gate_changes(repo: str, digest: str, changes: list[dict[str, Any]]) -> list[str]:
+    """Human lines for ``gate_changes``: one per gated alias, then each gate that changed."""
+    lines = []
+    for alias in changes:
+        lines.append(
+            f"gates of {repo}@{alias['alias']} for {digest}: {alias['before']} -> {alias['after']}"
+        )
+        lines.extend(
+            f"  {c['label']}: {str(c['before']).upper()} -> {c['after'].upper()}"
+            for c in alias["changed"]
+        )
+        if not alias["changed"]:
+            lines.append("  no gate verdict changed")
+        lines.extend(
+            f"  not counted: evaluation by {n['signer']}: {n['reason']}"
+            for n in alias["not_counted"]
         )
     return lines
 
@@ -153,13 +216,17 @@ def attach(
             fail(f"--baseline {baseline} is the evaluated bundle itself ({digest})", code=2)
         statement = make_statement(target.repo, digest, PredicateType.EVALUATION, predicate)
         envelope = sign_envelope(statement, [private])
+        before = _gates(client, target.repo, digest)
         summary = client.add_attestation(target.repo, digest, envelope)
+        after = _gates(client, target.repo, digest) if before is not None else None
+    changes = gate_changes(before, after) if before is not None and after is not None else None
     if as_json:
         answer = {
             "repository": target.repo,
             "digest": digest,
             "attestation": summary,
             "predicate": predicate,
+            "gates": changes,
         }
         typer.echo(json.dumps(answer, indent=2, sort_keys=True))
         return
@@ -171,3 +238,5 @@ def attach(
     )
     for line in describe_predicate(predicate):
         typer.echo(f"  {line}")
+    for line in describe_gate_changes(target.repo, digest, changes or []):
+        typer.echo(line)

@@ -418,6 +418,7 @@ def _metrics_text(request: Request, st: AppState, metrics: CollectorRegistry) ->
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
     from modelward.registry.domains.aliases.endpoints import router as aliases
+    from modelward.registry.domains.aliases.gates_view import router as gates
     from modelward.registry.domains.attestations.endpoints import router as attestations
     from modelward.registry.domains.audit.endpoints import router as audit
     from modelward.registry.domains.blobs.endpoints import router as blobs
@@ -448,7 +449,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     )
     for router in (principals, keys, orgs, repos, blobs, uploads, bundles, attestations, aliases):
         app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (audit, boots, storage, trust):
+    for router in (gates, audit, boots, storage, trust):
         app.include_router(router, responses=ERROR_RESPONSES)
     app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 

@@ -3,6 +3,7 @@ registry (``modelward serve`` on loopback, SQLite).
 
 - a ``gates_failed`` refusal prints a table of the gates, not several KB of JSON on one line
   (``--json`` keeps the whole detail);
+- ``eval attach`` says which gate verdicts of the repository's gated aliases it changed;
 - ``audit key`` never reads, or offers to create, a key in the current directory's
   ``.modelward``: it needs to be told where the registry's data is;
 - a policy file larger than the registry accepts is refused by its size before it is read or
@@ -71,6 +72,23 @@ def test_gates_failed_prints_a_table_not_a_json_line(
     assert as_json.returncode == 1
     assert '"not_counted"' in as_json.stderr
     assert '"gates"' in as_json.stderr
+
+
+def test_eval_attach_shows_the_gate_verdicts_it_changes(
+    fresh_registry: Registry, tmp_path: Path
+) -> None:
+    pub, evaluator, key, repo = _setup(fresh_registry, tmp_path)
+    baseline = push_new(pub, repo, tmp_path)
+    digest = push_new(pub, repo, tmp_path)
+    attached = _attach(
+        fresh_registry, evaluator, key, f"{repo}@{digest}",
+        _results(tmp_path, worked_example(critical=0)), "--baseline", f"{repo}@{baseline}",
+    )  # fmt: skip
+    assert attached.returncode == 0, attached.stderr
+    out = attached.stdout
+    assert f"gates of {repo}@prod for {digest}: do not promote -> promote" in out, out
+    assert "  max_critical_safety_failures: FAIL -> PASS" in out, out
+    assert "no gate verdict changed" not in out
 
 
 def _audit_key(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
