@@ -10,7 +10,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.oci.conftest import host_of, new_bundle, new_publisher, oras_client
+from tests.oci.conftest import (
+    host_of,
+    new_bundle,
+    new_publisher,
+    oras_client,
+    skopeo,
+    skopeo_login,
+    write_layout,
+)
 from tests.registry.conftest import Publisher, Registry
 
 INTOTO = "application/vnd.in-toto+json"
@@ -59,6 +67,33 @@ def test_attach_pushes_a_verified_referrer_that_the_referrers_api_lists(
     assert manifest["subject"]["digest"] == digest
     blob = client.get_blob(f"{host_of(mw)}/{repo}", manifest["layers"][0]["digest"])
     assert blob.content == signature.read_bytes()
+
+
+def test_attach_signs_a_manifest_pending_its_signature_into_a_bundle(
+    mw: Registry, tmp_path: Path
+) -> None:
+    pub = new_publisher(mw)
+    repo = mw.repo(pub.actor)
+    bundle = new_bundle(pub, tmp_path)
+    layout = write_layout(bundle, tmp_path / "layout", "v1")
+    auth = tmp_path / "auth.json"
+    skopeo_login(mw, pub.name, pub.actor.token, auth)
+    dest = f"docker://{host_of(mw)}/{repo}"
+    args = ["--dest-tls-verify=false", "--preserve-digests", f"oci:{layout}:v1"]
+    skopeo("copy", *args, f"{dest}@{bundle.digest}", authfile=auth)
+    refused = skopeo("copy", *args, f"{dest}:staging", authfile=auth, check=False)
+    assert refused.returncode != 0
+    assert "pending" in refused.stderr, refused.stderr
+    signature = tmp_path / "provenance.dsse.json"
+    signature.write_bytes(bundle.signature)
+    result = mw.cli(
+        "attach", f"{repo}@{bundle.digest}", str(signature), "--json", token=pub.actor.token
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[0]["state"] == "referrer"  # the pending one is a bundle
+    skopeo("copy", *args, f"{dest}:staging", authfile=auth)
+    answer = pub.actor.client.get_alias(repo, "staging")
+    assert answer["digest"] == bundle.digest
 
 
 def test_attach_of_a_signature_by_an_unregistered_key_is_refused(
