@@ -154,3 +154,31 @@ def test_publisher_rule_is_one_rule_for_moving_and_publishing(
     registry.admin.add_publisher(repo, other.name)
     moved = other.actor.client.set_alias(repo, "dev", digest, expected_version=0)
     assert moved["digest"] == digest
+
+
+def test_signature_meeting_the_threshold_of_a_move_quarantined_meanwhile_publishes_nothing(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A proposal of a protected move waits for its reviewer; the bundle is quarantined
+    meanwhile; the signature that meets the threshold is refused by the same decision
+    (step (2), 409 ``bundle_quarantined``) and the alias does not move."""
+    from tests.tuf.test_registry_attacks_tuf import new_reviewer, sign
+
+    pub = new_publisher(registry)
+    reviewer = new_reviewer(registry)
+    policy = (
+        "version: 1\ntrust_registered_signers: true\naliases:\n"
+        "  - {pattern: prod, roles: [publisher], protected: true, approvals: 1}\n"
+    )
+    repo = registry.repo(pub, policy_yaml=policy)
+    digest = push_new(pub, repo, tmp_path)
+    pending = pub.actor.client.set_alias(repo, "prod", digest, propose=True)["pending"]
+    registry.admin.quarantine(repo, digest, "exfiltrates weights")
+    with pytest.raises(APIError) as info:
+        sign(reviewer, int(pending["id"]))
+    assert (info.value.status, info.value.code) == (409, "bundle_quarantined")
+    assert "exfiltrates weights" in str(info.value)
+    assert registry.admin.tuf_proposal(int(pending["id"]))["state"] == "pending"
+    with pytest.raises(APIError) as missing:
+        registry.admin.get_alias(repo, "prod")
+    assert missing.value.status == 404
