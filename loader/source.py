@@ -6,9 +6,9 @@ every blob against its digest and size, and every attestation against the WORKER
 a test double only has to provide these methods.
 
 Every method raises ``registry.client.RegistryClientError`` subclasses on failure:
-``TransportError`` (no answer), ``APIError`` (``NotFound``, ``Unauthorized``...: the registry
-refused), ``BlobIntegrityError`` / ``ResponseTooLarge`` (the registry sent bytes that are not
-what was asked for, or too many of them).
+``TransportError`` (no answer), ``APIError`` (``NotFoundError``, ``UnauthorizedError``...:
+the registry refused), ``BlobIntegrityError`` / ``ResponseTooLarge`` (the registry sent
+bytes that are not what was asked for, or too many of them).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RegistrySource(Protocol):
         """The ``sha256:<hex>`` digest ``ref`` names by the registry's word (used only with
         ``--unsigned-aliases``: aliases are resolved through TUF, ``loader.tuf_resolve``).
 
-        Raises ``NotFound`` (no such alias or repository), ``APIError``, ``TransportError``.
+        Raises ``NotFoundError`` (no such alias or repository), ``APIError``, ``TransportError``.
         """
         ...
 
@@ -57,7 +57,7 @@ class RegistrySource(Protocol):
         """The registry's record of ``repo@digest``: ``{"digest", "manifest" (base64),
         "quarantined", "quarantine_reason", "tombstoned", ...}``.
 
-        Raises ``NotFound``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
+        Raises ``NotFoundError``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
         """
         ...
 
@@ -65,7 +65,7 @@ class RegistrySource(Protocol):
         """The exact manifest bytes of ``repo@digest``, read at most ``max_bytes`` of them.
 
         Raises ``ResponseTooLarge`` as soon as more than ``max_bytes`` arrive,
-        ``BlobIntegrityError`` when the bytes do not hash to ``digest``, ``NotFound``,
+        ``BlobIntegrityError`` when the bytes do not hash to ``digest``, ``NotFoundError``,
         ``APIError``, ``TransportError``.
         """
         ...
@@ -74,7 +74,7 @@ class RegistrySource(Protocol):
         """Every attestation stored for ``repo@digest``: ``[{"id", "kind", "predicate_type",
         "data" (base64 of the raw envelope)}]``, unverified.
 
-        Raises ``NotFound``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
+        Raises ``NotFoundError``, ``APIError``, ``TransportError``, ``ResponseTooLarge``.
         """
         ...
 
@@ -90,7 +90,7 @@ class RegistrySource(Protocol):
         returns ``dest``, which appears only once its size and digest check passed.
 
         Never writes more than ``size`` bytes. Raises ``BlobIntegrityError`` (more, fewer or
-        other bytes than stated; nothing kept), ``NotFound``, ``APIError``,
+        other bytes than stated; nothing kept), ``NotFoundError``, ``APIError``,
         ``TransportError``.
         """
         ...
@@ -99,7 +99,7 @@ class RegistrySource(Protocol):
         """Store a signed envelope (raw bytes) for ``repo@digest``; returns the registry's
         ``{"id", "kind", "predicate_type"}``.
 
-        Raises ``BadRequest`` (refused envelope), ``Forbidden``, ``APIError``,
+        Raises ``BadRequestError`` (refused envelope), ``ForbiddenError``, ``APIError``,
         ``TransportError``.
         """
         ...

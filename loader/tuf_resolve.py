@@ -49,7 +49,7 @@ from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
-from modelward.registry.client import NotFound
+from modelward.registry.client import NotFoundError
 
 if TYPE_CHECKING:
     from modelward.attest.policy import Policy
@@ -449,7 +449,7 @@ def resolve_reference(
             online_aliases=trust.online_aliases,
             fetcher=client.tuf_fetcher(),
         )
-    except (AliasNotSigned, NotFound):
+    except (AliasNotSigned, NotFoundError):
         client.check_repository(ref.repo)  # UnknownRepository, with the names close to it
         raise
     return resolved.digest

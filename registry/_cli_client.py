@@ -37,11 +37,11 @@ from modelward.registry._client_config import (
 )
 from modelward.registry._client_errors import (
     APIError,
-    Conflict,
+    ConflictError,
     InvalidReference,
     PreflightRefused,
     RegistryClientError,
-    Unauthorized,
+    UnauthorizedError,
 )
 
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
@@ -155,12 +155,12 @@ def _reported(as_json: bool = False) -> Iterator[None]:
     refusal prints its gates as a table unless ``as_json`` (then the whole detail, as JSON)."""
     try:
         yield
-    except Conflict as exc:
+    except ConflictError as exc:
         current = exc.current
         if current is None:  # not a stale alias version (quarantined, already withdrawn...)
             fail(str(exc))
         fail(str(exc), hint=f"the alias is now {json.dumps(current)}; read it and retry")
-    except Unauthorized as exc:
+    except UnauthorizedError as exc:
         fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except APIError as exc:
         fail(str(exc) if as_json else describe_refusal(exc))
@@ -899,7 +899,7 @@ def quarantine(
         try:
             record = client.quarantine(r.repo, str(r.digest), reason)
             proposal = record.get("proposal")
-        except Conflict:
+        except ConflictError:
             # already quarantined on the registry's word: sign its pending proposal
             pending = (
                 find_pending(client, repo=None, alias=None, target=target, digest=str(r.digest))

@@ -54,7 +54,7 @@ def _registry() -> Iterator[RegistryClient]:
         InvalidReference,
         RegistryClient,
         RegistryClientError,
-        Unauthorized,
+        UnauthorizedError,
     )
 
     try:
@@ -63,7 +63,7 @@ def _registry() -> Iterator[RegistryClient]:
             yield client
     except InvalidReference as exc:
         _fail(str(exc), code=2)
-    except Unauthorized as exc:
+    except UnauthorizedError as exc:
         _fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except RegistryClientError as exc:
         _fail(str(exc))

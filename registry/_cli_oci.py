@@ -155,7 +155,7 @@ def bundle_import(
     by_sha = {a.sha256: a.file for a in bundle.attestations}
     refused: list[str] = []
     with _reported(), _client(workers) as client:
-        client.get_repo(repo)  # fail fast: NotFound, Unauthorized
+        client.get_repo(repo)  # fail fast: NotFoundError, UnauthorizedError
         # (3): blobs, HEAD first.
         sources = [BlobSource(digest=d, size=n, path=p) for d, n, p in bundle.blobs()]
         sent = client.blobs.upload_many(sources)

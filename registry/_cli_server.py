@@ -405,10 +405,10 @@ def _admin_api() -> Iterator[Any]:
     from modelward.registry.client import (
         APIError,
         ClientConfigError,
-        Forbidden,
+        ForbiddenError,
         RegistryClient,
         RegistryClientError,
-        Unauthorized,
+        UnauthorizedError,
     )
 
     try:
@@ -426,12 +426,12 @@ def _admin_api() -> Iterator[Any]:
     try:
         with RegistryClient(settings.url, settings.token) as client:
             yield client
-    except Forbidden as exc:
+    except ForbiddenError as exc:
         _fail(
             f"{settings.url}: {exc}",
             hint="admin commands need an admin's token: `modelward login URL --token ADMIN_TOKEN`",
         )
-    except Unauthorized as exc:
+    except UnauthorizedError as exc:
         _fail(f"{settings.url}: {exc}", hint="check the token: `modelward login URL --token T`")
     except (APIError, RegistryClientError) as exc:
         _fail(str(exc))

@@ -32,7 +32,7 @@ import httpx
 from modelward.registry._client_errors import (
     APIError,
     BlobIntegrityError,
-    NotFound,
+    NotFoundError,
     TransportError,
 )
 
@@ -100,7 +100,7 @@ class BlobTransfer:
         """Size of the stored blob per HEAD, or None when the registry does not have it."""
         try:
             response = self._client._request("HEAD", f"/v1/blobs/{digest}")
-        except NotFound:
+        except NotFoundError:
             return None
         return int(response.headers.get("content-length", "-1"))
 
@@ -184,7 +184,7 @@ class BlobTransfer:
             try:
                 state = self._client._request("GET", f"/v1/uploads/{upload_id}").json()
                 return upload_id, int(state["offset"])
-            except NotFound:
+            except NotFoundError:
                 self._save_session(blob.digest, None)
         body: dict[str, object] = {"digest": blob.digest, "size": blob.size}
         if blob.repository:

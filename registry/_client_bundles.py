@@ -95,7 +95,7 @@ def push_bundle(
     from modelward.attest.manifest import build_bundle
 
     parse_repo(repo)
-    # fail fast (NotFound, Unauthorized) before hashing gigabytes; names the repo's policy
+    # fail fast (NotFoundError, UnauthorizedError) before hashing gigabytes; names the repo's policy
     info = client.get_repo(repo)
     # (1) hash the tree into a manifest (exact bytes kept).
     built = build_bundle(root, exclude=exclude)

@@ -3,26 +3,32 @@
     RegistryClientError              every failure the client reports
      ├── ClientConfigError           no URL/token configured, an unreadable config file
      ├── InvalidReference            ``org/name@alias`` / ``org/name@sha256:<hex>`` did not parse
- ├── UnknownRepository           no repository of that name the caller may read (with the
- │                               closest names it may read)
+     ├── UnknownRepository           no repository of that name the caller may read (with the
+     │                               closest names it may read)
      ├── TransportError              connection refused/reset, timeout, a stream cut short
      ├── BlobIntegrityError          downloaded bytes did not hash/size to the digest asked for
      │                               (a body longer than the stated size is cut off at it)
      ├── ResponseTooLarge            an answer read into memory went past its byte limit
      ├── PreflightRefused            ``push`` judged the bundle locally with the repository's
      │                               policy: the registry would refuse it; nothing was sent
+     ├── ReleaseInputError           (registry._client_release) the registry cannot give what a
+     │                               release record needs (names the thing)
      └── APIError                    the server answered with a JSON error (status >= 400)
-          ├── BadRequest             400, 413, 415, 416, 422: the request was refused as invalid
-          ├── Unauthorized           401: no token, a bad, revoked or expired token
-          ├── Forbidden              403: authenticated, not allowed
-          ├── NotFound               404
-          └── Conflict               409: stale compare-and-swap; ``current`` is the alias now
+          ├── BadRequestError        400, 411, 413, 415, 416, 422: refused as invalid
+          ├── UnauthorizedError      401: no token, a bad, revoked or expired token
+          ├── ForbiddenError         403: authenticated, not allowed
+          ├── NotFoundError          404, 410
+          └── ConflictError          409: stale compare-and-swap; ``current`` is the alias now
 
 Each ``APIError`` carries the request it answers and the server's ``code``, ``message`` and
 ``detail`` from ``{"error": {"code", "message", "detail"}}``.
 
 ``UnsafeFetchWarning`` (a ``UserWarning``, not an error) marks the one download path that checks
 digests only: ``RegistryClient.unsafe_fetch``.
+
+These are what the client raises on receiving an answer; the server's own answers are
+registry.errors (``NotFound``, ``Conflict``...: the names without ``Error``), a separate tree
+(tests/attest/test_error_tree.py).
 """
 
 from __future__ import annotations
@@ -35,18 +41,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APIError",
-    "BadRequest",
+    "BadRequestError",
     "BlobIntegrityError",
     "ClientConfigError",
-    "Conflict",
-    "Forbidden",
+    "ConflictError",
+    "ForbiddenError",
     "InvalidReference",
-    "NotFound",
+    "NotFoundError",
     "PreflightRefused",
     "RegistryClientError",
     "ResponseTooLarge",
     "TransportError",
-    "Unauthorized",
+    "UnauthorizedError",
     "UnknownRepository",
     "UnsafeFetchWarning",
     "api_error_from_response",
@@ -230,23 +236,23 @@ class APIError(RegistryClientError):
         self.request = request
 
 
-class BadRequest(APIError):  # noqa: N818 - HTTP status names
+class BadRequestError(APIError):
     """400/413/415/416/422: invalid input (digest mismatch, bad manifest, too large...)."""
 
 
-class Unauthorized(APIError):  # noqa: N818
+class UnauthorizedError(APIError):
     """401: missing, unknown, revoked or expired token."""
 
 
-class Forbidden(APIError):  # noqa: N818
+class ForbiddenError(APIError):
     """403: the principal is authenticated but not allowed to do this."""
 
 
-class NotFound(APIError):  # noqa: N818
+class NotFoundError(APIError):
     """404: no such blob, bundle, repository, alias, upload session..."""
 
 
-class Conflict(APIError):  # noqa: N818
+class ConflictError(APIError):
     """409: a stale compare-and-swap. ``current`` holds the alias state the server reported."""
 
     @property
@@ -261,17 +267,17 @@ class Conflict(APIError):  # noqa: N818
 
 
 _BY_STATUS: dict[int, type[APIError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: NotFound,
-    411: BadRequest,
-    413: BadRequest,
-    415: BadRequest,
-    416: BadRequest,
-    422: BadRequest,
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: NotFoundError,
+    411: BadRequestError,
+    413: BadRequestError,
+    415: BadRequestError,
+    416: BadRequestError,
+    422: BadRequestError,
 }
 
 

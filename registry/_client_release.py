@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from modelward.registry._client_errors import APIError, NotFound, RegistryClientError
+from modelward.registry._client_errors import APIError, NotFoundError, RegistryClientError
 
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
@@ -36,7 +36,7 @@ class ReleaseInputError(RegistryClientError):
 def _history(client: RegistryClient, repo: str, alias: str) -> list[dict[str, Any]]:
     try:
         history = client.alias_history(repo, alias)
-    except NotFound as exc:
+    except NotFoundError as exc:
         raise ReleaseInputError(f"{repo}@{alias}: no such alias ({exc})") from None
     if not history:
         raise ReleaseInputError(f"{repo}@{alias}: the alias has no history")
@@ -48,7 +48,7 @@ def _tuf_roots(client: RegistryClient) -> list[bytes]:
     for version in range(1, MAX_ROLE_VERSIONS + 1):
         try:
             roots.append(client.tuf_file(f"{version}.root.json"))
-        except NotFound:
+        except NotFoundError:
             break
     if not roots:
         raise ReleaseInputError("the registry serves no TUF root (GET /tuf/1.root.json)")

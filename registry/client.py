@@ -5,8 +5,8 @@ Errors (see ``registry._client_errors`` for the drawn tree)::
     RegistryClientError > ClientConfigError | InvalidReference | UnknownRepository
                         | TransportError
                         | BlobIntegrityError | ResponseTooLarge
-                        | APIError > BadRequest | Unauthorized | Forbidden
-                                   | NotFound | Conflict(.current)
+                        | APIError > BadRequestError | UnauthorizedError | ForbiddenError
+                                   | NotFoundError | ConflictError(.current)
 
 Every method maps to one endpoint of the registry API (docs: /v1, bearer token, JSON errors);
 ``push`` and ``unsafe_fetch`` compose them. The client reads no environment: the CLI resolves
@@ -46,17 +46,17 @@ from modelward.registry._client_bundles import PushResult, push_bundle, unsafe_f
 from modelward.registry._client_config import Reference, parse_reference, parse_repo
 from modelward.registry._client_errors import (
     APIError,
-    BadRequest,
+    BadRequestError,
     BlobIntegrityError,
     ClientConfigError,
-    Conflict,
-    Forbidden,
+    ConflictError,
+    ForbiddenError,
     InvalidReference,
-    NotFound,
+    NotFoundError,
     RegistryClientError,
     ResponseTooLarge,
     TransportError,
-    Unauthorized,
+    UnauthorizedError,
     UnknownRepository,
     api_error_from_response,
     transport_error,
@@ -64,13 +64,13 @@ from modelward.registry._client_errors import (
 
 __all__ = [
     "APIError",
-    "BadRequest",
+    "BadRequestError",
     "BlobIntegrityError",
     "ClientConfigError",
-    "Conflict",
-    "Forbidden",
+    "ConflictError",
+    "ForbiddenError",
     "InvalidReference",
-    "NotFound",
+    "NotFoundError",
     "PushResult",
     "Reference",
     "RegistryClient",
@@ -78,7 +78,7 @@ __all__ = [
     "ResponseTooLarge",
     "TransferOptions",
     "TransportError",
-    "Unauthorized",
+    "UnauthorizedError",
     "parse_reference",
     "parse_repo",
 ]
@@ -294,7 +294,7 @@ class RegistryClient(ListingMixin):
         try:
             self.get_repo(name)
             return
-        except NotFound:
+        except NotFoundError:
             pass
         try:
             names = [
@@ -375,7 +375,7 @@ class RegistryClient(ListingMixin):
 
         Streams the answer and stops as soon as more than ``max_bytes`` arrived. Raises
         ``ResponseTooLarge`` (naming the repository, digest and limit), ``BlobIntegrityError``
-        (the bytes do not hash to ``digest``), ``NotFound`` and other ``APIError``s,
+        (the bytes do not hash to ``digest``), ``NotFoundError`` and other ``APIError``s,
         ``TransportError``.
         """
         data = self._request(
@@ -456,7 +456,7 @@ class RegistryClient(ListingMixin):
         """The alias's current version, 0 when it does not exist yet."""
         try:
             return int(self.get_alias(repo, alias)["version"])
-        except NotFound:
+        except NotFoundError:
             return 0
 
     def set_alias(
@@ -474,7 +474,7 @@ class RegistryClient(ListingMixin):
         ``propose``: a protected alias short of approvals answers with ``pending``, the
         proposal its reviewers sign, instead of a refusal.
 
-        Raises ``Conflict`` (with ``.current``) when another writer moved it in between.
+        Raises ``ConflictError`` (with ``.current``) when another writer moved it in between.
         """
         if expected_version is None:
             expected_version = self.alias_version(repo, alias)
@@ -641,8 +641,8 @@ class RegistryClient(ListingMixin):
     def withdraw_approval(self, repo: str, digest: str, alias: str, reason: str) -> JSON:
         """DELETE .../approvals {alias, reason}: the caller withdraws its own approval of
         ``digest`` for ``alias``; it no longer counts -> {digest, alias, approvers, withdrawn}.
-        Raises ``Forbidden`` (only others approved it), ``Conflict`` (already withdrawn),
-        ``NotFound`` (no approval)."""
+        Raises ``ForbiddenError`` (only others approved it), ``ConflictError`` (already withdrawn),
+        ``NotFoundError`` (no approval)."""
         path = f"{_repo_path(repo)}/bundles/{digest}/approvals"
         result: JSON = self._json("DELETE", path, json_body={"alias": alias, "reason": reason})
         return result
@@ -681,7 +681,7 @@ class RegistryClient(ListingMixin):
         """PUT /v1/orgs/{org} (admins): create the org, or update it. ``owners`` replaces the
         owners (None: keep); ``floor`` (``{"aliases": [{pattern, approvals,
         require_baseline?}]}``) replaces the floor, ``remove_floor`` removes it (neither:
-        keep) -> {name, owners, floor, repositories, created_at}. Raises ``Conflict`` when
+        keep) -> {name, owners, floor, repositories, created_at}. Raises ``ConflictError`` when
         repositories of the org would fall below a raised floor (listed in ``detail``)."""
         if floor is not None and remove_floor:
             raise ClientConfigError("give a floor or remove_floor, not both")

@@ -49,19 +49,19 @@ def _attempt(
     tally: Tally,
     barrier: threading.Barrier | None,
 ) -> bool:
-    from modelward.registry.client import Conflict, NotFound
+    from modelward.registry.client import ConflictError, NotFoundError
 
     try:
         state = client.get_alias(repo, "race")
         version, current = int(state["version"]), state["digest"]
-    except NotFound:
+    except NotFoundError:
         version, current = 0, None
     target = next(d for d in digests[i % len(digests) :] + digests if d != current)
     if barrier is not None:
         barrier.wait(timeout=300)
     try:
         answer = client.set_alias(repo, "race", target, expected_version=version, reason=tag)
-    except Conflict as exc:
+    except ConflictError as exc:
         with tally.lock:
             tally.conflicts += 1
             if exc.current is None or int(exc.current.get("version", 0)) < 1:

@@ -236,12 +236,12 @@ class Campaign:
         self.counter += 1
 
         def op() -> None:
-            from modelward.registry.client import NotFound
+            from modelward.registry.client import NotFoundError
 
             try:
                 state = self.pub_client.get_alias(self.repo, "moving")
                 version, current = int(state["version"]), state["digest"]
-            except NotFound:
+            except NotFoundError:
                 version, current = 0, None
             # the retry after a crash: the first attempt may have committed unacknowledged
             if version and any(
@@ -281,11 +281,11 @@ class Campaign:
         reason = f"crash test {digest[:19]} {self.rng.random():.9f}"
 
         def op() -> None:
-            from modelward.registry.client import Conflict
+            from modelward.registry.client import ConflictError
 
             try:
                 answer = self.rev_client.quarantine(self.repo, digest, reason)
-            except Conflict as exc:
+            except ConflictError as exc:
                 # a retry whose first attempt committed: 409 with the quarantine on record;
                 # it is this client's own quarantine when its principal and reason match
                 detail = exc.detail if isinstance(exc.detail, dict) else {}
@@ -394,7 +394,7 @@ class Campaign:
         self, acks: list[Ack], events: list[dict[str, Any]] | None = None
     ) -> list[str]:
         """Every acknowledged write is still there."""
-        from modelward.registry.client import NotFound
+        from modelward.registry.client import NotFoundError
 
         admin = self.reg.admin
         problems: list[str] = []
@@ -454,17 +454,17 @@ class Campaign:
                         problems.append(
                             f"acknowledged quarantine of {m.group(1)} has no audit event"
                         )
-            except NotFound:
+            except NotFoundError:
                 problems.append(f"acknowledged {ack.method} {path} ({ack.status}): now 404")
         return problems
 
     def _session_problem(self, upload_id: str, ack: Ack) -> list[str]:
-        from modelward.registry.client import NotFound
+        from modelward.registry.client import NotFoundError
 
         body = ack.body or {}
         try:
             state = self.pub_client._json("GET", f"/v1/uploads/{upload_id}")
-        except NotFound:  # committed (the blob is there) or cancelled since: fine
+        except NotFoundError:  # committed (the blob is there) or cancelled since: fine
             digest = body.get("digest")
             if digest and digest in self.blobs and self.reg.admin.blob_size(digest) is None:
                 return [f"upload session {upload_id} vanished and its blob is not there"]
@@ -479,7 +479,7 @@ class Campaign:
     def partial_problems(self, name: str, op: Callable[[], None]) -> list[str]:
         """The operation's bundle or blob is absent or whole."""
         from modelward.attest.manifest import parse_manifest
-        from modelward.registry.client import NotFound
+        from modelward.registry.client import NotFoundError
 
         admin = self.reg.admin
         digest = getattr(op, "digest", None)
@@ -487,7 +487,7 @@ class Campaign:
         if name == "push" and digest:
             try:
                 raw = admin.get_manifest(self.repo, digest)
-            except NotFound:
+            except NotFoundError:
                 return []
             if raw != self.bundles[digest]:
                 return [f"bundle {digest}: manifest bytes differ from the ones pushed"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import NotFound
+from modelward.registry.client import NotFoundError
 from tests.oci_layout.conftest import World
 from tests.registry.conftest import unique
 
@@ -269,7 +269,7 @@ def test_import_of_a_layout_written_by_skopeo(world: World, tmp_path: Path) -> N
     denied = world.import_(copy, repo)
     assert denied.returncode == 1
     assert "provenance" in denied.stderr
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         world.target_pub.client.get_bundle(repo, world.bundle)
     # Where the bundle is held (with its attestations), skopeo's layout imports cleanly.
     held = world.target_repo()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import NotFound
+from modelward.registry.client import NotFoundError
 from tests.oci_layout.conftest import World
 
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -71,7 +71,7 @@ def refused(world: World, layout: Path, *expected: str) -> str:
     for text in expected:
         assert text in done.stderr, done.stderr
     admin = world.target.admin
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         admin.get_bundle(repo, world.hostile)
     manifest = json.loads(blob_path(world.hostile_layout, world.hostile).read_bytes())
     for descriptor in [manifest["config"], *manifest["layers"]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry.client import Unauthorized
+from modelward.registry.client import UnauthorizedError
 from tests.registry.conftest import (
     MODELWARD,
     Registry,
@@ -74,7 +74,7 @@ def test_admin_creates_principal_and_token_over_the_api(reg: Registry) -> None:
     with reg.client(token) as client:
         assert client.whoami() == {"principal": name, "role": "reader"}
         assert reg.cli("admin", "token", "revoke", token_id, check=True).returncode == 0
-        with pytest.raises(Unauthorized, match=token_id):
+        with pytest.raises(UnauthorizedError, match=token_id):
             client.whoami()
     # audited under the admin who called the API, not as local-admin
     assert [e["actor"] for e in _audited(reg, "principal.create", name)] == ["admin"]

@@ -6,7 +6,7 @@ import itertools
 import threading
 from pathlib import Path
 
-from modelward.registry.client import Conflict, NotFound
+from modelward.registry.client import ConflictError, NotFoundError
 from tests.registry.conftest import Registry, new_publisher, push_new
 
 WRITERS = 32
@@ -20,7 +20,7 @@ def test_32_writers_race_cas_no_lost_update(registry: Registry, tmp_path: Path) 
     clients = [registry.client(pub.actor.token) for _ in range(WRITERS)]
     barrier = threading.Barrier(WRITERS)
     wins: list[tuple[int, str]] = []
-    losses: list[Conflict] = []
+    losses: list[ConflictError] = []
     other: list[BaseException] = []
     lock = threading.Lock()
 
@@ -30,7 +30,7 @@ def test_32_writers_race_cas_no_lost_update(registry: Registry, tmp_path: Path) 
             try:
                 state = client.get_alias(repo, "race")
                 version, current = int(state["version"]), state["digest"]
-            except NotFound:
+            except NotFoundError:
                 version, current = 0, None
             # always a real move: a digest other than the one just read
             target = next(d for d in digests[i % len(digests) :] + digests if d != current)
@@ -39,7 +39,7 @@ def test_32_writers_race_cas_no_lost_update(registry: Registry, tmp_path: Path) 
                 result = client.set_alias(
                     repo, "race", target, expected_version=version, reason=f"writer {i}"
                 )
-            except Conflict as exc:
+            except ConflictError as exc:
                 with lock:
                     losses.append(exc)
             except BaseException as exc:  # surfaced below

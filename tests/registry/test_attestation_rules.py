@@ -415,16 +415,16 @@ def test_cli_attestation_add_list_retract_round_trip(reg: Reg, tmp_path: Path) -
 def test_client_retracts_and_lists_on_each_database(registry: Registry, tmp_path: Path) -> None:
     """The same round trip through RegistryClient on the shared SQLite and PostgreSQL servers
     (conftest ``registry``): retraction columns written and read back on both."""
-    from modelward.registry.client import Conflict, Forbidden
+    from modelward.registry.client import ConflictError, ForbiddenError
 
     pub = new_publisher(registry)
     repo = registry.repo(pub)
     digest = push_new(pub, repo, tmp_path)
     [pushed] = pub.actor.client.list_attestations(repo, digest)
     reviewer = registry.actor("reviewer")
-    with pytest.raises(Forbidden):
+    with pytest.raises(ForbiddenError):
         reviewer.client.retract_attestation(repo, digest, pushed["id"], "not mine")
-    with pytest.raises(Forbidden):
+    with pytest.raises(ForbiddenError):
         pub.actor.client.list_attestations_with_retracted(repo, digest)
     done = pub.actor.client.retract_attestation(repo, digest, pushed["id"], "rebuilt")
     assert (done["retracted"], done["retracted_by"], done["retraction_reason"]) == (
@@ -432,7 +432,7 @@ def test_client_retracts_and_lists_on_each_database(registry: Registry, tmp_path
         pub.name,
         "rebuilt",
     )
-    with pytest.raises(Conflict):
+    with pytest.raises(ConflictError):
         registry.admin.retract_attestation(repo, digest, pushed["id"], "again")
     assert pub.actor.client.list_attestations(repo, digest) == []
     [kept] = reviewer.client.list_attestations_with_retracted(repo, digest)

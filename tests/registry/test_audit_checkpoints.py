@@ -31,7 +31,7 @@ from modelward.registry._client_audit import (
     verify_through_api,
     witness_checkpoint,
 )
-from modelward.registry.client import BadRequest
+from modelward.registry.client import BadRequestError
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 from tests.registry.test_audit_cli import COLUMNS, Db
 
@@ -318,9 +318,9 @@ def test_inclusion_proof_of_one_event(registry: Registry) -> None:
         proof_answer = registry.admin.audit_inclusion_proof(event.seq - 1, checkpoint.size)
         assert base64.b64decode(proof_answer["leaf_hash"]) == leaf_hash(event_entry(event))
         verify_event_inclusion(event, proof_from_answer(proof_answer), checkpoint)
-    with pytest.raises(BadRequest, match="events, not"):
+    with pytest.raises(BadRequestError, match="events, not"):
         registry.admin.audit_inclusion_proof(0, checkpoint.size + 10_000)
-    with pytest.raises(BadRequest, match="fewer"):
+    with pytest.raises(BadRequestError, match="fewer"):
         registry.admin.audit_consistency_proof(2, 1)
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from modelward.registry.client import APIError, NotFound
+from modelward.registry.client import APIError, NotFoundError
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher
 
 
@@ -197,7 +197,7 @@ def test_manifest_oversized(registry: Registry, pub: Publisher) -> None:
         lambda: pub.actor.client.put_bundle(repo, sha(manifest), manifest),
     )
     assert err.status in (400, 413)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_bundle(repo, sha(manifest))
 
 
@@ -254,7 +254,7 @@ def test_bad_manifest_refused(registry: Registry, pub: Publisher, staged: Any, c
         lambda: pub.actor.client.put_bundle(repo, digest, manifest, [att]),
     )
     assert err.status in (400, 409, 413, 422)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_bundle(repo, digest)
 
 
@@ -270,7 +270,7 @@ def test_manifest_bytes_not_matching_url_digest(
         pub.actor.name,
         lambda: pub.actor.client.put_bundle(repo, other, staged.manifest.raw, pub.sign(staged)),
     )
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_bundle(repo, staged.manifest.digest)
 
 
@@ -289,7 +289,7 @@ def test_attestation_by_untrusted_key(registry: Registry, pub: Publisher, staged
         ),
     )
     assert err.status in (400, 403, 422)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_bundle(repo, staged.manifest.digest)
 
 
@@ -311,7 +311,7 @@ def test_alias_moved_by_principal_the_policy_does_not_allow(
         lambda: pub.actor.client.set_alias(repo, "release-1", staged.manifest.digest),
     )
     assert err.status == 403
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_alias(repo, "release-1")
     assert allowed.actor.client.set_alias(repo, "release-1", staged.manifest.digest)["version"] == 1
 

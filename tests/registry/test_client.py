@@ -18,17 +18,17 @@ from modelward.registry._client_config import parse_reference, resolve_settings,
 from modelward.registry._client_errors import UnsafeFetchWarning
 from modelward.registry.client import (
     APIError,
-    BadRequest,
+    BadRequestError,
     BlobIntegrityError,
-    Conflict,
-    Forbidden,
+    ConflictError,
+    ForbiddenError,
     InvalidReference,
-    NotFound,
+    NotFoundError,
     RegistryClient,
     ResponseTooLarge,
     TransferOptions,
     TransportError,
-    Unauthorized,
+    UnauthorizedError,
 )
 from tests.registry.conftest import (
     MODELWARD,
@@ -46,13 +46,13 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(client_mod.__all__) == sorted(
         [
             "APIError",
-            "BadRequest",
+            "BadRequestError",
             "BlobIntegrityError",
             "ClientConfigError",
-            "Conflict",
-            "Forbidden",
+            "ConflictError",
+            "ForbiddenError",
             "InvalidReference",
-            "NotFound",
+            "NotFoundError",
             "PushResult",
             "Reference",
             "RegistryClient",
@@ -60,7 +60,7 @@ def test_public_surface_is_pinned() -> None:
             "ResponseTooLarge",
             "TransferOptions",
             "TransportError",
-            "Unauthorized",
+            "UnauthorizedError",
             "parse_reference",
             "parse_repo",
         ]
@@ -77,13 +77,13 @@ def _mock(status: int, body: object) -> RegistryClient:
 @pytest.mark.parametrize(
     ("status", "cls"),
     [
-        (400, BadRequest),
-        (401, Unauthorized),
-        (403, Forbidden),
-        (404, NotFound),
-        (409, Conflict),
-        (413, BadRequest),
-        (422, BadRequest),
+        (400, BadRequestError),
+        (401, UnauthorizedError),
+        (403, ForbiddenError),
+        (404, NotFoundError),
+        (409, ConflictError),
+        (413, BadRequestError),
+        (422, BadRequestError),
     ],
 )
 def test_error_status_maps_to_class_with_evidence(status: int, cls: type[APIError]) -> None:
@@ -101,7 +101,7 @@ def test_error_status_maps_to_class_with_evidence(status: int, cls: type[APIErro
 def test_conflict_carries_current_alias_state() -> None:
     current = {"alias": "prod", "digest": DIGEST, "version": 7}
     body = {"error": {"code": "stale_version", "message": "stale", "detail": {"current": current}}}
-    with pytest.raises(Conflict) as info:
+    with pytest.raises(ConflictError) as info:
         _mock(409, body).set_alias("org/m", "prod", DIGEST, expected_version=3)
     assert info.value.current == current
 
@@ -349,7 +349,7 @@ def test_compressed_answer_is_refused() -> None:
 
 def test_oversized_error_answer_still_maps_to_its_status() -> None:
     sent: list[int] = []
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         _streaming(404, _endless(sent)).whoami()
     assert sum(sent) <= 2**20 + 16 * 1024
 

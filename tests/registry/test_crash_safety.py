@@ -19,7 +19,7 @@ from modelward.registry._client_audit import events_from_api
 from modelward.registry._client_blobs import BlobSource
 from modelward.registry._client_config import parse_reference
 from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import NotFound, RegistryClientError, TransportError
+from modelward.registry.client import NotFoundError, RegistryClientError, TransportError
 from tests.registry.conftest import (
     Publisher,
     Registry,
@@ -85,7 +85,7 @@ def test_kill9_during_chunked_blob_upload(crashable: Registry, tmp_path: Path) -
     reg.server.start()
     # nothing partial: the incomplete blob is not there, the bundle is not there
     assert reg.admin.blob_size(big.digest) is None
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         reg.admin.get_bundle(repo, built.manifest.digest)
     _audit_verifies(reg)
     # the retry resumes the session (not from zero) and completes
@@ -145,7 +145,7 @@ def test_kill9_during_bundle_commit(crashable: Registry, tmp_path: Path, delay: 
     # (1) the bundle is either absent or complete: exact manifest bytes and its attestation
     try:
         record = reg.admin.get_bundle(repo, built.manifest.digest)
-    except NotFound:
+    except NotFoundError:
         record = None
     if record is not None:
         assert reg.admin.get_manifest(repo, built.manifest.digest) == built.manifest.raw
@@ -188,7 +188,7 @@ def test_kill9_with_half_sent_bundle_body(crashable: Registry, tmp_path: Path) -
         time.sleep(0.2)
         reg.server.kill9()
     reg.server.start()
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         reg.admin.get_bundle(repo, built.manifest.digest)
     _audit_verifies(reg)
     assert pub.actor.client.put_bundle(

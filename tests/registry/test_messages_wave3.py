@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from modelward.attest.policy import MAX_POLICY_BYTES
-from modelward.registry.client import NotFound
+from modelward.registry.client import NotFoundError
 from tests.attest.test_evaluation import worked_example
 from tests.registry.conftest import MODELWARD, Registry, push_new, unique
 from tests.registry.test_release_gates import _attach, _results, _setup
@@ -151,7 +151,7 @@ def test_oversized_policy_is_refused_by_size_before_upload(
     assert str(policy) in refused.stderr
     assert f"larger than the {MAX_POLICY_BYTES} bytes" in refused.stderr
     assert "47000000 bytes" in refused.stderr
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         fresh_registry.admin.get_repo(name)
     assert list(fresh_registry.admin.iter_audit(after=mark)) == []
     # a policy within the limit is read and sent

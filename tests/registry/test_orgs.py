@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelward.registry.client import APIError, Conflict, Forbidden
+from modelward.registry.client import APIError, ConflictError, ForbiddenError
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 
 
@@ -58,7 +58,7 @@ def test_publisher_cannot_create_a_repo_in_an_org_it_does_not_own(registry: Regi
     mark = audit_mark(registry)
     # an org someone else owns, an org nobody owns, an org that does not exist yet
     for org in (owned, unowned, unique("org")):
-        with pytest.raises(Forbidden) as info:
+        with pytest.raises(ForbiddenError) as info:
             mallory.actor.client.create_repo(f"{org}/model", MEETS)
         assert org in str(info.value)
         with pytest.raises(APIError):
@@ -67,7 +67,7 @@ def test_publisher_cannot_create_a_repo_in_an_org_it_does_not_own(registry: Regi
     # the owner may; an owner removed may no longer
     alice.actor.client.create_repo(f"{owned}/model")
     registry.admin.remove_org_owner(owned, alice.name)
-    with pytest.raises(Forbidden):
+    with pytest.raises(ForbiddenError):
         alice.actor.client.create_repo(f"{owned}/other")
 
 
@@ -146,7 +146,7 @@ def test_raising_the_floor_above_an_existing_repo_is_refused(registry: Registry)
     name = f"{org}/{unique('m')}"
     pub.actor.client.create_repo(name, MEETS)
     higher = floor(("prod", 3))
-    with pytest.raises(Conflict) as info:
+    with pytest.raises(ConflictError) as info:
         registry.admin.put_org(org, floor=higher)
     assert info.value.code == "policy_below_floor"
     assert info.value.detail["repositories"][0]["repository"] == name
@@ -200,14 +200,14 @@ def test_only_admins_change_orgs_and_owners_must_be_publishers(registry: Registr
     pub = new_publisher(registry)
     reader = registry.actor("reader")
     org = unique("org")
-    with pytest.raises(Forbidden):
+    with pytest.raises(ForbiddenError):
         pub.actor.client.put_org(org, owners=[pub.name])
     with pytest.raises(APIError) as info:
         registry.admin.put_org(org, owners=[reader.name])
     assert info.value.status == 400
     assert reader.name in info.value.message
     registry.admin.put_org(org)
-    with pytest.raises(Forbidden):
+    with pytest.raises(ForbiddenError):
         pub.actor.client.add_org_owner(org, pub.name)
     for bad in (
         {"aliases": []},

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry.client import NotFound
+from modelward.registry.client import NotFoundError
 from tests.attest.corpus import canary_pickle
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher, unique
 
@@ -78,7 +78,7 @@ def test_malicious_pickle_is_refused_before_any_upload(registry: Registry, tmp_p
     assert upload_requests(registry) == before
     from modelward.attest.manifest import build_bundle
 
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_bundle(repo, build_bundle(root).manifest.digest)
 
 
@@ -214,7 +214,7 @@ def test_source_outside_the_policy_is_refused_before_upload(
     assert out.returncode == 1
     assert "source 'hf://mallory/tiny-llama' is not allowed" in out.stderr
     assert upload_requests(registry) == before
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_alias(repo, "dev")
 
 

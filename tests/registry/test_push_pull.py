@@ -9,7 +9,7 @@ import pytest
 
 from modelward.registry._client_config import parse_reference
 from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import APIError, Conflict, NotFound
+from modelward.registry.client import APIError, ConflictError, NotFoundError
 from tests.registry.conftest import (
     Registry,
     make_bundle_dir,
@@ -162,7 +162,7 @@ def test_quarantined_bundle_cannot_take_an_alias(registry: Registry, tmp_path: P
     with pytest.raises(APIError) as info:
         pub.actor.client.set_alias(repo, "canary", digest)
     assert 400 <= info.value.status < 500
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub.actor.client.get_alias(repo, "canary")
 
 
@@ -248,7 +248,7 @@ def test_conflict_from_concurrent_writer_carries_current(
     repo = registry.repo(pub)
     d1 = push_new(pub, repo, tmp_path, alias="x")
     d2 = push_new(pub, repo, tmp_path)
-    with pytest.raises(Conflict) as info:
+    with pytest.raises(ConflictError) as info:
         pub.actor.client.set_alias(repo, "x", d2, expected_version=0)
     assert info.value.current is not None
     assert info.value.current["digest"] == d1

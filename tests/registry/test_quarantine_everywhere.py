@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelward.registry.client import APIError, NotFound
+from modelward.registry.client import APIError, NotFoundError
 from tests.registry.conftest import (
     MODELWARD,
     Publisher,
@@ -83,7 +83,7 @@ def test_quarantined_digest_repushed_into_another_repo_is_refused(
     _refused(info, 409, "bundle_quarantined")
     assert "backdoored weights" in info.value.message
     assert info.value.detail["quarantined_in"] == repo_x
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         registry.admin.get_bundle(repo_y, digest)
     # nor again where it was quarantined (an idempotent re-push no longer answers 200)
     with pytest.raises(APIError) as info:
@@ -104,7 +104,7 @@ def test_quarantined_digest_in_another_repo_cannot_take_an_alias(
     with pytest.raises(APIError) as info:
         pub_b.actor.client.set_alias(repo_y, "canary", digest)
     _refused(info, 409, "bundle_quarantined")
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         pub_b.actor.client.get_alias(repo_y, "canary")
     # nor an approval or a new attestation for it there
     with pytest.raises(APIError) as info:

@@ -11,7 +11,7 @@ import pytest
 
 from modelward.registry._client_config import parse_reference
 from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import Conflict, RegistryClient
+from modelward.registry.client import ConflictError, RegistryClient
 from tests.registry.conftest import (
     PgCluster,
     Registry,
@@ -139,14 +139,14 @@ def test_cas_across_both_servers(pair: tuple[Registry, Registry], tmp_path: Path
     clients = [(a if i % 2 else b).client(pub.actor.token) for i in range(16)]
     barrier = threading.Barrier(len(clients))
     wins: list[int] = []
-    conflicts: list[Conflict] = []
+    conflicts: list[ConflictError] = []
     lock = threading.Lock()
 
     def writer(i: int) -> None:
         barrier.wait(timeout=60)
         try:
             res = clients[i].set_alias(repo, "race", digests[i % 2], expected_version=0)
-        except Conflict as exc:
+        except ConflictError as exc:
             with lock:
                 conflicts.append(exc)
         else:
