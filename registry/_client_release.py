@@ -230,12 +230,18 @@ def collect_release(
     signed move ``version`` (None: the latest): the moves its TUF role versions make, never
     the registry's alias-history rows (kept as unsigned context). Raises ReleaseInputError
     naming what is missing (no such alias, a version out of range, no signed move)."""
+    from tuf.api.exceptions import RepositoryError
     from tuf.api.metadata import Metadata, Targets
 
     from modelward.attest.manifest import parse_manifest
 
     history = _history(client, repo, alias)
-    tuf = _tuf(client, repo, alias, version)
+    try:
+        tuf = _tuf(client, repo, alias, version)
+    except (RepositoryError, ValueError, KeyError) as exc:  # the registry's bytes
+        raise ReleaseInputError(
+            f"{repo}@{alias}: the registry's TUF metadata is malformed: {type(exc).__name__}: {exc}"
+        ) from None
     version, digest = int(tuf.pop("version")), str(tuf.pop("digest"))
     moves = tuf.pop("moves")
     manifest = client.get_manifest(repo, digest)
