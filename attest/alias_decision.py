@@ -32,9 +32,12 @@ modelward builds an ``AliasDecision`` or judges a move's release gates.
 ``reason`` and its evidence, or returns the ``AliasDecision``. ``decide_move_result`` runs
 the very same steps and returns every check, passed or not (``alias set --dry-run``).
 
-A step whose input the caller leaves as ``None`` is not judged here, and the report says so
-(a worker has no mover, no approvals and no alias history: the TUF role's signatures are its
-word for those). The tree::
+A step whose input the caller leaves as ``None`` passes as "not judged here", and a step
+outside ``MoveRequest.judged`` cannot fail (it reports "not judged here" with what it found):
+a worker judges ``WORKER_STEPS``, its release gates, from what it verified itself; it has no
+mover, no approvals and no alias history, and the TUF role's signatures are its word for
+those. The registry decides step (1) alone first (``judged={"1"}``), before it reads the
+bundle. The tree::
 
     AttestError
     └── AliasMoveRefused     reason: RefusalReason, step, message, evidence

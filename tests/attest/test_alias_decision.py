@@ -296,6 +296,24 @@ def test_slice_missing_from_the_evaluation_blocks_the_move() -> None:
     assert refused(request(statements=statements)).reason is RefusalReason.GATES_FAILED
 
 
+def test_public_surface_is_pinned() -> None:
+    import modelward.attest.alias_decision as module
+
+    assert sorted(module.__all__) == [
+        "ALL_STEPS",
+        "AliasDecision",
+        "AliasDecisionReport",
+        "AliasMoveRefused",
+        "MoveCheck",
+        "MoveRequest",
+        "Mover",
+        "RefusalReason",
+        "WORKER_STEPS",
+        "decide_move",
+        "decide_move_result",
+    ]
+
+
 # -- the pin: one place builds a move's verdict ------------------------------------------------
 DECISION_NAMES = {"AliasDecision", "AliasDecisionReport", "AliasMoveRefused", "MoveCheck"}
 MOVE_CODES = {"baseline_required", "replay_required", "gates_failed", "approvals_required"}
