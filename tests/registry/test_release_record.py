@@ -272,6 +272,21 @@ def test_resigned_record_with_changed_tuf_metadata_fails_the_tuf_check(story: St
     assert f"not the subject {story.d1}" in refused.stderr
 
 
+def test_record_hiding_a_role_version_that_made_a_move_is_refused(story: Story) -> None:
+    """The signed history is read from every role version, 1 on: a record that leaves out
+    the version of release 2 (so that release 1 would seem never to have ended) is refused
+    before any move is counted."""
+    path, _ = story.record(f"{story.repo}@prod")
+
+    def hide(predicate: dict[str, Any]) -> None:
+        del predicate["tuf"]["role_versions"][1]
+
+    refused = story.verify(_resign(story, path, hide))
+    assert refused.returncode == 1
+    assert "check 2 (tuf): tuf.role_versions[1]:" in refused.stderr
+    assert "where version 2 was expected" in refused.stderr
+
+
 def test_resigned_record_with_changed_embedded_bytes_fails_the_digest_check(story: Story) -> None:
     path, _ = story.record(f"{story.repo}@prod")
 
