@@ -767,8 +767,14 @@ def _approval_line(repo: str) -> Callable[[Any], str]:
     def line(answer: Any) -> str:
         approvers = ", ".join(answer.get("approvers") or []) or "none"
         verb = "your approval withdrawn" if answer.get("withdrawn") else "approved"
+        unsigned = answer.get("unsigned_proposals") or []
+        taken = (
+            f"; your signature taken off pending proposal(s) {', '.join(map(str, unsigned))}"
+            if unsigned
+            else ""
+        )
         return (
-            f"{repo}@{answer.get('digest')} for {answer.get('alias')}: {verb}; "
+            f"{repo}@{answer.get('digest')} for {answer.get('alias')}: {verb}{taken}; "
             f"approvers: {approvers}"
         )
 

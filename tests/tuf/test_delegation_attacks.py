@@ -313,3 +313,23 @@ def test_a_late_approve_says_the_alias_already_points_there(
     as_json = reg.cli("approve", ref, "--alias", "prod", "--key", str(keys[r2.name]), "--json",
                       token=r2.actor.token, check=True)  # fmt: skip
     assert json.loads(as_json.stdout)["already"] is True
+
+
+def test_approve_withdraw_takes_a_signed_approval_off_the_pending_move(
+    fresh_registry: Registry, tmp_path: Path
+) -> None:
+    reg = fresh_registry
+    pub, r1, _r2 = new_publisher(reg), new_reviewer(reg), new_reviewer(reg)
+    repo = reg.repo(pub, policy_yaml=TWO_POLICY)
+    digest = push_new(pub, repo, tmp_path)
+    proposal = propose(pub, repo, "prod", digest)
+    key = tmp_path / "r1.key"
+    save_private_key(r1.key, key)
+    ref = f"{repo}@{digest}"
+    reg.cli("approve", ref, "--alias", "prod", "--key", str(key), token=r1.actor.token,
+            check=True)  # fmt: skip
+    assert len(reg.admin.tuf_proposal(proposal)["signatures"]) == 1
+    withdrawn = reg.cli("approve", ref, "--alias", "prod", "--withdraw", "--reason", "a regression",
+                        token=r1.actor.token, check=True)  # fmt: skip
+    assert f"your signature taken off pending proposal(s) {proposal}" in withdrawn.stdout
+    assert reg.admin.tuf_proposal(proposal)["signatures"] == []
