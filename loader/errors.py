@@ -10,12 +10,13 @@ Every refusal carries its evidence (the argument, the digest, the probe). The tr
     │   ├── TrustMetadataRefused  (loader.tuf_resolve) the registry's TUF metadata failed a
     │   │                         check or names no such alias
     │   └── BaselineDivergence    outputs differ from the recorded baseline (policy: enforce)
-    ├── IntegrityError            bytes on disk or from the registry do not match their digest
     ├── EngineUnavailable         vLLM is not installed (names what to install)
     ├── EngineFailed              vLLM failed to start or to generate
     └── InputError                a requests/outputs file or reference is malformed (names it)
 
-attest/ errors (``AttestError``) pass through unchanged: they already carry their evidence.
+attest/ errors (``AttestError``) pass through unchanged: they already carry their evidence
+(bytes on disk or from the registry that do not match their digest are
+``attest.errors.DigestMismatch``, not a loader error of their own).
 Registry client errors (``RegistryClientError``, registry._client_errors) pass through too;
 the registry's own answer to a quarantined bundle is ``registry.errors.Quarantined`` (409
 ``bundle_quarantined``); the worker refuses such a bundle as ``BundleQuarantined``.
@@ -33,7 +34,6 @@ __all__ = [
     "EngineUnavailable",
     "EngineVersionMismatch",
     "InputError",
-    "IntegrityError",
     "LoaderError",
     "RefusedError",
     "UnsafeArgument",
@@ -97,16 +97,6 @@ def _printable(text: str, limit: int = 500) -> str:
 
 class BaselineDivergence(RefusedError):  # noqa: N818
     """Outputs differ from the recorded baseline and the policy enforces baselines."""
-
-
-class IntegrityError(LoaderError):
-    """Bytes do not match the digest that names them (cache, download or disk)."""
-
-    def __init__(self, path: str, expected: str, actual: str) -> None:
-        self.path = path
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"{path}: digest mismatch: expected {expected}, got {actual}")
 
 
 class EngineUnavailable(LoaderError):  # noqa: N818

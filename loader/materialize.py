@@ -15,10 +15,11 @@ import stat
 import tempfile
 from pathlib import Path
 
+from modelward.attest.errors import DigestMismatch
 from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
 from modelward.attest.tree import check_relpath
 from modelward.loader.cache import Cache
-from modelward.loader.errors import InputError, IntegrityError
+from modelward.loader.errors import InputError
 
 __all__ = ["MANIFEST_NAME", "commit", "discard", "read_local_manifest", "stage"]
 
@@ -96,7 +97,7 @@ def discard(path: Path) -> None:
 
 def read_local_manifest(root: Path, expected_digest: str | None = None) -> Manifest:
     """The manifest a materialized bundle carries, checked against its digest (the
-    directory name, or ``expected_digest``). Raises ``InputError`` or ``IntegrityError``."""
+    directory name, or ``expected_digest``). Raises ``InputError`` or ``DigestMismatch``."""
     path = root / MANIFEST_NAME
     try:
         raw = path.read_bytes()
@@ -107,5 +108,5 @@ def read_local_manifest(root: Path, expected_digest: str | None = None) -> Manif
     actual = bundle_digest(raw)
     expected = expected_digest or f"sha256:{root.name}"
     if actual != expected:
-        raise IntegrityError(str(path), expected, actual)
+        raise DigestMismatch(str(path), expected, actual)
     return parse_manifest(raw)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelward.attest.errors import DigestMismatch
 from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
 from modelward.attest.policy import (
     Decision,
@@ -49,7 +50,7 @@ from modelward.attest.verifier import (
     verify_bundle,
 )
 from modelward.loader.cache import BlobRequest, Cache
-from modelward.loader.errors import BundleQuarantined, IntegrityError, RefusedError
+from modelward.loader.errors import BundleQuarantined, RefusedError
 from modelward.loader.materialize import commit, discard, stage
 from modelward.loader.source import RegistrySource
 from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
@@ -92,7 +93,7 @@ def pull_bundle(
     downloads again the ones that do not match (``PulledBundle.repaired`` names them) and
     rebuilds the materialized tree.
 
-    Raises ``BundleQuarantined``, ``IntegrityError``, ``RefusedError`` (policy denied,
+    Raises ``BundleQuarantined``, ``DigestMismatch``, ``RefusedError`` (policy denied,
     with every failed check), ``PolicyError`` (bad trust flags), attest errors (bad
     manifest) and registry client errors (transport, not found, a response over its limit).
     """
@@ -115,7 +116,7 @@ def pull_bundle(
     raw = client.get_manifest(ref.repo, digest, max_bytes=policy.limits.max_manifest_bytes)
     actual = bundle_digest(raw)
     if actual != digest:
-        raise IntegrityError(f"{ref.repo} manifest", digest, actual)
+        raise DigestMismatch(f"{ref.repo} manifest", digest, actual)
     manifest = parse_manifest(raw)
     try:
         check_manifest_limits(policy, manifest)

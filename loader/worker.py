@@ -150,8 +150,9 @@ def boot_bundle(
 ) -> BootResult:
     """Pull, verify, boot and baseline ``reference`` (see the module doc for the steps).
 
-    Raises ``UnsafeArgument``, ``RefusedError`` subclasses, ``IntegrityError``, attest
-    errors and registry client errors; a refused boot is reported before raising.
+    Raises ``UnsafeArgument``, ``RefusedError`` subclasses, attest errors
+    (``DigestMismatch``: bytes that do not match their digest) and registry client errors;
+    a refused boot is reported before raising.
     """
     from modelward.attest.manifest import verify_tree
 

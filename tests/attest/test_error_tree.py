@@ -25,6 +25,7 @@ SYNONYMS = (
     {"BundleQuarantined", "QuarantinedBundle"},
     {"BrokenChain", "ChainBroken"},
     {"InvalidProof", "ProofInvalid"},
+    {"DigestMismatch", "IntegrityError"},  # the loader's copy of attest's, now attest's only
 )
 
 

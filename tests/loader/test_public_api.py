@@ -14,7 +14,6 @@ EXPECTED = {
         "EngineUnavailable",
         "EngineVersionMismatch",
         "InputError",
-        "IntegrityError",
         "LoaderError",
         "RefusedError",
         "UnsafeArgument",
