@@ -122,7 +122,7 @@ def _check_event(event: Any, where: str) -> None:
     body = {
         k: event.get(k) for k in ("seq", "at", "actor", "action", "subject", "details", "prev_hash")
     }
-    actual = sha256(rfc8785.dumps(body))  # registry/audit_chain.py event_hash
+    actual = sha256(rfc8785.dumps(body))  # attest/audit/chain.py event_hash
     if event.get("hash") != actual:
         raise ReleaseRecordInvalid(
             5, f"{where}.hash", f"states {event.get('hash')}; the event hashes to {actual}"
