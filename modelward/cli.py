@@ -200,8 +200,7 @@ COMMANDS: dict[str, Entry] = {
         "modelward.registry._cli_attestation:attestation_app",
     ),
     "attach": Entry(
-        "Attach signatures, provenance or evaluations to a bundle as OCI referrers (through "
-        "/v2).",
+        "Attach signatures, provenance or evaluations to a bundle as OCI referrers (through /v2).",
         "modelward.registry._cli_attach:attach",
     ),
     "eval": Entry(
