@@ -20,13 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, false, func, select, true
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import iso
+from modelward.registry.domains.auth.authz import Action, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, NotFound
-from modelward.registry.models import Alias, Bundle, RepoPublisher, Repository
+from modelward.registry.models import Alias, Bundle, Repository
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -106,17 +107,8 @@ def readable_repo(session: Session, name: str, caller: Caller) -> Repository:
 
 def may_publish_clause(caller: Caller) -> ColumnElement[bool]:
     """True for the repositories ``caller`` may push to and move aliases in as a publisher:
-    every one for an admin, those that list it for a publisher, none for the other roles
-    (the rule of ``repos.service.writable_repo``, as SQL)."""
-    if caller.is_admin:
-        return true()
-    if caller.role != "publisher":
-        return false()
-    return (
-        select(RepoPublisher.repo_id)
-        .where(RepoPublisher.repo_id == Repository.id, RepoPublisher.principal_id == caller.id)
-        .exists()
-    )
+    ``auth.authz.may_clause(caller, PUBLISH)``, the one rule."""
+    return may_clause(caller, Action.PUBLISH)
 
 
 def list_repos(
