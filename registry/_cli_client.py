@@ -56,6 +56,8 @@ __all__ = [
     "emit",
     "register_client",
     "repo_argument",
+    "repo_or_alias",
+    "repo_or_alias_argument",
     "valid_digest",
     "valid_ref",
 ]
@@ -85,7 +87,8 @@ def _reference_check(require: str | None) -> Callable[[str | None], str | None]:
 
 
 def valid_ref(value: str | None) -> str | None:
-    """Click callback: REPO@ALIAS or REPO@sha256:<hex>, else a usage error naming both."""
+    """Click callback: REPO@ALIAS, REPO:TAG or REPO@sha256:<hex>, else a usage error naming
+    them."""
     return _reference_check(None)(value)
 
 
@@ -107,6 +110,26 @@ def repo_argument(value: str | None) -> str | None:
     return value
 
 
+def repo_or_alias(value: str | None) -> tuple[str | None, str | None]:
+    """``ORG/NAME`` (no alias), ``REPO@ALIAS`` or ``REPO:TAG`` as ``(repo, alias)``, through
+    the one reference grammar; ``(None, None)`` for None. Raises ``InvalidReference``."""
+    if value is None:
+        return None, None
+    if "@" not in value and ":" not in value:
+        return parse_repo(value), None
+    reference = parse_reference(value, require="alias")
+    return reference.repo, reference.alias
+
+
+def repo_or_alias_argument(value: str | None) -> str | None:
+    """Click callback: ORG/NAME, REPO@ALIAS or REPO:TAG, else a usage error."""
+    try:
+        repo_or_alias(value)
+    except InvalidReference as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def valid_digest(value: str | None) -> str | None:
     """Click callback: sha256:<64 lowercase hex>, else a usage error."""
     if value is not None:
@@ -120,7 +143,8 @@ def valid_digest(value: str | None) -> str | None:
 
 
 AliasRef = Annotated[
-    str, typer.Argument(metavar="REPO@ALIAS", help="REPO@ALIAS", callback=_valid_alias_ref)
+    str,
+    typer.Argument(metavar="REPO@ALIAS", help="REPO@ALIAS or REPO:TAG", callback=_valid_alias_ref),
 ]
 DigestRef = Annotated[
     str,
@@ -128,7 +152,11 @@ DigestRef = Annotated[
 ]
 AnyRef = Annotated[
     str,
-    typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref),
+    typer.Argument(
+        metavar="REPO@REF",
+        help="REPO@ALIAS, REPO:TAG or REPO@sha256:<hex>",
+        callback=valid_ref,
+    ),
 ]
 RepoArg = Annotated[
     str, typer.Argument(metavar="ORG/NAME", help="ORG/NAME", callback=repo_argument)
@@ -821,6 +849,12 @@ def approve(
         return
     with _reported(), _client() as client:
         answer = client.approve(r.repo, str(r.digest), alias)
+        current = _alias_now(client, r.repo, alias)
+    if current is not None and current.get("digest") == r.digest and current.get("signed"):
+        # a late approval: the move is signed already, workers see it; nothing to sign
+        answer["signed"], answer["sign_with"] = True, None
+        emit(answer, as_json, _approval_line(r.repo))
+        return
     # a keyless approval counts on the registry only: nothing signed says it to workers
     answer["signed"] = False
     answer["sign_with"] = f"modelward approve {r.repo}@{r.digest} --alias {alias} --key KEY"

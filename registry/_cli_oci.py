@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest.cli._common import console, err_console, fail
-from modelward.registry._cli_client import valid_ref
+from modelward.registry._cli_client import repo_argument, valid_ref
 
 __all__ = ["bundle_export", "bundle_import", "export_help", "import_help"]
 
@@ -49,7 +49,14 @@ def _refusals(layout: Path) -> Iterator[None]:
 
 
 def bundle_export(
-    ref: Annotated[str, typer.Argument(help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref)],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="REPO@REF",
+            help="REPO@ALIAS, REPO:TAG or REPO@sha256:<hex>",
+            callback=valid_ref,
+        ),
+    ],
     oci_layout: Annotated[
         Path,
         typer.Option(
@@ -120,7 +127,10 @@ def _download(client: Any, digest: str, dest: Path, size: int) -> None:
 
 def bundle_import(
     directory: Annotated[Path, typer.Argument(help="OCI image layout directory")],
-    repo: Annotated[str, typer.Argument(help="ORG/NAME to push into")],
+    repo: Annotated[
+        str,
+        typer.Argument(metavar="ORG/NAME", help="ORG/NAME to push into", callback=repo_argument),
+    ],
     *,
     tag: Annotated[
         str | None, typer.Option(help="Which tag of the layout (default: its only tag)")
@@ -140,13 +150,10 @@ def bundle_import(
     attached one by one; (6) move --alias.
     """
     from modelward.attest.oci_layout import open_layout
-    from modelward.registry._cli_client import _client, _reported
+    from modelward.registry._cli_client import _client, _reported, warn_unsigned
     from modelward.registry._client_blobs import BlobSource
-    from modelward.registry._client_config import parse_repo
     from modelward.registry.client import APIError
 
-    with _reported():
-        parse_repo(repo)
     with _refusals(directory):
         # (1)-(2): the whole layout, on this machine, before any request.
         bundle = open_layout(directory).bundle(tag)
@@ -189,4 +196,6 @@ def bundle_import(
             f"warning: attestation {shown} not recorded: {item.get('reason')}", markup=False
         )
     if moved is not None:
-        console.print(f"{repo}@{moved['alias']} -> {bundle.digest} (v{moved['version']})")
+        # the same words as push --alias: a move no TUF role signed is invisible to workers
+        unsigned = " UNSIGNED" if warn_unsigned(repo, moved) is not None else ""
+        console.print(f"{repo}@{moved['alias']} -> {bundle.digest} (v{moved['version']}){unsigned}")

@@ -21,7 +21,14 @@ import typer
 
 from modelward.attest.cli._common import err_console, fail
 from modelward.loader._cli_commands import trust_pin
-from modelward.registry._cli_client import PassphraseEnvOpt, _client, _reported, emit
+from modelward.registry._cli_client import (
+    PassphraseEnvOpt,
+    _client,
+    _reported,
+    emit,
+    repo_or_alias,
+    repo_or_alias_argument,
+)
 
 if TYPE_CHECKING:
     from modelward.registry.client import RegistryClient
@@ -154,7 +161,11 @@ def find_pending(
 def alias_pending(
     ref: Annotated[
         str | None,
-        typer.Argument(metavar="[REPO[@ALIAS]]", help="Only this repository (and alias)"),
+        typer.Argument(
+            metavar="[REPO[@ALIAS]]",
+            help="Only this repository (ORG/NAME), or this alias (REPO@ALIAS or REPO:TAG)",
+            callback=repo_or_alias_argument,
+        ),
     ] = None,
     all_states: Annotated[
         bool, typer.Option("--all", help="Published, stale and superseded proposals too")
@@ -162,9 +173,9 @@ def alias_pending(
     as_json: AsJson = False,
 ) -> None:
     """List alias moves waiting for signatures (TUF proposals), newest first."""
-    repo, _, alias = (ref or "").partition("@")
+    repo, alias = repo_or_alias(ref)  # the one grammar; the callback refused a bad one
     with _reported(), _client() as client:
-        items = client.tuf_proposals(pending=not all_states, repo=repo or None, alias=alias or None)
+        items = client.tuf_proposals(pending=not all_states, repo=repo, alias=alias)
     emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelward.attest.names import ALIAS_MAX, ALIAS_RE
 from modelward.registry._client_errors import ClientConfigError, InvalidReference
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
 
 _REPO_PART = r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?"
 _REPO_RE = re.compile(rf"^({_REPO_PART})/({_REPO_PART})$")
-_ALIAS_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126})$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -59,7 +59,7 @@ class Reference:
 
 def parse_repo(text: str) -> str:
     """Validate ``org/name`` (lowercase letters, digits, ``._-``); raise ``InvalidReference``."""
-    if not _REPO_RE.match(text):
+    if not _REPO_RE.fullmatch(text):
         raise InvalidReference(
             text, "a repository is ORG/NAME: lowercase letters, digits, '.', '_' or '-'"
         )
@@ -110,9 +110,11 @@ def parse_reference(text: str, *, require: str | None = None) -> Reference:
             raise InvalidReference(text, f"expected an alias here ({forms}), not a digest")
         return Reference(repo=repo, digest=ref)
     # (2): an alias (or a tag, which is one)
-    if not _ALIAS_RE.match(ref):
+    if not ALIAS_RE.fullmatch(ref):
         what = "a tag is an alias name:" if tagged else "an alias is"
-        raise InvalidReference(text, f"{what} letters, digits, '.', '_' or '-' (max 127)")
+        raise InvalidReference(
+            text, f"{what} letters, digits, '.', '_' or '-' (at most {ALIAS_MAX})"
+        )
     if require == "digest":
         raise InvalidReference(text, "expected a digest here (REPO@sha256:<64 hex>)")
     return Reference(repo=repo, alias=ref)

@@ -10,7 +10,6 @@ its history row and audit event. This module imports neither ``aliases.service``
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from modelward.attest.alias_decision import (
     decide_move_result,
 )
 from modelward.attest.errors import BundleError
+from modelward.attest.names import ALIAS_RE  # one definition, the client's too
 from modelward.attest.verifier import verify_bundle_result
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.aliases import repository
@@ -51,7 +51,6 @@ __all__ = [
     "state_json",
 ]
 
-ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _alias_row = repository.alias_row
 
 

@@ -375,7 +375,8 @@ def withdraw_approval(
     ``bundle.approval.withdraw``. Allowed on deleted and quarantined bundles too.
 
     Returns ``{digest, alias, approvers (those that still count), withdrawn: {approver, at,
-    reason}}``. Raises BadRequest (alias name, blank reason), NotFound (no such bundle, or
+    reason}, unsigned_proposals (the pending proposals the caller's signature was taken off;
+    [] when none)}``. Raises BadRequest (alias name, blank reason), NotFound (no such bundle, or
     no approval at all), Forbidden (only others approved it: only an approver may withdraw
     an approval, and only their own), Conflict (already withdrawn).
     """
@@ -430,6 +431,7 @@ def withdraw_approval(
         "alias": alias,
         "approvers": repository.approvers(session, bundle.id, alias, {bundle.created_by}),
         "withdrawn": {"approver": caller.name, "at": iso(row.withdrawn_at), "reason": reason},
+        "unsigned_proposals": unsigned,
     }
 
 
