@@ -129,9 +129,6 @@ class FileStore:
         """Nothing to do: the chunk's bytes lie past the session's offset (module doc)."""
 
     def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None:
-        if self.size(digest) == size:  # a retried commit, or the same blob put meanwhile
-            self.delete_upload(upload_id, parts)
-            return
         data = self._upload_data(upload_id)
         data.parent.mkdir(parents=True, exist_ok=True)
         data.touch(exist_ok=True)  # a zero-byte blob never received a chunk
@@ -144,9 +141,12 @@ class FileStore:
                 if not n:
                     break
                 check.feed(view[:n])
-        check.finish()
-        os.truncate(data, size)  # drop any bytes past the end (a cut-off chunk's)
+        check.finish()  # hashed even when the blob is stored already: the bytes must match
         final = self._path(digest)
+        if self.size(digest) == size:  # the same blob put meanwhile
+            self.delete_upload(upload_id, parts)
+            return
+        os.truncate(data, size)  # drop any bytes past the end (a cut-off chunk's)
         final.parent.mkdir(parents=True, exist_ok=True)
         data.replace(final)
         shutil.rmtree(data.parent, ignore_errors=True)

@@ -157,12 +157,18 @@ class S3Store:
         self._s3.delete_object(Bucket=self.bucket, Key=self._part_key(upload_id, part))
 
     def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None:
-        """Stream the parts in order through the verified write, then delete them."""
-        if self.size(digest) != size:  # else a retried commit, or the same blob put meanwhile
-            chunks = itertools.chain.from_iterable(
-                self._stream(self._part_key(upload_id, p)) for p in parts
-            )
+        """Stream the parts in order through the verified write, then delete them; when the
+        blob is stored already, the parts are hashed all the same (they must be its bytes)."""
+        chunks = itertools.chain.from_iterable(
+            self._stream(self._part_key(upload_id, p)) for p in parts
+        )
+        if self.size(digest) != size:
             self.put_verified(digest, size, chunks)
+        else:  # the same blob put meanwhile: check, keep the stored copy
+            check = StreamCheck(digest, size)
+            for chunk in chunks:
+                check.feed(chunk)
+            check.finish()
         self.delete_upload(upload_id, parts)
 
     def delete_upload(self, upload_id: str, parts: Iterable[str]) -> None:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -379,7 +380,9 @@ def fresh_registry(tmp_path: Path) -> Iterator[Registry]:
 
 # -- bundles -------------------------------------------------------------------------------
 def make_bundle_dir(root: Path, *, nonce: str | None = None, big: int = 0) -> Path:
-    """A small, scanner-clean bundle: config.json (unique per nonce) and a safetensors file."""
+    """A small, scanner-clean bundle: config.json (unique per nonce) and a safetensors file,
+    the same bytes for every bundle made in one directory (one test's), other bytes in
+    another: a quarantine in one test covers weights no other test shares."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -387,7 +390,9 @@ def make_bundle_dir(root: Path, *, nonce: str | None = None, big: int = 0) -> Pa
     (root / "config.json").write_text(
         json.dumps({"model_type": "llama", "nonce": nonce or unique()})
     )
-    save_file({"w": np.arange(16, dtype=np.float32)}, str(root / "model.safetensors"))
+    seed = int(hashlib.sha256(str(root.parent).encode()).hexdigest()[:6], 16)
+    weights = np.arange(16, dtype=np.float32) + np.float32(seed % (1 << 20))
+    save_file({"w": weights}, str(root / "model.safetensors"))
     if big:
         n = big // 4
         save_file(

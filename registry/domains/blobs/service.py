@@ -11,11 +11,12 @@ from sqlalchemy.orm import Session
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles.quarantine import quarantined_blobs
 from modelward.registry.domains.gc.quota import require_room
 from modelward.registry.domains.repos.service import writable_repo
 from modelward.registry.errors import Conflict, NotFound, Quarantined
 from modelward.registry.models import Blob, BlobLease, Bundle, BundleBlob, Repository
-from modelward.registry.storage import BlobStore
+from modelward.registry.storage import BlobStore, StreamCheck
 
 __all__ = [
     "blob_size",
@@ -25,6 +26,7 @@ __all__ = [
     "put_blob",
     "readable_blob_size",
     "record_blob",
+    "verify_body",
 ]
 
 # Roles that may read the bytes of quarantined and tombstoned bundles (forensics).
@@ -34,6 +36,17 @@ INSPECTORS = frozenset({"admin", "reviewer"})
 def drain(chunks: Iterable[bytes]) -> None:
     for _ in chunks:
         pass
+
+
+def verify_body(digest: str, size: int, chunks: Iterable[bytes]) -> None:
+    """Read a body whose blob is stored already, hashing it: the bytes must be the ones the
+    digest names, or the caller proves nothing by sending them (no lease, nothing charged).
+    Raises DigestMismatchError (400 ``digest_mismatch``; ``/v2``: DIGEST_INVALID) or
+    TruncatedBody, as a new blob's upload would."""
+    check = StreamCheck(digest, size)
+    for chunk in chunks:
+        check.feed(chunk)
+    check.finish()
 
 
 def blob_size(session: Session, digest: str) -> int:
@@ -47,24 +60,36 @@ def blob_size(session: Session, digest: str) -> int:
 def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
     """The size of a blob ``caller`` may download; NotFound or Quarantined otherwise.
 
-    A blob that bundles hold is readable while at least one of them is neither quarantined
-    nor tombstoned; once every holder is, only admins and reviewers may read it. A blob no
-    bundle holds yet (uploaded, not pushed) stays readable.
+    Admins and reviewers read every blob (forensics). For everyone else
+    (docs/registry.md#quarantine):
+    (1) a blob the quarantine covers (``bundles.quarantine.quarantined_blobs``: its own
+        digest is quarantined, or a quarantined bundle holds it and no live bundle recorded
+        before that quarantine does) is unreadable: quarantine is about the weights, and a
+        manifest re-wrapping them after the quarantine must not serve them again;
+    (2) a blob that bundles hold is readable while one of them is not tombstoned;
+    (3) a blob no bundle holds yet (uploaded, not pushed) stays readable.
     """
     size = blob_size(session, digest)
     if caller.role in INSPECTORS:
         return size
+    # (1): covered by a quarantine.
+    quarantined = quarantined_blobs(session, [digest])
+    if digest in quarantined:
+        raise Quarantined(
+            f"blob {digest} belongs to quarantined bundle {quarantined[digest]}",
+            detail={"digest": digest, "quarantined_digest": quarantined[digest]},
+        )
+    # (2), (3): held only by tombstoned bundles.
     held = exists().where(BundleBlob.digest == digest)
     live = (
         exists()
         .where(BundleBlob.digest == digest, Bundle.id == BundleBlob.bundle_id)
-        .where(Bundle.quarantined.is_(False), Bundle.tombstoned.is_(False))
+        .where(Bundle.tombstoned.is_(False))
     )
     is_held, is_live = session.execute(select(held, live)).one()
     if is_held and not is_live:
         raise Quarantined(
-            f"blob {digest} belongs only to quarantined or tombstoned bundles",
-            detail={"digest": digest},
+            f"blob {digest} belongs only to deleted bundles", detail={"digest": digest}
         )
     return size
 
@@ -156,6 +181,8 @@ def put_blob(
 
     With ``repository``, the caller must be able to publish there and the blob is charged to
     its quota before a byte is read (413 ``repository_quota_exceeded``): a lease reserves it.
+    A blob stored already is leased only once the body received hashes to its digest
+    (``verify_body``): naming a stored digest with other bytes is refused like a new upload's.
     Raises DigestMismatchError, TruncatedBody or BadRequest (nothing becomes visible then).
     """
     reserved: int | None = None
@@ -172,7 +199,7 @@ def put_blob(
         with state.db.read() as session:
             row = session.get(Blob, digest)
         if row is not None and state.store.size(digest) == row.size:
-            drain(chunks)  # read the body so the client sees our answer, not a reset
+            verify_body(digest, size, chunks)  # the same bytes, or refused
             with state.db.write() as session:
                 _lease_existing(session, digest=digest, size=size, leased=reserved is not None)
             return False

@@ -10,9 +10,12 @@ that hands out or builds on a bundle asks here, whatever repository it goes thro
 - manifest reads: ``GET .../manifest`` (``require_readable``) and the bundle record, which
   withholds the manifest (``manifest_readable``) but still says ``quarantined`` and why, so
   every worker refuses it (loader/pull.py step 2);
-- blob downloads (``blobs.service.readable_blob_size``) read ``Bundle.quarantined``, a
-  read-only view of this table (``models.Bundle``): every bundle row of the digest reads as
-  quarantined;
+- blob downloads (``blobs.service.readable_blob_size``) ask ``quarantined_blobs``: a blob
+  that a bundle of a quarantined digest holds is readable only to forensic roles unless a
+  live bundle recorded before the quarantine holds it too, so re-wrapping the layers in a
+  new manifest serves nothing;
+- a push (``bundles.service.push``, and so the ``/v2`` manifest PUT) naming such a blob as a
+  layer or config is refused (``require_no_quarantined_blobs``);
 - every ``/v2`` read door (docs/oci.md#quarantine-and-quotas), whatever state the manifest
   is stored in there: manifest GET/HEAD by tag and by digest (a bundle, a ``pending`` or
   ``accepted`` copy, a referrer of a quarantined subject), referrers of a quarantined subject,
@@ -28,6 +31,7 @@ Raises ``Quarantined`` (409, audited as ``denied`` by the app's one error handle
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +44,13 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, Quarantined
-from modelward.registry.models import Bundle, Principal, QuarantinedDigest, Repository
+from modelward.registry.models import (
+    Bundle,
+    BundleBlob,
+    Principal,
+    QuarantinedDigest,
+    Repository,
+)
 
 __all__ = [
     "FORENSIC_ROLES",
@@ -49,7 +59,9 @@ __all__ = [
     "quarantine",
     "quarantine_json",
     "quarantine_of",
+    "quarantined_blobs",
     "readable_digest",
+    "require_no_quarantined_blobs",
     "require_not_quarantined",
     "require_readable",
 ]
@@ -85,6 +97,87 @@ def require_not_quarantined(session: Session, digest: str) -> None:
         return
     raise Quarantined(
         f"bundle {digest} is quarantined: {row.reason}", detail=quarantine_json(session, row)
+    )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str]:
+    """Which of ``digests`` (blobs) the quarantine covers, each with the quarantined digest
+    that covers it (docs/registry.md#quarantine):
+
+    1. a blob whose own digest is quarantined;
+    2. a blob that a bundle of a quarantined digest holds, unless a live bundle (neither
+       tombstoned nor quarantined) recorded BEFORE that quarantine holds it too: a layer
+       shared in good faith (a tokenizer, a base shard) stays readable, while a manifest
+       pushed after the quarantine that re-wraps its layers does not bring them back.
+       A quarantine older than migration 0004 has no time: its bundle's own creation
+       stands in for it (a lower bound).
+
+    Blobs absent from the answer are clear."""
+    wanted = set(digests)
+    if not wanted:
+        return {}
+    out: dict[str, str] = {}
+    # (2): the earliest quarantine over each blob's quarantined holders ...
+    earliest_q: dict[str, tuple[datetime, str]] = {}
+    for blob, held_by, at, created in session.execute(
+        select(
+            BundleBlob.digest, Bundle.digest, QuarantinedDigest.quarantined_at, Bundle.created_at
+        )
+        .join(Bundle, Bundle.id == BundleBlob.bundle_id)
+        .join(QuarantinedDigest, QuarantinedDigest.digest == Bundle.digest)
+        .where(BundleBlob.digest.in_(wanted))
+    ).tuples():
+        when = _aware(at if at is not None else created)
+        if blob not in earliest_q or (when, held_by) < earliest_q[blob]:
+            earliest_q[blob] = (when, held_by)
+    # ... against the earliest live, unquarantined holder
+    earliest_live: dict[str, datetime] = {}
+    if earliest_q:
+        for blob, created in session.execute(
+            select(BundleBlob.digest, Bundle.created_at)
+            .join(Bundle, Bundle.id == BundleBlob.bundle_id)
+            .where(BundleBlob.digest.in_(set(earliest_q)))
+            .where(Bundle.tombstoned.is_(False))
+            .where(Bundle.digest.not_in(select(QuarantinedDigest.digest)))
+        ).tuples():
+            when = _aware(created)
+            if blob not in earliest_live or when < earliest_live[blob]:
+                earliest_live[blob] = when
+    for blob, (quarantined_at, held_by) in earliest_q.items():
+        live = earliest_live.get(blob)
+        if live is None or live >= quarantined_at:
+            out[blob] = held_by
+    # (1): the blob's own digest
+    for own in session.execute(
+        select(QuarantinedDigest.digest).where(QuarantinedDigest.digest.in_(wanted))
+    ).scalars():
+        out[own] = own
+    return out
+
+
+def require_no_quarantined_blobs(session: Session, digests: Iterable[str], caller: Caller) -> None:
+    """Raise ``Quarantined`` (detail: the blob and the quarantine that covers it) when the
+    quarantine covers one of ``digests`` (``quarantined_blobs``), unless ``caller`` is an
+    admin or reviewer: a new manifest cannot re-wrap quarantined weights."""
+    if caller.role in FORENSIC_ROLES:
+        return
+    held = quarantined_blobs(session, digests)
+    if not held:
+        return
+    blob = min(held)
+    row = quarantine_of(session, held[blob])
+    reason = row.reason if row is not None else "quarantined"
+    detail: dict[str, Any] = {"blob": blob, "quarantined_digest": held[blob]}
+    if row is not None:
+        detail["quarantine"] = quarantine_json(session, row)
+    raise Quarantined(
+        f"blob {blob} belongs to quarantined bundle {held[blob]} ({reason}); a manifest "
+        "may not name it",
+        detail=detail,
     )
 
 

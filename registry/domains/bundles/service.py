@@ -8,7 +8,9 @@
       attestations in the request that it does not hold are listed as ignored, with the
       reason (attach them with POST .../attestations);
   (5) the manifest parses strictly (attest.manifest.parse_manifest);
-  (6) every layer and the config blob is stored, with the stated size;
+  (6) every layer and the config blob is stored, with the stated size, and none is a blob of
+      a quarantined bundle (409 ``bundle_quarantined``; admins and reviewers excepted): a new
+      manifest cannot re-wrap quarantined weights (bundles.quarantine);
   (7) the one bundle verifier (attest.verifier.verify_bundle) scans every stored layer,
       verifies the attestations and evaluates the repository policy; attestations no
       registered or policy signer signed are ignored and listed with their reason;
@@ -37,6 +39,7 @@ from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.quarantine import (
     manifest_readable,
     quarantine_of,
+    require_no_quarantined_blobs,
     require_not_quarantined,
 )
 from modelward.registry.domains.gc.quota import require_bundle_room
@@ -188,6 +191,11 @@ def _parse(manifest_bytes: bytes, state: AppState) -> Any:
         raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
 
 
+def _blob_digests(manifest: Any) -> set[str]:
+    """The config blob's and every layer's digest."""
+    return {manifest.config.digest} | {layer.digest for layer in manifest.layers}
+
+
 def _missing_blobs(session: Session, manifest: Any) -> list[dict[str, Any]]:
     wanted = [("(config)", manifest.config.digest, manifest.config.size)]
     wanted += [(layer.path, layer.digest, layer.size) for layer in manifest.layers]
@@ -254,6 +262,7 @@ def push(
                 detail=missing,
                 code="missing_blobs",
             )
+        require_no_quarantined_blobs(session, _blob_digests(manifest), caller)
         policy = repo_policy(repo, state.default_policy_yaml)
         trust = verdict.trust_for(session, repo, policy, state)
     # (7): the one verifier: scan, attestations, policy.
@@ -278,6 +287,7 @@ def push(
                 detail=missing,
                 code="missing_blobs",
             )
+        require_no_quarantined_blobs(session, _blob_digests(manifest), caller)  # (6) again
         require_bundle_room(session, repo, manifest, state.settings)
         # (8): who may attach what, from each verified statement.
         for item in trusted.verified:
@@ -301,7 +311,7 @@ def push(
         )
         session.add(row)
         session.flush()
-        held = {manifest.config.digest} | {layer.digest for layer in manifest.layers}
+        held = _blob_digests(manifest)
         session.add_all(BundleBlob(bundle_id=row.id, digest=d) for d in sorted(held))
         for item in trusted.verified:
             session.add(attestation_row(row, item.data, item.statement, caller))
