@@ -32,12 +32,14 @@ modelward builds an ``AliasDecision`` or judges a move's release gates.
 ``reason`` and its evidence, or returns the ``AliasDecision``. ``decide_move_result`` runs
 the very same steps and returns every check, passed or not (``alias set --dry-run``).
 
-A step whose input the caller leaves as ``None`` passes as "not judged here", and a step
-outside ``MoveRequest.judged`` cannot fail (it reports "not judged here" with what it found):
-a worker judges ``WORKER_STEPS``, its release gates, from what it verified itself; it has no
-mover, no approvals and no alias history, and the TUF role's signatures are its word for
-those. The registry decides step (1) alone first (``judged={"1"}``), before it reads the
-bundle. The tree::
+A step outside ``MoveRequest.judged`` cannot fail (it reports "not judged here" with what it
+found): a worker judges ``WORKER_STEPS``, its release gates, from what it verified itself; it
+has no mover, no approvals and no alias history, and the TUF role's signatures are its word
+for those. The registry decides step (1) alone first (``judged={"1"}``), before it reads the
+bundle, and before it publishes a signed move judges ``ALL_STEPS - {"6"}`` (the signatures
+are the approvals). A step in ``judged`` whose input the caller did not read (``mover``,
+``quarantine`` left ``NOT_READ``, ``approvers``, ``history``) is caller misuse: the run
+raises ``ValueError`` rather than let the step pass unjudged (fail closed). The tree::
 
     AttestError
     └── AliasMoveRefused     reason: RefusalReason, step, message, evidence
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_STEPS",
+    "NOT_READ",
     "WORKER_STEPS",
     "AliasDecision",
     "AliasDecisionReport",
@@ -69,6 +72,7 @@ __all__ = [
     "MoveCheck",
     "MoveRequest",
     "Mover",
+    "NotRead",
     "RefusalReason",
     "decide_move",
     "decide_move_result",
@@ -83,6 +87,15 @@ WORKER_STEPS = frozenset({"4c"})
 EVIDENCE_WHO = (
     "never the publisher, the mover, a publisher of the repository or an admin"  # registry
 )
+
+
+class NotRead(Enum):
+    """A fact the caller did not read: not the same as "there is none" (``None``)."""
+
+    NOT_READ = "not read"
+
+
+NOT_READ = NotRead.NOT_READ
 
 
 class RefusalReason(Enum):
@@ -118,7 +131,9 @@ class MoveRequest:
     denial (None: the policy allows it): ``for_bundle`` takes both from a ``BundleVerdict``.
     ``evidence`` says why a signer does not count for a worker's evidence (None when it
     does); ``evidence_policy`` is the policy's ``evidence`` section, shown in refusals.
-    ``mover``, ``approvers`` and ``history`` None: not judged here (a worker).
+    ``mover``, ``approvers`` and ``history`` None, ``quarantine`` ``NOT_READ``: not read by
+    the caller, allowed only for a step outside ``judged`` (a worker); ``quarantine`` None:
+    read, and the digest is quarantined nowhere.
     """
 
     repo: str
@@ -130,7 +145,8 @@ class MoveRequest:
     denied: Decision | None = None
     evidence_policy: Mapping[str, Any] = field(default_factory=dict)
     mover: Mover | None = None
-    quarantine: Mapping[str, Any] | None = None  # the digest's quarantine, when it has one
+    # the digest's quarantine; None: it has none; NOT_READ: the caller did not read it
+    quarantine: Mapping[str, Any] | NotRead | None = NOT_READ
     approvers: tuple[str, ...] | None = None
     current: str | None = None  # the bundle on the alias now (None: the alias is new)
     history: frozenset[str] | None = None  # every earlier target of the alias
@@ -265,7 +281,28 @@ class _Steps:
     ) -> None:
         self._add(MoveCheck(step, name, False, message, reason, evidence))
 
+    def _require_inputs(self) -> None:
+        """Caller misuse, not a refusal: a step judged here on a fact nobody read."""
+        req = self.req
+        unread = {
+            "1": ("mover", req.mover is None),
+            "2": ("quarantine", req.quarantine is NOT_READ),
+            "5": ("history", req.history is None),
+            "6": ("approvers", req.approvers is None),
+        }
+        missing = [
+            f"step ({step}) needs {name}"
+            for step, (name, absent) in unread.items()
+            if absent and step in req.judged
+        ]
+        if missing:
+            raise ValueError(
+                f"MoveRequest for {req.ref}: {'; '.join(missing)}, or leave the step out of "
+                "`judged`"
+            )
+
     def run(self) -> _Steps:
+        self._require_inputs()
         req = self.req
         rule = req.rule
         # (1): an alias rule matches; (1b) it names the mover.
@@ -279,7 +316,9 @@ class _Steps:
         else:
             self._mover(rule, req.mover)
         # (2): quarantined nowhere.
-        if req.quarantine is not None:
+        if isinstance(req.quarantine, NotRead):
+            self._pass("2", "quarantine", "the quarantine is not judged here")
+        elif req.quarantine is not None:
             reason = req.quarantine.get("reason", "no reason given")
             self._fail(
                 "2",

@@ -18,6 +18,8 @@ import pytest
 
 from modelward.attest import dsse, keys
 from modelward.attest.alias_decision import (
+    ALL_STEPS,
+    NOT_READ,
     WORKER_STEPS,
     AliasMoveRefused,
     Mover,
@@ -98,6 +100,7 @@ def request(**facts: Any) -> MoveRequest:
         "statements": (baseline("evaluator"), replay("evaluator"), evaluation("evaluator")),
         "evidence": evidence,
         "mover": PUBLISHER,
+        "quarantine": None,
         "approvers": ("rev",),
         "current": CURRENT,
         "history": frozenset({CURRENT}),
@@ -267,7 +270,14 @@ def test_worker_judges_only_its_gates() -> None:
     )
     assert decide_move_result(passing).allowed
     no_rule = MoveRequest(
-        repo="", alias="dev", digest=DIGEST, rule=None, statements=(), evidence=evidence
+        repo="",
+        alias="dev",
+        digest=DIGEST,
+        rule=None,
+        statements=(),
+        evidence=evidence,
+        mover=PUBLISHER,
+        judged=frozenset({"1"}),
     )
     assert not decide_move_result(no_rule).allowed
     assert decide_move_result(
@@ -296,6 +306,43 @@ def test_slice_missing_from_the_evaluation_blocks_the_move() -> None:
     assert refused(request(statements=statements)).reason is RefusalReason.GATES_FAILED
 
 
+@pytest.mark.parametrize(
+    ("step", "unread"),
+    [
+        ("1", {"mover": None}),
+        ("2", {"quarantine": NOT_READ}),
+        ("5", {"history": None}),
+        ("6", {"approvers": None}),
+    ],
+)
+def test_a_judged_step_left_without_its_input_is_caller_misuse_not_a_pass(
+    step: str, unread: dict[str, Any]
+) -> None:
+    """Fail closed: a step the caller judges on a fact it never read raises (the registry's
+    signed-move check once passed ``approvers=None`` with every step judged)."""
+    for decide in (decide_move, decide_move_result):
+        with pytest.raises(ValueError, match=rf"step \({step}\) needs {next(iter(unread))}"):
+            decide(request(**unread))
+    # the same request with the step left out of ``judged`` is decided
+    assert decide_move(request(**unread, judged=ALL_STEPS - {step})).checks
+
+
+def test_a_quarantine_not_read_is_not_mistaken_for_none() -> None:
+    """``None`` is "quarantined nowhere" (read); ``NOT_READ`` is no answer at all: judged
+    only where step (2) is left out, and then reported as not judged."""
+    assert request().quarantine is None
+    assert (
+        MoveRequest(
+            repo=REPO, alias="prod", digest=DIGEST, rule=None, statements=(), evidence=evidence
+        ).quarantine
+        is NOT_READ
+    )
+    report = decide_move_result(request(quarantine=NOT_READ, judged=ALL_STEPS - {"2"}))
+    step2 = next(c for c in report.checks if c.step == "2")
+    assert step2.passed
+    assert "not judged here" in step2.message
+
+
 def test_public_surface_is_pinned() -> None:
     import modelward.attest.alias_decision as module
 
@@ -307,6 +354,8 @@ def test_public_surface_is_pinned() -> None:
         "MoveCheck",
         "MoveRequest",
         "Mover",
+        "NOT_READ",
+        "NotRead",
         "RefusalReason",
         "WORKER_STEPS",
         "decide_move",

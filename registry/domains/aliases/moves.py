@@ -18,6 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from modelward.attest.alias_decision import (
+    ALL_STEPS,
     AliasDecision,
     AliasMoveRefused,
     MoveRequest,
@@ -33,6 +34,7 @@ from modelward.registry.domains.aliases.refusals import http_error
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
+from modelward.registry.domains.bundles.service import live_bundle
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, InvalidManifest, StaleVersion
 from modelward.registry.models import Alias, AliasHistory
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALIAS_RE",
     "decide",
+    "decide_again",
     "dry_run",
     "read_move",
     "record_move",
@@ -134,14 +137,29 @@ def decide(request: MoveRequest) -> AliasDecision:
 
 def require_move_allowed(
     state: AppState, *, repo_name: str, alias: str, digest: str, mover: Caller
-) -> None:
+) -> MoveRequest:
     """Steps (1) to (5) of ``mover`` moving ``repo_name@alias`` to ``digest``: what the
     registry checks again before it publishes a signed move (the reviewers' signatures are
-    its approvals, step (6))."""
+    its approvals: step (6) is not judged here). Returns the request decided, for
+    ``decide_again`` in the transaction that publishes the move."""
     request, _ = read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=False, caller=mover
     )
-    decide(replace(request, approvers=None))
+    request = replace(request, approvers=None, judged=ALL_STEPS - {"6"})
+    decide(request)
+    return request
+
+
+def decide_again(session: Session, request: MoveRequest, *, mover: Caller) -> AliasDecision:
+    """``request`` (from ``require_move_allowed``) decided again on what ``session``, the
+    write transaction that publishes the move, reads now: the bundle still live (Gone) and
+    step (2), the quarantine. The transaction rule (as ``aliases.service._swap``): a fact a
+    refusal rests on is read again in the transaction that acts on the verdict, so a
+    quarantine or a deletion committed after the first check counts."""
+    repo = get_repo(session, request.repo)
+    bundle = live_bundle(session, repo, request.digest)
+    fresh = repository.fresh_facts(session, repo, bundle, alias=request.alias, caller=mover)
+    return decide(replace(request, quarantine=fresh["quarantine"]))
 
 
 def dry_run(
