@@ -360,7 +360,7 @@ def check_not_quarantined(
     fetcher: FetcherInterface | None = None,
 ) -> None:
     """Refuse ``digest`` when the verified quarantine role lists it (a pull by digest with a
-    pinned root)."""
+    root given, or pinned in ``cache_dir``: ``trust_root`` None uses the cached one)."""
     updater = _updater(
         metadata_url=metadata_url,
         cache_dir=cache_dir,
@@ -406,7 +406,9 @@ def resolve_reference(
 
     1. the given root is read (``TrustRootInvalid``: not a root) and must be the root the
        cache pinned for this registry, or an ancestor (``PinnedRootMismatch``);
-    2. a digest: refused when the verified quarantine role lists it;
+    2. a digest: refused when the verified quarantine role lists it, whenever a root is
+       given or the cache pinned one (``trust pin``; workers then run without
+       ``--trust-root``): only a worker with no root at all takes the registry's word;
     3. an alias resolves through TUF (or, with ``--unsigned-aliases`` and no root, by the
        registry's word, with a warning); when no signed target (or the registry) names it, a
        repository the caller cannot read is named first (``UnknownRepository``, with the
@@ -420,7 +422,7 @@ def resolve_reference(
     root = given.data if given is not None else None
     # (2): a digest, checked against the quarantine role
     if ref.digest is not None:
-        if root is not None:
+        if root is not None or (metadata / "root.json").exists():  # given, or pinned earlier
             check_not_quarantined(
                 ref.digest,
                 metadata_url=client.tuf_url,
