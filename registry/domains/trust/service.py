@@ -25,6 +25,8 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -34,18 +36,24 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from tuf.api.metadata import Metadata, Root, Targets
 
+from modelward.attest.alias_decision import MoveRequest
 from modelward.attest.tuf import (
     QUARANTINE_ROLE,
     alias_path,
     online_role,
     open_role,
+    proposal_changes,
     quarantine_path,
 )
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.aliases.moves import record_move, require_move_allowed
+from modelward.registry.domains.aliases.moves import (
+    decide_again,
+    record_move,
+    require_move_allowed,
+)
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.settings import Settings
 from modelward.registry.tuf.keys import (
@@ -281,9 +289,12 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
     """The migration step (docs/tuf.md#migration): one proposal per role holding every alias
     the registry recorded on its word alone (no signed version names its digest), for the
     role's signers to sign (``modelward trust sign``); online roles are signed at once.
-    Aliases already proposed as they are now are left to those proposals. Audited as
-    ``tuf.adopt``."""
-    from modelward.registry.models import Alias, Bundle, Repository
+    Aliases already proposed as they are now are left to those proposals. An alias row
+    whose bundle is quarantined, deleted or missing (a database writer's edit, or a bundle
+    withdrawn since) is not proposed: it is skipped, and the audit event ``tuf.adopt``
+    names it with why. Each adopted alias is still decided when its proposal is signed
+    (``sign_proposal``)."""
+    from modelward.registry.models import Alias, Bundle, QuarantinedDigest, Repository
 
     with state.db.write() as session:
         repo = repository(session, state)
@@ -295,13 +306,34 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
         by_role: dict[str, dict[str, bytes | None]] = {}
         online_roles: set[str] = set()
         rows = session.execute(
-            select(Repository.name, Alias.name, Alias.digest, Bundle.manifest)
+            select(
+                Repository.name,
+                Alias.name,
+                Alias.digest,
+                Bundle.manifest,
+                Bundle.tombstoned,
+                QuarantinedDigest.digest,
+            )
             .join(Alias, Alias.repo_id == Repository.id)
-            .join(Bundle, (Bundle.repo_id == Alias.repo_id) & (Bundle.digest == Alias.digest))
+            .outerjoin(Bundle, (Bundle.repo_id == Alias.repo_id) & (Bundle.digest == Alias.digest))
+            .outerjoin(QuarantinedDigest, QuarantinedDigest.digest == Alias.digest)
             .order_by(Repository.name, Alias.name)
         ).all()
         signed: dict[str, dict[str, str]] = {}
-        for repo_name, alias, digest, manifest in rows:
+        skipped: list[dict[str, str]] = []
+        for repo_name, alias, digest, manifest, tombstoned, held in rows:
+            why = (
+                "no such bundle in the repository"
+                if manifest is None
+                else "the bundle was deleted"
+                if tombstoned
+                else "the bundle is quarantined"
+                if held is not None
+                else None
+            )
+            if why is not None:
+                skipped.append({"alias": f"{repo_name}@{alias}", "digest": digest, "why": why})
+                continue
             if repo_name not in signed:
                 signed[repo_name] = signed_aliases(session, repo_name)
             path = alias_path(repo_name, alias)
@@ -344,6 +376,7 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
             details={
                 "proposals": [p.id for p in made],
                 "aliases": sum(len(c) for c in by_role.values()),
+                "skipped": skipped,
             },
         )
         return [proposal_json(session, repo, p) for p in made]
@@ -397,8 +430,54 @@ def withdraw_approval_signatures(
 
 
 def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:
+    """(repository, alias) of a proposal that moves one alias; None for any other (an
+    adoption's target is ``ADOPT_TARGET``: ``_moves_of`` reads its aliases)."""
     repo, sep, alias = proposal.target.partition("/aliases/")
     return (repo, alias) if sep and proposal.role != TARGETS_ROLE else None
+
+
+def _moves_of(repo: MetadataRepository, proposal: TufProposal) -> list[tuple[str, str, str]]:
+    """(repository, alias, digest) of every alias move publishing ``proposal`` makes: its
+    one alias, or for an adoption every target its payload sets against the role version
+    it was made from, read from the bytes to be signed (attest.tuf.proposal_changes).
+    Raises Conflict for an adoption that changes anything but alias targets."""
+    target = _alias_of(proposal)
+    if target is not None:
+        return [(target[0], target[1], proposal.to_digest)] if proposal.to_digest else []
+    if proposal.target != ADOPT_TARGET or proposal.role == TARGETS_ROLE:
+        return []
+    base = repo.store.read(proposal.role, proposal.version - 1) if proposal.version > 1 else None
+    moves = []
+    for change in proposal_changes(proposal.payload, base):
+        repo_name, sep, alias = change.path.partition("/aliases/")
+        if not sep or change.after is None:
+            raise Conflict(
+                f"proposal {proposal.id} adopts aliases but changes {change.path} "
+                f"({change.before} -> {change.after}): refused",
+                detail={"proposal": proposal.id, "path": change.path},
+            )
+        moves.append((repo_name, alias, change.after))
+    return moves
+
+
+@contextmanager
+def _naming(
+    proposal: TufProposal, target: tuple[str, str] | None, repo_name: str, alias: str
+) -> Iterator[None]:
+    """A refusal of one alias an adoption signs, answered naming the alias (same error
+    class, status and code; ``detail.alias``); a single move's refusal as it is."""
+    try:
+        yield
+    except RegistryError as exc:
+        if target is not None:
+            raise
+        ref = f"{repo_name}@{alias}"
+        detail = exc.detail if isinstance(exc.detail, dict) else {"detail": exc.detail}
+        raise type(exc)(
+            f"proposal {proposal.id} adopts {ref}, refused: {exc.message}",
+            detail={**detail, "alias": ref, "proposal": proposal.id},
+            code=exc.code,
+        ) from exc
 
 
 def _is_protected(role: str, repo_name: str) -> bool:
@@ -478,20 +557,36 @@ def get_proposal(session: Session, state: AppState, proposal_id: int) -> dict[st
     return proposal_json(session, repository(session, state), row, payload=True)
 
 
-def _excluded(session: Session, p: TufProposal, repo_name: str) -> dict[int, str]:
-    """The two-person rule of protected aliases: not the proposer, not the publisher."""
+def _excluded(
+    session: Session, p: TufProposal, moves: list[tuple[str, str, str]]
+) -> dict[int, str]:
+    """The two-person rule of protected aliases: not the proposer, not the publisher of a
+    bundle the proposal moves an alias to (for an adoption: of any adopted bundle)."""
     from modelward.registry.models import Bundle, Repository
 
-    if not _is_protected(p.role, repo_name):
+    target = _alias_of(p)
+    repos = {m[0] for m in moves} | ({target[0]} if target is not None else set())
+    if not any(_is_protected(p.role, r) for r in repos):
         return {}
-    excluded = {p.created_by: "the principal who proposed this move"}
-    publisher = session.scalar(
-        select(Bundle.created_by)
-        .join(Repository, Repository.id == Bundle.repo_id)
-        .where(Repository.name == repo_name, Bundle.digest == p.to_digest)
-    )
-    if publisher is not None:
-        excluded[publisher] = "the publisher of the bundle"
+    adoption = target is None
+    excluded = {
+        p.created_by: "the principal who proposed this adoption"
+        if adoption
+        else "the principal who proposed this move"
+    }
+    for repo_name, alias, digest in moves:
+        publisher = session.scalar(
+            select(Bundle.created_by)
+            .join(Repository, Repository.id == Bundle.repo_id)
+            .where(Repository.name == repo_name, Bundle.digest == digest)
+        )
+        if publisher is not None:
+            excluded.setdefault(
+                publisher,
+                f"the publisher of {digest}, adopted for {repo_name}@{alias}"
+                if adoption
+                else "the publisher of the bundle",
+            )
     return excluded
 
 
@@ -500,7 +595,13 @@ def sign_proposal(
 ) -> dict[str, Any]:
     """Add ``caller``'s signature (made with a key it registered; admins' root-listed keys
     for top-level targets) to a proposal and publish it at threshold. Audited as
-    ``tuf.sign`` (and ``tuf.publish``); a published alias proposal moves the alias."""
+    ``tuf.sign`` (and ``tuf.publish``); a published alias proposal moves the alias.
+
+    Every alias move the proposal makes (its one alias, or each alias an adoption signs) is
+    decided as a move by its proposer (attest.alias_decision, steps (1) to (5); the
+    signatures are the approvals) before the signature that meets the threshold publishes
+    it, and its quarantine is read again in the transaction that publishes. A refusal of
+    an adopted alias names it (``detail.alias``)."""
     with state.db.read() as session:
         row = session.get(TufProposal, proposal_id)
         if row is None:
@@ -510,35 +611,37 @@ def sign_proposal(
         # only the signature that meets the threshold publishes: the gates (a re-scan of
         # the bundle among them) are checked for that one, not for every signature
         collected = {s["keyid"] for s in json.loads(row.signatures)} | {keyid}
+        tuf = repository(session, state)
         try:
-            threshold = signing_role(repository(session, state), row)[2]
+            threshold = signing_role(tuf, row)[2]
         except NotFound:
             threshold = 0
-    checked = False
-    if (
-        target is not None
-        and row.state == "pending"
-        and row.to_digest
-        and proposer
-        and len(collected) >= threshold
-    ):
+        moves = _moves_of(tuf, row) if row.state == "pending" else []
+    mover = Caller(id=proposer.id, name=proposer.name, role=proposer.role) if proposer else None
+    decided: list[tuple[MoveRequest, Caller]] = []
+    if moves and mover is not None and len(collected) >= threshold:
         # the registry's own gates, checked again before it publishes anything
-        require_move_allowed(
-            state,
-            repo_name=target[0],
-            alias=target[1],
-            digest=row.to_digest,
-            mover=Caller(id=proposer.id, name=proposer.name, role=proposer.role),
-        )
-        checked = True
+        for repo_name, alias, digest in moves:
+            with _naming(row, target, repo_name, alias):
+                request = require_move_allowed(
+                    state, repo_name=repo_name, alias=alias, digest=digest, mover=mover
+                )
+            decided.append((request, mover))
 
     def gates_checked(proposal: TufProposal) -> None:
-        if _alias_of(proposal) is not None and proposal.to_digest and not checked:
+        if moves and len(decided) != len(moves):
             raise Conflict(
                 f"proposal {proposal.id}: its signature threshold changed while this "
                 "signature was checked; send the signature again",
                 code="threshold_changed",
             )
+        # The transaction rule: the decision above read its facts in an earlier (read)
+        # transaction; a quarantine or a deletion committed since must count, so the facts a
+        # refusal rests on are read again here, in the write transaction that publishes
+        # (as aliases.service._swap does for an unsigned move).
+        for request, by in decided:
+            with _naming(proposal, target, request.repo, request.alias):
+                decide_again(session, request, mover=by)
 
     with state.db.write() as session:
         row = session.get(TufProposal, proposal_id)
@@ -565,7 +668,7 @@ def sign_proposal(
             row,
             keyid=keyid,
             signature_hex=signature_hex,
-            excluded=_excluded(session, row, target[0]) if target else {},
+            excluded=_excluded(session, row, moves),
             before_publish=gates_checked,
         )
         append(
