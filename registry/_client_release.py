@@ -68,8 +68,9 @@ def _role_versions(client: RegistryClient, role: str, current: int) -> list[byte
 def _targets_for(
     client: RegistryClient, current: int, role: str, path: str, role_versions: list[bytes]
 ) -> list[bytes]:
-    """Top-level targets versions that delegate ``path`` to ``role`` and verify each of
-    ``role_versions`` (for each, the newest that does), oldest first."""
+    """Top-level targets versions, oldest first: from the oldest that delegates ``path`` to
+    ``role`` and verifies one of ``role_versions`` (for each, the newest that does) to
+    ``current``, every version."""
     from tuf.api.exceptions import RepositoryError
     from tuf.api.metadata import Metadata, Targets
 
@@ -105,7 +106,12 @@ def _targets_for(
                 f"that signed its version {role_md.signed.version}"
             )
         chosen.add(found)
-    return [raw[v] for v in sorted(chosen)]
+    # Every version from the oldest chosen to the current one, no gap: `release verify`
+    # holds the role versions from the recorded move on to the newest (docs/release.md).
+    for version in range(min(chosen), current + 1):
+        if version not in raw:
+            raw[version] = client.tuf_file(f"{version}.targets.json")
+    return [raw[v] for v in range(min(chosen), current + 1)]
 
 
 def _tuf(client: RegistryClient, repo: str, alias: str, version: int | None) -> dict[str, Any]:

@@ -10,10 +10,13 @@ check that verifies it.
    one newline, standard base64), so any changed byte shows;
 2. tuf: the statement, read unverified only to find the TUF metadata it embeds, is a
    release record about one bundle; the root chain verifies from the pinned root, the
-   top-level targets by the newest root, every version of the alias's role (1 to the last
-   embedded) by their delegation (python-tuf ``verify_delegate``); the record's version is
-   a signed move of the alias to exactly the subject digest, and the moves it claims
-   (``history``) are exactly those the verified role versions make;
+   top-level targets (every version from the oldest embedded to the newest, no gap) by the
+   newest root, every version of the alias's role (1 to the last embedded) by their
+   delegation (python-tuf ``verify_delegate``); the record's version is a signed move of
+   the alias to exactly the subject digest; the role versions from that move on verify by
+   the newest targets' delegation (a key removed from the role since counts for nothing
+   the record claims); and the moves it claims (``history``) are exactly those the
+   verified role versions make;
 3. signature: the envelope verifies (attest.dsse) with a key the verified chain holds for
    this record (the top-level targets' or the alias role's) or one the caller gave;
 4. envelopes: every embedded envelope is about the subject and verifies (attest.dsse)
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +84,7 @@ class _Chain:
     """What check (2) verified: the alias's role and the keys of the verified metadata."""
 
     role: str
+    targets_version: int  # the newest embedded top-level targets: the record is as of it
     record_keys: dict[str, PublicKeyTypes]  # may sign the record: top-level targets, the role
     metadata_keys: dict[str, PublicKeyTypes]  # every key the verified root and targets hold
 
@@ -113,6 +118,10 @@ def verify_record(
         role=chain.role,
         keys={**chain.record_keys, **extra},
         limits=limits,
+    )
+    notes.append(
+        f"tuf: as of top-level targets version {chain.targets_version}, the newest the record "
+        "holds; a newer one is not proven absent (docs/release.md#what-it-does-not-prove)"
     )
     notes += [f"envelope: {note}" for note in verified.notes]
     predicate = verified.statement["predicate"]
@@ -292,19 +301,23 @@ def _usable(keyids: Iterable[str], keys: Mapping[str, Key]) -> dict[str, PublicK
 def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     """Check (2), then: the root chain from the pinned root, the top-level targets by the
     newest root, every version of the alias's role by a delegation of those targets
-    (python-tuf ``verify_delegate``, the checks a worker's updater makes), and the moves the
-    record claims are the signed moves those versions make. Returns the role and the keys
-    of that verified metadata."""
+    (python-tuf ``verify_delegate``, the checks a worker's updater makes), the versions from
+    the recorded move on by the newest targets' delegation, and the moves the record claims
+    are the signed moves those versions make. Returns the role and the keys of that verified
+    metadata."""
     tuf = get(statement.predicate, "tuf", dict, 2)
     path = alias_path(statement.repository, statement.alias)
     # (2a): the root chain, from the root the caller pinned.
     trusted = _root_chain(tuf, pinned)
-    # (2b): each top-level targets version, by the newest root's targets keys; each
-    # delegates the alias to the role the record names.
+    # (2b): each top-level targets version, by the newest root's targets keys, with no gap
+    # from the oldest embedded to the newest; each delegates the alias to the role the
+    # record names.
     role_entry = get(tuf, "role", dict, 2)
     role_name = get(role_entry, "name", str, 2)
     all_targets = _targets_versions(tuf, trusted, path, role_name)
-    # (2c): every version of the role, 1 to the last embedded, by a delegation of (2b).
+    # (2c): every version of the role, 1 to the last embedded, by a delegation of (2b):
+    # before the recorded move, the targets of their time may vouch for them ((2e) then
+    # holds the rest to the newest).
     role_mds = _role_versions(tuf, all_targets, role_name)
     # (2d): the record's version is a signed move of the alias to exactly the subject.
     moves = signed_moves(path, role_mds)
@@ -325,7 +338,12 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
             f"{role_entry['version']}, but {role_name} version {move['role_version']} made "
             f"move {version}",
         )
-    # (2e): the moves the record claims (``history``) are exactly the signed ones: this move
+    # (2e): from the recorded move on, every role version verifies by the delegation of the
+    # newest targets: the keys that made the move, and the next, are the keys the role has
+    # as of the record, not keys an older targets version gave it and a newer one removed.
+    newest = all_targets[-1]
+    _current_from(role_mds, newest, role_name, move["role_version"])
+    # (2f): the moves the record claims (``history``) are exactly the signed ones: this move
     # and the next, each made by a verified role version; nothing else is claimed.
     claimed = get(statement.predicate, "history", list, 2)
     signed = moves[version - 1 : version + 1]
@@ -336,10 +354,10 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
             f"claims {_moves_text(claimed)}; the signed versions of {role_name} make "
             f"{_moves_text(signed)}: a move not backed by a signed role version",
         )
-    newest = all_targets[-1]
     root = trusted.signed
     return _Chain(
         role=role_name,
+        targets_version=int(newest.signed.version),
         record_keys=record_signing_keys(trusted, newest, role_name, statement.repository),
         metadata_keys={
             **_usable(root.keys, root.keys),
@@ -388,7 +406,9 @@ def _targets_versions(
     tuf: Mapping[str, Any], trusted: Metadata[Root], path: str, role_name: str
 ) -> list[Metadata[Targets]]:
     """Check (2b): the embedded top-level targets versions, oldest first, each signed by the
-    targets keys of the newest root and delegating ``path`` to ``role_name``."""
+    targets keys of the newest root and delegating ``path`` to ``role_name``, with no gap
+    between the oldest and the newest (a missing version could hide a change of the
+    role's keys)."""
     found: list[Metadata[Targets]] = []
     entries = get(tuf, "targets", list, 2)
     if not entries:
@@ -418,7 +438,53 @@ def _targets_versions(
                 f"to {deciding!r}",
             )
         found.append(md)
-    return sorted(found, key=lambda md: int(md.signed.version))
+    found.sort(key=lambda md: int(md.signed.version))
+    versions = [int(md.signed.version) for md in found]
+    for older, newer in itertools.pairwise(versions):
+        if newer != older + 1:
+            raise ReleaseRecordInvalid(
+                2,
+                "tuf.targets",
+                f"holds top-level targets versions {_versions_text(versions)}: "
+                + (
+                    f"version {newer} twice"
+                    if newer == older
+                    else f"version {older + 1} is missing"
+                    if newer == older + 2
+                    else f"versions {older + 1} to {newer - 1} are missing"
+                )
+                + "; the record must hold every version from the oldest it embeds to the "
+                "newest, with no gap (a missing version could hide a change of the role's keys)",
+            )
+    return found
+
+
+def _versions_text(versions: Sequence[int]) -> str:
+    shown = ", ".join(str(v) for v in versions[:10])
+    return shown + (f", ... ({len(versions)} in all)" if len(versions) > 10 else "")
+
+
+def _current_from(
+    role_mds: Sequence[Metadata[Targets]],
+    newest: Metadata[Targets],
+    role_name: str,
+    first: int,
+) -> None:
+    """Check (2e): role versions ``first`` (the recorded move's) to the last embedded verify
+    by the delegation of ``newest``, the newest embedded top-level targets."""
+    for md in role_mds[first - 1 :]:
+        try:
+            newest.verify_delegate(role_name, md)
+        except RepositoryError as exc:
+            raise ReleaseRecordInvalid(
+                2,
+                f"tuf.role_versions[{int(md.signed.version) - 1}]",
+                f"{role_name} version {md.signed.version} (at or after the recorded move, "
+                f"role version {first}) fails the delegation of the newest top-level targets, "
+                f"version {newest.signed.version}: {type(exc).__name__}: {exc}; only the "
+                "keys the role has as of the record vouch for the move and what follows it "
+                "(a key removed from the role since counts for nothing)",
+            ) from None
 
 
 def _role_versions(

@@ -267,3 +267,144 @@ def test_record_claiming_a_move_no_signed_role_version_made_is_refused(
     if forgery == "fake-next-move":
         assert "a move not backed by a signed role version" in refused.stderr
     assert keyid(reviewer.public_key()) == world.rev.keyid
+
+
+# -- fix round F4: the newest delegation decides, offline and without a registry -----------
+REPO, ROLE, PATH = "acme/bot", "acme:bot@prod", "acme/bot/aliases/prod"
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+def _tuf_md(signed: Any, *keys: Any) -> Any:
+    from tuf.api.metadata import Metadata
+
+    from modelward.attest.tuf import tuf_signer
+
+    md = Metadata(signed)
+    for key in keys:
+        md.sign(tuf_signer(key), append=True)
+    return md
+
+
+def _top_targets(version: int, admin: Any, reviewers: list[Any]) -> bytes:
+    """Top-level targets ``version``, signed by ``admin``: prod to ``reviewers``, threshold 1."""
+    from tuf.api.metadata import DelegatedRole, Delegations, Targets
+
+    from modelward.attest.tuf import tuf_key
+
+    keys = {k.keyid: k for k in (tuf_key(r.public_key()) for r in reviewers)}
+    role = DelegatedRole(ROLE, list(keys), 1, terminating=True, paths=[PATH])
+    signed = Targets(version=version, delegations=Delegations(keys, roles={ROLE: role}))
+    data: bytes = _tuf_md(signed, admin).to_bytes()
+    return data
+
+
+def _role_version(version: int, digest: str, signer: Any) -> bytes:
+    from tuf.api.metadata import TargetFile, Targets
+
+    target = TargetFile(1, {"sha256": digest.removeprefix("sha256:")}, PATH)
+    data: bytes = _tuf_md(Targets(version=version, targets={PATH: target}), signer).to_bytes()
+    return data
+
+
+def _record_statement(
+    targets: list[bytes], role_versions: list[bytes], version: int, digest: str
+) -> bytes:
+    """A release record's statement holding only what check 2 reads."""
+    from tuf.api.metadata import Metadata, Targets
+
+    from modelward.attest.release import signed_moves
+    from modelward.attest.release._model import blob
+    from modelward.attest.statement import make_statement
+
+    moves = signed_moves(PATH, [Metadata[Targets].from_bytes(r) for r in role_versions])
+    predicate = {
+        "record": {"repository": REPO, "alias": "prod", "version": version, "digest": digest},
+        "tuf": {
+            "roots": [],
+            "targets": [blob(t) for t in targets],
+            "role": {"name": ROLE, "version": moves[version - 1]["role_version"]},
+            "role_versions": [blob(r) for r in role_versions],
+        },
+        "history": moves[version - 1 : version + 1],
+    }
+    return make_statement(REPO, digest, "https://modelward.dev/release-record/v1", predicate)
+
+
+@dataclass
+class Delegation:
+    """Root 1 (admin signs root and targets); targets 1 gives prod to Bob and Carol, targets
+    2 to Carol only (Bob's key revoked); role version 1, signed by Carol, moves prod to d1."""
+
+    root: bytes
+    admin: Any
+    bob: Any
+    carol: Any
+    targets: list[bytes]
+    role_v1: bytes
+
+
+@pytest.fixture
+def delegation() -> Delegation:
+    from tuf.api.metadata import Root
+
+    from modelward.attest.keys import generate_private_key
+    from modelward.attest.tuf import tuf_key
+
+    admin, bob, carol = (generate_private_key() for _ in range(3))
+    root = Root(consistent_snapshot=True)
+    root.add_key(tuf_key(admin.public_key()), "root")
+    root.add_key(tuf_key(admin.public_key()), "targets")
+    return Delegation(
+        root=_tuf_md(root, admin).to_bytes(),
+        admin=admin,
+        bob=bob,
+        carol=carol,
+        targets=[_top_targets(1, admin, [bob, carol]), _top_targets(2, admin, [carol])],
+        role_v1=_role_version(1, D1, carol),
+    )
+
+
+def test_record_leaning_on_an_old_delegation_for_a_revoked_key_is_refused(
+    delegation: Delegation,
+) -> None:
+    """Bob's key was removed from prod (targets 2). A role version 2 he signs moving prod to
+    d2 verifies only by targets 1, which the record embeds beside targets 2: a record of
+    that move, signed by a key the newest delegation trusts (Carol's, who recorded what the
+    registry served), is refused at check 2 for the role version, not valid. The same
+    record with version 2 signed by Carol passes check 2 (the control)."""
+    from modelward.attest.release import (
+        ReleaseRecordInvalid,
+        verify_record,
+        verify_record_key,
+        write_record,
+    )
+
+    d = delegation
+    honest = _record_statement(d.targets, [d.role_v1, _role_version(2, D2, d.carol)], 2, D2)
+    assert verify_record_key(honest, d.root, d.carol.public_key()) == ROLE
+
+    forged = _record_statement(d.targets, [d.role_v1, _role_version(2, D2, d.bob)], 2, D2)
+    with pytest.raises(ReleaseRecordInvalid) as refused:
+        verify_record(write_record(forged, [d.carol]), d.root)
+    assert (refused.value.check, refused.value.field) == (2, "tuf.role_versions[1]")
+    assert f"{ROLE} version 2 (at or after the recorded move" in refused.value.reason
+    assert "fails the delegation of the newest top-level targets, version 2" in refused.value.reason
+    with pytest.raises(ReleaseRecordInvalid):
+        verify_record_key(forged, d.root, d.carol.public_key())
+
+
+def test_record_leaving_out_a_top_level_targets_version_is_refused(
+    delegation: Delegation,
+) -> None:
+    """Targets 1 and 3 without 2 (which could have removed a key from the role): refused at
+    check 2, naming the missing version."""
+    from modelward.attest.release import ReleaseRecordInvalid, verify_record_key
+
+    d = delegation
+    third = _top_targets(3, d.admin, [d.carol])
+    statement = _record_statement([d.targets[0], third], [d.role_v1], 1, D1)
+    with pytest.raises(ReleaseRecordInvalid) as refused:
+        verify_record_key(statement, d.root, d.carol.public_key())
+    assert (refused.value.check, refused.value.field) == (2, "tuf.targets")
+    assert "holds top-level targets versions 1, 3: version 2 is missing" in refused.value.reason
+
