@@ -408,3 +408,51 @@ def test_record_leaving_out_a_top_level_targets_version_is_refused(
     assert (refused.value.check, refused.value.field) == (2, "tuf.targets")
     assert "holds top-level targets versions 1, 3: version 2 is missing" in refused.value.reason
 
+
+# -- fix round F4: a protected pattern's role name fits the role columns and file names -----
+def test_a_protected_pattern_too_long_for_a_role_name_is_refused_at_policy_load(
+    registry: Registry,
+) -> None:
+    """A 120-character protected pattern would make a role name over the 300-character role
+    columns for a long repository name (a 500 on PostgreSQL at the first proposal); a
+    40-character one, a metadata file name over 255 bytes; one with '/' could not be a file
+    name at all. Each is refused when the policy is loaded: creating a repository with one
+    (nothing created) and replacing a repository's policy with one (the old policy kept),
+    each audited."""
+    from modelward.registry.client import APIError
+
+    pub = new_publisher(registry)
+    long_pattern = "release-" + "x" * 112
+    since = max((e["seq"] for e in registry.admin.iter_audit()), default=0)
+    for pattern, reason in (
+        (
+            long_pattern,
+            "would be 322 characters for a repository name of the longest allowed, "
+            "over the limit of 300; keep the pattern to 98 characters",
+        ),
+        ("release-" + "x" * 32, "over the limit of 255 (a file name); keep the pattern to 25"),
+        ("team/prod", "holds '/': a protected pattern names its TUF role"),
+    ):
+        policy = _policy(pub.name).replace("pattern: prod,", f"pattern: '{pattern}',")
+        name = f"{unique('o')}/{unique('m')}"
+        with pytest.raises(APIError) as refused:
+            registry.admin.create_repo(name, policy)
+        assert (refused.value.status, refused.value.code) == (400, "invalid_policy")
+        assert "aliases[0]: protected pattern" in refused.value.message
+        assert reason in refused.value.message
+        with pytest.raises(APIError) as missing:
+            registry.admin.get_repo(name)
+        assert missing.value.status == 404
+
+        repo = registry.repo(pub, policy_yaml=_policy(pub.name))
+        with pytest.raises(APIError) as replaced:
+            registry.admin.set_policy(repo, policy)
+        assert (replaced.value.status, replaced.value.code) == (400, "invalid_policy")
+        assert reason in replaced.value.message
+        assert registry.admin.get_repo(repo)["policy_yaml"] == _policy(pub.name)
+    denied = [
+        e
+        for e in registry.admin.iter_audit(after=since)
+        if e["action"] == "denied" and (e.get("details") or {}).get("code") == "invalid_policy"
+    ]
+    assert len(denied) == 6, denied

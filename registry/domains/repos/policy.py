@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, object_session
 
 from modelward.attest.errors import PolicyError
 from modelward.attest.policy import PolicyBelowFloor, PolicyFloor, load_policy, require_meets_floor
-from modelward.attest.policy._rules import require_distinct_role_patterns
+from modelward.attest.policy._rules import require_distinct_role_patterns, require_role_names_fit
 from modelward.registry.errors import BadRequest, Conflict
 from modelward.registry.models import Org, Repository
 
@@ -62,6 +62,7 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
     try:
         policy = load_policy(text.encode(), source=source)
         require_distinct_role_patterns(policy, source)  # each protected rule: one TUF role
+        require_role_names_fit(policy, source)  # ... whose name fits its columns and files
         return policy
     except PolicyError as exc:
         raise BadRequest(str(exc), code="invalid_policy") from exc
