@@ -65,10 +65,48 @@ def load_key(path: Path, passphrase_env: str | None) -> Any:
         fail(str(exc), code=2)
 
 
-def _previous(client: RegistryClient, role: str, version: int) -> bytes | None:
-    if version <= 1:
+def _published(client: RegistryClient, role: str) -> bytes | None:
+    """``role`` as a worker reads it now, which is what a proposal of its next version is
+    made from: top-level targets as the current snapshot lists it; a delegated role at its
+    newest version, from the one the snapshot lists down, whose signatures meet that
+    targets' delegation (a version signed only by a key since revoked is passed over, as
+    the registry passes it over: its aliases are not what the signers sign again). None
+    when there is none: every target of the proposal is then shown as new."""
+    from securesystemslib.exceptions import UnverifiedSignatureError
+    from tuf.api.exceptions import UnsignedMetadataError
+    from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
+    from tuf.api.serialization import DeserializationError
+
+    from modelward.registry.tuf.repository import MAX_UNVERIFIED
+
+    timestamp = Metadata[Timestamp].from_bytes(client.tuf_file("timestamp.json"))
+    snapshot = Metadata[Snapshot].from_bytes(
+        client.tuf_file(f"{timestamp.signed.snapshot_meta.version}.snapshot.json")
+    )
+    meta = snapshot.signed.meta
+    if "targets.json" not in meta:
         return None
-    return client.tuf_file(f"{version - 1}.{role}.json")
+    targets = client.tuf_file(f"{meta['targets.json'].version}.targets.json")
+    if role == "targets":
+        return targets
+    listed = meta.get(f"{role}.json")
+    if listed is None:
+        return None
+    delegator = Metadata[Targets].from_bytes(targets).signed
+    for version in range(listed.version, max(0, listed.version - MAX_UNVERIFIED), -1):
+        data = client.tuf_file(f"{version}.{role}.json")
+        try:
+            md = Metadata[Targets].from_bytes(data)
+            delegator.verify_delegate(role, md.signed_bytes, md.signatures)
+        except (
+            DeserializationError,
+            UnsignedMetadataError,
+            UnverifiedSignatureError,
+            ValueError,
+        ):
+            continue
+        return data
+    return None
 
 
 def describe(proposal: dict[str, Any]) -> str:
@@ -113,11 +151,11 @@ def sign_proposal(
     payload = base64.b64decode(proposal["payload"])
     role, version = str(proposal["role"]), int(proposal["version"])
     if role == "targets":
-        previous = _previous(client, role, version)
+        previous = _published(client, role)
         for line in delegation_changes(payload, previous) or ["no delegation changes"]:
             err_console.print(f"signing targets v{version}: {line}", markup=False)
     else:
-        changes = proposal_changes(payload, _previous(client, role, version))
+        changes = proposal_changes(payload, _published(client, role))
         unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
         if expect_target is not None and (unexpected or not changes):
             fail(
@@ -281,7 +319,7 @@ def trust_sign(
             from modelward.attest.tuf import delegation_changes, proposal_changes
 
             payload = base64.b64decode(proposal["payload"])
-            previous = _previous(client, str(proposal["role"]), int(proposal["version"]))
+            previous = _published(client, str(proposal["role"]))
             lines = (
                 delegation_changes(payload, previous)
                 if proposal["role"] == "targets"

@@ -8,15 +8,17 @@ their own machines and send the signature back (``add_signature``), which checks
 1. the proposal is still pending;
 2. it is still the next version of its role (otherwise it is stale: propose again);
 3. the key is one the role's delegation names (for top-level ``targets``: one root names),
-   it is not revoked, and its owner is not excluded by the caller (the two-person rule of
+   it is not revoked, its owner is not excluded by the caller (the two-person rule of
    protected aliases: not the proposer, not the bundle's publisher; the delegation alone
-   cannot say who proposed);
+   cannot say who proposed), and its owner has not signed this proposal with another key;
 4. the signature verifies over the payload's canonical signed bytes;
 5. the signatures that count: those collected before, less any whose key the delegation
    no longer names or that was revoked since (``withdraw_signatures`` already took out a
-   withdrawn approval's and a revoked key's), with this one.
+   withdrawn approval's and a revoked key's), with this one; the threshold counts their
+   *owners* (principals), not their keys: a reviewer with two keys is one approval.
 
-Once the signatures that count meet the delegation's threshold the proposal is published
+Once the owners of the signatures that count meet the delegation's threshold the proposal
+is published
 with ``MetadataRepository.publish_delegated`` (``publish_targets`` for top-level targets),
 which checks the threshold again with python-tuf, exactly as a worker will, before anything
 is kept; a role that does not verify there is refused for this proposal (``RoleUnverified``,
@@ -39,7 +41,7 @@ from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, T
 
 from modelward.attest.errors import StaleProposal
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, StaleVersion
-from modelward.registry.models import SigningKey, TufProposal, utcnow
+from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = [
@@ -76,7 +78,8 @@ class SignatureRefused(Forbidden):
 
 @dataclass(frozen=True)
 class Added:
-    """What ``add_signature`` did: signatures collected, threshold, and whether it published."""
+    """What ``add_signature`` did: distinct signers (principals) that count, threshold, and
+    whether it published."""
 
     signatures: int
     threshold: int
@@ -141,7 +144,9 @@ def propose_changes(
     """A pending proposal of ``role``'s next version with every target path in ``changes``
     set to its bytes (removed when None), each with ``custom`` as its signed ``custom``
     field when given; ``label`` is its ``target`` (the one path, or ``ADOPT_TARGET`` for
-    several)."""
+    several). Made from the role's newest version that verifies under its current
+    delegation (``MetadataRepository.propose``); raises RoleUnverified (409) when none of
+    the newest ``max_unverified`` does."""
 
     def change(targets: Targets) -> None:
         for path, data in changes.items():
@@ -153,7 +158,15 @@ def propose_changes(
                     target.unrecognized_fields["custom"] = dict(custom)
                 targets.targets[path] = target
 
-    md = repo.propose(role, change)
+    try:
+        md = repo.propose(role, change)
+    except UnsignedMetadataError as exc:
+        raise RoleUnverified(
+            f"role {role}: none of its newest {repo.max_unverified} stored versions verifies "
+            "under its current delegation, so there is no signed version to make the next "
+            f"one from ({exc}); the metadata store was written around the registry",
+            detail={"role": role},
+        ) from exc
     return _pending(
         session,
         role,
@@ -239,7 +252,8 @@ def add_signature(
     ``excluded``: principals whose keys may not sign this proposal, each with the reason
     (the two-person rule). ``before_publish`` runs the registry's own gates (baseline,
     replay) right before publishing and may raise to keep the proposal pending. Raises
-    StaleVersion (``proposal_stale``: the role moved on), SignatureRefused, BadRequest.
+    StaleVersion (``proposal_stale``: the role moved on), SignatureRefused (among others: a
+    principal signing a second time with another key), BadRequest, RoleUnverified.
     """
     # (1) only a pending proposal takes signatures
     if proposal.state == "stale":
@@ -281,6 +295,7 @@ def add_signature(
             "approve it (two-person rule)",
             detail={"role": role_name, "keyid": keyid},
         )
+    collected, owners = _others(session, proposal, role_name, keyids, keyid)
     # (4) the signature over the canonical signed bytes
     if len(signature_hex) > MAX_SIGNATURE_HEX:
         raise BadRequest(f"signature of key {keyid} is longer than {MAX_SIGNATURE_HEX} hex")
@@ -293,17 +308,14 @@ def add_signature(
             f"the signature of key {keyid} does not verify over proposal {proposal.id}",
             detail={"role": role_name, "keyid": keyid},
         ) from exc
-    # (5) the signatures that count: keys the delegation names now, none revoked since
-    collected = {
-        k: v
-        for k, v in _signatures(proposal).items()
-        if k in keyids and k not in _revoked(session, [k])
-    }
+    # (5) the signatures that count (keys the delegation names now, none revoked since),
+    # counted by owner: the threshold is a number of principals, not of keys
     collected[keyid] = signature_hex
     _keep(proposal, collected)
     session.flush()
-    if len(collected) < threshold:
-        return Added(len(collected), threshold, published=False)
+    signers = len({owners[k] for k in collected})
+    if signers < threshold:
+        return Added(signers, threshold, published=False)
     if before_publish is not None:
         before_publish(proposal)
     for k, v in collected.items():
@@ -333,7 +345,31 @@ def add_signature(
     ):
         other.state, other.decided_at = "stale", utcnow()
     session.flush()
-    return Added(len(collected), threshold, published=True)
+    return Added(signers, threshold, published=True)
+
+
+def _others(
+    session: Session, proposal: TufProposal, role: str, keyids: list[str], keyid: str
+) -> tuple[dict[str, str], dict[str, int | str]]:
+    """The other signatures on ``proposal`` that still count (keys the delegation names
+    now, none revoked since) and who each key, ``keyid`` among them, counts as (``_owners``).
+    Raises SignatureRefused when ``keyid``'s owner already signed with another key: each
+    principal counts once toward a threshold."""
+    collected = {
+        k: v
+        for k, v in _signatures(proposal).items()
+        if k in keyids and k != keyid and k not in _revoked(session, [k])
+    }
+    owners = _owners(session, [*collected, keyid])
+    owner = owners[keyid]
+    if isinstance(owner, int) and owner in {owners[k] for k in collected}:
+        name = session.scalar(select(Principal.name).where(Principal.id == owner))
+        raise SignatureRefused(
+            f"{name} already signed proposal {proposal.id} with another key; each principal "
+            "counts once toward the threshold: another signer must approve it",
+            detail={"role": role, "keyid": keyid, "principal": name},
+        )
+    return collected, owners
 
 
 def _signatures(proposal: TufProposal) -> dict[str, str]:
@@ -344,6 +380,17 @@ def _keep(proposal: TufProposal, signatures: Mapping[str, str]) -> None:
     proposal.signatures = json.dumps(
         [{"keyid": k, "sig": v} for k, v in sorted(signatures.items())]
     )
+
+
+def _owners(session: Session, keyids: list[str]) -> dict[str, int | str]:
+    """Who each of ``keyids`` counts as toward a threshold: its registered owner's id, or
+    the keyid itself for a key no principal registered (the online alias key, a root-listed
+    admin key)."""
+    rows = session.execute(
+        select(SigningKey.keyid, SigningKey.principal_id).where(SigningKey.keyid.in_(keyids))
+    )
+    registered: dict[str, int] = dict(rows.all())
+    return {k: registered.get(k, k) for k in keyids}
 
 
 def _revoked(session: Session, keyids: list[str]) -> set[str]:
@@ -363,20 +410,33 @@ def withdraw_signatures(
     target: str | None = None,
     to_digest: str | None = None,
 ) -> list[TufProposal]:
-    """Take the signatures of ``keyids`` off every pending proposal (only those setting
-    ``target`` to ``to_digest`` when given): a withdrawn approval or a revoked key stops
+    """Take the signatures of ``keyids`` off every pending proposal (only those whose
+    payload sets ``target`` to ``to_digest`` when given, whatever the proposal is labelled:
+    a one-alias move or an adoption of many): a withdrawn approval or a revoked key stops
     counting at once. Returns the proposals that lost a signature."""
     if not keyids:
         return []
     query = select(TufProposal).where(TufProposal.state == "pending")
-    if target is not None:
-        query = query.where(TufProposal.target == target, TufProposal.to_digest == to_digest)
     changed = []
     for proposal in session.scalars(query.order_by(TufProposal.id)):
         signatures = _signatures(proposal)
         kept = {k: v for k, v in signatures.items() if k not in keyids}
-        if len(kept) != len(signatures):
-            _keep(proposal, kept)
-            changed.append(proposal)
+        if len(kept) == len(signatures):
+            continue
+        if target is not None and not _sets(proposal, target, to_digest):
+            continue
+        _keep(proposal, kept)
+        changed.append(proposal)
     session.flush()
     return changed
+
+
+def _sets(proposal: TufProposal, path: str, digest: str | None) -> bool:
+    """Whether ``proposal``'s payload (the bytes its signers sign) sets ``path`` to the
+    bundle ``digest`` (``sha256:HEX``); a top-level targets proposal sets no alias."""
+    if proposal.role == TARGETS_ROLE:
+        return False
+    target = Metadata[Targets].from_bytes(proposal.payload).signed.targets.get(path)
+    if target is None:
+        return digest is None
+    return digest is not None and f"sha256:{target.hashes.get('sha256', '')}" == digest

@@ -51,7 +51,7 @@ from modelward.registry.tuf.store import MetadataStore
 __all__ = ["Expiries", "MetadataRepository", "new_root"]
 
 TOP_LEVEL = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
-MAX_UNVERIFIED = 64  # stored versions passed over, newest first, before a role is refused
+MAX_UNVERIFIED = 64  # the default of ``MetadataRepository(max_unverified=)``
 
 
 @lru_cache(maxsize=8192)
@@ -146,6 +146,8 @@ class MetadataRepository(Repository):
 
     ``signers`` maps a top-level role to the signers the registry holds for it (always
     snapshot and timestamp; root and targets only in the embedded default).
+    ``max_unverified``: how many stored versions of a role, newest first, that do not
+    verify are passed over before the role is refused (``verified``).
     """
 
     def __init__(
@@ -155,11 +157,15 @@ class MetadataRepository(Repository):
         *,
         expiries: Expiries | None = None,
         clock: Callable[[], datetime] = _now,
+        max_unverified: int = MAX_UNVERIFIED,
     ) -> None:
+        if max_unverified < 1:
+            raise ValueError(f"max_unverified must be at least 1, not {max_unverified}")
         self.store = store
         self.signers = signers
         self.expiries = expiries or Expiries()
         self.clock = clock
+        self.max_unverified = max_unverified
 
     # -- python-tuf Repository hooks ----------------------------------------------------
 
@@ -189,7 +195,7 @@ class MetadataRepository(Repository):
         """The newest stored version of ``role`` whose signatures meet its delegation, or
         None when the store holds none. Rows are only a database writer's word: a newer
         version that does not verify (a forgery) is passed over, and when none of the
-        newest ``MAX_UNVERIFIED`` does, ``UnsignedMetadataError`` names the role."""
+        newest ``max_unverified`` does, ``UnsignedMetadataError`` names the role."""
         latest = self.store.latest_versions().get(role)
         if latest is None:
             return None
@@ -200,7 +206,7 @@ class MetadataRepository(Repository):
             data = self.store.read(role, latest)
             return Metadata.from_bytes(data) if data is not None else None
         for delegator in delegators:  # the current root first: an older one is a fallback
-            for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
+            for version in range(latest, max(0, latest - self.max_unverified), -1):
                 data = self.store.read(role, version)
                 if data is not None and _verifies(role, data, version, delegator):
                     return Metadata.from_bytes(data)
@@ -211,35 +217,20 @@ class MetadataRepository(Repository):
 
     def _delegated_base(self, role: str) -> Metadata[Any] | None:
         """What the next version of delegated ``role`` is made from: its newest version that
-        verifies (``verified``); when none does under the current delegation because its
-        keys changed (a revoked key that signed it), its newest version that verified under
-        an earlier verified top-level targets. Never a row no delegation ever accepted (a
-        forgery is not carried into what the signers sign). None: nothing to build on."""
+        verifies under the *current* delegation (``verified``), which is also the version
+        the snapshot lists and a worker reads. A version that verified only thanks to a key
+        since revoked (or a threshold since raised) is never the base: what it alone signed
+        is dropped, not signed again by the others. None: no stored version verifies (every
+        one checked), so the next version starts blank. When none of the newest
+        ``max_unverified`` does and older ones were not checked, ``UnsignedMetadataError``
+        names the role (``proposals.propose_changes`` answers it as ``RoleUnverified``)."""
+        latest = self.store.latest_versions().get(role, 0)
         try:
             return self.verified(role)
         except UnsignedMetadataError:
-            earlier = self._earlier_verified(role)
-            if earlier is None:
+            if latest > self.max_unverified:
                 raise
-            return earlier
-
-    def _earlier_verified(self, role: str) -> Metadata[Any] | None:
-        """The newest stored version of ``role`` that verifies under one of the newest
-        ``MAX_UNVERIFIED`` earlier versions of top-level targets that verify against root."""
-        versions = self.store.latest_versions()
-        latest, current = versions.get(role, 0), versions.get(Targets.type, 0)
-        roots = self._delegators(Targets.type)
-        for targets_version in range(current - 1, max(0, current - 1 - MAX_UNVERIFIED), -1):
-            seal = self.store.read(Targets.type, targets_version)
-            if seal is None or not any(
-                _verifies(Targets.type, seal, targets_version, root) for root in roots
-            ):
-                continue
-            for version in range(latest, max(0, latest - MAX_UNVERIFIED), -1):
-                data = self.store.read(role, version)
-                if data is not None and _verifies(role, data, version, seal):
-                    return Metadata.from_bytes(data)
-        return None
+            return None
 
     def _delegators(self, role: str) -> list[bytes]:
         """The verified metadata that delegates ``role``, as bytes: for top-level targets
@@ -332,7 +323,9 @@ class MetadataRepository(Repository):
     # -- delegated roles ---------------------------------------------------------------
 
     def propose(self, role: str, change: Callable[[Targets], None]) -> Metadata[Targets]:
-        """The next version of delegated ``role`` with ``change`` applied, unsigned."""
+        """The next version of delegated ``role`` with ``change`` applied, unsigned, made
+        from ``_delegated_base`` (blank when nothing verifies). Raises UnsignedMetadataError
+        when the role's newest ``max_unverified`` versions do not verify."""
         if role in TOP_LEVEL:
             raise ValueError(f"{role} is a top-level role, not a delegated one")
         md = cast(Metadata[Targets], self.open(role))

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from tuf.api.exceptions import RepositoryError
 from tuf.api.metadata import Metadata, Root, Targets
 
 from modelward.attest.alias_decision import MoveRequest
@@ -87,6 +88,7 @@ from modelward.registry.tuf.store import SessionStore
 __all__ = [
     "DB_WRITER_OFFLINE",
     "DB_WRITER_ONLINE",
+    "RevocationFailed",
     "Trust",
     "adopt",
     "ensure_root",
@@ -387,7 +389,12 @@ def key_revoked(session: Session, state: AppState, keyid: str, *, caller: Caller
     proposal (they stop counting at once) and bring the delegations in line (the key leaves
     every role: signed at once with an online targets key, else a targets proposal for the
     admins; until they sign it the registry refuses the key's signatures itself). Audited
-    as ``tuf.signature.withdraw`` when a proposal lost a signature."""
+    as ``tuf.signature.withdraw`` when a proposal lost a signature.
+
+    A revocation the delegations cannot follow is refused, never half done: RevocationFailed
+    (409 ``revocation_failed``, the reason) when they cannot be re-made, TufKeyUnavailable
+    (503) when this replica holds no TUF keys; the caller's transaction then keeps nothing.
+    """
     unsigned = withdraw_signatures(session, [keyid])
     if unsigned:
         append(
@@ -397,12 +404,27 @@ def key_revoked(session: Session, state: AppState, keyid: str, *, caller: Caller
             subject=keyid,
             details={"proposals": [p.id for p in unsigned], "why": "key revoked"},
         )
+    repo = repository(session, state)
     try:
-        repo = repository(session, state)
-    except TufKeyUnavailable as exc:  # no TUF keys here: nothing is signed with them either
-        log.error(json.dumps({"event": "tuf_sync_failed", "message": str(exc)[:500]}))  # noqa: TRY400
-        return
-    sync(session, state, repo, proposer_id=caller.id)
+        sync_delegations(
+            session,
+            repo,
+            trust_of(state.settings).keys,
+            state.default_policy_yaml,
+            proposer_id=caller.id,
+        )
+    except (RegistryError, ValueError, RepositoryError) as exc:
+        raise RevocationFailed(
+            f"key {keyid} was not revoked: the TUF delegations could not be re-made without "
+            f"it ({type(exc).__name__}: {str(exc)[:500]}); nothing was changed",
+            detail={"keyid": keyid, "reason": type(exc).__name__},
+        ) from exc
+
+
+class RevocationFailed(Conflict):
+    """409: a key's revocation refused because the delegations could not follow it."""
+
+    code = "revocation_failed"
 
 
 def withdraw_approval_signatures(
