@@ -24,7 +24,10 @@ A refusal at (2) or (3) aborts the session: its row and every part it stored are
 session, and ``uploads.service.commit`` assembles, verifies and records the blob.
 
 Every door that hands out a blob asks ``bundles.quarantine.require_readable`` about it
-(``readable_size``, ``mount``), besides ``blobs.service.readable_blob_size``.
+(``readable_size``, ``mount``), besides ``blobs.service.readable_blob_size``. A monolithic
+upload of a stored digest (``blobs.service.put_blob``) and a session closed on one
+(``uploads.service.commit``) hash the bytes received all the same: other bytes are refused
+(``DIGEST_INVALID``) and lease nothing.
 """
 
 from __future__ import annotations
@@ -101,8 +104,8 @@ def session_of(state: AppState, *, upload_id: str, repo_name: str, caller: Calle
 
 def readable_size(state: AppState, *, digest: str, caller: Caller) -> int:
     """The size of a stored blob ``caller`` may download: NotFound when none is stored,
-    Quarantined when its digest is quarantined or only quarantined (or tombstoned)
-    bundles hold it (admins and reviewers excepted)."""
+    Quarantined when the quarantine covers it (``bundles.quarantine.quarantined_blobs``) or
+    only tombstoned bundles hold it (admins and reviewers excepted)."""
     with state.db.read() as session:
         size = blobs.readable_blob_size(session, digest, caller)
         require_readable(session, digest, caller)
