@@ -24,6 +24,12 @@ POLICY = (
     "  - {pattern: '*', roles: [publisher]}\n"
 )
 
+ONLINE_POLICY = (
+    "version: 1\ntrust_registered_signers: true\naliases:\n"
+    "  - {pattern: 'dev-*', roles: [publisher], online: true}\n"
+    "  - {pattern: '*', roles: [publisher]}\n"
+)
+
 
 def point_alias_row(reg: Registry, repo: str, alias: str, digest: str) -> None:
     """The database writer: ``UPDATE aliases SET digest=...``, nothing signed."""
@@ -110,3 +116,22 @@ def test_adopt_signed_by_the_publisher_of_an_adopted_bundle_is_refused(
     assert refused.value.code == "signature_refused"
     assert f"the publisher of {own}, adopted for {repo}@prod" in refused.value.message
     assert registry.admin.tuf_proposal(int(proposal["id"]))["state"] == "pending"
+
+
+def test_adopt_of_an_online_alias_row_a_db_writer_moved_is_not_signed_by_the_registry(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """An online role is signed by the registry's own key at adoption: the move is decided
+    there first, with the adopter (an admin this rule does not name) as the mover."""
+    publisher = new_publisher(registry)
+    repo = registry.repo(publisher, policy_yaml=ONLINE_POLICY)
+    good, other = (push_new(publisher, repo, tmp_path / n) for n in ("g", "o"))
+    assert publisher.actor.client.set_alias(repo, "dev-a", good)["signed"] is True
+    point_alias_row(registry, repo, "dev-a", other)
+    adopted = registry.admin.tuf_adopt()
+    assert [p for p in adopted if p["role"].startswith(repo.replace("/", ":"))] == []
+    event = [e for e in registry.admin.iter_audit() if e["action"] == "tuf.adopt"][-1]
+    skipped = [s for s in event["details"]["skipped"] if s["alias"] == f"{repo}@dev-a"]
+    assert [s["digest"] for s in skipped] == [other]
+    assert skipped[0]["why"].startswith("forbidden: ")
+    assert publisher.actor.client.get_alias(repo, "dev-a")["signed"] is False

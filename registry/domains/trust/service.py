@@ -295,7 +295,8 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
     whose bundle is quarantined, deleted or missing (a database writer's edit, or a bundle
     withdrawn since) is not proposed: it is skipped, and the audit event ``tuf.adopt``
     names it with why. Each adopted alias is still decided when its proposal is signed
-    (``sign_proposal``)."""
+    (``sign_proposal``); one an online role holds, which the registry signs here, is
+    decided here, and skipped when refused."""
     from modelward.registry.models import Alias, Bundle, QuarantinedDigest, Repository
 
     with state.db.write() as session:
@@ -345,9 +346,21 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
                 deciding = delegated_role_for(repo, path)
             except NotFound:
                 continue
-            by_role.setdefault(deciding.name, {})[path] = bytes(manifest)
             if deciding.name == online_role(repo_name):
+                # the registry's own key signs this role below, at once: the move is decided
+                # first (steps (1)-(5), the adopter the mover) as ``sign_proposal`` decides
+                # the others, its quarantine read again in this transaction
+                try:
+                    request = require_move_allowed(
+                        state, repo_name=repo_name, alias=alias, digest=digest, mover=caller
+                    )
+                    decide_again(session, request, mover=caller)
+                except RegistryError as exc:
+                    why = f"{exc.code}: {exc.message}"[:500]
+                    skipped.append({"alias": f"{repo_name}@{alias}", "digest": digest, "why": why})
+                    continue
                 online_roles.add(deciding.name)
+            by_role.setdefault(deciding.name, {})[path] = bytes(manifest)
         made = []
         for role, changes in sorted(by_role.items()):
             proposal = propose_changes(
