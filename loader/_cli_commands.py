@@ -639,7 +639,14 @@ def trust_pin(
         ),
     ] = False,
     cache_dir: CacheOpt = None,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON document on stdout (docs/cli.md#trust-commands); "
+            "messages go to stderr",
+        ),
+    ] = False,
 ) -> None:
     """Pin the registry's TUF root in this worker's cache (pull, boot, verify, replay and
     baseline show resolve aliases from it).

@@ -217,7 +217,8 @@ COMMANDS: dict[str, Entry] = {
         "Release records: one signed document per promotion, verified offline.",
         children={
             "record": Entry(
-                "Export the signed release record of REPO@ALIAS at one version of its history.",
+                "Export the signed release record of REPO@ALIAS at one of its signed moves "
+                "(TUF role versions; default: the latest).",
                 "modelward.registry._cli_release:record",
             ),
             "verify": Entry(

@@ -48,7 +48,7 @@ def attach(
     ref: Annotated[
         str,
         typer.Argument(
-            metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref
+            metavar="REPO@REF", help="REPO@ALIAS, REPO:TAG or REPO@sha256:<hex>", callback=valid_ref
         ),
     ],
     files: Annotated[

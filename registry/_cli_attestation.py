@@ -29,7 +29,9 @@ attestation_app = typer.Typer(
 
 Ref = Annotated[
     str,
-    typer.Argument(metavar="REPO@REF", help="REPO@ALIAS or REPO@sha256:<hex>", callback=valid_ref),
+    typer.Argument(
+        metavar="REPO@REF", help="REPO@ALIAS, REPO:TAG or REPO@sha256:<hex>", callback=valid_ref
+    ),
 ]
 
 

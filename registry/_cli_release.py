@@ -93,7 +93,8 @@ def record(
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
-    """Export the signed release record of REPO@ALIAS at one version of its history."""
+    """Export the signed release record of REPO@ALIAS at one of its signed moves (TUF role
+    versions; default: the latest)."""
     from modelward.attest.errors import AttestError
     from modelward.attest.release import (
         PinnedRootError,

@@ -200,7 +200,7 @@ def alias_pending(
     ref: Annotated[
         str | None,
         typer.Argument(
-            metavar="[REPO[@ALIAS]]",
+            metavar="REPO[@ALIAS]",
             help="Only this repository (ORG/NAME), or this alias (REPO@ALIAS or REPO:TAG)",
             callback=repo_or_alias_argument,
         ),
