@@ -142,3 +142,27 @@ def test_existing_blob_put_with_other_bytes_is_refused(registry: Registry, tmp_p
         assert again.status_code == 200, again.text
     # nothing of the refused bytes is served: the blob is X's weights
     assert registry.admin.get_blob(weights) == real
+
+
+def test_a_bundle_sharing_layers_before_the_quarantine_keeps_them_and_is_named_in_the_audit(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """The other side of the rule: a bundle recorded before the quarantine keeps the layers it
+    shares (its puller is not cut off), and the quarantine's audit event names it, so a
+    reviewer can look at it (it may be a re-wrap pushed ahead of the quarantine)."""
+    pub_a, pub_b = new_publisher(registry), new_publisher(registry)
+    repo_x, repo_s = registry.repo(pub_a), registry.repo(pub_b)
+    reader, reviewer = registry.actor("reader"), registry.actor("reviewer")
+    x = pub_a.actor.client.push(make_bundle_dir(tmp_path / "x"), repo_x, sign=pub_a.sign).digest
+    s = pub_b.actor.client.push(make_bundle_dir(tmp_path / "s"), repo_s, sign=pub_b.sign).digest
+    weights, _ = _weights(registry, repo_x, x)
+    assert _weights(registry, repo_s, s)[0] == weights
+    mark = _mark(registry)
+    reviewer.client.quarantine(repo_x, x, REASON)
+    shared = httpx.get(f"{registry.url}/v1/blobs/{weights}", headers=_auth(reader.token))
+    assert shared.status_code == 200, shared.text
+    events = [
+        e for e in registry.admin.iter_audit(after=mark) if e["action"] == "bundle.quarantine"
+    ]
+    assert [e["subject"] for e in events] == [f"{repo_x}@{x}"]
+    assert events[0]["details"]["shares_blobs_with"] == [f"{repo_s}@{s}"]

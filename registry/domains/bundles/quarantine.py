@@ -247,6 +247,33 @@ def quarantine(
         actor=caller.name,
         action="bundle.quarantine",
         subject=f"{repo.name}@{digest}",
-        details={"reason": reason, "repositories": list(holders)},
+        details={
+            "reason": reason,
+            "repositories": list(holders),
+            "shares_blobs_with": _sharing(session, digest),
+        },
     )
     return row
+
+
+SHARING_LISTED = 50  # the most bundles a quarantine's audit event names as sharing its blobs
+
+
+def _sharing(session: Session, digest: str) -> list[str]:
+    """``repo@digest`` of the live, unquarantined bundles (at most ``SHARING_LISTED``) that
+    hold a blob of ``digest``'s bundles: they keep those blobs readable (``quarantined_blobs``),
+    so a reviewer sees which to look at (a re-wrap pushed before the quarantine among them)."""
+    quarantined_bundles = select(Bundle.id).where(Bundle.digest == digest)
+    its_blobs = select(BundleBlob.digest).where(BundleBlob.bundle_id.in_(quarantined_bundles))
+    rows = session.execute(
+        select(Repository.name, Bundle.digest)
+        .join(Bundle, Bundle.repo_id == Repository.id)
+        .join(BundleBlob, BundleBlob.bundle_id == Bundle.id)
+        .where(BundleBlob.digest.in_(its_blobs))
+        .where(Bundle.tombstoned.is_(False))
+        .where(Bundle.digest.not_in(select(QuarantinedDigest.digest)))
+        .distinct()
+        .order_by(Repository.name, Bundle.digest)
+        .limit(SHARING_LISTED)
+    ).tuples()
+    return [f"{name}@{held}" for name, held in rows]
