@@ -166,3 +166,41 @@ def test_a_bundle_sharing_layers_before_the_quarantine_keeps_them_and_is_named_i
     ]
     assert [e["subject"] for e in events] == [f"{repo_x}@{x}"]
     assert events[0]["details"]["shares_blobs_with"] == [f"{repo_s}@{s}"]
+
+
+def test_a_digest_known_only_as_a_pending_v2_copy_can_be_quarantined(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """Before, quarantine needed a bundle row: a manifest stored only as a ``/v2`` pending
+    copy (its attestations not there yet) could not be quarantined and stayed served."""
+    pub = new_publisher(registry)
+    repo = registry.repo(pub)
+    reader, reviewer = registry.actor("reader"), registry.actor("reviewer")
+    built = build_bundle(make_bundle_dir(tmp_path / "p"))
+    blobs = [(built.manifest.config.digest, built.config_bytes)]
+    blobs += [(built.manifest.layer(f.path).digest, f.abspath.read_bytes()) for f in built.files]
+    with httpx.Client(base_url=registry.url, headers=_auth(pub.actor.token), timeout=60) as http:
+        for digest, data in blobs:
+            sent = http.post(f"/v2/{repo}/blobs/uploads/", params={"digest": digest}, content=data)
+            assert sent.status_code == 201, sent.text
+        put = http.put(
+            f"/v2/{repo}/manifests/{built.manifest.digest}",
+            content=built.manifest.raw,
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
+        assert put.status_code == 201, put.text
+        assert put.headers["Modelward-State"] == "pending"
+    digest = built.manifest.digest
+    path = f"{registry.url}/v2/{repo}/manifests/{digest}"
+    assert httpx.get(path, headers=_auth(reader.token), timeout=60).status_code == 200
+    mark = _mark(registry)
+    record = reviewer.client.quarantine(repo, digest, REASON)
+    assert (record["quarantined"], record["quarantine_reason"]) == (True, REASON)
+    assert (record["state"], record["manifest"]) == ("pending", None)
+    refused = httpx.get(path, headers=_auth(reader.token), timeout=60)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["errors"][0]["detail"]["code"] == "bundle_quarantined"
+    events = [
+        e for e in registry.admin.iter_audit(after=mark) if e["action"] == "bundle.quarantine"
+    ]
+    assert [e["subject"] for e in events] == [f"{repo}@{digest}"]

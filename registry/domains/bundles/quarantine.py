@@ -47,6 +47,7 @@ from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound,
 from modelward.registry.models import (
     Bundle,
     BundleBlob,
+    OciManifest,
     Principal,
     QuarantinedDigest,
     Repository,
@@ -56,10 +57,12 @@ __all__ = [
     "FORENSIC_ROLES",
     "is_quarantined",
     "manifest_readable",
+    "pending_record",
     "quarantine",
     "quarantine_json",
     "quarantine_of",
     "quarantined_blobs",
+    "quarantined_manifest",
     "readable_digest",
     "require_no_quarantined_blobs",
     "require_not_quarantined",
@@ -205,11 +208,13 @@ def readable_digest(column: InstrumentedAttribute[str], caller: Caller) -> Colum
 def quarantine(
     session: Session, *, repo_name: str, digest: str, reason: str, caller: Caller
 ) -> QuarantinedDigest:
-    """Quarantine ``digest`` everywhere, named through a repository that holds it (deleted
-    bundles included); audited as ``bundle.quarantine``.
+    """Quarantine ``digest`` everywhere, named through a repository that holds it as a
+    bundle (deleted bundles included) or only as a ``/v2`` pending manifest (no bundle
+    anywhere yet: the quarantine list needs none); audited as ``bundle.quarantine``.
 
     Raises Forbidden (not an admin or reviewer), BadRequest (blank reason), NotFound (no
-    bundle with that digest in the repository), Conflict (already quarantined).
+    bundle and no pending manifest with that digest in the repository), Conflict (already
+    quarantined).
     """
     if caller.role not in FORENSIC_ROLES:
         raise Forbidden("only admins and reviewers may quarantine bundles")
@@ -219,8 +224,8 @@ def quarantine(
     held = session.execute(
         select(Bundle.id).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
     ).first()
-    if held is None:
-        raise NotFound(f"no bundle {digest} in {repo.name}")
+    if held is None and _pending_copy(session, repo, digest) is None:
+        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
     existing = quarantine_of(session, digest)
     if existing is not None:
         raise Conflict(
@@ -254,6 +259,45 @@ def quarantine(
         },
     )
     return row
+
+
+def _pending_copy(session: Session, repo: Repository, digest: str) -> OciManifest | None:
+    """The ``/v2`` copy of bundle manifest ``digest`` stored in ``repo`` (pending its
+    attestations), if any."""
+    return session.execute(
+        select(OciManifest).where(
+            OciManifest.repo_id == repo.id,
+            OciManifest.digest == digest,
+            OciManifest.subject.is_(None),
+        )
+    ).scalar_one_or_none()
+
+
+def quarantined_manifest(session: Session, repo: Repository, digest: str) -> bytes:
+    """The manifest bytes of ``digest`` as ``repo`` holds it: its bundle's, else its pending
+    ``/v2`` copy's (what the quarantine role's proposal names). Raises NotFound."""
+    bundle = session.execute(
+        select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+    ).scalar_one_or_none()
+    if bundle is not None:
+        return bytes(bundle.manifest)
+    pending = _pending_copy(session, repo, digest)
+    if pending is None:
+        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
+    return bytes(pending.manifest)
+
+
+def pending_record(session: Session, row: QuarantinedDigest) -> dict[str, Any]:
+    """The answer to quarantining a digest no bundle holds (only a pending ``/v2`` copy):
+    the bundle record's quarantine fields, ``manifest`` null, ``state`` ``pending``."""
+    return {
+        **quarantine_json(session, row),
+        "manifest": None,
+        "quarantined": True,
+        "quarantine_reason": row.reason,
+        "tombstoned": False,
+        "state": "pending",
+    }
 
 
 SHARING_LISTED = 50  # the most bundles a quarantine's audit event names as sharing its blobs
