@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelward.attest.names import ALIAS_MAX, ALIAS_RE
+from modelward.attest.names import ALIAS_MAX, ALIAS_RE, REPOSITORY_RE
 from modelward.registry._client_errors import ClientConfigError, InvalidReference
 
 __all__ = [
@@ -31,8 +31,7 @@ __all__ = [
     "save_login",
 ]
 
-_REPO_PART = r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?"
-_REPO_RE = re.compile(rf"^({_REPO_PART})/({_REPO_PART})$")
+_REPO_RE = REPOSITORY_RE  # attest.names: the registry's grammar, so neither refuses the other's
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 

@@ -89,17 +89,24 @@ class RoleNameLimits:
 
 
 def require_role_names_fit(
-    policy: Policy, source: str = "policy", limits: RoleNameLimits = RoleNameLimits()
+    policy: Policy,
+    source: str = "policy",
+    limits: RoleNameLimits = RoleNameLimits(),
+    *,
+    repository: str | None = None,
 ) -> None:
     """Refuse a policy with a protected alias rule whose TUF role name
     (``attest.tuf.protected_role``) could not be stored or served: a pattern holding ``/``
     (a role name is part of a file name: ``VERSION.ROLE.json``), a role name over
     ``limits.max_role_chars``, or a file name over ``limits.max_file_name_bytes``, for the
-    longest repository name (``limits.longest_repository``).
+    repository it judges (``repository``), or for the longest repository name
+    (``limits.longest_repository``) when it may judge any (the operator's default).
 
     Raises:
         PolicyError: naming the rule (``aliases[i]``), the limit and the pattern's budget.
     """
+    named = repository if repository is not None else limits.longest_repository
+    for_repo = f"repository {repository}" if repository is not None else "the longest allowed"
     for i, rule in enumerate(policy.aliases):
         if not rule.protected:
             continue
@@ -111,13 +118,13 @@ def require_role_names_fit(
                 "is part of a metadata file's name (VERSION.ROLE.json), so it holds no '/' "
                 "(docs/policy.md#alias-rules)"
             )
-        role = protected_role(limits.longest_repository, rule.pattern)
-        prefix = len(protected_role(limits.longest_repository, ""))
+        role = protected_role(named, rule.pattern)
+        prefix = len(protected_role(named, ""))
         if len(role) > limits.max_role_chars:
             raise PolicyError(
                 f"{where} is {len(rule.pattern)} characters: its TUF role name "
-                f"(ORG:NAME@PATTERN) would be {len(role)} characters for a repository name "
-                f"of the longest allowed, over the limit of {limits.max_role_chars}; keep "
+                f"(ORG:NAME@PATTERN) would be {len(role)} characters for {for_repo}, over "
+                f"the limit of {limits.max_role_chars}; keep "
                 f"the pattern to {limits.max_role_chars - (len(role) - len(rule.pattern))} "
                 "characters (docs/policy.md#alias-rules)"
             )
@@ -127,8 +134,8 @@ def require_role_names_fit(
             budget = limits.max_file_name_bytes - overhead - len(quote(role[:prefix], safe=""))
             raise PolicyError(
                 f"{where} is too long for a TUF role name: its metadata file name "
-                f"(VERSION.ROLE.json, ROLE URL-quoted) would be {file_bytes} bytes for a "
-                "repository name of the longest allowed, over the limit of "
+                f"(VERSION.ROLE.json, ROLE URL-quoted) would be {file_bytes} bytes for "
+                f"{for_repo}, over the limit of "
                 f"{limits.max_file_name_bytes} (a file name); keep the pattern to "
                 f"{budget} bytes URL-quoted (docs/policy.md#alias-rules)"
             )

@@ -73,3 +73,17 @@ def test_a_protected_pattern_holding_a_slash_is_refused() -> None:
 
 def test_an_unprotected_pattern_names_no_role_and_is_not_limited() -> None:
     _check("team/" + "r" * 150, protected=False)
+
+
+def test_the_repository_it_judges_sets_the_budget_not_the_longest_name() -> None:
+    """A registry checks a repository's policy for that repository's name: a 40-byte pattern,
+    refused for a name of the longest allowed, fits a short one."""
+    pattern = "release-candidate-" + "x" * 22
+    policy = load_policy(_policy(pattern), source="p.yaml")
+    with pytest.raises(PolicyError, match="for the longest allowed"):
+        require_role_names_fit(policy, "p.yaml")
+    require_role_names_fit(policy, "p.yaml", repository="acme/tiny-llama")
+    with pytest.raises(PolicyError, match="for repository acme/tiny-llama"):
+        require_role_names_fit(
+            load_policy(_policy("*" * 80), source="p.yaml"), "p.yaml", repository="acme/tiny-llama"
+        )

@@ -413,43 +413,57 @@ def test_record_leaving_out_a_top_level_targets_version_is_refused(
 def test_a_protected_pattern_too_long_for_a_role_name_is_refused_at_policy_load(
     registry: Registry,
 ) -> None:
-    """A 120-character protected pattern would make a role name over the 300-character role
-    columns for a long repository name (a 500 on PostgreSQL at the first proposal); a
-    40-character one, a metadata file name over 255 bytes; one with '/' could not be a file
-    name at all. Each is refused when the policy is loaded: creating a repository with one
-    (nothing created) and replacing a repository's policy with one (the old policy kept),
-    each audited."""
+    """A protected pattern's role name must fit the repository it judges: a 120-character
+    pattern makes a role name over the 300-character role columns for a repository of the
+    longest name (a 500 on PostgreSQL at the first proposal); 70 '*'s, a metadata file name
+    over 255 bytes for a short one; '/' could not be a file name at all. Each is refused
+    when the policy is loaded: creating a repository with one (nothing created) and
+    replacing a repository's policy with one (the old policy kept), each audited. The same
+    120-character pattern fits a repository of a short name."""
     from modelward.registry.client import APIError
 
     pub = new_publisher(registry)
     long_pattern = "release-" + "x" * 112
+
+    def long_name() -> str:  # ORG and NAME at the registry's bound, 100 characters each
+        return f"{unique('o') + 'o' * 89}/{unique('m') + 'm' * 89}"
+
+    def short_name() -> str:
+        return f"{unique('o')}/{unique('m')}"
+
     since = max((e["seq"] for e in registry.admin.iter_audit()), default=0)
-    for pattern, reason in (
+    for pattern, new_name, reason in (
         (
             long_pattern,
-            "would be 322 characters for a repository name of the longest allowed, "
-            "over the limit of 300; keep the pattern to 98 characters",
+            long_name,
+            "would be 322 characters for repository {name}, over the limit of 300; keep "
+            "the pattern to 98 characters",
         ),
-        ("release-" + "x" * 32, "over the limit of 255 (a file name); keep the pattern to 25"),
-        ("team/prod", "holds '/': a protected pattern names its TUF role"),
+        ("release-" + "*" * 70, short_name, "over the limit of 255 (a file name); keep the"),
+        ("team/prod", short_name, "holds '/': a protected pattern names its TUF role"),
     ):
         policy = _policy(pub.name).replace("pattern: prod,", f"pattern: '{pattern}',")
-        name = f"{unique('o')}/{unique('m')}"
+        name = new_name()
         with pytest.raises(APIError) as refused:
             registry.admin.create_repo(name, policy)
         assert (refused.value.status, refused.value.code) == (400, "invalid_policy")
         assert "aliases[0]: protected pattern" in refused.value.message
-        assert reason in refused.value.message
+        assert reason.format(name=name) in refused.value.message
         with pytest.raises(APIError) as missing:
             registry.admin.get_repo(name)
         assert missing.value.status == 404
 
-        repo = registry.repo(pub, policy_yaml=_policy(pub.name))
+        repo = new_name()
+        registry.admin.create_repo(repo, _policy(pub.name))
         with pytest.raises(APIError) as replaced:
             registry.admin.set_policy(repo, policy)
         assert (replaced.value.status, replaced.value.code) == (400, "invalid_policy")
-        assert reason in replaced.value.message
+        assert reason.format(name=repo) in replaced.value.message
         assert registry.admin.get_repo(repo)["policy_yaml"] == _policy(pub.name)
+    fits = short_name()
+    long_policy = _policy(pub.name).replace("pattern: prod,", f"pattern: '{long_pattern}',")
+    registry.admin.create_repo(fits, long_policy)
+    assert registry.admin.get_repo(fits)["policy_yaml"] == long_policy
     denied = [
         e
         for e in registry.admin.iter_audit(after=since)

@@ -177,7 +177,9 @@ def _repos_below(
         select(Repository).where(Repository.org_id == org.id).order_by(Repository.name)
     ).scalars()
     for repo in repos:
-        policy = effective_policy(repo.policy_yaml, default_policy_yaml, f"{repo.name} policy")
+        policy = effective_policy(
+            repo.policy_yaml, default_policy_yaml, f"{repo.name} policy", repo.name
+        )
         shortfalls = floor_shortfalls(policy, floor)
         if shortfalls:
             below.append({"repository": repo.name, "shortfalls": [str(s) for s in shortfalls]})

@@ -57,12 +57,15 @@ def builtin_default_policy() -> str:
     return policies.joinpath("default.yaml").read_text(encoding="utf-8")
 
 
-def parse_policy(text: str, source: str = "policy") -> Policy:
-    """Validate a policy document; raises BadRequest (invalid_policy) naming the field."""
+def parse_policy(text: str, source: str = "policy", repository: str | None = None) -> Policy:
+    """Validate a policy document (for ``repository``, or any: the operator's default);
+    raises BadRequest (invalid_policy) naming the field."""
     try:
         policy = load_policy(text.encode(), source=source)
         require_distinct_role_patterns(policy, source)  # each protected rule: one TUF role
-        require_role_names_fit(policy, source)  # ... whose name fits its columns and files
+        require_role_names_fit(
+            policy, source, repository=repository
+        )  # ... whose name fits its columns and files
         return policy
     except PolicyError as exc:
         raise BadRequest(str(exc), code="invalid_policy") from exc
@@ -88,7 +91,7 @@ def _file_references(policy: Policy) -> list[str]:
     return fields
 
 
-def parse_stored_policy(text: str, source: str = "policy") -> Policy:
+def parse_stored_policy(text: str, source: str = "policy", repository: str | None = None) -> Policy:
     """Validate a policy sent through the API: it must be self-contained.
 
     A stored policy is read by the server, so a file path in it would make the server open
@@ -96,7 +99,7 @@ def parse_stored_policy(text: str, source: str = "policy") -> Policy:
     must be inline PEM; ``trust_root`` (a file) is refused: identities use the public-good
     root. Raises BadRequest (invalid_policy) naming every field at fault.
     """
-    policy = parse_policy(text, source)
+    policy = parse_policy(text, source, repository)
     refs = _file_references(policy)
     if refs:
         raise BadRequest(
@@ -109,13 +112,16 @@ def parse_stored_policy(text: str, source: str = "policy") -> Policy:
 
 
 def effective_policy(
-    policy_yaml: str | None, default_policy_yaml: str | None, source: str
+    policy_yaml: str | None,
+    default_policy_yaml: str | None,
+    source: str,
+    repository: str | None = None,
 ) -> Policy:
     """A repository's own (self-contained) policy, else the operator's, else the packaged
     default. Raises BadRequest (invalid_policy)."""
     if policy_yaml:
-        return parse_stored_policy(policy_yaml, source)
-    return parse_policy(default_policy_yaml or builtin_default_policy(), source)
+        return parse_stored_policy(policy_yaml, source, repository)
+    return parse_policy(default_policy_yaml or builtin_default_policy(), source, repository)
 
 
 def load_floor(text: str | None) -> PolicyFloor | None:
@@ -151,7 +157,7 @@ def repo_policy(repo: Repository, default_policy_yaml: str | None) -> Policy:
     BadRequest (invalid_policy) and FloorNotMet (409 ``policy_below_floor``).
     """
     source = f"{repo.name} policy"
-    policy = effective_policy(repo.policy_yaml, default_policy_yaml, source)
+    policy = effective_policy(repo.policy_yaml, default_policy_yaml, source, repo.name)
     session: Session | None = object_session(repo)
     if session is None:
         raise RuntimeError("repo_policy needs a repository of an open session")

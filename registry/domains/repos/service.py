@@ -10,12 +10,12 @@ authenticated may read a repository. A repository's policy is bounded by its org
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
+from modelward.attest.names import REPOSITORY_RE
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import PUBLISHER_ROLES, Action, may, may_clause
 from modelward.registry.domains.auth.service import Caller
@@ -60,7 +60,7 @@ __all__ = [
     "writable_repo",
 ]
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}/[a-z0-9][a-z0-9._-]{0,99}$")
+NAME_RE = REPOSITORY_RE  # attest.names: the one repository grammar, the client's too
 
 
 def _sha(text: str | None) -> str | None:
@@ -90,7 +90,7 @@ def create_repo(
         raise BadRequest(f"invalid repository name {name!r}: use org/name (lowercase)")
     org = creatable_org(session, org_name(name), caller)
     source = f"{name} policy"
-    policy = effective_policy(policy_yaml, default_policy_yaml, source)
+    policy = effective_policy(policy_yaml, default_policy_yaml, source, name)
     require_floor(policy, load_floor(org.floor), source)
     if session.execute(select(Repository.id).where(Repository.name == name)).first():
         raise Conflict(f"repository {name} already exists")
@@ -155,7 +155,7 @@ def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller)
         raise Forbidden("only an admin may replace a repository's policy")
     repo = get_repo(session, name)
     source = f"{name} policy"
-    policy = parse_stored_policy(policy_yaml, source)
+    policy = parse_stored_policy(policy_yaml, source, name)
     org = session.get(Org, repo.org_id)
     if org is None:  # the foreign key rules this out; never read it as "no floor"
         raise RuntimeError(f"repository {name} has no org")
