@@ -42,6 +42,7 @@ from tests.registry.conftest import (
     pg_cluster,  # noqa: F401 - the fixture the postgres runs start from
     push_new,
     start_registry,
+    unique,
 )
 
 POLICY = (
@@ -147,7 +148,8 @@ class Release:
         return alias_path(self.repo, "prod")
 
     def push(self) -> str:
-        return push_new(self.publisher, self.repo, self.tmp)
+        # weights of its own: a bundle sharing the quarantined one's would be refused
+        return push_new(self.publisher, self.repo, self.tmp / unique("w"))
 
     def propose(self, digest: str) -> int:
         answer = self.publisher.actor.client.set_alias(self.repo, "prod", digest, propose=True)
