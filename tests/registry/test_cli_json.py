@@ -94,8 +94,9 @@ APPROVAL = _object(
         "alias": {"type": "string"},
         "approvers": {"type": "array", "items": {"type": "string"}},
     },
-    # a keyless approval: signed false and the command that signs the move
-    optional={"signed": {"const": False}, "sign_with": {"type": "string"}},
+    # a keyless approval: whether the move is signed, and the command that signs it (null
+    # when it already is)
+    optional={"signed": {"type": "boolean"}, "sign_with": {"type": ["string", "null"]}},
 )
 WITHDRAWAL = _object(
     {
@@ -103,6 +104,8 @@ WITHDRAWAL = _object(
         "withdrawn": _object(
             {"approver": {"type": "string"}, "at": {"type": "string"}, "reason": {"type": "string"}}
         ),
+        # the pending proposals whose move lost the withdrawn reviewer's signature
+        "unsigned_proposals": {"type": "array", "items": {"type": "integer"}},
     }
 )
 QUARANTINE = _object(
