@@ -100,6 +100,7 @@ def test_pull_with_another_root_than_the_pinned_one_is_refused_naming_both(
     assert world.digest in _ok(world.pull(world.root, cache)).stdout
 
 
+@pytest.mark.sqlite_only
 def test_a_first_pin_with_the_wrong_root_is_not_kept_and_says_so(
     registry: Registry, tmp_path: Path
 ) -> None:
@@ -114,6 +115,7 @@ def test_a_first_pin_with_the_wrong_root_is_not_kept_and_says_so(
     assert world.digest in _ok(world.pull(world.root, cache)).stdout
 
 
+@pytest.mark.sqlite_only
 def test_a_cache_pinned_with_the_wrong_root_is_re_pinned_with_trust_pin_replace(
     registry: Registry, tmp_path: Path
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_cache_pinned_with_the_wrong_root_is_re_pinned_with_trust_pin_replace(
     assert json.loads(_ok(again).stdout)["unchanged"] is True
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("kind", ["not-a-root", "timestamp"])
 def test_a_json_file_that_is_not_a_root_is_a_usage_error(
     registry: Registry, tmp_path: Path, kind: str

@@ -21,6 +21,8 @@ from tests.oci.conftest import (
 )
 from tests.registry.conftest import Publisher, Registry
 
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
+
 INTOTO = "application/vnd.in-toto+json"
 
 

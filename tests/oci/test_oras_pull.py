@@ -8,9 +8,12 @@ import hashlib
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.oci.conftest import host_of, new_bundle, new_publisher, oras_client
 from tests.registry.conftest import MODELWARD, Publisher, Registry
+
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
 
 
 def _pulled(mw: Registry, tmp: Path) -> tuple[Publisher, Path, Path, Path, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from tests.registry.conftest import (
@@ -164,6 +165,7 @@ def test_patch_chunks_past_quota_are_refused_as_they_arrive(registry: Registry) 
     _aborted(registry, mark, upload_id, pub.name)
 
 
+@pytest.mark.sqlite_only
 def test_chunked_transfer_past_quota_is_refused_before_it_is_stored(registry: Registry) -> None:
     """A body without Content-Length cannot be refused up front: it is cut where the quota's
     headroom ends and refused there, before that piece is stored (a monolithic POST with
@@ -246,6 +248,7 @@ def test_refused_upload_leaves_no_object_in_the_s3_bucket(
         reg.server.stop()
 
 
+@pytest.mark.sqlite_only
 def test_parallel_upload_sessions_cannot_share_one_quota(registry: Registry) -> None:
     """Open sessions that have not named their digest are charged one by one: two sessions
     of 600 KiB do not fit a 1 MiB quota together. The one that fits closes and is charged
@@ -270,6 +273,7 @@ def test_parallel_upload_sessions_cannot_share_one_quota(registry: Registry) -> 
     assert registry.admin.blob_size(digest) == size
 
 
+@pytest.mark.sqlite_only
 def test_mount_past_quota_is_refused(registry: Registry, tmp_path: Path) -> None:
     """A cross-repository mount charges the blob to the target repository like an upload:
     mounting a blob that does not fit is refused (413 DENIED), not recorded for free."""

@@ -84,6 +84,7 @@ def test_dry_run_reports_every_failed_check_and_moves_nothing(
     assert "would be refused; nothing moved" in human.stdout
 
 
+@pytest.mark.sqlite_only
 def test_dry_run_of_an_allowed_move_exits_0_and_moves_nothing(
     registry: Registry, tmp_path: Path
 ) -> None:
@@ -110,6 +111,7 @@ def test_dry_run_takes_no_key_and_no_expected_version(fresh_registry: Registry) 
     assert "a dry run moves nothing" in result.stderr
 
 
+@pytest.mark.sqlite_only
 def test_tag_pushed_through_oci_is_refused_by_the_same_decision(
     registry: Registry, tmp_path: Path
 ) -> None:
@@ -140,6 +142,7 @@ def test_tag_pushed_through_oci_is_refused_by_the_same_decision(
     assert missing.value.status == 404
 
 
+@pytest.mark.sqlite_only
 def test_publisher_rule_is_one_rule_for_moving_and_publishing(
     registry: Registry, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from modelward.attest.keys import save_private_key
 from tests.registry.conftest import (
     Publisher,
@@ -24,6 +26,8 @@ from tests.registry.conftest import (
     push_new,
     unique,
 )
+
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
 
 
 def _policy(approvals: int) -> str:

@@ -23,6 +23,8 @@ from modelward.attest.manifest import build_bundle
 from modelward.registry.client import APIError, NotFoundError
 from tests.registry.conftest import Registry, make_bundle_dir, new_publisher
 
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
+
 REASON = "weights carry a pickle payload"
 
 

@@ -147,6 +147,7 @@ def _recorded(world: World, *args: str) -> tuple[Path, dict[str, Any]]:
 
 
 # -- issue 22 item 6: the record's content -------------------------------------------------
+@pytest.mark.sqlite_only
 def test_record_shows_who_attached_each_evaluation_and_when(world: World) -> None:
     md = world.tmp / "attached.md"
     _, predicate = _recorded(world, "--version", "1", "--markdown", str(md))
@@ -157,6 +158,7 @@ def test_record_shows_who_attached_each_evaluation_and_when(world: World) -> Non
     assert f"by {world.rev.name} at {evaluation['attached_at']}" in md.read_text()
 
 
+@pytest.mark.sqlite_only
 def test_record_reads_the_runtime_image_from_the_bundles_modelward_yaml(world: World) -> None:
     """The runtime image is what the bundle's modelward.yaml pins, and a null there is
     rendered as such, not as a bundle without modelward.yaml."""
@@ -235,6 +237,7 @@ def test_history_row_inserted_by_a_db_writer_is_not_a_version_of_the_record(
     assert f"valid: {world.repo}@prod version 2 is {world.d2}" in verified.stdout
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("forgery", ["version-3", "fake-next-move"])
 def test_record_claiming_a_move_no_signed_role_version_made_is_refused(
     world: World, forgery: str
@@ -410,6 +413,7 @@ def test_record_leaving_out_a_top_level_targets_version_is_refused(
 
 
 # -- fix round F4: a protected pattern's role name fits the role columns and file names -----
+@pytest.mark.sqlite_only
 def test_a_protected_pattern_too_long_for_a_role_name_is_refused_at_policy_load(
     registry: Registry,
 ) -> None:

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from modelward.attest.keys import save_private_key
 from modelward.attest.manifest import build_bundle
@@ -85,6 +86,7 @@ def test_push_alias_without_key_warns_that_the_alias_is_left_unsigned(
     assert "UNSIGNED" not in again.stderr
 
 
+@pytest.mark.sqlite_only
 def test_keyless_approve_warns_that_the_approval_signs_nothing(
     registry: Registry, tmp_path: Path
 ) -> None:
@@ -112,6 +114,7 @@ def test_keyless_approve_warns_that_the_approval_signs_nothing(
     assert _signed(registry, repo, "prod", pub.actor.token)
 
 
+@pytest.mark.sqlite_only
 def test_oci_tag_push_of_an_unsigned_alias_answers_a_warning_header_and_audits_it(
     registry: Registry, tmp_path: Path
 ) -> None:

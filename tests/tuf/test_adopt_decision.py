@@ -18,6 +18,8 @@ from modelward.registry.models import Alias, Principal, Repository
 from tests.registry.conftest import Registry, new_publisher, push_new
 from tests.tuf.test_registry_attacks_tuf import new_reviewer, sign
 
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
+
 POLICY = (
     "version: 1\ntrust_registered_signers: true\naliases:\n"
     "  - {pattern: prod, roles: [publisher, admin], protected: true, approvals: 1}\n"

@@ -127,6 +127,7 @@ def test_a_protected_rule_spelt_like_another_role_does_not_let_the_proposer_sign
     assert (shown["digest"], shown["signed"]) == (digest, True)
 
 
+@pytest.mark.sqlite_only
 def test_a_protected_pattern_written_twice_is_refused_at_policy_load(reg: Registry) -> None:
     policy = (
         "version: 1\ntrust_registered_signers: true\naliases:\n"
@@ -192,6 +193,7 @@ def test_a_db_writers_key_signs_prod_under_the_embedded_default_and_the_registry
     rex.actor.client.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_db_writers_key_signs_nothing_once_targets_is_offline(
     reg: Registry, tmp_path: Path
 ) -> None:
@@ -272,6 +274,7 @@ def test_a_revoked_keys_signature_no_longer_counts_and_the_alias_is_not_stuck(
     assert sign(r2, propose(pub, repo, "prod", fourth))["state"] == "published"
 
 
+@pytest.mark.sqlite_only
 def test_a_signature_collected_before_its_key_was_revoked_is_not_counted(
     reg: Registry, tmp_path: Path
 ) -> None:

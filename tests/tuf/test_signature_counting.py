@@ -42,6 +42,8 @@ from tests.tuf.test_delegation_attacks import (
     sign,
 )
 
+pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here
+
 OPEN_POLICY = (
     "version: 1\ntrust_registered_signers: true\naliases:\n  - {pattern: '*', roles: [publisher]}\n"
 )
