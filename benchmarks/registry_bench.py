@@ -225,7 +225,7 @@ CLIENT_SNIPPET = """
 import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from modelward.registry.client import RegistryClient, TransferOptions, parse_reference
+from modelward.client.api import RegistryClient, TransferOptions, parse_reference
 url, token, op, a, b = sys.argv[1:6]
 opts = TransferOptions(workers=4, state_dir=Path(a).parent / "state")
 with RegistryClient(url, token, options=opts, timeout=600) as c:
@@ -240,7 +240,7 @@ with RegistryClient(url, token, options=opts, timeout=600) as c:
     else:
         # Digests only, no signature or policy check: a transfer benchmark, not a load.
         import warnings
-        from modelward.registry._client_errors import UnsafeFetchWarning
+        from modelward.client.errors import UnsafeFetchWarning
         warnings.simplefilter("ignore", UnsafeFetchWarning)
         c.unsafe_fetch(parse_reference(b), Path(a))
 """
@@ -248,7 +248,7 @@ with RegistryClient(url, token, options=opts, timeout=600) as c:
 
 def bench_transfer(work: Path, size: int, serve: Serve) -> dict[str, Any]:
     from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
-    from modelward.registry.client import RegistryClient
+    from modelward.client.api import RegistryClient
 
     admin = RegistryClient(serve.url, serve.token, timeout=600)
     name = f"p{secrets.token_hex(4)}"
@@ -364,7 +364,7 @@ def wrk(
 def bench_alias(
     work: Path, pg: Postgres, duration: int, conns: int, workers: int | None
 ) -> dict[str, Any] | None:
-    from modelward.registry.client import RegistryClient
+    from modelward.client.api import RegistryClient
 
     sys.path.insert(0, str(REPO))
     from tests.registry.conftest import make_bundle_dir

@@ -51,8 +51,8 @@ from tuf.ngclient import FetcherInterface
 
 from modelward.attest.keys import generate_private_key, public_key_pem
 from modelward.attest.tuf import online_role, open_role, tuf_signer
+from modelward.client.api import RegistryClient
 from modelward.loader.tuf_resolve import resolve_alias
-from modelward.registry.client import RegistryClient
 from modelward.registry.db import Database, make_engine
 from modelward.registry.tuf.keys import OnlineKeys
 from modelward.registry.tuf.service import open_repository

@@ -49,12 +49,12 @@ from modelward.attest.verifier import (
     check_manifest_limits,
     verify_bundle,
 )
+from modelward.client.api import parse_reference
 from modelward.loader.cache import BlobRequest, Cache
 from modelward.loader.errors import BundleQuarantined, RefusedError
 from modelward.loader.materialize import commit, discard, stage
 from modelward.loader.source import RegistrySource
 from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
-from modelward.registry.client import parse_reference
 
 __all__ = ["PulledBundle", "pull_bundle"]
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from tuf.ngclient import FetcherInterface
 
-    from modelward.registry._client_config import Reference
-    from modelward.registry.client import RegistryClient
+    from modelward.client.api import RegistryClient
+    from modelward.client.config import Reference
 
 __all__ = ["RegistrySource"]
 
@@ -123,7 +123,7 @@ class RegistrySource(Protocol):
 
     def audit_checkpoint(self) -> dict[str, Any]:
         """The registry's current signed checkpoint of its audit log: ``{"checkpoint" (the
-        C2SP signed note), ...}``, unverified (``registry._client_audit.witness_checkpoint``
+        C2SP signed note), ...}``, unverified (``modelward.client.audit.witness_checkpoint``
         checks it against the worker's pinned key).
 
         Raises ``APIError``, ``TransportError``, ``ResponseTooLarge``.

@@ -48,13 +48,13 @@ from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
 from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
+from modelward.client.api import NotFoundError
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
-from modelward.registry.client import NotFoundError
 
 if TYPE_CHECKING:
     from modelward.attest.policy import Policy
+    from modelward.client.config import Reference
     from modelward.loader.source import RegistrySource
-    from modelward.registry._client_config import Reference
 
 log = logging.getLogger("modelward.loader")
 MAX_ROOT_BYTES = 1 << 20

@@ -122,7 +122,7 @@ def _report(
     detail: Any,
     log: Log,
 ) -> None:
-    from modelward.registry.client import RegistryClientError
+    from modelward.client.api import RegistryClientError
 
     fp = fingerprint or collect_fingerprint(ServingConfig(pulled.directory, "unknown"), os.environ)
     try:
@@ -268,8 +268,8 @@ def _witness(client: RegistrySource, options: BootOptions, *, log: Log) -> dict[
     unverified, and a failure to fetch it is only a warning.
     """
     from modelward.attest.errors import AuditVerificationError
-    from modelward.registry._client_audit import witness_checkpoint
-    from modelward.registry.client import RegistryClientError
+    from modelward.client.api import RegistryClientError
+    from modelward.client.audit import witness_checkpoint
 
     try:
         return witness_checkpoint(client, options.audit_key)
@@ -467,7 +467,7 @@ def _attach_hint(client: Any, pulled: PulledBundle, kept: Path | None, options: 
     principal = "<this worker's principal>"
     whoami = getattr(client, "whoami", None)
     if callable(whoami):
-        from modelward.registry.client import RegistryClientError
+        from modelward.client.api import RegistryClientError
 
         with contextlib.suppress(RegistryClientError, KeyError, TypeError):
             principal = str(whoami()["principal"])
@@ -497,7 +497,7 @@ def attach_or_keep(
     Returns ``(None, None)`` when attached, else ``(why, where it is kept)``; ``why`` names
     the worker key and its keyid when the registry did not trust or accept the signature.
     """
-    from modelward.registry.client import APIError, RegistryClientError
+    from modelward.client.api import APIError, RegistryClientError
 
     try:
         client.add_attestation(repo, digest, envelope)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,11 +124,12 @@ class Database:
 
 
 def alembic_config(url: str) -> Config:
-    """A programmatic Alembic config over migrations/ (no alembic.ini needed)."""
-    import modelward.migrations
+    """A programmatic Alembic config over migrations/ (no alembic.ini needed).
 
+    The scripts are found as package data, not imported: Alembic runs ``env.py``, which imports
+    this module, so an import here would be a circle."""
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(modelward.migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(resources.files("modelward") / "migrations"))
     cfg.attributes["database_url"] = url
     return cfg
 

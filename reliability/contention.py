@@ -49,7 +49,7 @@ def _attempt(
     tally: Tally,
     barrier: threading.Barrier | None,
 ) -> bool:
-    from modelward.registry.client import ConflictError, NotFoundError
+    from modelward.client.api import ConflictError, NotFoundError
 
     try:
         state = client.get_alias(repo, "race")
@@ -171,7 +171,7 @@ def _problems(
     """Every check of the module docstring; returns the problems and the doubly granted
     versions."""
     from modelward.attest.audit.chain import verify_chain
-    from modelward.registry._client_audit import events_from_database
+    from modelward.registry.domains.audit.offline import events_from_database
 
     problems = list(tally.errors)
     versions = [v for v, _, _ in tally.wins]

@@ -171,7 +171,7 @@ class Campaign:
 
     # -- clients and the operations ----------------------------------------------------------
     def _client(self, token: str) -> Any:
-        from modelward.registry.client import RegistryClient, TransferOptions
+        from modelward.client.api import RegistryClient, TransferOptions
 
         options = TransferOptions(
             chunk_threshold=2**20,
@@ -219,7 +219,7 @@ class Campaign:
         return op
 
     def prepare_upload(self) -> Callable[[], None]:
-        from modelward.registry._client_blobs import BlobSource
+        from modelward.client.blobs import BlobSource
 
         data = self.rng.randbytes((3 * 2**20) // 2 + self.rng.randrange(4096))
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -236,7 +236,7 @@ class Campaign:
         self.counter += 1
 
         def op() -> None:
-            from modelward.registry.client import NotFoundError
+            from modelward.client.api import NotFoundError
 
             try:
                 state = self.pub_client.get_alias(self.repo, "moving")
@@ -281,7 +281,7 @@ class Campaign:
         reason = f"crash test {digest[:19]} {self.rng.random():.9f}"
 
         def op() -> None:
-            from modelward.registry.client import ConflictError
+            from modelward.client.api import ConflictError
 
             try:
                 answer = self.rev_client.quarantine(self.repo, digest, reason)
@@ -358,7 +358,7 @@ class Campaign:
 
     def audit_problems(self, *, cli: bool) -> list[str]:
         from modelward.attest.audit.chain import verify_chain
-        from modelward.registry._client_audit import events_from_database
+        from modelward.registry.domains.audit.offline import events_from_database
 
         problems: list[str] = []
         try:
@@ -394,7 +394,7 @@ class Campaign:
         self, acks: list[Ack], events: list[dict[str, Any]] | None = None
     ) -> list[str]:
         """Every acknowledged write is still there."""
-        from modelward.registry.client import NotFoundError
+        from modelward.client.api import NotFoundError
 
         admin = self.reg.admin
         problems: list[str] = []
@@ -459,7 +459,7 @@ class Campaign:
         return problems
 
     def _session_problem(self, upload_id: str, ack: Ack) -> list[str]:
-        from modelward.registry.client import NotFoundError
+        from modelward.client.api import NotFoundError
 
         body = ack.body or {}
         try:
@@ -479,7 +479,7 @@ class Campaign:
     def partial_problems(self, name: str, op: Callable[[], None]) -> list[str]:
         """The operation's bundle or blob is absent or whole."""
         from modelward.attest.manifest import parse_manifest
-        from modelward.registry.client import NotFoundError
+        from modelward.client.api import NotFoundError
 
         admin = self.reg.admin
         digest = getattr(op, "digest", None)
@@ -560,7 +560,7 @@ def _restart(c: Campaign, killed: list[int]) -> float:
 
 
 def _cycle(c: Campaign, cycle: int, name: str) -> Kill:
-    from modelward.registry.client import RegistryClientError
+    from modelward.client.api import RegistryClientError
     from reliability._infra import kill_tree
 
     c.log.cycle, c.log.op = cycle, name

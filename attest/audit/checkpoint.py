@@ -62,6 +62,7 @@ from modelward.attest.errors import (
 )
 
 __all__ = [
+    "AuditReport",
     "Checkpoint",
     "CheckpointError",
     "LogRewritten",
@@ -94,6 +95,16 @@ class Checkpoint:
     @property
     def root_b64(self) -> str:
         return base64.b64encode(self.root).decode()
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What an audit verification checked: ``events`` re-hashed; ``checkpoints`` whose roots
+    they matched; ``since``: the saved checkpoint the log was proven to extend (or None)."""
+
+    events: int
+    checkpoints: tuple[Checkpoint, ...]
+    since: Checkpoint | None = None
 
 
 def checkpoint_text(origin: str, size: int, root: bytes) -> bytes:

@@ -1,9 +1,10 @@
-"""One tree of errors across attest/, registry/ and loader/ (issue 21): every exception class
-is defined once, under one name, and no two names say the same thing in other words.
+"""One tree of errors across attest/, client/, registry/ and loader/ (issue 21): every
+exception class is defined once, under one name, and no two names say the same thing in other
+words.
 
 A concept is defined at the lowest layer that needs it (attest for what the library decides)
 and imported, never copied, by the layers above. The registry's HTTP answers
-(registry.errors) and the HTTP client's errors (registry._client_errors) are separate trees
+(registry.errors) and the HTTP client's errors (client.errors) are separate trees
 with names of their own.
 """
 
@@ -17,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ("modelward.attest", "modelward.registry", "modelward.loader")
+PACKAGES = ("modelward.attest", "modelward.client", "modelward.registry", "modelward.loader")
 
 # Names that are known to have been used for one concept; at most one of each set may exist.
 SYNONYMS = (
@@ -70,7 +71,7 @@ def test_server_answers_and_client_errors_are_told_apart(defined: dict[str, set[
     """The registry answers ``NotFound``; the client raises ``NotFoundError`` on reading it."""
     for status in ("BadRequest", "Forbidden", "NotFound", "Conflict"):
         assert defined[status] == {"modelward.registry.errors"}, status
-        assert defined[f"{status}Error"] == {"modelward.registry._client_errors"}, status
+        assert defined[f"{status}Error"] == {"modelward.client.errors"}, status
 
 
 def test_no_synonyms_of_one_concept(defined: dict[str, set[str]]) -> None:

@@ -55,7 +55,7 @@ def run_traced(
     )
     modules = {m.group(1) for m in map(_IMPORT.match, result.stderr.splitlines()) if m}
     # importlib.import_module (the lazy CLI) is not traced; the import statements it runs are
-    assert "modelward.attest.cli._trust_flags" in modules, "no import trace on stderr"
+    assert "modelward.cli.trust_options" in modules, "no import trace on stderr"
     message = "\n".join(
         line for line in result.stderr.splitlines() if not line.startswith("import time:")
     )

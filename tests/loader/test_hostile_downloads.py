@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from modelward.loader.cache import BlobRequest, Cache
-from modelward.registry.client import (
+from modelward.client.api import (
     MAX_MANIFEST_BYTES,
     BlobIntegrityError,
     RegistryClient,
     ResponseTooLarge,
     TransferOptions,
 )
+from modelward.loader.cache import BlobRequest, Cache
 from tests.loader.hostile_registry import HostileRegistry, Served, serve_dir
 from tests.registry.conftest import MODELWARD, make_bundle_dir
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import NotFoundError
+from modelward.client.api import NotFoundError
 from tests.oci_layout.conftest import World
 from tests.registry.conftest import unique
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import NotFoundError
+from modelward.client.api import NotFoundError
 from tests.oci_layout.conftest import World
 
 REF_NAME = "org.opencontainers.image.ref.name"

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from modelward._lazy import Entry, load_entry
 from modelward.cli import COMMANDS
+from modelward.cli._lazy import Entry, load_entry
 
 
 def _entries(table: Mapping[str, Entry], prefix: str = "") -> Iterator[tuple[str, Entry]]:
@@ -128,7 +128,7 @@ def test_help_shows_plain_metavars_not_python_types() -> None:
 WALK_ALL_HELP = """
 import json, sys
 from modelward.cli import COMMANDS, app
-from modelward._lazy import load_entry
+from modelward.cli._lazy import load_entry
 from typer import _click as click
 from typer.core import TyperGroup
 

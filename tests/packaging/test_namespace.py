@@ -42,9 +42,9 @@ def test_wheel_installs_only_under_the_modelward_name(tmp_path):
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top == {"modelward"}
     for expected in (
-        "modelward/cli.py",
+        "modelward/cli/__init__.py",
         "modelward/attest/verifier.py",
-        "modelward/registry/client.py",
+        "modelward/client/api.py",
         "modelward/loader/pull.py",
         "modelward/policies/default.yaml",
         "modelward/migrations/env.py",
@@ -58,7 +58,7 @@ def test_wheel_installs_only_under_the_modelward_name(tmp_path):
 def test_repository_folders_are_not_importable_as_top_level_names():
     code = (
         "import importlib.util, sys; sys.path = [p for p in sys.path if p not in ('', '.')]; "
-        "print([n for n in ('attest', 'registry', 'loader', 'policies', 'migrations') "
+        "print([n for n in ('attest', 'client', 'registry', 'loader', 'policies', 'migrations') "
         "if importlib.util.find_spec(n) is not None])"
     )
     out = subprocess.run(
@@ -69,11 +69,11 @@ def test_repository_folders_are_not_importable_as_top_level_names():
 
 def test_no_module_imports_a_folder_by_its_top_level_name():
     offenders = []
-    for folder in ("attest", "registry", "loader", "demo", "tests", "benchmarks"):
+    for folder in ("attest", "client", "registry", "loader", "demo", "tests", "benchmarks"):
         for path in (REPO_ROOT / folder).rglob("*.py"):
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 stripped = line.strip()
-                for name in ("attest", "registry", "loader", "policies", "migrations"):
+                for name in ("attest", "client", "registry", "loader", "policies", "migrations"):
                     if stripped.startswith((f"from {name}.", f"from {name} ", f"import {name}")):
                         offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {stripped}")
     assert offenders == []

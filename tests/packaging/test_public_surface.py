@@ -35,11 +35,13 @@ EXPECTED = {
         "verify_bundle",
         "verify_bundle_result",
     ],
-    "modelward.registry": [
+    "modelward.registry": ["RegistryError", "Settings", "create_app", "load_settings"],
+    "modelward.client": [
         "APIError",
         "Reference",
         "RegistryClient",
         "RegistryClientError",
+        "TransferOptions",
         "TransportError",
         "parse_reference",
     ],
@@ -64,7 +66,7 @@ def test_exported_names_are_pinned(module: str) -> None:
 
 def test_importing_the_registry_client_loads_no_server_stack() -> None:
     code = (
-        "import sys, modelward.registry, modelward.loader; "
+        "import sys, modelward.registry, modelward.client, modelward.loader; "
         "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'vllm', 'torch') "
         "if m in sys.modules))"
     )

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelward.registry.client import RegistryClient, TransferOptions
+from modelward.client.api import RegistryClient, TransferOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")

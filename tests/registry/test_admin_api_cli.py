@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry.client import UnauthorizedError
+from modelward.client.api import UnauthorizedError
 from tests.registry.conftest import (
     MODELWARD,
     Registry,

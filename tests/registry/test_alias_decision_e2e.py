@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from tests.attest.test_evaluation import WORKED_GATES, worked_example
 from tests.oci.conftest import bearer_for
 from tests.registry.conftest import Registry, new_publisher, push_new

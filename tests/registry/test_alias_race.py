@@ -6,7 +6,7 @@ import itertools
 import threading
 from pathlib import Path
 
-from modelward.registry.client import ConflictError, NotFoundError
+from modelward.client.api import ConflictError, NotFoundError
 from tests.registry.conftest import Registry, new_publisher, push_new
 
 WRITERS = 32

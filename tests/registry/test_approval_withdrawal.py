@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from tests.registry.conftest import Actor, Registry, new_publisher, push_new
 
 

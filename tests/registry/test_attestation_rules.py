@@ -415,7 +415,7 @@ def test_cli_attestation_add_list_retract_round_trip(reg: Reg, tmp_path: Path) -
 def test_client_retracts_and_lists_on_each_database(registry: Registry, tmp_path: Path) -> None:
     """The same round trip through RegistryClient on the shared SQLite and PostgreSQL servers
     (conftest ``registry``): retraction columns written and read back on both."""
-    from modelward.registry.client import ConflictError, ForbiddenError
+    from modelward.client.api import ConflictError, ForbiddenError
 
     pub = new_publisher(registry)
     repo = registry.repo(pub)

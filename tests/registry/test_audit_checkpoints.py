@@ -24,14 +24,14 @@ from modelward.attest.audit.signed_note import (
     parse_verifier_key,
 )
 from modelward.attest.audit.tree import leaf_hash, node_hash
-from modelward.registry._client_audit import (
+from modelward.client.api import BadRequestError
+from modelward.client.audit import (
     checkpoint_from_answer,
     events_from_api,
     proof_from_answer,
     verify_through_api,
     witness_checkpoint,
 )
-from modelward.registry.client import BadRequestError
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 from tests.registry.test_audit_cli import COLUMNS, Db
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from modelward.attest.audit.chain import BrokenChain, verify_chain
-from modelward.registry._client_audit import events_from_api
+from modelward.client.audit import events_from_api
 from tests.registry.conftest import Registry, new_publisher, push_new
 
 COLUMNS = ("seq", "at", "actor", "action", "subject", "details", "prev_hash", "hash")

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from modelward.registry.client import APIError, NotFoundError
+from modelward.client.api import APIError, NotFoundError
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher
 
 
@@ -52,7 +52,7 @@ def pub(registry: Registry) -> Publisher:
 def staged(pub: Publisher, tmp_path: Path) -> Any:
     """A built bundle whose blobs are uploaded, manifest not yet PUT."""
     from modelward.attest.manifest import build_bundle
-    from modelward.registry._client_blobs import BlobSource
+    from modelward.client.blobs import BlobSource
 
     built = build_bundle(make_bundle_dir(tmp_path / "b"))
     blobs = [

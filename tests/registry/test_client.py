@@ -13,10 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-import modelward.registry.client as client_mod
-from modelward.registry._client_config import parse_reference, resolve_settings, save_login
-from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import (
+import modelward.client.api as client_mod
+from modelward.client.api import (
     APIError,
     BadRequestError,
     BlobIntegrityError,
@@ -30,6 +28,8 @@ from modelward.registry.client import (
     TransportError,
     UnauthorizedError,
 )
+from modelward.client.config import parse_reference, resolve_settings, save_login
+from modelward.client.errors import UnsafeFetchWarning
 from tests.registry.conftest import (
     MODELWARD,
     Registry,

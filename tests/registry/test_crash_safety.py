@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from modelward.attest.audit.chain import verify_chain
-from modelward.registry._client_audit import events_from_api
-from modelward.registry._client_blobs import BlobSource
-from modelward.registry._client_config import parse_reference
-from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import NotFoundError, RegistryClientError, TransportError
+from modelward.client.api import NotFoundError, RegistryClientError, TransportError
+from modelward.client.audit import events_from_api
+from modelward.client.blobs import BlobSource
+from modelward.client.config import parse_reference
+from modelward.client.errors import UnsafeFetchWarning
 from tests.registry.conftest import (
     Publisher,
     Registry,

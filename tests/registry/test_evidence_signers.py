@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from tests.registry.conftest import Actor, Registry, new_publisher, push_new
 
 BASELINE = {"fingerprint_id": "f", "outputs": []}

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from tests.registry.conftest import (
     MODELWARD,
     PgCluster,

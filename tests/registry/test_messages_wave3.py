@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from modelward.attest.policy import MAX_POLICY_BYTES
-from modelward.registry.client import NotFoundError
+from modelward.client.api import NotFoundError
 from tests.attest.test_evaluation import worked_example
 from tests.registry.conftest import MODELWARD, Registry, push_new, unique
 from tests.registry.test_release_gates import _attach, _results, _setup

@@ -19,7 +19,7 @@ def _client(registry: Registry, token: str) -> httpx.Client:
 
 
 def test_nul_in_a_path_parameter_is_a_400_and_audited(registry: Registry) -> None:
-    from modelward.registry._client_audit import events_from_api
+    from modelward.client.audit import events_from_api
 
     repo = registry.repo(new_publisher(registry))
     reader = registry.actor("reader")

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelward.registry.client import APIError, ConflictError, ForbiddenError
+from modelward.client.api import APIError, ConflictError, ForbiddenError
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 
 

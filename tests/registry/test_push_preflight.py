@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry.client import NotFoundError
+from modelward.client.api import NotFoundError
 from tests.attest.corpus import canary_pickle
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher, unique
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry._client_config import parse_reference
-from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import APIError, ConflictError, NotFoundError
+from modelward.client.api import APIError, ConflictError, NotFoundError
+from modelward.client.config import parse_reference
+from modelward.client.errors import UnsafeFetchWarning
 from tests.registry.conftest import (
     Registry,
     make_bundle_dir,

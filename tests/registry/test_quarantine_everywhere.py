@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modelward.registry.client import APIError, NotFoundError
+from modelward.client.api import APIError, NotFoundError
 from tests.registry.conftest import (
     MODELWARD,
     Publisher,

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from modelward.attest.manifest import build_bundle
-from modelward.registry.client import APIError, NotFoundError
+from modelward.client.api import APIError, NotFoundError
 from tests.registry.conftest import Registry, make_bundle_dir, new_publisher
 
 pytestmark = pytest.mark.sqlite_only  # tests/conftest.py: one database is enough here

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from tests.attest.test_evaluation import HEADER, WORKED_GATES, cases, jsonl, worked_example
 from tests.registry.conftest import Actor, Publisher, Registry, new_publisher, push_new, unique
 

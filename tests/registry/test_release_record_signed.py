@@ -424,7 +424,7 @@ def test_a_protected_pattern_too_long_for_a_role_name_is_refused_at_policy_load(
     when the policy is loaded: creating a repository with one (nothing created) and
     replacing a repository's policy with one (the old policy kept), each audited. The same
     120-character pattern fits a repository of a short name."""
-    from modelward.registry.client import APIError
+    from modelward.client.api import APIError
 
     pub = new_publisher(registry)
     long_pattern = "release-" + "x" * 112

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from modelward.registry._client_config import parse_reference
-from modelward.registry._client_errors import UnsafeFetchWarning
-from modelward.registry.client import ConflictError, RegistryClient
+from modelward.client.api import ConflictError, RegistryClient
+from modelward.client.config import parse_reference
+from modelward.client.errors import UnsafeFetchWarning
 from tests.registry.conftest import (
     PgCluster,
     Registry,

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, select, update
 
 from modelward.attest.tuf import protected_role
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from modelward.registry.models import Alias, Principal, Repository
 from tests.registry.conftest import Registry, new_publisher, push_new
 from tests.tuf.test_registry_attacks_tuf import new_reviewer, sign

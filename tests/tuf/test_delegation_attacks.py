@@ -28,7 +28,7 @@ from tuf.api.metadata import Metadata, Targets
 
 from modelward.attest.keys import generate_private_key, keyid, public_key_pem, save_private_key
 from modelward.attest.tuf import online_role, open_role, protected_role, tuf_signer
-from modelward.registry.client import APIError
+from modelward.client.api import APIError
 from modelward.registry.domains.auth.service import hash_token
 from modelward.registry.models import Principal, SigningKey, Token
 from tests.registry.conftest import (
@@ -143,7 +143,7 @@ def test_a_protected_pattern_written_twice_is_refused_at_policy_load(reg: Regist
 # -- item 2: a database writer's key ----------------------------------------------------------
 def _insert_rex(reg: Registry) -> tuple[Publisher, str]:
     """As a database writer: a reviewer "rex", a token and a signing key for him."""
-    from modelward.registry.client import RegistryClient
+    from modelward.client.api import RegistryClient
     from tests.registry.conftest import Actor
 
     key = generate_private_key()

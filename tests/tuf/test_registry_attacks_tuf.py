@@ -31,9 +31,9 @@ from tuf.api.metadata import Metadata, Snapshot, TargetFile, Targets, Timestamp
 
 from modelward.attest.keys import generate_private_key, public_key_pem
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, protected_role, tuf_signer
+from modelward.client.api import APIError, RegistryClient
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
-from modelward.registry.client import APIError, RegistryClient
 from modelward.registry.models import Alias, Repository, TufMetadata
 from tests.registry.conftest import (
     Publisher,

@@ -1,0 +1,307 @@
+"""The ``modelward`` command, wired in one place: the table below.
+
+This package is the command-line wing: the only code that imports Typer. Its modules call the
+server (``modelward.registry``), the worker (``modelward.loader``), the HTTP client
+(``modelward.client``) and the pure library (``modelward.attest``); nothing below imports it.
+The table names where each command lives; a command's module is imported only when that
+command runs (``modelward.cli._lazy``), so ``--help`` and the light commands start fast.
+``tests/packaging/test_cli_table.py`` imports every entry: a broken import fails CI, never a
+command group that silently vanishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+# Plain (click) help: it honours metavars and starts without importing rich's renderer.
+os.environ.setdefault("TYPER_USE_RICH", "0")
+
+from modelward.cli._lazy import Entry, LazyGroup
+
+__all__ = ["COMMANDS", "app", "is_modelward_error", "main"]
+
+_CLIENT = "modelward.cli.commands"
+_SERVER = "modelward.cli.server"
+_LOADER = "modelward.cli.worker"
+_ATTEST = "modelward.cli"
+_LISTING = "modelward.cli.listing"
+_TRUST = "modelward.cli.trust"
+
+COMMANDS: dict[str, Entry] = {
+    "serve": Entry("Run the registry server.", f"{_SERVER}:serve"),
+    "login": Entry(
+        "Save URL and token to the per-user config file (mode 0600).", f"{_CLIENT}:login"
+    ),
+    "push": Entry(
+        "Upload missing blobs, then the manifest and attestations, then move the alias.",
+        f"{_CLIENT}:push",
+    ),
+    "approve": Entry(
+        "Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw "
+        "your own approval with --withdraw --reason: it no longer counts.",
+        f"{_CLIENT}:approve",
+    ),
+    "quarantine": Entry(
+        "Quarantine a bundle: unloadable everywhere, unassignable to aliases.",
+        f"{_CLIENT}:quarantine",
+    ),
+    "pull": Entry(
+        "Pull, verify locally and materialize a bundle read-only; print digest and directory.",
+        f"{_LOADER}:pull",
+    ),
+    "verify": Entry(
+        "Re-hash a materialized bundle against its manifest (catches a flipped byte).",
+        f"{_LOADER}:verify",
+    ),
+    "boot": Entry(
+        "Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.",
+        f"{_LOADER}:boot",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    ),
+    "replay": Entry(
+        "Replay requests N times: consecutive matches, divergences, unique completions.",
+        "modelward.cli.replay:replay",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    ),
+    "bundle": Entry(
+        "Build, inspect, scan, sign and verify model bundles.",
+        children={
+            "digest": Entry(
+                "Print the bundle digest (sha256 of the canonical manifest) and nothing else.",
+                f"{_ATTEST}.bundle_build:digest_command",
+            ),
+            "manifest": Entry(
+                "Print the exact manifest bytes (canonical JSON) of the bundle.",
+                f"{_ATTEST}.bundle_build:manifest_command",
+            ),
+            "init": Entry(
+                "Write a commented modelward.yaml for the model in DIR.",
+                f"{_ATTEST}.bundle_build:init_command",
+            ),
+            "import-hf": Entry(
+                "Import a Hugging Face model at a pinned commit, safe formats only.",
+                f"{_ATTEST}.bundle_import:import_hf",
+            ),
+            "scan": Entry(
+                "Classify every file by content; refuse anything not known to be safe.",
+                f"{_ATTEST}.bundle_scan:scan",
+            ),
+            "sign": Entry(
+                "Sign DIR: SLSA provenance for its bundle digest (DSSE), or an OMS model.sig.",
+                f"{_ATTEST}.bundle_sign:sign",
+            ),
+            "verify": Entry(
+                "Verify signatures over a bundle directory against a policy or trusted signers.",
+                f"{_ATTEST}.bundle_verify:verify",
+            ),
+            "show": Entry(
+                "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
+                f"{_CLIENT}:bundle_show",
+            ),
+            "list": Entry(
+                "List a repository's bundles, newest first: digest, state (live, quarantined, "
+                "tombstoned) and the aliases pointing at each.",
+                f"{_LISTING}:bundle_list",
+            ),
+            "export": Entry(
+                "Write a bundle and its attestations (as referrers) into an OCI image layout.",
+                "modelward.cli.oci:bundle_export",
+            ),
+            "import": Entry(
+                "Push a bundle and its attestations from an OCI image layout into a repository.",
+                "modelward.cli.oci:bundle_import",
+            ),
+        },
+    ),
+    "key": Entry(
+        "Generate and manage signing keys.",
+        children={
+            "generate": Entry(
+                "Generate a signing key pair: PKCS#8 private key and SubjectPublicKeyInfo "
+                "public key.",
+                f"{_ATTEST}.keys:generate",
+            ),
+            "register": Entry(
+                "Register a signing public key for yourself (or, as admin, for a principal).",
+                f"{_CLIENT}:key_register",
+            ),
+            "list": Entry("List registered signing keys.", f"{_CLIENT}:key_list"),
+            "revoke": Entry("Revoke a registered signing key.", f"{_CLIENT}:key_revoke"),
+        },
+    ),
+    "db": Entry("Database schema migrations.", f"{_SERVER}:db_app"),
+    "admin": Entry(
+        "Principals and API tokens: over the API with the logged-in admin token, or straight "
+        "on the database with --data-dir / --database-url / --config (bootstrap, recovery).",
+        children={
+            "principal": Entry("Principals.", f"{_SERVER}:principal_app"),
+            "token": Entry("API tokens.", f"{_SERVER}:token_app"),
+            "gc": Entry(
+                "Collect unreferenced blobs and abandoned uploads older than the GC window "
+                "(admins).",
+                "modelward.cli.garbage:gc",
+            ),
+        },
+    ),
+    "alias": Entry(
+        "Read and move aliases (REPO@ALIAS).",
+        children={
+            "get": Entry("Show the digest and version an alias points at.", f"{_CLIENT}:alias_get"),
+            "set": Entry(
+                "Move an alias to a digest (compare-and-swap on its version); a protected alias "
+                "short of approvals becomes a proposal its reviewers sign.",
+                f"{_CLIENT}:alias_set",
+            ),
+            "pending": Entry(
+                "List alias moves waiting for signatures (TUF proposals), newest first.",
+                f"{_TRUST}:alias_pending",
+            ),
+            "history": Entry(
+                "Every move of an alias: version, from -> to, who, when, why, rollback.",
+                f"{_CLIENT}:alias_history",
+            ),
+            "rollback": Entry(
+                "Set an alias back to an earlier digest, recorded as a rollback (a protected "
+                "alias: proposed, for its reviewers to sign).",
+                f"{_CLIENT}:alias_rollback",
+            ),
+            "list": Entry(
+                "List a repository's aliases, by name: the digest and version each points at, "
+                "and the state of that bundle.",
+                f"{_LISTING}:alias_list",
+            ),
+        },
+    ),
+    "audit": Entry("Read and verify the audit log.", f"{_CLIENT}:audit_app"),
+    "repo": Entry(
+        "Manage repositories.",
+        children={
+            "create": Entry(
+                "Create a repository (optionally with its own policy file).",
+                f"{_CLIENT}:repo_create",
+            ),
+            "add-publisher": Entry(
+                "Let a principal publish to a repository (admins only).",
+                f"{_CLIENT}:repo_add_publisher",
+            ),
+            "list": Entry(
+                "List the repositories you may read, by name (with --publishable: those you "
+                "may push to and move aliases in).",
+                f"{_LISTING}:repo_list",
+            ),
+            "quota": Entry(
+                "A repository's storage quota in bytes (set by admins).",
+                "modelward.cli.garbage:quota_app",
+            ),
+        },
+    ),
+    "attestation": Entry(
+        "Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
+        "modelward.cli.attestation:attestation_app",
+    ),
+    "attach": Entry(
+        "Attach signatures, provenance or evaluations to a bundle as OCI referrers (through /v2).",
+        "modelward.cli.attach:attach",
+    ),
+    "eval": Entry(
+        "Evaluation statements: per-case results, signed and attached to a bundle.",
+        children={
+            "attach": Entry(
+                "Sign an evaluation of a bundle against its baseline from per-case results; "
+                "attach it.",
+                "modelward.cli.eval:attach",
+            ),
+        },
+    ),
+    "release": Entry(
+        "Release records: one signed document per promotion, verified offline.",
+        children={
+            "record": Entry(
+                "Export the signed release record of REPO@ALIAS at one of its signed moves "
+                "(TUF role versions; default: the latest).",
+                "modelward.cli.release:record",
+            ),
+            "verify": Entry(
+                "Re-check a release record offline against a trust root (no network).",
+                "modelward.cli.release:verify",
+            ),
+        },
+    ),
+    "org": Entry(
+        "Orgs: who may create repositories ORG/*, and the policy floor they must meet.",
+        "modelward.cli.orgs:org_app",
+    ),
+    "baseline": Entry("Determinism baselines recorded at boot.", f"{_LOADER}:baseline_app"),
+    "trust": Entry("The registry's TUF keys and metadata (docs/tuf.md).", f"{_TRUST}:trust_app"),
+}
+
+# Our packages' error roots, by module: they are caught only if their module was imported,
+# which it was if one of them was raised. Importing them up front would cost start-up time.
+_ERROR_ROOTS: tuple[tuple[str, str], ...] = (
+    ("modelward.attest.errors", "AttestError"),
+    ("modelward.registry.errors", "RegistryError"),
+    ("modelward.client.errors", "RegistryClientError"),
+    ("modelward.loader.errors", "LoaderError"),
+)
+
+
+app = LazyGroup(
+    name="modelward",
+    help=(
+        "Supply-chain registry and hardened loader for ML model bundles.\n\n"
+        "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error, "
+        "3 serve cannot listen on its address (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds "
+        "debug logs and a traceback to every error."
+    ),
+    table=COMMANDS,
+    no_args_is_help=True,
+)
+
+
+class _LogLines(logging.Formatter):
+    """Log records as the CLI's own lines: ``warning: ...`` on stderr, like ``error: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
+def is_modelward_error(exc: BaseException) -> bool:
+    """True when ``exc`` is one of our packages' own errors (reported without a traceback)."""
+    for module_name, class_name in _ERROR_ROOTS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(exc, getattr(module, class_name)):
+            return True
+    return False
+
+
+def main() -> None:
+    """Entry point: run the app, report our own errors without a traceback.
+
+    Our errors are answers (a refusal with its reasons, a server's error, a bad file named),
+    not crashes: they print as one message, with no traceback hint to wade through.
+    """
+    verbose = os.environ.get("MODELWARD_VERBOSE") == "1"
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        _LogLines(
+            "%(levelname)s: %(message)s" if not verbose else "%(levelname)s: %(name)s: %(message)s"
+        )
+    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])
+    try:
+        app.main(prog_name="modelward")
+    except Exception as exc:
+        if verbose or not is_modelward_error(exc):
+            raise
+        from modelward.cli.common import err_console
+
+        err_console.print("error:", style="bold red", end=" ")
+        err_console.print(str(exc), markup=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,611 @@
+"""Signed decisions on the command line (docs/tuf.md).
+
+``alias pending`` lists the TUF proposals waiting for signatures. ``sign_proposal`` is how
+``alias set --key``, ``approve --key`` and ``quarantine --key`` sign one: the payload is
+fetched, what it changes is read from the bytes to be signed (never from the registry's
+summary) and shown, a payload that changes anything but the expected target is refused, and
+the signature is made here: the private key never leaves this machine.
+
+``trust status|root|pending|sign|init|rotate|sync`` manage the registry's TUF repository;
+``trust pin`` (loader/) pins its root in a worker's cache.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from modelward.cli.commands import (
+    PassphraseEnvOpt,
+    _client,
+    _reported,
+    emit,
+    repo_or_alias,
+    repo_or_alias_argument,
+)
+from modelward.cli.common import err_console, fail
+from modelward.cli.worker import trust_pin
+
+if TYPE_CHECKING:
+    from modelward.client.api import RegistryClient
+
+__all__ = [
+    "alias_pending",
+    "describe",
+    "find_pending",
+    "load_key",
+    "sign_proposal",
+    "signed_line",
+    "trust_app",
+]
+
+trust_app = typer.Typer(
+    name="trust", help="The registry's TUF keys and metadata (docs/tuf.md).", no_args_is_help=True
+)
+# the worker's side: pinning the root in its cache (docs/guides/serving-workers.md)
+trust_app.command("pin")(trust_pin)
+
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
+KeyOpt = Annotated[Path, typer.Option("--key", metavar="FILE", help="Your private key (PEM)")]
+PassEnv = PassphraseEnvOpt
+
+
+def load_key(path: Path, passphrase_env: str | None) -> Any:
+    from modelward.attest.errors import KeyError_
+    from modelward.attest.keys import load_private_key
+    from modelward.cli.keys import passphrase_from_env
+
+    try:
+        return load_private_key(path, passphrase_from_env(passphrase_env))
+    except KeyError_ as exc:
+        fail(str(exc), code=2)
+
+
+def _published(client: RegistryClient, role: str) -> bytes | None:
+    """``role`` as a worker reads it now, which is what a proposal of its next version is
+    made from: top-level targets as the current snapshot lists it; a delegated role at its
+    newest version, from the one the snapshot lists down, whose signatures meet that
+    targets' delegation (a version signed only by a key since revoked is passed over, as
+    the registry passes it over: its aliases are not what the signers sign again). None
+    when there is none: every target of the proposal is then shown as new."""
+    from securesystemslib.exceptions import UnverifiedSignatureError
+    from tuf.api.exceptions import UnsignedMetadataError
+    from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
+    from tuf.api.serialization import DeserializationError
+
+    from modelward.registry.tuf.repository import MAX_UNVERIFIED
+
+    timestamp = Metadata[Timestamp].from_bytes(client.tuf_file("timestamp.json"))
+    snapshot = Metadata[Snapshot].from_bytes(
+        client.tuf_file(f"{timestamp.signed.snapshot_meta.version}.snapshot.json")
+    )
+    meta = snapshot.signed.meta
+    if "targets.json" not in meta:
+        return None
+    targets = client.tuf_file(f"{meta['targets.json'].version}.targets.json")
+    if role == "targets":
+        return targets
+    listed = meta.get(f"{role}.json")
+    if listed is None:
+        return None
+    delegator = Metadata[Targets].from_bytes(targets).signed
+    for version in range(listed.version, max(0, listed.version - MAX_UNVERIFIED), -1):
+        data = client.tuf_file(f"{version}.{role}.json")
+        try:
+            md = Metadata[Targets].from_bytes(data)
+            delegator.verify_delegate(role, md.signed_bytes, md.signatures)
+        except (
+            DeserializationError,
+            UnsignedMetadataError,
+            UnverifiedSignatureError,
+            ValueError,
+        ):
+            continue
+        return data
+    return None
+
+
+def describe(proposal: dict[str, Any]) -> str:
+    """One line for a proposal: what, from -> to, role version, signatures so far."""
+    what = (
+        f"{proposal.get('repository')}@{proposal.get('alias')}"
+        if proposal.get("alias")
+        else str(proposal.get("target"))
+    )
+    change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
+    if proposal.get("role") == "targets":
+        change = "new delegations"
+    signed = len(proposal.get("signatures") or [])
+    return (
+        f"#{proposal.get('id')} {what}: {change} ({proposal.get('role')} "
+        f"v{proposal.get('version')}, {proposal.get('state')}, signatures "
+        f"{signed}/{proposal.get('threshold')}, proposed by {proposal.get('proposed_by')}, "
+        f"expires {proposal.get('expires')})"
+    )
+
+
+def sign_proposal(
+    client: RegistryClient,
+    proposal_id: int,
+    key: Any,
+    *,
+    expect_target: str | None,
+    expect_digest: str | None,
+) -> dict[str, Any]:
+    """Sign proposal ``proposal_id`` with ``key`` here and send the signature.
+
+    Refuses (exit 1) a payload that changes any target other than ``expect_target``, or
+    sets it to anything but ``expect_digest``. ``expect_target`` None: every change is
+    shown and signed as it is (``trust sign --yes``: top-level targets, adoptions)."""
+    from modelward.attest.tuf import (
+        delegation_changes,
+        proposal_changes,
+        sign_proposal_payload,
+    )
+
+    proposal = client.tuf_proposal(proposal_id)
+    payload = base64.b64decode(proposal["payload"])
+    role, version = str(proposal["role"]), int(proposal["version"])
+    if role == "targets":
+        previous = _published(client, role)
+        for line in delegation_changes(payload, previous) or ["no delegation changes"]:
+            err_console.print(f"signing targets v{version}: {line}", markup=False)
+    else:
+        changes = proposal_changes(payload, _published(client, role))
+        unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
+        if expect_target is not None and (unexpected or not changes):
+            fail(
+                f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
+                "it changes "
+                + (", ".join(f"{c.path} ({c.before} -> {c.after})" for c in changes) or "nothing")
+                + "; nothing was signed",
+            )
+        for change in changes:
+            err_console.print(
+                f"signing {role} v{version}: {change.path}: {change.before or '(unset)'} -> "
+                f"{change.after} (expires {proposal.get('expires')})",
+                markup=False,
+            )
+    signature = sign_proposal_payload(payload, key)
+    answer: dict[str, Any] = client.tuf_sign(proposal_id, signature.keyid, signature.signature)
+    return answer
+
+
+def signed_line(answer: dict[str, Any]) -> str:
+    if answer.get("state") == "published":
+        return f"published: {describe(answer)}"
+    return f"signed: {describe(answer)}"
+
+
+def find_pending(
+    client: RegistryClient,
+    *,
+    repo: str | None,
+    alias: str | None,
+    target: str,
+    digest: str | None,
+) -> dict[str, Any] | None:
+    """The newest pending proposal setting ``target`` to ``digest``, if any."""
+    for proposal in client.tuf_proposals(repo=repo, alias=alias):
+        if proposal.get("target") == target and proposal.get("to_digest") == digest:
+            return proposal
+    return None
+
+
+def alias_pending(
+    ref: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="REPO[@ALIAS]",
+            help="Only this repository (ORG/NAME), or this alias (REPO@ALIAS or REPO:TAG)",
+            callback=repo_or_alias_argument,
+        ),
+    ] = None,
+    all_states: Annotated[
+        bool, typer.Option("--all", help="Published, stale and superseded proposals too")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """List alias moves waiting for signatures (TUF proposals), newest first."""
+    repo, alias = repo_or_alias(ref)  # the one grammar; the callback refused a bad one
+    with _reported(), _client() as client:
+        items = client.tuf_proposals(pending=not all_states, repo=repo, alias=alias)
+    emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
+
+
+# -- trust ---------------------------------------------------------------------------------
+def _status_lines(status: dict[str, Any]) -> str:
+    out = []
+    if status.get("embedded"):
+        out.append(
+            "warning: the root key is ONLINE (the embedded default); run "
+            "`modelward trust init` with offline keys (docs/tuf.md#keys)"
+        )
+    for role in status.get("roles") or []:
+        flag = (
+            " EXPIRED"
+            if role.get("expired")
+            else " expires soon"
+            if role.get("expires_soon")
+            else ""
+        )
+        out.append(
+            f"{role.get('role'):<40} v{role.get('version'):<6} expires {role.get('expires')}{flag}"
+        )
+    out.append(f"online keys: {', '.join(status.get('online_keys') or []) or 'none'}")
+    if "targets_key" in status:
+        out.append(
+            f"targets key: {status['targets_key']}; protects against a database writer: "
+            f"{'yes' if status.get('protects_against_db_writer') else 'NO'}"
+        )
+        out.append(f"  {status.get('db_writer')}")
+    out.append(f"pending proposals: {status.get('pending_proposals')}")
+    return "\n".join(out)
+
+
+@trust_app.command("status")
+def trust_status(as_json: AsJson = False) -> None:
+    """Every TUF role's version and expiry, which expire soon, the keys held online, and
+    whether the delegations protect against a database writer (targets key offline)."""
+    with _reported(), _client() as client:
+        status = client.tuf_status()
+    emit(status, as_json, _status_lines)
+
+
+def _root_version(client: RegistryClient) -> int:
+    versions = [
+        int(r["version"]) for r in client.tuf_status().get("roles") or [] if r.get("role") == "root"
+    ]
+    if not versions:
+        fail("the registry has no TUF root yet")
+    return versions[0]
+
+
+@trust_app.command("root")
+def trust_root(
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="Where to write root.json")],
+    version: Annotated[
+        int | None, typer.Option(metavar="N", help="This root version (default: the latest)")
+    ] = None,
+) -> None:
+    """Save the registry's TUF root, for workers to pin (--trust-root); check its keys
+    out of band before trusting it."""
+    from modelward.attest._fileio import write_output
+    from modelward.attest.tuf import root_summary
+
+    with _reported(), _client() as client:
+        data = client.tuf_file(f"{version or _root_version(client)}.root.json")
+    summary = root_summary(data)
+    write_output(out, data)
+    keys = ", ".join(summary["root_keys"])
+    err_console.print(
+        f"saved root v{summary['version']} to {out}; its root keys {keys} "
+        f"(threshold {summary['root_threshold']}): compare them with the ones "
+        "your admins hold before pinning",
+        markup=False,
+    )
+
+
+@trust_app.command("pending")
+def trust_pending(as_json: AsJson = False) -> None:
+    """Every pending TUF proposal: alias moves, quarantines, top-level targets."""
+    with _reported(), _client() as client:
+        items = client.tuf_proposals()
+    emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
+
+
+@trust_app.command("sign")
+def trust_sign(
+    proposal_id: Annotated[int, typer.Argument(metavar="ID", help="The proposal's id")],
+    *,
+    key: KeyOpt,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Sign a proposal of several changes (targets, adopt) as shown"),
+    ] = False,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Sign one pending proposal with your key (admins: top-level targets)."""
+    private = load_key(key, passphrase_env)
+    with _reported(), _client() as client:
+        proposal = client.tuf_proposal(proposal_id)
+        single = proposal.get("to_digest") is not None
+        if not single and not yes:
+            from modelward.attest.tuf import delegation_changes, proposal_changes
+
+            payload = base64.b64decode(proposal["payload"])
+            previous = _published(client, str(proposal["role"]))
+            lines = (
+                delegation_changes(payload, previous)
+                if proposal["role"] == "targets"
+                else [
+                    f"{c.path}: {c.before or '(unset)'} -> {c.after}"
+                    for c in proposal_changes(payload, previous)
+                ]
+            )
+            for line in lines:
+                err_console.print(f"  {line}", markup=False)
+            fail(
+                f"proposal {proposal_id} ({proposal['target']}) changes several things; "
+                "read them (above, or `modelward trust pending`) and sign with --yes",
+                code=2,
+            )
+        answer = sign_proposal(
+            client,
+            proposal_id,
+            private,
+            expect_target=str(proposal["target"]) if single else None,
+            expect_digest=proposal.get("to_digest"),
+        )
+    emit(answer, as_json, signed_line)
+
+
+@trust_app.command("adopt")
+def trust_adopt(as_json: AsJson = False) -> None:
+    """Propose every alias the registry recorded unsigned, one proposal per TUF role, for
+    its signers to sign (admins; the migration step)."""
+    with _reported(), _client() as client:
+        made = client.tuf_adopt()
+    emit(
+        made,
+        as_json,
+        lambda ps: (
+            "\n".join(describe(p) for p in ps) or "every alias is signed or already proposed"
+        ),
+    )
+
+
+def export_files(client: RegistryClient, directory: Path) -> int:
+    """Copy the registry's current TUF metadata into ``directory`` as a static server
+    serves it: every root version, the versions the current snapshot names, the snapshot,
+    and ``timestamp.json`` last (a reader never sees a timestamp naming a missing file).
+    Files already there are kept (versions never change); returns how many were written.
+    The bytes are copied, not trusted: workers verify them from their pinned root."""
+    from tuf.api.metadata import Metadata, Snapshot, Timestamp
+
+    from modelward.attest._fileio import write_output
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = 0
+
+    def copy(name: str, data: bytes | None = None) -> bytes:
+        nonlocal written
+        path = directory / name
+        if data is None and path.exists() and name != "timestamp.json":
+            return path.read_bytes()
+        data = client.tuf_file(name) if data is None else data
+        write_output(path, data)
+        written += 1
+        return data
+
+    timestamp_bytes = client.tuf_file("timestamp.json")
+    timestamp = Metadata[Timestamp].from_bytes(timestamp_bytes).signed
+    snapshot_name = f"{timestamp.snapshot_meta.version}.snapshot.json"
+    snapshot = Metadata[Snapshot].from_bytes(copy(snapshot_name)).signed
+    for name, meta in sorted(snapshot.meta.items()):
+        copy(f"{meta.version}.{name}")
+    for version in range(1, _root_version(client) + 1):
+        copy(f"{version}.root.json")
+    copy("timestamp.json", timestamp_bytes)
+    return written
+
+
+@trust_app.command("export")
+def trust_export(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write the files")],
+    as_json: AsJson = False,
+) -> None:
+    """Copy the current TUF metadata into DIR, for a static server, S3 bucket or CDN to
+    serve with the registry out of the path (run it again after every change)."""
+    with _reported(), _client() as client:
+        written = export_files(client, directory)
+    emit(
+        {"directory": str(directory), "written": written},
+        as_json,
+        lambda a: f"wrote {a['written']} file(s) to {a['directory']}",
+    )
+
+
+@trust_app.command("sync")
+def trust_sync(as_json: AsJson = False) -> None:
+    """Re-make the delegations from the registry's database now (admins)."""
+    with _reported(), _client() as client:
+        answer = client.tuf_sync()
+    emit(
+        answer,
+        as_json,
+        lambda a: (
+            ("changed: " if a.get("changed") else "unchanged: ")
+            + f"{a.get('pending_proposals')} pending proposals"
+        ),
+    )
+
+
+def _next_root(
+    client: RegistryClient,
+    *,
+    root_keys: list[Any],
+    root_threshold: int,
+    old_root_keys: list[Any],
+    targets_keys: list[Any],
+    targets_threshold: int,
+    days: int,
+    online: bool = False,
+) -> tuple[bytes, int]:
+    from securesystemslib.signer import SSlibKey
+    from tuf.api.metadata import Metadata, Root
+
+    from modelward.attest.tuf import tuf_key, tuf_signer
+
+    version = _root_version(client)
+    md = Metadata[Root].from_bytes(client.tuf_file(f"{version}.root.json"))
+    root = md.signed
+    for role, keys, threshold in (
+        ("root", root_keys, root_threshold),
+        ("targets", targets_keys, targets_threshold),
+    ):
+        if not keys:
+            continue
+        if not 1 <= threshold <= len(keys):
+            fail(
+                f"--{role}-threshold {threshold} needs between 1 and {len(keys)} "
+                f"--{role}-key files",
+                code=2,
+            )
+        for keyid in list(root.roles[role].keyids):
+            root.revoke_key(keyid, role)
+        for key in keys:
+            root.add_key(tuf_key(key.public_key()), role)
+        root.roles[role].threshold = threshold
+    if online:  # new snapshot and timestamp keys, made and kept by the registry
+        for role, new in client.tuf_next_online_keys().items():
+            for keyid in list(root.roles[role].keyids):
+                root.revoke_key(keyid, role)
+            root.add_key(SSlibKey.from_dict(new["keyid"], dict(new["key"])), role)
+    root.version = version + 1
+    root.expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=days)
+    md.signatures.clear()
+    for key in [*old_root_keys, *root_keys]:
+        md.sign(tuf_signer(key), append=True)
+    return md.to_bytes(), version + 1
+
+
+def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
+    pending = [p for p in client.tuf_proposals() if p.get("role") == "targets"]
+    if not pending or not targets_keys:
+        return
+    for key in targets_keys:
+        answer = sign_proposal(
+            client, int(pending[0]["id"]), key, expect_target=None, expect_digest=None
+        )
+        if answer.get("state") == "published":
+            err_console.print(f"published targets v{answer.get('version')}", markup=False)
+            return
+
+
+RootThreshold = Annotated[int, typer.Option(metavar="N", help="Root signatures needed")]
+TargetsThreshold = Annotated[int, typer.Option(metavar="N", help="Targets signatures needed")]
+Days = Annotated[int, typer.Option(metavar="DAYS", help="Root lifetime")]
+RootKeys = Annotated[
+    list[Path],
+    typer.Option(
+        "--root-key", metavar="FILE", help="A new root private key (repeat for each admin)"
+    ),
+]
+OldRootKeys = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--old-root-key",
+        metavar="FILE",
+        help="A current root private key (repeat to meet its threshold)",
+    ),
+]
+TargetsKeys = Annotated[
+    list[Path] | None,
+    typer.Option("--targets-key", metavar="FILE", help="A new targets private key (repeat)"),
+]
+
+
+def _rotate(
+    root_key: list[Path],
+    root_threshold: int,
+    old_root_key: list[Path] | None,
+    *,
+    targets_key: list[Path] | None,
+    targets_threshold: int,
+    days: int,
+    passphrase_env: str | None,
+    as_json: bool,
+    online: bool = False,
+    init: bool = False,
+) -> None:
+    roots = [load_key(p, passphrase_env) for p in root_key]
+    olds = [load_key(p, passphrase_env) for p in old_root_key or []]
+    targets = [load_key(p, passphrase_env) for p in targets_key or []]
+    with _reported(), _client() as client:
+        if init and "root" not in (client.tuf_status().get("online_keys") or []):
+            fail(
+                "the registry's root key is already offline: `trust init` ran before",
+                hint="make the next root version with `modelward trust rotate --old-root-key "
+                "CURRENT.key --root-key NEW.key` (docs/guides/tuf-ceremony.md)",
+            )
+        data, version = _next_root(
+            client,
+            root_keys=roots,
+            root_threshold=root_threshold,
+            old_root_keys=olds,
+            targets_keys=targets,
+            targets_threshold=targets_threshold,
+            days=days,
+            online=online,
+        )
+        answer = client.tuf_install_root(data)
+        _sign_new_targets(client, targets)
+    emit(
+        {**answer, "version": version},
+        as_json,
+        lambda a: (
+            f"installed root v{a['version']}; online keys: {', '.join(a.get('online_keys') or [])}"
+        ),
+    )
+
+
+@trust_app.command("init")
+def trust_init(
+    *,
+    root_key: RootKeys,
+    root_threshold: RootThreshold = 1,
+    targets_key: TargetsKeys = None,
+    targets_threshold: TargetsThreshold = 1,
+    days: Days = 365,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace the embedded online root (and targets) keys with your offline keys (admins)."""
+    _rotate(
+        root_key,
+        root_threshold,
+        None,
+        targets_key=targets_key,
+        targets_threshold=targets_threshold,
+        days=days,
+        passphrase_env=passphrase_env,
+        as_json=as_json,
+        init=True,
+    )
+
+
+@trust_app.command("rotate")
+def trust_rotate(
+    *,
+    root_key: RootKeys,
+    old_root_key: OldRootKeys = None,
+    root_threshold: RootThreshold = 1,
+    targets_key: TargetsKeys = None,
+    targets_threshold: TargetsThreshold = 1,
+    days: Days = 365,
+    online: Annotated[
+        bool,
+        typer.Option("--online", help="Also replace the registry's snapshot and timestamp keys"),
+    ] = False,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Make the next root version, signed by the current root keys and the new ones; workers
+    follow the chain of root versions."""
+    _rotate(
+        root_key,
+        root_threshold,
+        old_root_key,
+        targets_key=targets_key,
+        targets_threshold=targets_threshold,
+        days=days,
+        passphrase_env=passphrase_env,
+        as_json=as_json,
+        online=online,
+    )

@@ -1,0 +1,691 @@
+"""The loader's commands: pull, verify, boot, baseline show (``replay``: modelward.cli.replay), and
+``trust pin`` (the worker's pinned TUF root), as ``modelward.cli``'s command table names them
+(docs/loader.md).
+
+A malformed reference (the grammar of ``modelward.client.parse_reference``) and a root file that
+is not TUF root metadata are usage errors (exit 2) in every one of them, named.
+
+With ``--json`` each prints one JSON document on stdout (shapes in
+docs/loader.md#json-output) and every message, warning and progress bar on stderr; ``boot``
+and ``replay`` also point file descriptor 1 at stderr while vLLM runs, so its logs (and
+those of its worker processes and of the ``--serve`` child) never reach stdout.
+
+``boot`` and ``replay`` check their input (extra engine arguments, the CPU KV-cache setting,
+request files, the worker key) before vLLM or torch is imported: a mistake is refused in a
+fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from modelward.cli.common import console, err_console, fail, show_progress
+from modelward.cli.trust_options import (
+    CertificateChainOpt,
+    IdentityOpt,
+    IssuerOpt,
+    OnlineAliasOpt,
+    PolicyOpt,
+    PublicKeyOpt,
+    SigstoreTrustRootOpt,
+    TrustRootOpt,
+    UnsignedAliasesOpt,
+    trust_flags,
+)
+
+if TYPE_CHECKING:
+    from modelward.client.api import RegistryClient
+    from modelward.loader.cache import Cache
+    from modelward.loader.pull import PulledBundle
+
+__all__ = ["baseline_app", "boot", "pull", "trust_pin", "usage_errors", "valid_reference", "verify"]
+
+baseline_app = typer.Typer(
+    name="baseline", help="Determinism baselines recorded at boot.", no_args_is_help=True
+)
+
+
+def valid_reference(value: str | None) -> str | None:
+    """Click callback: a reference as ``parse_reference`` reads it, else a usage error (exit
+    2) naming the argument and the forms expected."""
+    if value is not None:
+        from modelward.client.api import InvalidReference, parse_reference
+
+        try:
+            parse_reference(value)
+        except InvalidReference as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """A root file that is not TUF root metadata (from --trust-root or the worker policy's
+    tuf.root) or a malformed reference found while the command runs: exit 2, named."""
+    from modelward.client.api import InvalidReference
+    from modelward.loader.tuf_resolve import TrustRootInvalid
+
+    try:
+        yield
+    except (TrustRootInvalid, InvalidReference) as exc:
+        fail(str(exc), code=2)
+
+
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="REPO@REF",
+        help="REPO@ALIAS, REPO:TAG or REPO@sha256:...",
+        callback=valid_reference,
+    ),
+]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        metavar="DIR",
+        help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)",
+    ),
+]
+WorkerKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--worker-key",
+        metavar="KEY",
+        help="The worker's private key: signs baselines and replay results (register its .pub "
+        "with `modelward key register` so the registry accepts them)",
+    ),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON document on stdout (docs/loader.md#json-output); "
+        "messages go to stderr",
+    ),
+]
+KvCacheOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--cpu-kvcache-space",
+        metavar="GIB",
+        min=1,
+        help="On a CPU: the KV cache in GiB (default: VLLM_CPU_KVCACHE_SPACE, else min(4, 25% "
+        "of available memory))",
+    ),
+]
+
+
+def _cache(cache_dir: Path | None) -> Cache:
+    from modelward.loader.cache import Cache, default_cache_dir
+
+    return Cache(cache_dir or default_cache_dir(os.environ))
+
+
+def _client() -> RegistryClient:
+    from modelward.client.api import RegistryClient
+    from modelward.client.config import resolve_settings
+
+    settings = resolve_settings()
+    return RegistryClient(settings.url, settings.token)
+
+
+@contextmanager
+def _progress(
+    label: str,
+) -> Iterator[tuple[Callable[[int], None] | None, Callable[[int], None] | None]]:
+    """(advance, set_total) callbacks drawing a progress bar on a terminal, else Nones."""
+    if not show_progress():
+        yield None, None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+        yield (lambda n: bar.advance(task, n)), (lambda t: bar.update(task, total=t))
+
+
+@contextmanager
+def stdout_reserved(enabled: bool) -> Iterator[None]:
+    """With ``--json``: while the block runs, file descriptor 1 is stderr, for this process
+    and every process it starts (vLLM logs to stdout); stdout is restored afterwards for the
+    one JSON document."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def emit_json(document: Any) -> None:
+    """The one JSON document of a ``--json`` command, on stdout."""
+    typer.echo(json.dumps(document, indent=2, sort_keys=True))
+
+
+_REPAIR_HINT = (
+    "a cached bundle that no longer matches its manifest is repaired by: "
+    "modelward pull --repair REPO@REF [trust flags]"
+)
+
+
+def _log(message: str) -> None:
+    err_console.print(message, markup=False)
+
+
+def pull_report(reference: str, pulled: PulledBundle) -> dict[str, Any]:
+    """``pull --json`` (docs/loader.md#json-output)."""
+    return {
+        "reference": reference,
+        "repo": pulled.repo,
+        "digest": pulled.digest,
+        "directory": str(pulled.directory),
+        "decision": pulled.decision.as_dict(),
+        "statements": [
+            {
+                "kind": str(s.kind),
+                "predicate_type": s.predicate_type,
+                "signers": [signer.name for signer in s.signers],
+            }
+            for s in pulled.statements
+        ],
+        "ignored": [
+            {"label": a.label, "sha256": a.sha256, "reason": a.reason} for a in pulled.ignored
+        ],
+        "repaired": list(pulled.repaired),
+    }
+
+
+def pull(
+    reference: RefArg,
+    *,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
+    cache_dir: CacheOpt = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Re-hash the cached blobs first, download again any that do not "
+            "match, and rebuild the materialized directory",
+        ),
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Pull, verify locally and materialize a bundle read-only; print digest and directory.
+
+    The trust flags are the worker's policy: without one the pull is refused (exit 1).
+    """
+    from modelward.loader.pull import pull_bundle
+
+    with usage_errors(), _client() as client, _progress("pull") as (advance, total):
+        flags = trust_flags(
+            policy,
+            public_key=public_key,
+            certificate_chain=certificate_chain,
+            identity=identity,
+            issuer=issuer,
+            sigstore_trust_root=sigstore_trust_root,
+            trust_root=trust_root,
+            online_alias=online_alias,
+            unsigned_aliases=unsigned_aliases,
+        )
+        pulled = pull_bundle(
+            client,
+            reference,
+            _cache(cache_dir),
+            flags,
+            progress=advance,
+            on_total=total,
+            repair=repair,
+        )
+    for digest in pulled.repaired:
+        _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
+    for aside in pulled.ignored:
+        _log(f"note: {aside.label} ignored: {aside.reason.splitlines()[0]}")
+    if json_output:
+        emit_json(pull_report(reference, pulled))
+        return
+    console.print(pulled.digest)
+    console.print(str(pulled.directory))
+
+
+def verify(
+    target: Annotated[
+        str, typer.Argument(metavar="DIR|REPO@REF", help="A materialized bundle DIR, or REPO@REF")
+    ],
+    *,
+    cache_dir: CacheOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Re-hash a materialized bundle against its manifest (catches a flipped byte).
+
+    Exit 0 when every file matches, 1 when one does not (named, with the repair hint).
+    """
+    from modelward.attest.errors import DigestMismatch, TreeRuleError
+    from modelward.attest.manifest import verify_tree
+    from modelward.loader.materialize import read_local_manifest
+
+    path = Path(target)
+    if path.is_dir():
+        manifest = read_local_manifest(path)
+    else:
+        from modelward.client.api import InvalidReference, parse_reference
+        from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
+
+        try:
+            ref = parse_reference(target)
+        except InvalidReference as exc:
+            fail(f"{target}: not a directory, and {exc}", code=2)
+        with usage_errors(), _client() as client:
+            digest = resolve_reference(
+                client,
+                ref,
+                _cache(cache_dir).root,
+                AliasTrust(
+                    root=trust_root,
+                    online_aliases=tuple(online_alias or ()),
+                    unsigned=unsigned_aliases,
+                ),
+            )
+        path = _cache(cache_dir).bundle_dir(digest)
+        if not path.is_dir():
+            fail(
+                f"{target} ({digest}) is not materialized in {path.parent}",
+                hint=f"run: modelward pull {target} ...",
+            )
+        manifest = read_local_manifest(path, digest)
+    error: str | None = None
+    try:
+        verify_tree(path, manifest)
+    except (DigestMismatch, TreeRuleError) as exc:
+        error = str(exc)
+    if json_output:
+        emit_json(
+            {
+                "target": target,
+                "digest": manifest.digest,
+                "directory": str(path),
+                "files": len(manifest.layers),
+                "verified": error is None,
+                "error": error,
+            }
+        )
+    if error is not None:
+        fail(error, hint=_REPAIR_HINT)
+    if not json_output:
+        console.print(f"ok {manifest.digest} {path}")
+
+
+def _allowed_hint(serve: bool) -> str:
+    from modelward.loader.hardening import allowed_extra_args
+
+    allowed = allowed_extra_args(serve=serve)
+    text = "allowed extra engine arguments: " + " ".join(allowed)
+    if not serve:
+        more = [a for a in allowed_extra_args(serve=True) if a not in allowed]
+        text += "; with --serve also: " + " ".join(more)
+    return text + " (docs/loader.md#hardening)"
+
+
+def _check_boot_input(extra_args: tuple[str, ...], *, serve: bool, kvcache: int | None) -> None:
+    """Refuse bad engine arguments and KV-cache settings before vLLM is imported."""
+    from modelward.loader.errors import InputError, UnsafeArgument
+    from modelward.loader.hardening import check_extra_args, cpu_kv_cache
+
+    try:
+        check_extra_args(extra_args, serve=serve)
+    except UnsafeArgument as exc:
+        fail(str(exc), hint=_allowed_hint(serve))
+    try:
+        cpu_kv_cache(os.environ, option=kvcache, available_bytes=None)
+    except InputError as exc:
+        fail(str(exc), code=2)
+
+
+def _print_boot(result: Any, timings: bool) -> None:
+    from modelward.loader.worker import baseline_state
+
+    console.print(f"digest {result.pulled.digest}")
+    console.print(f"directory {result.pulled.directory}")
+    if result.fingerprint is not None:
+        console.print(f"fingerprint {result.fingerprint.id}")
+    if result.baseline is not None:
+        state = {
+            "recorded": "recorded",
+            "matched": "matches",
+            "diverged": "diverges (warn)",
+            "attach_refused": "not attached (kept locally)",
+        }.get(baseline_state(result), "not recorded")
+        console.print(f"baseline {result.baseline.aggregate} {state}")
+        console.print(
+            "batch-invariant" if result.baseline.batch_invariant else "not batch-invariant"
+        )
+    if result.kv_cache is not None:
+        console.print(f"cpu_kvcache {result.kv_cache.gib} GiB ({result.kv_cache.source})")
+    if timings:
+        for phase, seconds in result.timings.items():
+            console.print(f"timing {phase} {seconds:.3f}")
+
+
+def boot(
+    ctx: typer.Context,
+    reference: RefArg,
+    *,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
+    cache_dir: CacheOpt = None,
+    worker_key: WorkerKeyOpt = None,
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Run the OpenAI-compatible server")
+    ] = False,
+    host: Annotated[
+        str, typer.Option(metavar="ADDR", help="--serve: listen address")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="--serve: port")] = 8000,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ready-file",
+            metavar="PATH",
+            help="--serve: written once the baseline passed and the "
+            "server is serving; removed when it exits (for readiness probes)",
+        ),
+    ] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Print per-phase wall times")] = False,
+    audit_key: Annotated[
+        str | None,
+        typer.Option(
+            "--audit-key",
+            metavar="VERIFIER",
+            help="The registry's audit checkpoint verifier key (`modelward audit key`): the "
+            "checkpoint recorded in the boot record must verify with it",
+        ),
+    ] = None,
+    cpu_kvcache_space: KvCacheOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.
+
+    Extra vLLM arguments go after --; any not on the allowlist, or that would weaken the
+    pinning, are refused before vLLM is loaded (docs/loader.md#hardening). The trust flags
+    are the worker's policy. Exit 0 when the boot counts (also when the registry refused the
+    signed baseline: it is then kept locally and the report says baseline_attached false),
+    1 refused or failed, 2 usage; with --serve, the server's exit status.
+    """
+    if ready_file is not None and not serve:
+        fail("--ready-file needs --serve", code=2)
+    if ready_file is not None and not ready_file.parent.is_dir():
+        fail(f"--ready-file {ready_file}: {ready_file.parent} is not a directory", code=2)
+    extra_args = tuple(ctx.args)
+    _check_boot_input(extra_args, serve=serve, kvcache=cpu_kvcache_space)
+
+    from modelward.attest.errors import DigestMismatch, TreeRuleError
+    from modelward.attest.policy import policy_from_flags
+    from modelward.loader.engine import require_vllm
+    from modelward.loader.statements import load_worker_key
+    from modelward.loader.worker import BootOptions, boot_bundle, boot_report
+
+    key = load_worker_key(worker_key) if worker_key else None
+    flags = trust_flags(
+        policy,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+        trust_root=trust_root,
+        online_alias=online_alias,
+        unsigned_aliases=unsigned_aliases,
+    )
+    policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
+    options = BootOptions(
+        serve=serve,
+        host=host,
+        port=port,
+        extra_args=extra_args,
+        ready_file=ready_file,
+        worker_key=key,
+        worker_key_path=worker_key,
+        audit_key=audit_key,
+        cpu_kvcache_gib=cpu_kvcache_space,
+    )
+    with stdout_reserved(json_output):
+        require_vllm()
+        with usage_errors(), _client() as client, _progress("pull") as (advance, _total):
+            try:
+                result = boot_bundle(
+                    client, reference, _cache(cache_dir), flags, options, log=_log, progress=advance
+                )
+            except (DigestMismatch, TreeRuleError) as exc:
+                fail(str(exc), hint=_REPAIR_HINT)
+    if json_output:
+        emit_json(boot_report(result))
+    else:
+        _print_boot(result, timings)
+    raise typer.Exit(result.exit_code)
+
+
+def baseline_entry(item: Any) -> dict[str, Any]:
+    """One trusted baseline in ``baseline show --json``."""
+    b = item.baseline
+    fp = dict(b.fingerprint.data)
+    device = fp.get("device") or {}
+    return {
+        "fingerprint_id": b.fingerprint.id,
+        "aggregate": b.aggregate,
+        "probes": len(b.probes),
+        "batch_invariant": b.batch_invariant,
+        "batch_divergences": [{"probe": d.probe_id, "index": d.index} for d in b.batch_divergences],
+        "engine": (fp.get("engine") or {}).get("version"),
+        "dtype": fp.get("dtype"),
+        "device": {"type": device.get("type"), "name": device.get("name")},
+        "entrypoint": fp.get("entrypoint"),
+        "fingerprint": fp,
+        "signed_by": list(item.signers),
+    }
+
+
+@baseline_app.command("show")
+def baseline_show(
+    reference: RefArg,
+    *,
+    policy: PolicyOpt = None,
+    public_key: PublicKeyOpt = None,
+    certificate_chain: CertificateChainOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust_root: TrustRootOpt = None,
+    online_alias: OnlineAliasOpt = None,
+    unsigned_aliases: UnsignedAliasesOpt = False,
+    worker_key: WorkerKeyOpt = None,
+    worker_public_key: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--worker-public-key",
+            metavar="PEM",
+            help="Trust baselines signed by this worker key (PEM; repeatable)",
+        ),
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """List the trusted baselines of a bundle, one per runtime fingerprint.
+
+    Only baselines signed by a key given here count: --worker-public-key, --worker-key (its
+    public half) or the trust flags; without any, exit 2.
+    """
+    from modelward.attest.policy import TrustFlags, policy_from_flags
+    from modelward.attest.trust import TrustSet
+    from modelward.client.api import parse_reference
+    from modelward.loader.statements import find_baselines, load_worker_key
+    from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
+
+    trust = TrustSet()
+    flags = trust_flags(
+        policy,
+        public_key=public_key,
+        certificate_chain=certificate_chain,
+        identity=identity,
+        issuer=issuer,
+        sigstore_trust_root=sigstore_trust_root,
+        trust_root=trust_root,
+        online_alias=online_alias,
+        unsigned_aliases=unsigned_aliases,
+    )
+    if flags.given():
+        trust = policy_from_flags(flags)[1]
+    if worker_key:
+        trust = trust.merged(load_worker_key(worker_key).trust)
+    if worker_public_key:
+        trust = trust.merged(policy_from_flags(TrustFlags(public_keys=tuple(worker_public_key)))[1])
+    if trust.is_empty():
+        fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
+    ref = parse_reference(reference)
+    with usage_errors(), _client() as client:
+        digest = resolve_reference(
+            client,
+            ref,
+            _cache(None).root,
+            AliasTrust(
+                root=trust_root, online_aliases=tuple(online_alias or ()), unsigned=unsigned_aliases
+            ),
+        )
+        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust, digest)
+    for note in skipped:
+        _log(f"note: {note}")
+    if json_output:
+        emit_json(
+            {
+                "reference": reference,
+                "repo": ref.repo,
+                "digest": digest,
+                "baselines": [baseline_entry(item) for item in found],
+                "skipped": list(skipped),
+            }
+        )
+        return
+    console.print(f"bundle {digest}: {len(found)} baseline(s)")
+    for item in found:
+        entry = baseline_entry(item)
+        device = entry["device"]
+        console.print(
+            f"{entry['fingerprint_id']} aggregate={entry['aggregate']} "
+            f"probes={entry['probes']} batch_invariant={str(entry['batch_invariant']).lower()} "
+            f"engine={entry['engine']} dtype={entry['dtype']} "
+            f"device={device['type']}:{device['name']} signed_by={','.join(item.signers)}"
+        )
+
+
+def trust_pin(
+    trust_root: Annotated[
+        Path,
+        typer.Option(
+            "--trust-root",
+            metavar="FILE",
+            help="The registry's TUF root.json to pin (checked out of band: `modelward trust "
+            "root --out FILE` on a machine you trust)",
+        ),
+    ],
+    *,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Replace a root pinned earlier that is not this one nor one it rotated to",
+        ),
+    ] = False,
+    cache_dir: CacheOpt = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON document on stdout (docs/cli.md#trust-commands); "
+            "messages go to stderr",
+        ),
+    ] = False,
+) -> None:
+    """Pin the registry's TUF root in this worker's cache (pull, boot, verify, replay and
+    baseline show resolve aliases from it).
+
+    The registry is the one `modelward login` (or MODELWARD_URL) names. The root must verify
+    the registry's current metadata before it is kept; a cache that pinned another root is
+    refused (exit 1) unless --replace. Exit 2: the file is not a TUF root.
+    """
+    from modelward.loader.tuf_resolve import load_root, pin_root
+
+    with usage_errors():
+        given = load_root(trust_root)
+    cache = _cache(cache_dir)
+    with _client() as client:
+        result = pin_root(client, cache.root, given, replace=replace)
+        url = client.base_url
+    if json_output:
+        emit_json(
+            {
+                "registry": url,
+                "trust_root": str(trust_root),
+                "sha256": given.sha256,
+                "pinned_version": result.pinned_version,
+                "trusted_version": result.trusted_version,
+                "directory": str(result.directory),
+                "replaced": result.replaced,
+                "unchanged": result.unchanged,
+            }
+        )
+        return
+    verb = (
+        "already pinned"
+        if result.unchanged
+        else "replaced the pin with"
+        if result.replaced
+        else "pinned"
+    )
+    console.print(
+        f"{verb} {trust_root} (root v{result.pinned_version}, sha256 {given.sha256}) for "
+        f"{url}; the cache trusts root v{result.trusted_version} in {result.directory}",
+        markup=False,
+    )
