@@ -22,7 +22,6 @@ from modelward.cli._lazy import Entry, LazyGroup
 
 __all__ = ["COMMANDS", "app", "is_modelward_error", "main"]
 
-_CLIENT = "modelward.cli.commands"
 _SERVER = "modelward.cli.server"
 _LOADER = "modelward.cli.worker"
 _ATTEST = "modelward.cli"
@@ -32,20 +31,20 @@ _TRUST = "modelward.cli.trust"
 COMMANDS: dict[str, Entry] = {
     "serve": Entry("Run the registry server.", f"{_SERVER}:serve"),
     "login": Entry(
-        "Save URL and token to the per-user config file (mode 0600).", f"{_CLIENT}:login"
+        "Save URL and token to the per-user config file (mode 0600).", "modelward.cli.publish:login"
     ),
     "push": Entry(
         "Upload missing blobs, then the manifest and attestations, then move the alias.",
-        f"{_CLIENT}:push",
+        "modelward.cli.publish:push",
     ),
     "approve": Entry(
         "Approve a bundle for a protected alias (reviewers; not the publisher), or withdraw "
         "your own approval with --withdraw --reason: it no longer counts.",
-        f"{_CLIENT}:approve",
+        "modelward.cli.bundles:approve",
     ),
     "quarantine": Entry(
         "Quarantine a bundle: unloadable everywhere, unassignable to aliases.",
-        f"{_CLIENT}:quarantine",
+        "modelward.cli.bundles:quarantine",
     ),
     "pull": Entry(
         "Pull, verify locally and materialize a bundle read-only; print digest and directory.",
@@ -98,7 +97,7 @@ COMMANDS: dict[str, Entry] = {
             ),
             "show": Entry(
                 "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
-                f"{_CLIENT}:bundle_show",
+                "modelward.cli.bundles:bundle_show",
             ),
             "list": Entry(
                 "List a repository's bundles, newest first: digest, state (live, quarantined, "
@@ -125,10 +124,12 @@ COMMANDS: dict[str, Entry] = {
             ),
             "register": Entry(
                 "Register a signing public key for yourself (or, as admin, for a principal).",
-                f"{_CLIENT}:key_register",
+                "modelward.cli.registry_keys:key_register",
             ),
-            "list": Entry("List registered signing keys.", f"{_CLIENT}:key_list"),
-            "revoke": Entry("Revoke a registered signing key.", f"{_CLIENT}:key_revoke"),
+            "list": Entry("List registered signing keys.", "modelward.cli.registry_keys:key_list"),
+            "revoke": Entry(
+                "Revoke a registered signing key.", "modelward.cli.registry_keys:key_revoke"
+            ),
         },
     ),
     "db": Entry("Database schema migrations.", f"{_SERVER}:db_app"),
@@ -148,11 +149,13 @@ COMMANDS: dict[str, Entry] = {
     "alias": Entry(
         "Read and move aliases (REPO@ALIAS).",
         children={
-            "get": Entry("Show the digest and version an alias points at.", f"{_CLIENT}:alias_get"),
+            "get": Entry(
+                "Show the digest and version an alias points at.", "modelward.cli.aliases:alias_get"
+            ),
             "set": Entry(
                 "Move an alias to a digest (compare-and-swap on its version); a protected alias "
                 "short of approvals becomes a proposal its reviewers sign.",
-                f"{_CLIENT}:alias_set",
+                "modelward.cli.aliases:alias_set",
             ),
             "pending": Entry(
                 "List alias moves waiting for signatures (TUF proposals), newest first.",
@@ -160,12 +163,12 @@ COMMANDS: dict[str, Entry] = {
             ),
             "history": Entry(
                 "Every move of an alias: version, from -> to, who, when, why, rollback.",
-                f"{_CLIENT}:alias_history",
+                "modelward.cli.aliases:alias_history",
             ),
             "rollback": Entry(
                 "Set an alias back to an earlier digest, recorded as a rollback (a protected "
                 "alias: proposed, for its reviewers to sign).",
-                f"{_CLIENT}:alias_rollback",
+                "modelward.cli.aliases:alias_rollback",
             ),
             "list": Entry(
                 "List a repository's aliases, by name: the digest and version each points at, "
@@ -174,17 +177,17 @@ COMMANDS: dict[str, Entry] = {
             ),
         },
     ),
-    "audit": Entry("Read and verify the audit log.", f"{_CLIENT}:audit_app"),
+    "audit": Entry("Read and verify the audit log.", "modelward.cli.audit:audit_app"),
     "repo": Entry(
         "Manage repositories.",
         children={
             "create": Entry(
                 "Create a repository (optionally with its own policy file).",
-                f"{_CLIENT}:repo_create",
+                "modelward.cli.repos:repo_create",
             ),
             "add-publisher": Entry(
                 "Let a principal publish to a repository (admins only).",
-                f"{_CLIENT}:repo_add_publisher",
+                "modelward.cli.repos:repo_add_publisher",
             ),
             "list": Entry(
                 "List the repositories you may read, by name (with --publishable: those you "

@@ -25,8 +25,8 @@ from typing import Annotated, Any
 
 import typer
 
-from modelward.cli.commands import AsJson, _client, _reported, valid_ref
 from modelward.cli.common import console, fail, read_bounded
+from modelward.cli.remote import AsJson, registry_client, reported, valid_ref
 
 __all__ = ["attach", "attach_help"]
 
@@ -88,7 +88,7 @@ def attach(
     reference = parse_reference(ref)
     repo = reference.repo
     done: list[dict[str, Any]] = []
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         digest = client.resolve(reference)
         http = client._http  # /v2 answers OCI error bodies: read them here
 

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from modelward.cli.commands import AsJson, _client, _reported, valid_ref
 from modelward.cli.common import err_console, fail
+from modelward.cli.remote import AsJson, registry_client, reported, valid_ref
 from modelward.client.api import APIError, RegistryClient
 from modelward.client.config import parse_reference
 
@@ -72,7 +72,7 @@ def add(
     """Attach attestation files to a bundle (verified by the registry, in the order given)."""
     datas = [(path, path.read_bytes()) for path in files]
     attached: list[dict[str, Any]] = []
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         repo, digest = _digest(client, ref)
         for done, (path, data) in enumerate(datas):
             try:
@@ -96,7 +96,7 @@ def list_(
     ] = False,
 ) -> None:
     """List a bundle's attestations: id, kind, predicate type, signers, attacher, retracted."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         repo, digest = _digest(client, ref)
         if include_retracted:
             items = client.list_attestations_with_retracted(repo, digest)
@@ -119,7 +119,7 @@ def retract(
     as_json: AsJson = False,
 ) -> None:
     """Retract an attestation (its attacher or an admin): kept for forensics, counts nowhere."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         repo, digest = _digest(client, ref)
         summary = client.retract_attestation(repo, digest, attestation_id, reason)
     if as_json:

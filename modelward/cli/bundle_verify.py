@@ -32,15 +32,7 @@ import typer
 
 from modelward.cli._apps import bundle_app
 from modelward.cli.common import console, err_console, fail, read_bounded
-from modelward.cli.trust_options import (
-    CertificateChainOpt,
-    IdentityOpt,
-    IssuerOpt,
-    PolicyOpt,
-    PublicKeyOpt,
-    SigstoreTrustRootOpt,
-    trust_flags,
-)
+from modelward.cli.trust_options import TrustOptions, with_trust_options
 
 if TYPE_CHECKING:
     from modelward.attest.manifest import Manifest
@@ -144,6 +136,7 @@ def _excluded_present(directory: Path, ignores: tuple[str, ...]) -> list[str]:
 
 
 @bundle_app.command("verify")
+@with_trust_options("signers", json=False)
 def verify(
     directory: Annotated[
         Path, typer.Argument(metavar="DIR", help="The bundle directory.", show_default=False)
@@ -158,12 +151,7 @@ def verify(
             help="DSSE envelope, Sigstore bundle or OMS model.sig (repeatable).",
         ),
     ],
-    policy_file: PolicyOpt = None,
-    public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None,
-    identity: IdentityOpt = None,
-    issuer: IssuerOpt = None,
-    sigstore_trust_root: SigstoreTrustRootOpt = None,
+    trust: TrustOptions,
     ignore_path: Annotated[
         list[str] | None,
         typer.Option(
@@ -197,14 +185,6 @@ def verify(
     from modelward.attest.verifier import DirectoryReader, verify_bundle_result
     from modelward.attest.verify import MAX_SIGNATURE_BYTES
 
-    flags = trust_flags(
-        policy_file,
-        public_key=public_key,
-        certificate_chain=certificate_chain,
-        identity=identity,
-        issuer=issuer,
-        sigstore_trust_root=sigstore_trust_root,
-    )
     if not directory.is_dir():
         fail(f"{directory}: not a directory", code=2)
     try:
@@ -213,7 +193,7 @@ def verify(
         fail(f"--ignore-path: {exc}", code=2)
     # (1): one source of trust: a policy file, or flags that stand for one.
     try:
-        policy, trust = policy_from_flags(flags)
+        policy, trusted = policy_from_flags(trust.flags())
     except PolicyError as exc:
         fail(str(exc), code=2, hint=_TRUST_HELP)
     signatures = [read_bounded(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]
@@ -245,7 +225,7 @@ def verify(
             raw,
             signatures,
             policy=policy,
-            trust=trust,
+            trust=trusted,
             reader=DirectoryReader(directory),
             labels=[path.name for path in signature],
             oms_ignore_paths=ignores,

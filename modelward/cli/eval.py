@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from modelward.cli.commands import (
+from modelward.cli.common import err_console, fail
+from modelward.cli.remote import (
     AnyRef,
     AsJson,
     PassphraseEnvOpt,
-    _client,
-    _reported,
+    registry_client,
+    reported,
     valid_ref,
 )
-from modelward.cli.common import err_console, fail
 from modelward.client.errors import APIError
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ def attach(
     except EvaluationError as exc:
         fail(str(exc))
     target = parse_reference(ref)
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         digest = client.resolve(target)
         base: tuple[str, str] | None = None
         if baseline is not None:

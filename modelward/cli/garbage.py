@@ -83,9 +83,9 @@ def _repo_path(repo: str) -> str:
 
 
 def _call(method: str, path: str, body: Any = None) -> Any:
-    from modelward.cli.commands import _client, _reported
+    from modelward.cli.remote import registry_client, reported
 
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         return client._json(method, path, json_body=body)
 
 

@@ -21,8 +21,8 @@ from typing import Annotated, Any
 
 import typer
 
-from modelward.cli.commands import repo_argument, valid_ref
 from modelward.cli.common import console, err_console, fail
+from modelward.cli.remote import repo_argument, valid_ref
 
 __all__ = ["bundle_export", "bundle_import", "export_help", "import_help"]
 
@@ -33,7 +33,7 @@ import_help = "Push a bundle and its attestations from an OCI image layout into 
 @contextlib.contextmanager
 def _refusals(layout: Path) -> Iterator[None]:
     """Layout, bundle and disk errors as ``error: ...`` with exit 1 (the client's own errors
-    go through ``modelward.cli.commands._reported``)."""
+    go through ``modelward.cli.remote.reported``)."""
     from modelward.attest.errors import AttestError
     from modelward.attest.oci_layout import LayoutError
 
@@ -80,17 +80,17 @@ def bundle_export(
     """
     from modelward.attest.manifest import parse_manifest
     from modelward.attest.oci_layout import ARTIFACT_TYPE_BY_KIND, LayoutWriter, check_tag
-    from modelward.cli.commands import _client, _reported
+    from modelward.cli.remote import registry_client, reported
     from modelward.client.config import parse_reference
 
-    with _reported():
+    with reported():
         reference = parse_reference(ref)
     chosen = tag or reference.alias or "latest"
     try:
         check_tag(chosen)
     except ValueError as exc:
         fail(f"--tag: {exc}", code=2)
-    with _reported(), _refusals(oci_layout), _client() as client:
+    with reported(), _refusals(oci_layout), registry_client() as client:
         # (1): the manifest bytes, verified against the digest by the client.
         digest = client.resolve(reference)
         raw = client.get_manifest(reference.repo, digest)
@@ -150,7 +150,8 @@ def bundle_import(
     attached one by one; (6) move --alias.
     """
     from modelward.attest.oci_layout import open_layout
-    from modelward.cli.commands import _client, _reported, warn_unsigned
+    from modelward.cli.aliases import warn_unsigned
+    from modelward.cli.remote import registry_client, reported
     from modelward.client.api import APIError
     from modelward.client.blobs import BlobSource
 
@@ -161,7 +162,7 @@ def bundle_import(
     attestations = [a.data for a in bundle.attestations]
     by_sha = {a.sha256: a.file for a in bundle.attestations}
     refused: list[str] = []
-    with _reported(), _client(workers) as client:
+    with reported(), registry_client(workers) as client:
         client.get_repo(repo)  # fail fast: NotFoundError, UnauthorizedError
         # (3): blobs, HEAD first.
         sources = [BlobSource(digest=d, size=n, path=p) for d, n, p in bundle.blobs()]

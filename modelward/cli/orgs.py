@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
-from modelward.cli.commands import _client, _reported
 from modelward.cli.common import fail
+from modelward.cli.remote import registry_client, reported
 
 __all__ = ["describe_org", "org_app", "register_orgs"]
 
@@ -109,7 +109,7 @@ def create(
         doc = _read_floor(floor)
     elif protect:
         doc = {"aliases": [_floor_entry(p) for p in protect]}
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.put_org(org, owners=owner, floor=doc, remove_floor=no_floor)
     _show(answer, as_json)
 
@@ -117,7 +117,7 @@ def create(
 @org_app.command("show")
 def show(org: OrgArg, as_json: AsJson = False) -> None:
     """Show an org: owners, floor, number of repositories."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.get_org(org)
     _show(answer, as_json)
 
@@ -125,7 +125,7 @@ def show(org: OrgArg, as_json: AsJson = False) -> None:
 @org_app.command("list")
 def list_(as_json: AsJson = False) -> None:
     """List every org."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.list_orgs()
     _show(answer, as_json)
 
@@ -135,7 +135,7 @@ def owner_add(
     org: OrgArg, principal: Annotated[str, typer.Argument(help="A publisher (or an admin)")]
 ) -> None:
     """Make a principal an owner of the org (admins)."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.add_org_owner(org, principal)
     _show(answer, False)
 
@@ -144,7 +144,7 @@ def owner_add(
 def owner_remove(org: OrgArg, principal: Annotated[str, typer.Argument(help="An owner")]) -> None:
     """Remove an owner (admins); the repositories it created stay, and it stays their
     publisher."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.remove_org_owner(org, principal)
     _show(answer, False)
 

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from modelward.cli.commands import AliasRef, AsJson, PassphraseEnvOpt
 from modelward.cli.common import fail, read_bounded
+from modelward.cli.remote import AliasRef, AsJson, PassphraseEnvOpt
 
 __all__ = ["record", "release_app", "verify"]
 
@@ -107,7 +107,7 @@ def record(
         verify_record_key,
         write_record,
     )
-    from modelward.cli.commands import _client, _reported
+    from modelward.cli.remote import registry_client, reported
     from modelward.cli.trust import load_key
     from modelward.client.config import parse_reference
     from modelward.client.release import ReleaseInputError, collect_release
@@ -118,7 +118,7 @@ def record(
     )
     target = parse_reference(ref, require="alias")
     assert target.alias is not None  # noqa: S101 - required above
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         try:
             inputs = collect_release(client, target.repo, target.alias, version)
         except ReleaseInputError as exc:

@@ -17,21 +17,8 @@ from typing import Annotated, Any
 import typer
 
 from modelward.cli.common import console, err_console, fail, show_progress
-from modelward.cli.trust_options import (
-    CertificateChainOpt,
-    IdentityOpt,
-    IssuerOpt,
-    OnlineAliasOpt,
-    PolicyOpt,
-    PublicKeyOpt,
-    SigstoreTrustRootOpt,
-    TrustRootOpt,
-    UnsignedAliasesOpt,
-    trust_flags,
-)
+from modelward.cli.trust_options import TrustOptions, with_trust_options
 from modelward.cli.worker import (
-    CacheOpt,
-    JsonOpt,
     KvCacheOpt,
     emit_json,
     stdout_reserved,
@@ -217,6 +204,7 @@ def _replay_progress(runs: int) -> Iterator[Callable[[Any], None]]:
     yield log
 
 
+@with_trust_options("signers", "aliases", "cache")
 def replay(
     ctx: typer.Context,
     requests_file: Annotated[
@@ -270,16 +258,7 @@ def replay(
             "even when memory holds both for an interleaved replay",
         ),
     ] = False,
-    policy: PolicyOpt = None,
-    public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None,
-    identity: IdentityOpt = None,
-    issuer: IssuerOpt = None,
-    sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None,
-    online_alias: OnlineAliasOpt = None,
-    unsigned_aliases: UnsignedAliasesOpt = False,
-    cache_dir: CacheOpt = None,
+    trust: TrustOptions,
     worker_key: Annotated[
         Path | None,
         typer.Option(
@@ -290,7 +269,6 @@ def replay(
         ),
     ] = None,
     cpu_kvcache_space: KvCacheOpt = None,
-    json_output: JsonOpt = False,
 ) -> None:
     """Replay requests N times: consecutive matches, divergences, unique completions.
 
@@ -325,27 +303,17 @@ def replay(
     from modelward.loader.worker import attach_or_keep
 
     key = load_worker_key(worker_key) if worker_key else None
-    trust = trust_flags(
-        policy,
-        public_key=public_key,
-        certificate_chain=certificate_chain,
-        identity=identity,
-        issuer=issuer,
-        sigstore_trust_root=sigstore_trust_root,
-        trust_root=trust_root,
-        online_alias=online_alias,
-        unsigned_aliases=unsigned_aliases,
-    )
-    policy_from_flags(trust)  # unreadable or missing trust: refused before vLLM loads
-    cache = _cache(cache_dir)
+    flags = trust.flags()
+    policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
+    cache = _cache(trust.cache_dir)
     attach_error: str | None = None
     kept: Path | None = None
     registry_url = ""
-    with stdout_reserved(json_output):
+    with stdout_reserved(trust.json_output):
         require_vllm()
         with usage_errors(), _client() as client:
-            pulled, _spec, config = _pulled_config(client, bundle, cache, trust)
-            other = _pulled_config(client, against, cache, trust) if against else None
+            pulled, _spec, config = _pulled_config(client, bundle, cache, flags)
+            other = _pulled_config(client, against, cache, flags) if against else None
             kv_cache = choose_kv_cache(cpu_kvcache_space)
             if kv_cache is not None:
                 _log(kv_cache.describe())
@@ -401,7 +369,7 @@ def replay(
     if key is None:
         attach_error = "no --worker-key: the result was not signed"
     attached_to = _announce(f"{pulled.repo}@{pulled.digest}", attach_error, kept, registry_url)
-    if json_output:
+    if trust.json_output:
         emit_json(
             {
                 "repo": pulled.repo,

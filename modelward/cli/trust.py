@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from modelward.cli.commands import (
+from modelward.cli.common import err_console, fail
+from modelward.cli.remote import (
     PassphraseEnvOpt,
-    _client,
-    _reported,
     emit,
+    registry_client,
     repo_or_alias,
     repo_or_alias_argument,
+    reported,
 )
-from modelward.cli.common import err_console, fail
 from modelward.cli.worker import trust_pin
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def alias_pending(
 ) -> None:
     """List alias moves waiting for signatures (TUF proposals), newest first."""
     repo, alias = repo_or_alias(ref)  # the one grammar; the callback refused a bad one
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         items = client.tuf_proposals(pending=not all_states, repo=repo, alias=alias)
     emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
 
@@ -251,7 +251,7 @@ def _status_lines(status: dict[str, Any]) -> str:
 def trust_status(as_json: AsJson = False) -> None:
     """Every TUF role's version and expiry, which expire soon, the keys held online, and
     whether the delegations protect against a database writer (targets key offline)."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         status = client.tuf_status()
     emit(status, as_json, _status_lines)
 
@@ -277,7 +277,7 @@ def trust_root(
     from modelward.attest._fileio import write_output
     from modelward.attest.tuf import root_summary
 
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         data = client.tuf_file(f"{version or _root_version(client)}.root.json")
     summary = root_summary(data)
     write_output(out, data)
@@ -293,7 +293,7 @@ def trust_root(
 @trust_app.command("pending")
 def trust_pending(as_json: AsJson = False) -> None:
     """Every pending TUF proposal: alias moves, quarantines, top-level targets."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         items = client.tuf_proposals()
     emit(items, as_json, lambda ps: "\n".join(describe(p) for p in ps) or "no proposals")
 
@@ -312,7 +312,7 @@ def trust_sign(
 ) -> None:
     """Sign one pending proposal with your key (admins: top-level targets)."""
     private = load_key(key, passphrase_env)
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         proposal = client.tuf_proposal(proposal_id)
         single = proposal.get("to_digest") is not None
         if not single and not yes:
@@ -349,7 +349,7 @@ def trust_sign(
 def trust_adopt(as_json: AsJson = False) -> None:
     """Propose every alias the registry recorded unsigned, one proposal per TUF role, for
     its signers to sign (admins; the migration step)."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         made = client.tuf_adopt()
     emit(
         made,
@@ -402,7 +402,7 @@ def trust_export(
 ) -> None:
     """Copy the current TUF metadata into DIR, for a static server, S3 bucket or CDN to
     serve with the registry out of the path (run it again after every change)."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         written = export_files(client, directory)
     emit(
         {"directory": str(directory), "written": written},
@@ -414,7 +414,7 @@ def trust_export(
 @trust_app.command("sync")
 def trust_sync(as_json: AsJson = False) -> None:
     """Re-make the delegations from the registry's database now (admins)."""
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         answer = client.tuf_sync()
     emit(
         answer,
@@ -527,7 +527,7 @@ def _rotate(
     roots = [load_key(p, passphrase_env) for p in root_key]
     olds = [load_key(p, passphrase_env) for p in old_root_key or []]
     targets = [load_key(p, passphrase_env) for p in targets_key or []]
-    with _reported(), _client() as client:
+    with reported(), registry_client() as client:
         if init and "root" not in (client.tuf_status().get("online_keys") or []):
             fail(
                 "the registry's root key is already offline: `trust init` ran before",

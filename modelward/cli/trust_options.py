@@ -1,36 +1,44 @@
-"""The trust flags, declared once for every command that verifies (docs/policy.md#trust-flags).
+"""The trust options, declared once for every command that verifies (docs/policy.md#trust-flags).
 
-``bundle verify``, ``pull``, ``boot``, ``replay`` and ``baseline show`` take exactly these;
-``attest.policy.policy_from_flags`` turns them into the one policy they mean.
+``pull``, ``boot``, ``replay``, ``verify``, ``baseline show`` and ``bundle verify`` take them
+through one decorator, :func:`with_trust_options`: it puts the options on the command's
+signature (Typer reads ``inspect.signature``) and hands the command one frozen
+:class:`TrustOptions` in their place. ``TrustOptions.flags()`` is what
+``attest.policy.policy_from_flags`` reads; ``TrustOptions.alias_trust()`` is how the worker
+resolves aliases (docs/tuf.md#workers).
+
+Each option is declared here once, with its name, help, metavar and default; a command picks
+the groups it takes, in the order its ``--help`` lists them:
+
+- ``"signers"``: --policy, --public-key, --certificate-chain, --identity, --issuer,
+  --sigstore-trust-root (who may vouch for a bundle);
+- ``"aliases"``: --trust-root, --online-alias, --unsigned-aliases (how aliases are resolved);
+- ``"cache"``: --cache-dir (the worker's cache root);
+
+and ``--json`` (the worker's JSON output) comes last unless ``json=False``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
 import typer
 
 if TYPE_CHECKING:
     from modelward.attest.policy import TrustFlags
+    from modelward.loader.tuf_resolve import AliasTrust
 
-__all__ = [
-    "CertificateChainOpt",
-    "IdentityOpt",
-    "IssuerOpt",
-    "OnlineAliasOpt",
-    "PolicyOpt",
-    "PublicKeyOpt",
-    "SigstoreTrustRootOpt",
-    "TrustRootOpt",
-    "UnsignedAliasesOpt",
-    "trust_flags",
-]
+__all__ = ["CacheOpt", "OptionGroup", "TrustOptions", "with_trust_options"]
 
 _PANEL = "Trust (docs/policy.md#trust-flags)"
 
 # How a worker resolves aliases (docs/tuf.md#workers): pull, verify, boot, replay, baseline.
-TrustRootOpt = Annotated[
+_TrustRootOpt = Annotated[
     Path | None,
     typer.Option(
         "--trust-root",
@@ -39,7 +47,7 @@ TrustRootOpt = Annotated[
         "signed metadata (or the policy's tuf.root); digests need none",
     ),
 ]
-OnlineAliasOpt = Annotated[
+_OnlineAliasOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--online-alias",
@@ -48,7 +56,7 @@ OnlineAliasOpt = Annotated[
         "key (repeatable; none by default)",
     ),
 ]
-UnsignedAliasesOpt = Annotated[
+_UnsignedAliasesOpt = Annotated[
     bool,
     typer.Option(
         "--unsigned-aliases",
@@ -56,7 +64,7 @@ UnsignedAliasesOpt = Annotated[
         "alias names (registries not migrated to TUF; warns every time)",
     ),
 ]
-PolicyOpt = Annotated[
+_PolicyOpt = Annotated[
     Path | None,
     typer.Option(
         "--policy",
@@ -65,7 +73,7 @@ PolicyOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
-PublicKeyOpt = Annotated[
+_PublicKeyOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--public-key",
@@ -74,7 +82,7 @@ PublicKeyOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
-CertificateChainOpt = Annotated[
+_CertificateChainOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--certificate-chain",
@@ -83,7 +91,7 @@ CertificateChainOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
-IdentityOpt = Annotated[
+_IdentityOpt = Annotated[
     str | None,
     typer.Option(
         "--identity",
@@ -92,13 +100,13 @@ IdentityOpt = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
-IssuerOpt = Annotated[
+_IssuerOpt = Annotated[
     str | None,
     typer.Option(
         "--issuer", metavar="URL", help="OIDC issuer URL of --identity.", rich_help_panel=_PANEL
     ),
 ]
-SigstoreTrustRootOpt = Annotated[
+_SigstoreTrustRootOpt = Annotated[
     Path | None,
     typer.Option(
         "--sigstore-trust-root",
@@ -109,29 +117,176 @@ SigstoreTrustRootOpt = Annotated[
 ]
 
 
-def trust_flags(
-    policy: Path | None,
-    *,
-    public_key: list[Path] | None,
-    certificate_chain: list[Path] | None,
-    identity: str | None,
-    issuer: str | None,
-    sigstore_trust_root: Path | None,
-    trust_root: Path | None = None,
-    online_alias: list[str] | None = None,
-    unsigned_aliases: bool = False,
-) -> TrustFlags:
-    """The flags as given; ``policy_from_flags`` checks and reads them."""
-    from modelward.attest.policy import TrustFlags
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        metavar="DIR",
+        help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)",
+    ),
+]
+_JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON document on stdout (docs/loader.md#json-output); "
+        "messages go to stderr",
+    ),
+]
 
-    return TrustFlags(
-        policy=policy,
-        public_keys=tuple(public_key or ()),
-        certificate_chains=tuple(certificate_chain or ()),
-        identity=identity,
-        issuer=issuer,
-        sigstore_trust_root=sigstore_trust_root,
-        tuf_root=trust_root,
-        online_aliases=tuple(online_alias or ()),
-        unsigned_aliases=unsigned_aliases,
-    )
+OptionGroup = Literal["signers", "aliases", "cache"]
+
+# parameter name -> (its option, its default); the parameter names are the command's
+# keyword arguments, hidden from the command itself by with_trust_options
+_OPTIONS: Mapping[str, tuple[Any, object]] = {
+    "policy": (_PolicyOpt, None),
+    "public_key": (_PublicKeyOpt, None),
+    "certificate_chain": (_CertificateChainOpt, None),
+    "identity": (_IdentityOpt, None),
+    "issuer": (_IssuerOpt, None),
+    "sigstore_trust_root": (_SigstoreTrustRootOpt, None),
+    "trust_root": (_TrustRootOpt, None),
+    "online_alias": (_OnlineAliasOpt, None),
+    "unsigned_aliases": (_UnsignedAliasesOpt, False),
+    "cache_dir": (CacheOpt, None),
+    "json_output": (_JsonOpt, False),
+}
+_GROUPS: Mapping[OptionGroup, tuple[str, ...]] = {
+    "signers": (
+        "policy",
+        "public_key",
+        "certificate_chain",
+        "identity",
+        "issuer",
+        "sigstore_trust_root",
+    ),
+    "aliases": ("trust_root", "online_alias", "unsigned_aliases"),
+    "cache": ("cache_dir",),
+}
+_PARAMETER = "trust"  # the command's parameter that receives the TrustOptions
+
+
+@dataclass(frozen=True)
+class TrustOptions:
+    """What a verifying command was given: its trust flags, its cache root and ``--json``.
+
+    An option the command does not take keeps its default here.
+    """
+
+    policy: Path | None = None
+    public_keys: tuple[Path, ...] = ()
+    certificate_chains: tuple[Path, ...] = ()
+    identity: str | None = None
+    issuer: str | None = None
+    sigstore_trust_root: Path | None = None
+    trust_root: Path | None = None
+    online_aliases: tuple[str, ...] = ()
+    unsigned_aliases: bool = False
+    cache_dir: Path | None = None
+    json_output: bool = False
+
+    @classmethod
+    def from_options(cls, given: Mapping[str, Any]) -> TrustOptions:
+        """The options as click parsed them, by parameter name (absent: the default)."""
+        return cls(
+            policy=given.get("policy"),
+            public_keys=tuple(given.get("public_key") or ()),
+            certificate_chains=tuple(given.get("certificate_chain") or ()),
+            identity=given.get("identity"),
+            issuer=given.get("issuer"),
+            sigstore_trust_root=given.get("sigstore_trust_root"),
+            trust_root=given.get("trust_root"),
+            online_aliases=tuple(given.get("online_alias") or ()),
+            unsigned_aliases=bool(given.get("unsigned_aliases", False)),
+            cache_dir=given.get("cache_dir"),
+            json_output=bool(given.get("json_output", False)),
+        )
+
+    def flags(self) -> TrustFlags:
+        """The flags as given; ``policy_from_flags`` checks and reads them."""
+        from modelward.attest.policy import TrustFlags
+
+        return TrustFlags(
+            policy=self.policy,
+            public_keys=self.public_keys,
+            certificate_chains=self.certificate_chains,
+            identity=self.identity,
+            issuer=self.issuer,
+            sigstore_trust_root=self.sigstore_trust_root,
+            tuf_root=self.trust_root,
+            online_aliases=self.online_aliases,
+            unsigned_aliases=self.unsigned_aliases,
+        )
+
+    def alias_trust(self) -> AliasTrust:
+        """How aliases are resolved, from --trust-root, --online-alias, --unsigned-aliases."""
+        from modelward.loader.tuf_resolve import AliasTrust
+
+        return AliasTrust(
+            root=self.trust_root, online_aliases=self.online_aliases, unsigned=self.unsigned_aliases
+        )
+
+
+def with_trust_options(
+    *groups: OptionGroup, json: bool = True
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the trust options of ``groups`` (and ``--json`` last, unless ``json`` is
+    false), in place of its ``trust: TrustOptions`` parameter, which receives them as one.
+
+    The options take the place of ``trust`` in the signature, group by group in the order
+    given, so ``--help`` lists them there. Raises ``TypeError`` when the command has no
+    ``trust`` parameter or already has a parameter of an option's name.
+    """
+    names = [name for group in groups for name in _GROUPS[group]]
+    if json:
+        names.append("json_output")
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command)
+        # the command's annotations as objects (its module may postpone them): Typer reads
+        # the options from the signature we set, and takes it as it is
+        hints = get_type_hints(command, localns={"TrustOptions": TrustOptions}, include_extras=True)
+        if _PARAMETER not in signature.parameters:
+            raise TypeError(f"{command.__qualname__} has no {_PARAMETER!r} parameter")
+        clash = set(names) & set(signature.parameters)
+        if clash:
+            raise TypeError(f"{command.__qualname__} already has {sorted(clash)}")
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter.name != _PARAMETER:
+                parameters.append(
+                    parameter.replace(annotation=hints.get(parameter.name, parameter.annotation))
+                )
+                continue
+            parameters += [
+                inspect.Parameter(
+                    name,
+                    parameter.kind,
+                    annotation=_OPTIONS[name][0],
+                    default=_OPTIONS[name][1],
+                )
+                for name in names
+                if name != "json_output"
+            ]
+        if json:
+            parameters.append(
+                inspect.Parameter(
+                    "json_output",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    annotation=_JsonOpt,
+                    default=False,
+                )
+            )
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            given = {name: kwargs.pop(name) for name in names if name in kwargs}
+            command(*args, **{_PARAMETER: TrustOptions.from_options(given)}, **kwargs)
+
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=parameters, return_annotation=None
+        )
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        return wrapper
+
+    return decorate

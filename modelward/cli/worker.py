@@ -28,18 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.cli.common import console, err_console, fail, show_progress
-from modelward.cli.trust_options import (
-    CertificateChainOpt,
-    IdentityOpt,
-    IssuerOpt,
-    OnlineAliasOpt,
-    PolicyOpt,
-    PublicKeyOpt,
-    SigstoreTrustRootOpt,
-    TrustRootOpt,
-    UnsignedAliasesOpt,
-    trust_flags,
-)
+from modelward.cli.trust_options import CacheOpt, TrustOptions, with_trust_options
 
 if TYPE_CHECKING:
     from modelward.client.api import RegistryClient
@@ -87,14 +76,6 @@ RefArg = Annotated[
         callback=valid_reference,
     ),
 ]
-CacheOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--cache-dir",
-        metavar="DIR",
-        help="Cache root (default $XDG_CACHE_HOME/modelward or ~/.cache/modelward)",
-    ),
-]
 WorkerKeyOpt = Annotated[
     Path | None,
     typer.Option(
@@ -102,14 +83,6 @@ WorkerKeyOpt = Annotated[
         metavar="KEY",
         help="The worker's private key: signs baselines and replay results (register its .pub "
         "with `modelward key register` so the registry accepts them)",
-    ),
-]
-JsonOpt = Annotated[
-    bool,
-    typer.Option(
-        "--json",
-        help="Print one JSON document on stdout (docs/loader.md#json-output); "
-        "messages go to stderr",
     ),
 ]
 KvCacheOpt = Annotated[
@@ -222,19 +195,11 @@ def pull_report(reference: str, pulled: PulledBundle) -> dict[str, Any]:
     }
 
 
+@with_trust_options("signers", "aliases", "cache")
 def pull(
     reference: RefArg,
     *,
-    policy: PolicyOpt = None,
-    public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None,
-    identity: IdentityOpt = None,
-    issuer: IssuerOpt = None,
-    sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None,
-    online_alias: OnlineAliasOpt = None,
-    unsigned_aliases: UnsignedAliasesOpt = False,
-    cache_dir: CacheOpt = None,
+    trust: TrustOptions,
     repair: Annotated[
         bool,
         typer.Option(
@@ -243,7 +208,6 @@ def pull(
             "match, and rebuild the materialized directory",
         ),
     ] = False,
-    json_output: JsonOpt = False,
 ) -> None:
     """Pull, verify locally and materialize a bundle read-only; print digest and directory.
 
@@ -252,22 +216,11 @@ def pull(
     from modelward.loader.pull import pull_bundle
 
     with usage_errors(), _client() as client, _progress("pull") as (advance, total):
-        flags = trust_flags(
-            policy,
-            public_key=public_key,
-            certificate_chain=certificate_chain,
-            identity=identity,
-            issuer=issuer,
-            sigstore_trust_root=sigstore_trust_root,
-            trust_root=trust_root,
-            online_alias=online_alias,
-            unsigned_aliases=unsigned_aliases,
-        )
         pulled = pull_bundle(
             client,
             reference,
-            _cache(cache_dir),
-            flags,
+            _cache(trust.cache_dir),
+            trust.flags(),
             progress=advance,
             on_total=total,
             repair=repair,
@@ -276,23 +229,20 @@ def pull(
         _log(f"repaired: cached blob {digest} did not match its digest; downloaded again")
     for aside in pulled.ignored:
         _log(f"note: {aside.label} ignored: {aside.reason.splitlines()[0]}")
-    if json_output:
+    if trust.json_output:
         emit_json(pull_report(reference, pulled))
         return
     console.print(pulled.digest)
     console.print(str(pulled.directory))
 
 
+@with_trust_options("cache", "aliases")
 def verify(
     target: Annotated[
         str, typer.Argument(metavar="DIR|REPO@REF", help="A materialized bundle DIR, or REPO@REF")
     ],
     *,
-    cache_dir: CacheOpt = None,
-    trust_root: TrustRootOpt = None,
-    online_alias: OnlineAliasOpt = None,
-    unsigned_aliases: UnsignedAliasesOpt = False,
-    json_output: JsonOpt = False,
+    trust: TrustOptions,
 ) -> None:
     """Re-hash a materialized bundle against its manifest (catches a flipped byte).
 
@@ -307,7 +257,7 @@ def verify(
         manifest = read_local_manifest(path)
     else:
         from modelward.client.api import InvalidReference, parse_reference
-        from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
+        from modelward.loader.tuf_resolve import resolve_reference
 
         try:
             ref = parse_reference(target)
@@ -317,14 +267,10 @@ def verify(
             digest = resolve_reference(
                 client,
                 ref,
-                _cache(cache_dir).root,
-                AliasTrust(
-                    root=trust_root,
-                    online_aliases=tuple(online_alias or ()),
-                    unsigned=unsigned_aliases,
-                ),
+                _cache(trust.cache_dir).root,
+                trust.alias_trust(),
             )
-        path = _cache(cache_dir).bundle_dir(digest)
+        path = _cache(trust.cache_dir).bundle_dir(digest)
         if not path.is_dir():
             fail(
                 f"{target} ({digest}) is not materialized in {path.parent}",
@@ -336,7 +282,7 @@ def verify(
         verify_tree(path, manifest)
     except (DigestMismatch, TreeRuleError) as exc:
         error = str(exc)
-    if json_output:
+    if trust.json_output:
         emit_json(
             {
                 "target": target,
@@ -349,7 +295,7 @@ def verify(
         )
     if error is not None:
         fail(error, hint=_REPAIR_HINT)
-    if not json_output:
+    if not trust.json_output:
         console.print(f"ok {manifest.digest} {path}")
 
 
@@ -404,20 +350,12 @@ def _print_boot(result: Any, timings: bool) -> None:
             console.print(f"timing {phase} {seconds:.3f}")
 
 
+@with_trust_options("signers", "aliases", "cache")
 def boot(
     ctx: typer.Context,
     reference: RefArg,
     *,
-    policy: PolicyOpt = None,
-    public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None,
-    identity: IdentityOpt = None,
-    issuer: IssuerOpt = None,
-    sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None,
-    online_alias: OnlineAliasOpt = None,
-    unsigned_aliases: UnsignedAliasesOpt = False,
-    cache_dir: CacheOpt = None,
+    trust: TrustOptions,
     worker_key: WorkerKeyOpt = None,
     serve: Annotated[
         bool, typer.Option("--serve", help="Run the OpenAI-compatible server")
@@ -446,7 +384,6 @@ def boot(
         ),
     ] = None,
     cpu_kvcache_space: KvCacheOpt = None,
-    json_output: JsonOpt = False,
 ) -> None:
     """Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.
 
@@ -470,17 +407,7 @@ def boot(
     from modelward.loader.worker import BootOptions, boot_bundle, boot_report
 
     key = load_worker_key(worker_key) if worker_key else None
-    flags = trust_flags(
-        policy,
-        public_key=public_key,
-        certificate_chain=certificate_chain,
-        identity=identity,
-        issuer=issuer,
-        sigstore_trust_root=sigstore_trust_root,
-        trust_root=trust_root,
-        online_alias=online_alias,
-        unsigned_aliases=unsigned_aliases,
-    )
+    flags = trust.flags()
     policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
     options = BootOptions(
         serve=serve,
@@ -493,16 +420,22 @@ def boot(
         audit_key=audit_key,
         cpu_kvcache_gib=cpu_kvcache_space,
     )
-    with stdout_reserved(json_output):
+    with stdout_reserved(trust.json_output):
         require_vllm()
         with usage_errors(), _client() as client, _progress("pull") as (advance, _total):
             try:
                 result = boot_bundle(
-                    client, reference, _cache(cache_dir), flags, options, log=_log, progress=advance
+                    client,
+                    reference,
+                    _cache(trust.cache_dir),
+                    flags,
+                    options,
+                    log=_log,
+                    progress=advance,
                 )
             except (DigestMismatch, TreeRuleError) as exc:
                 fail(str(exc), hint=_REPAIR_HINT)
-    if json_output:
+    if trust.json_output:
         emit_json(boot_report(result))
     else:
         _print_boot(result, timings)
@@ -530,18 +463,11 @@ def baseline_entry(item: Any) -> dict[str, Any]:
 
 
 @baseline_app.command("show")
+@with_trust_options("signers", "aliases")
 def baseline_show(
     reference: RefArg,
     *,
-    policy: PolicyOpt = None,
-    public_key: PublicKeyOpt = None,
-    certificate_chain: CertificateChainOpt = None,
-    identity: IdentityOpt = None,
-    issuer: IssuerOpt = None,
-    sigstore_trust_root: SigstoreTrustRootOpt = None,
-    trust_root: TrustRootOpt = None,
-    online_alias: OnlineAliasOpt = None,
-    unsigned_aliases: UnsignedAliasesOpt = False,
+    trust: TrustOptions,
     worker_key: WorkerKeyOpt = None,
     worker_public_key: Annotated[
         list[Path] | None,
@@ -551,7 +477,6 @@ def baseline_show(
             help="Trust baselines signed by this worker key (PEM; repeatable)",
         ),
     ] = None,
-    json_output: JsonOpt = False,
 ) -> None:
     """List the trusted baselines of a bundle, one per runtime fingerprint.
 
@@ -562,27 +487,18 @@ def baseline_show(
     from modelward.attest.trust import TrustSet
     from modelward.client.api import parse_reference
     from modelward.loader.statements import find_baselines, load_worker_key
-    from modelward.loader.tuf_resolve import AliasTrust, resolve_reference
+    from modelward.loader.tuf_resolve import resolve_reference
 
-    trust = TrustSet()
-    flags = trust_flags(
-        policy,
-        public_key=public_key,
-        certificate_chain=certificate_chain,
-        identity=identity,
-        issuer=issuer,
-        sigstore_trust_root=sigstore_trust_root,
-        trust_root=trust_root,
-        online_alias=online_alias,
-        unsigned_aliases=unsigned_aliases,
-    )
+    trusted = TrustSet()
+    flags = trust.flags()
     if flags.given():
-        trust = policy_from_flags(flags)[1]
+        trusted = policy_from_flags(flags)[1]
     if worker_key:
-        trust = trust.merged(load_worker_key(worker_key).trust)
+        trusted = trusted.merged(load_worker_key(worker_key).trust)
     if worker_public_key:
-        trust = trust.merged(policy_from_flags(TrustFlags(public_keys=tuple(worker_public_key)))[1])
-    if trust.is_empty():
+        given = TrustFlags(public_keys=tuple(worker_public_key))
+        trusted = trusted.merged(policy_from_flags(given)[1])
+    if trusted.is_empty():
         fail("no trust given: pass --worker-public-key, --worker-key or trust flags", code=2)
     ref = parse_reference(reference)
     with usage_errors(), _client() as client:
@@ -590,14 +506,12 @@ def baseline_show(
             client,
             ref,
             _cache(None).root,
-            AliasTrust(
-                root=trust_root, online_aliases=tuple(online_alias or ()), unsigned=unsigned_aliases
-            ),
+            trust.alias_trust(),
         )
-        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trust, digest)
+        found, skipped = find_baselines(client.list_attestations(ref.repo, digest), trusted, digest)
     for note in skipped:
         _log(f"note: {note}")
-    if json_output:
+    if trust.json_output:
         emit_json(
             {
                 "reference": reference,
