@@ -19,9 +19,12 @@ $(STAMP): pyproject.toml
 LINT_PATHS := modelward/__init__.py modelward/__main__.py modelward/_exports.py modelward/cli attest client registry loader policies migrations demo tests benchmarks docs/generate.py reliability
 
 # ruff's rules and its formatter: `ruff format $(LINT_PATHS)` fixes what the second line refuses.
+# lint-imports checks the wings' contracts in pyproject.toml ([tool.importlinter]): imports run
+# cli → registry | loader → client → attest, and no two sibling modules import each other.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

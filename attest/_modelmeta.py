@@ -10,13 +10,10 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from modelward.attest._fileio import read_regular
 from modelward.attest.errors import DigestMismatch
-
-if TYPE_CHECKING:
-    from modelward.attest.manifest import Layer
 
 __all__ = [
     "DOC_MEDIA_TYPE",
@@ -31,6 +28,17 @@ WEIGHT_MEDIA_TYPE = "application/vnd.cncf.model.weight.v1.raw"
 WEIGHT_CONFIG_MEDIA_TYPE = "application/vnd.cncf.model.weight.config.v1.raw"
 DOC_MEDIA_TYPE = "application/vnd.cncf.model.doc.v1.raw"
 LAYER_MEDIA_TYPES = frozenset({WEIGHT_MEDIA_TYPE, WEIGHT_CONFIG_MEDIA_TYPE, DOC_MEDIA_TYPE})
+
+
+class _Layer(Protocol):
+    """What the metadata reads of a layer (``attest.manifest.Layer`` has it)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def media_type(self) -> str: ...
+
 
 _MAX_CONFIG_JSON = 16 * 2**20  # config.json larger than this gives no metadata
 _MAX_META_STRING = 256
@@ -103,7 +111,7 @@ def _meta_string(value: object) -> str | None:
 
 
 def model_metadata(
-    root: Path, layers: Sequence[Layer], digests: Mapping[str, str]
+    root: Path, layers: Sequence[_Layer], digests: Mapping[str, str]
 ) -> dict[str, Any]:
     """The config blob's ``descriptor`` and ``config`` objects (docs/bundle-format.md).
 

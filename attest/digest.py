@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO, final
 
 from modelward.attest.errors import BundleError, TreeRuleError, TreeViolation
 from modelward.attest.tree import BundleFile
@@ -40,6 +40,7 @@ from modelward.attest.tree import BundleFile
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "HashOptions",
+    "HashedBytes",
     "ProgressCallback",
     "hash_files",
     "parse_digest",
@@ -89,6 +90,44 @@ def parse_digest(text: str) -> str:
         shown = text[:80] if isinstance(text, str) else type(text).__name__
         raise ValueError(f"not a sha256 digest (want 'sha256:<64 lowercase hex>'): {shown!r}")
     return text
+
+
+@final
+class HashedBytes(bytes):
+    """Bytes that carry their own ``sha256:<hex>``, taken once, here, when they were made.
+
+    No digest can be handed in: ``HashedBytes(data).digest`` is always the hash this class
+    took of exactly these bytes, never a sender's word, so whoever receives them may use
+    ``.digest`` instead of hashing again (bytes are hashed once per request and the digest
+    travels with them). ``HashedBytes`` of bytes that are already ``HashedBytes`` is the
+    same object, unhashed again. Slicing, concatenating or ``bytes(...)`` give plain bytes,
+    which carry nothing. Raises ``TypeError`` for anything but bytes.
+    """
+
+    _digest: str
+
+    def __new__(cls, data: bytes) -> HashedBytes:
+        if isinstance(data, HashedBytes):
+            return data
+        if not isinstance(data, bytes):
+            raise TypeError(f"HashedBytes takes bytes, not {type(data).__name__}")
+        self = super().__new__(cls, data)
+        object.__setattr__(self, "_digest", "sha256:" + hashlib.sha256(self).hexdigest())
+        return self
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>`` of these exact bytes."""
+        return self._digest
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"HashedBytes is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"HashedBytes is immutable: cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a copy or an unpickled one hashes its bytes
+        return (HashedBytes, (bytes(self),))
 
 
 def sha256_stream(

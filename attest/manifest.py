@@ -6,9 +6,13 @@ manifest bytes received from anywhere (registry uploads, pulls, the loader);
 ``verify_tree`` re-hashes a materialized bundle against a parsed manifest.
 
 The bundle digest is ``sha256:<hex>`` of the exact manifest bytes, never of a
-re-serialization. Errors: ``TreeRuleError`` (tree rules, ``bundle.missing``,
-``bundle.extra``, ``bundle.empty``), ``ManifestError`` (malformed manifest or config),
-``DigestMismatch`` (a file or blob does not hash to its descriptor).
+re-serialization, taken once per request: a parsed ``Manifest`` keeps its bytes as
+``attest.digest.HashedBytes``, which carry the digest taken of them, so passing
+``manifest.raw`` (or bytes a client already checked) along hashes nothing again.
+
+Errors: ``TreeRuleError`` (tree rules, ``bundle.missing``, ``bundle.extra``,
+``bundle.empty``), ``ManifestError`` (malformed manifest or config), ``DigestMismatch``
+(a file or blob does not hash to its descriptor).
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from modelward.attest._modelmeta import (
     layer_media_type,
     model_metadata,
 )
-from modelward.attest.digest import HashOptions, ProgressCallback, hash_files, parse_digest
+from modelward.attest.digest import (
+    HashedBytes,
+    HashOptions,
+    ProgressCallback,
+    hash_files,
+    parse_digest,
+)
 from modelward.attest.errors import DigestMismatch, ManifestError, TreeRuleError, TreeViolation
 from modelward.attest.tree import (
     IGNORED_DIRS,
@@ -99,7 +109,8 @@ class Layer:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A parsed manifest. ``raw`` holds the exact bytes ``digest`` names."""
+    """A parsed manifest. ``raw`` holds the exact bytes ``digest`` names (``parse_manifest``
+    keeps them as ``HashedBytes``, carrying that digest)."""
 
     raw: bytes
     digest: str
@@ -134,7 +145,10 @@ class ManifestLimits:
 
 
 def bundle_digest(manifest_bytes: bytes) -> str:
-    """``sha256:<hex>`` of the exact manifest bytes."""
+    """``sha256:<hex>`` of the exact manifest bytes; ``HashedBytes`` give the digest they
+    carry, without hashing again."""
+    if isinstance(manifest_bytes, HashedBytes):
+        return manifest_bytes.digest
     return "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
 
 
@@ -269,7 +283,9 @@ _ANNOTATION_SETS = (
 def parse_manifest(data: bytes, limits: ManifestLimits = ManifestLimits()) -> Manifest:
     """Parse and check untrusted manifest bytes (docs/bundle-format.md#manifest).
 
-    Raises ``ManifestError`` naming the first problem found.
+    The returned ``Manifest.raw`` is ``data`` as ``HashedBytes``: hashed here, once, unless
+    ``data`` already is ``HashedBytes`` (then its digest is the one used). Raises
+    ``ManifestError`` naming the first problem found.
     """
     # (1) size bound before any parsing
     if len(data) > limits.max_bytes:
@@ -308,7 +324,9 @@ def parse_manifest(data: bytes, limits: ManifestLimits = ManifestLimits()) -> Ma
     layers = tuple(_layer(value, i, limits) for i, value in enumerate(raw_layers))
     # (7) no duplicate, colliding or file-vs-directory paths; sorted by UTF-8 bytes
     _check_paths([layer.path for layer in layers])
-    return Manifest(data, bundle_digest(data), config, layers)
+    # (8) the digest: of these exact bytes, taken once (kept with them from here on)
+    received = HashedBytes(data)
+    return Manifest(received, received.digest, config, layers)
 
 
 def _layer(value: Any, index: int, limits: ManifestLimits) -> Layer:

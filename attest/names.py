@@ -1,7 +1,7 @@
 """Names the registry and its clients must agree on, defined once.
 
 An alias (or OCI tag naming one) is 1 to ``ALIAS_MAX`` characters: a letter or digit, then
-letters, digits, ``.``, ``_`` or ``-``. The registry refuses any other (``aliases.moves``)
+letters, digits, ``.``, ``_`` or ``-``. The registry refuses any other (``moves.service``)
 and the client refuses it before sending anything (``registry._client_config``), with the
 same pattern, so neither can accept what the other refuses.
 

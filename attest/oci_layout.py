@@ -48,6 +48,7 @@ import rfc8785
 
 from modelward.attest import oci_media
 from modelward.attest._json import DuplicateKeyError, reject_duplicates
+from modelward.attest.digest import HashedBytes
 from modelward.attest.errors import BundleError, ManifestError
 from modelward.attest.manifest import (
     ARTIFACT_TYPE,
@@ -303,10 +304,11 @@ class Layout:
                     f"{what} does not match its descriptor: {actual_size} bytes, "
                     f"the descriptor says {size}",
                 )
-            data: bytes = fh.read(size + 1)
-        actual = bundle_digest(data)
-        if len(data) != size or actual != digest:
-            raise LayoutError(rel, f"{what} does not match its descriptor: it hashes to {actual}")
+            data = HashedBytes(fh.read(size + 1))  # the digest travels on (parse_manifest)
+        if len(data) != size or data.digest != digest:
+            raise LayoutError(
+                rel, f"{what} does not match its descriptor: it hashes to {data.digest}"
+            )
         return data
 
     def verify_blob(
@@ -653,7 +655,8 @@ class LayoutWriter:
         """Add the bundle manifest bytes verbatim and tag it (its blobs go through
         ``put_file``). Raises ``LayoutError`` if ``tag`` names another manifest here."""
         check_tag(tag)
-        digest = bundle_digest(manifest_raw)
+        manifest_raw = HashedBytes(manifest_raw)  # hashed once here or before, reused below
+        digest = manifest_raw.digest
         if self._existing is not None:
             other = self._existing.tags().get(tag)
             if other is not None and other.digest != digest:

@@ -18,9 +18,9 @@ caller passes in (the registry's blob store, a worker's staged tree, a directory
              and never a reason to deny (an unknown signer is not tampering);
         (4c) anything else is *rejected*: a signature that claims a trusted signer and
              fails, a statement about another bundle, malformed bytes;
-    (5) the one policy evaluator decides over (1)-(4) (attest.policy.evaluate), and, when
-        the caller names the alias it resolved to this bundle, over the release gates of the
-        policy's alias rule for it (evaluation evidence among the statements of (4a));
+    (5) the one policy evaluator decides over (1)-(4) (attest.policy.evaluate); alias
+        rules are not its to judge (a worker decides its release gates after this, with
+        attest.alias_decision, from the statements of (4a));
     (6) a denial raises ``PolicyDenied`` carrying every failed check; otherwise the bundle
         is returned as a ``TrustedBundle``.
 
@@ -183,18 +183,13 @@ def verify_bundle(
     expected_digest: str | None = None,
     labels: Sequence[str] | None = None,
     oms_ignore_paths: Sequence[str] = (),
-    alias: str | None = None,
 ) -> TrustedBundle:
     """Decide whether ``policy`` trusts the bundle ``manifest_bytes`` names (module doc).
 
     ``trust`` is who may sign an attestation for it to verify at all (the policy's signers,
     and at the registry every registered signer); ``registered`` are the signers the policy
     counts towards its threshold only when it sets ``trust_registered_signers``.
-    ``labels`` name the attestations in reports (default ``attestation N``). ``alias`` is
-    the alias the caller resolved to this bundle (a worker pulling ``REPO@ALIAS``): when the
-    policy's first alias rule matching it sets ``gates``, an evaluation by an evidence signer
-    of the policy must pass every one (docs/policy.md#release-gates). None, a reference by
-    digest, matches no alias rule.
+    ``labels`` name the attestations in reports (default ``attestation N``).
 
     Raises:
         ManifestError, BundleError: the manifest bytes are malformed, over the policy's
@@ -211,7 +206,6 @@ def verify_bundle(
         expected_digest=expected_digest,
         labels=labels,
         oms_ignore_paths=oms_ignore_paths,
-        alias=alias,
     )
     # (6): a denial raises with every failed check; only an allowed bundle is "trusted".
     if not verdict.allowed:
@@ -238,7 +232,6 @@ def verify_bundle_result(
     expected_digest: str | None = None,
     labels: Sequence[str] | None = None,
     oms_ignore_paths: Sequence[str] = (),
-    alias: str | None = None,
 ) -> BundleVerdict:
     """Steps (1)-(5) of ``verify_bundle``: the report, without raising for a denial.
 
@@ -278,7 +271,6 @@ def verify_bundle_result(
         rejected=[f"{r.label}: {r.reason}" for r in rejected],
         findings=findings,
         extra_trust=registered,
-        alias=alias,
     )
     return BundleVerdict(
         digest=manifest.digest,

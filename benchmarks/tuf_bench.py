@@ -79,7 +79,7 @@ class CountingFetcher(FetcherInterface):
 
 def online_policy() -> str:
     """The default policy with its catch-all alias rule signed by the registry's online key."""
-    from modelward.registry.domains.repos.policy import builtin_default_policy
+    from modelward.registry.policy import builtin_default_policy
 
     text = builtin_default_policy()
     if ONLINE_RULE not in text:

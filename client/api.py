@@ -1,6 +1,6 @@
 """The one HTTP client for the modelward registry (the CLI and the loader both use it).
 
-Errors (see ``registry._client_errors`` for the drawn tree)::
+Errors (see ``client.errors`` for the drawn tree)::
 
     RegistryClientError > ClientConfigError | InvalidReference | UnknownRepository
                         | TransportError
@@ -10,7 +10,7 @@ Errors (see ``registry._client_errors`` for the drawn tree)::
 
 Every method maps to one endpoint of the registry API (docs: /v1, bearer token, JSON errors);
 ``push`` and ``unsafe_fetch`` compose them. The client reads no environment: the CLI resolves
-settings (``registry._client_config.resolve_settings``) and passes URL and token in.
+settings (``client.config.resolve_settings``) and passes URL and token in.
 
 Nothing the registry sends is read without a bound: an answer read into memory stops at
 ``TransferOptions.max_response_bytes`` (``get_manifest`` at its ``max_bytes``) with
@@ -39,6 +39,7 @@ import httpx
 if TYPE_CHECKING:
     from tuf.ngclient import FetcherInterface
 
+from modelward.attest.digest import HashedBytes
 from modelward.client.blobs import BlobSource, BlobTransfer
 from modelward.client.bundles import PushResult, push_bundle, unsafe_fetch_bundle
 from modelward.client.config import Reference, parse_reference, parse_repo
@@ -279,8 +280,11 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("GET", f"{repo_path(repo)}/bundles/{digest}")
         return result
 
-    def get_manifest(self, repo: str, digest: str, *, max_bytes: int = MAX_MANIFEST_BYTES) -> bytes:
-        """GET the exact manifest bytes of ``repo@digest``, checked against ``digest``.
+    def get_manifest(
+        self, repo: str, digest: str, *, max_bytes: int = MAX_MANIFEST_BYTES
+    ) -> HashedBytes:
+        """GET the exact manifest bytes of ``repo@digest``, checked against ``digest``; they
+        come back as ``HashedBytes`` carrying that digest, so parsing them hashes nothing again.
 
         Streams the answer and stops as soon as more than ``max_bytes`` arrived. Raises
         ``ResponseTooLarge`` (naming the repository, digest and limit), ``BlobIntegrityError``
@@ -293,10 +297,10 @@ class RegistryClient(ListingMixin):
             max_bytes=max_bytes,
             what=f"manifest of {repo}@{digest}",
         ).content
-        actual = "sha256:" + hashlib.sha256(data).hexdigest()
-        if actual != digest:
-            raise BlobIntegrityError(digest, actual, len(data), None)
-        return data
+        received = HashedBytes(data)  # hashed here, once; the digest travels with the bytes
+        if received.digest != digest:
+            raise BlobIntegrityError(digest, received.digest, len(data), None)
+        return received
 
     def add_attestation(self, repo: str, digest: str, data: bytes) -> JSON:
         """POST an attestation (raw bytes) -> {id, kind, predicate_type}."""
@@ -526,11 +530,11 @@ class RegistryClient(ListingMixin):
                 return
             after = int(nxt)
 
-    # -- composed operations (registry._client_bundles) ----------------------------------
+    # -- composed operations (client.bundles) ----------------------------------
     push = push_bundle
     unsafe_fetch = unsafe_fetch_bundle
 
-    # -- attestations: retraction and forensics (registry._cli_attestation) ---------------
+    # -- attestations: retraction and forensics (cli.attestation) ---------------
     def retract_attestation(self, repo: str, digest: str, attestation_id: int, reason: str) -> JSON:
         """DELETE .../attestations/{id} {reason}: retract an attestation (its attacher or an
         admin); it stays recorded and counts nowhere -> its summary with ``retracted_*``."""
@@ -546,7 +550,7 @@ class RegistryClient(ListingMixin):
         result: list[JSON] = self._json("GET", path, params={"include_retracted": "true"})
         return result
 
-    # -- approvals: withdrawal (registry._cli_client approve --withdraw) ------------------
+    # -- approvals: withdrawal (cli.bundles approve --withdraw) --------------------
     def withdraw_approval(self, repo: str, digest: str, alias: str, reason: str) -> JSON:
         """DELETE .../approvals {alias, reason}: the caller withdraws its own approval of
         ``digest`` for ``alias``; it no longer counts -> {digest, alias, approvers, withdrawn}.
@@ -556,7 +560,7 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("DELETE", path, json_body={"alias": alias, "reason": reason})
         return result
 
-    # -- audit: signed checkpoints and Merkle proofs (registry._client_audit) -------------
+    # -- audit: signed checkpoints and Merkle proofs (client.audit) -------------
     def audit_checkpoint(self) -> JSON:
         """GET /v1/audit/checkpoint -> {checkpoint (the signed note), origin, tree_size,
         root_hash, verifier_key}: unverified; ``attest.audit.checkpoint`` checks it."""
@@ -578,7 +582,7 @@ class RegistryClient(ListingMixin):
         result: JSON = self._json("GET", "/v1/audit/proof/consistency", params=params)
         return result
 
-    # -- orgs: owners and policy floors (registry._cli_orgs) ---------------------------
+    # -- orgs: owners and policy floors (cli.orgs) ---------------------------
     def put_org(
         self,
         org: str,

@@ -2,7 +2,7 @@
 
 push: (1) build the bundle (exact manifest bytes), (2) sign, (3) optionally judge it locally
 under the repository's policy and stop before uploading when the registry would refuse it
-(registry._client_preflight), (4) upload the config and every distinct layer blob not already
+(client.preflight), (4) upload the config and every distinct layer blob not already
 present, in parallel, (5) PUT the manifest with its attestations, (6) move the alias by
 compare-and-swap on the version just read.
 unsafe_fetch: (1) resolve and fetch the manifest bytes, checked against the digest, (2) stream
@@ -122,7 +122,7 @@ def push_bundle(
     ``RegistryClient.push`` (``client`` is the instance). ``sign`` receives the ``BuiltBundle``
     and returns extra attestations to send. With ``preflight``, the bundle and every
     attestation are first judged locally under the repository's policy
-    (registry._client_preflight; ``own_trust``: the key ``sign`` signs with) and nothing is
+    (client.preflight; ``own_trust``: the key ``sign`` signs with) and nothing is
     uploaded when the registry would certainly refuse. Paths in ``exclude`` are left out of
     the bundle (``build_bundle(exclude=...)``: never hashed, uploaded or materialized).
     ``propose_alias``: a protected ``alias`` short of approvals becomes a proposal its

@@ -11,7 +11,7 @@
      ├── ResponseTooLarge            an answer read into memory went past its byte limit
      ├── PreflightRefused            ``push`` judged the bundle locally with the repository's
      │                               policy: the registry would refuse it; nothing was sent
-     ├── ReleaseInputError           (registry._client_release) the registry cannot give what a
+     ├── ReleaseInputError           (client.release) the registry cannot give what a
      │                               release record needs (names the thing)
      └── APIError                    the server answered with a JSON error (status >= 400)
           ├── BadRequestError        400, 411, 413, 415, 416, 422: refused as invalid

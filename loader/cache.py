@@ -9,7 +9,7 @@ Layout under the cache root (``$XDG_CACHE_HOME/modelward``, else ``~/.cache/mode
         .modelward/manifest.json  the exact manifest bytes that hash to the digest
 
 Blobs are fetched in parallel through ``RegistrySource.download_blob`` (``loader.source``;
-``registry.client.RegistryClient`` in production), which streams, hashes while streaming,
+``client.api.RegistryClient`` in production), which streams, hashes while streaming,
 resumes with HTTP Range, never writes more than the size the manifest states, and renames a
 blob into place only after its digest and size check.
 """

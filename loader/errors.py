@@ -17,7 +17,7 @@ Every refusal carries its evidence (the argument, the digest, the probe). The tr
 attest/ errors (``AttestError``) pass through unchanged: they already carry their evidence
 (bytes on disk or from the registry that do not match their digest are
 ``attest.errors.DigestMismatch``, not a loader error of their own).
-Registry client errors (``RegistryClientError``, registry._client_errors) pass through too;
+Registry client errors (``RegistryClientError``, client.errors) pass through too;
 the registry's own answer to a quarantined bundle is ``registry.errors.Quarantined`` (409
 ``bundle_quarantined``); the worker refuses such a bundle as ``BundleQuarantined``.
 Caller misuse is a plain ``ValueError``.

@@ -15,8 +15,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from modelward.attest.digest import HashedBytes
 from modelward.attest.errors import DigestMismatch
-from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
+from modelward.attest.manifest import Manifest, parse_manifest
 from modelward.attest.tree import check_relpath
 from modelward.loader.cache import Cache
 from modelward.loader.errors import InputError
@@ -100,13 +101,12 @@ def read_local_manifest(root: Path, expected_digest: str | None = None) -> Manif
     directory name, or ``expected_digest``). Raises ``InputError`` or ``DigestMismatch``."""
     path = root / MANIFEST_NAME
     try:
-        raw = path.read_bytes()
+        raw = HashedBytes(path.read_bytes())  # hashed once; parse_manifest reuses the digest
     except OSError as exc:
         raise InputError(
             f"{root}: not a materialized bundle ({MANIFEST_NAME}: {exc.strerror})"
         ) from None
-    actual = bundle_digest(raw)
     expected = expected_digest or f"sha256:{root.name}"
-    if actual != expected:
-        raise DigestMismatch(str(path), expected, actual)
+    if raw.digest != expected:
+        raise DigestMismatch(str(path), expected, raw.digest)
     return parse_manifest(raw)

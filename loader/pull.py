@@ -15,10 +15,10 @@
 6. hand the manifest, every attestation and the staged tree to the one bundle verifier
    (attest.verifier.verify_bundle) under the WORKER's policy and trust (never the registry's
    word): it scans, verifies, ignores statements by signers the worker does not trust, and
-   the policy decides, including the release gates of the worker policy's alias rule for
-   an alias reference, judged after TUF resolved it by the one decision of an alias move
-   (attest.alias_decision, the steps a worker judges itself; a reference by digest matches
-   no alias rule); a denial refuses with every failed check;
+   the policy decides; then, for an alias reference, the one decision of an alias move
+   judges the release gates of the worker policy's alias rule from what was verified
+   (loader.alias_gates, attest.alias_decision's ``WORKER_STEPS``; a reference by digest
+   matches no alias rule); a denial refuses with every failed check of both;
 7. make the tree read-only and rename it into place under its digest (with ``repair``,
    replacing a tree materialized earlier).
 
@@ -33,8 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelward.attest.digest import HashedBytes
 from modelward.attest.errors import DigestMismatch
-from modelward.attest.manifest import Manifest, bundle_digest, parse_manifest
+from modelward.attest.manifest import Manifest, parse_manifest
 from modelward.attest.policy import (
     Decision,
     Policy,
@@ -47,9 +48,10 @@ from modelward.attest.verifier import (
     DirectoryReader,
     SetAside,
     check_manifest_limits,
-    verify_bundle,
+    verify_bundle_result,
 )
 from modelward.client.api import parse_reference
+from modelward.loader.alias_gates import gate_checks, with_gates
 from modelward.loader.cache import BlobRequest, Cache
 from modelward.loader.errors import BundleQuarantined, RefusedError
 from modelward.loader.materialize import commit, discard, stage
@@ -113,10 +115,13 @@ def pull_bundle(
         raise BundleQuarantined(digest, str(reason))
     # (3): the manifest bytes hash to the digest (checked here, not taken on trust), and its
     # stated sizes are within the policy's limits before anything is downloaded.
-    raw = client.get_manifest(ref.repo, digest, max_bytes=policy.limits.max_manifest_bytes)
-    actual = bundle_digest(raw)
-    if actual != digest:
-        raise DigestMismatch(f"{ref.repo} manifest", digest, actual)
+    # Hashed once: bytes a RegistryClient checked carry their digest (HashedBytes), any
+    # other source's are hashed here; parse and verifier reuse that digest.
+    raw = HashedBytes(
+        client.get_manifest(ref.repo, digest, max_bytes=policy.limits.max_manifest_bytes)
+    )
+    if raw.digest != digest:
+        raise DigestMismatch(f"{ref.repo} manifest", digest, raw.digest)
     manifest = parse_manifest(raw)
     try:
         check_manifest_limits(policy, manifest)
@@ -143,19 +148,19 @@ def pull_bundle(
         # (6): the one verifier, under the worker's policy and trust.
         listed = client.list_attestations(ref.repo, digest)
         attestations = [_b64decode(a.get("data"), a.get("id")) for a in listed]
-        try:
-            trusted = verify_bundle(
-                raw,
-                attestations,
-                policy=policy,
-                trust=trust,
-                reader=DirectoryReader(staging),
-                expected_digest=digest,
-                labels=[f"attestation {a.get('id')}" for a in listed],
-                alias=ref.alias,
-            )
-        except PolicyDenied as exc:
-            raise _refused(exc, f"{ref.repo}@{digest}") from None
+        trusted = verify_bundle_result(
+            raw,
+            attestations,
+            policy=policy,
+            trust=trust,
+            reader=DirectoryReader(staging),
+            expected_digest=digest,
+            labels=[f"attestation {a.get('id')}" for a in listed],
+        )
+        decision = trusted.decision
+        if ref.alias is not None:  # the release gates, after the verifier (loader.alias_gates)
+            decision = with_gates(decision, gate_checks(policy, ref.repo, ref.alias, trusted))
+        _require_allowed(decision, f"{ref.repo}@{digest}")
         # (7): read-only, renamed into place.
         directory = commit(staging, cache.bundle_dir(digest), replace=repair)
     except BaseException:
@@ -168,11 +173,16 @@ def pull_bundle(
         directory=directory,
         policy=policy,
         trust=trust,
-        decision=trusted.decision,
+        decision=decision,
         statements=trusted.statements,
         ignored=trusted.ignored,
         repaired=tuple(repaired),
     )
+
+
+def _require_allowed(decision: Decision, what: str) -> None:
+    if not decision.allowed:
+        raise _refused(PolicyDenied(decision), what)
 
 
 def _refused(exc: PolicyDenied, what: str) -> RefusedError:

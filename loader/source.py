@@ -2,10 +2,10 @@
 
 The loader trusts none of these answers: it checks the manifest bytes against the digest,
 every blob against its digest and size, and every attestation against the WORKER's trust set
-(``loader.pull``). ``registry.client.RegistryClient`` satisfies this protocol structurally;
+(``loader.pull``). ``client.api.RegistryClient`` satisfies this protocol structurally;
 a test double only has to provide these methods.
 
-Every method raises ``registry.client.RegistryClientError`` subclasses on failure:
+Every method raises ``client.api.RegistryClientError`` subclasses on failure:
 ``TransportError`` (no answer), ``APIError`` (``NotFoundError``, ``UnauthorizedError``...:
 the registry refused), ``BlobIntegrityError`` / ``ResponseTooLarge`` (the registry sent
 bytes that are not what was asked for, or too many of them).

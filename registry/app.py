@@ -44,12 +44,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from modelward.registry.db import Database, make_engine
 from modelward.registry.domains._body_limit import BodyLimit
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.audit.throttle import (
+from modelward.registry.domains._throttle import (
     DenialThrottle,
     client_address,
     throttle_key,
 )
+from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.deps import caller_from_request
 from modelward.registry.domains.oci.errors import is_oci_path, oci_error_response
 from modelward.registry.errors import ConfigurationError, RegistryError
@@ -431,6 +431,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
     from modelward.registry.domains.trust.endpoints import router as trust
+    from modelward.registry.domains.trust.quarantine_endpoint import router as quarantine
     from modelward.registry.domains.uploads.endpoints import router as uploads
 
     app = FastAPI(
@@ -447,7 +448,18 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     latency = Histogram(
         "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
     )
-    for router in (principals, keys, orgs, repos, blobs, uploads, bundles, attestations, aliases):
+    for router in (
+        principals,
+        keys,
+        orgs,
+        repos,
+        blobs,
+        uploads,
+        bundles,
+        quarantine,
+        attestations,
+        aliases,
+    ):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (gates, audit, boots, storage, trust):
         app.include_router(router, responses=ERROR_RESPONSES)

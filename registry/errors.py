@@ -3,8 +3,8 @@
 Every error carries the HTTP status and a stable machine code; the app turns each into the one
 JSON error shape ``{"error": {"code", "message", "detail"}}`` in a single handler. These are the
 server's answers only: what the HTTP client raises on receiving them is its own tree
-(registry._client_errors), and what the library decides is attest's (attest.errors), which the
-server maps to one of these where it answers (e.g. registry.domains.aliases.refusals). The
+(client.errors), and what the library decides is attest's (attest.errors), which the
+server maps to one of these where it answers (e.g. registry.domains.moves.refusals). The
 tree::
 
     RegistryError                       500 internal

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Integer,
@@ -180,7 +181,7 @@ class BlobLease(Base):
 
 class QuarantinedDigest(Base):
     """A quarantined bundle digest: quarantine belongs to the digest, in every repository
-    (registry/domains/bundles/quarantine.py is the one place that reads and writes it)."""
+    (registry/domains/quarantine/service.py is the one place that reads and writes it)."""
 
     __tablename__ = "quarantined_digests"
     digest: Mapped[str] = mapped_column(String(DIGEST), primary_key=True)
@@ -247,6 +248,11 @@ class Attestation(Base):
         nullable=True,
     )
     retraction_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    @classmethod
+    def is_live(cls) -> ColumnElement[bool]:
+        """The criterion "not retracted", for a query that selects attestation columns."""
+        return cls.retracted_at.is_(None)
 
 
 class Alias(Base):

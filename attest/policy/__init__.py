@@ -20,6 +20,7 @@ from modelward.attest.policy._evaluate import (
     Decision,
     PolicyDenied,
     evaluate,
+    evidence_rule,
     require_allowed,
     size_checks,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "TrustFlags",
     "alias_rule_for",
     "evaluate",
+    "evidence_rule",
     "floor_shortfalls",
     "load_policy",
     "policy_from_flags",

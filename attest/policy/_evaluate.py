@@ -14,14 +14,12 @@ signers it may count and which bundle each statement is about. The steps, in ord
     (6) every provenance's source URI is allowed
     (7) the manifest is within the size limits
     (8) every rejected attestation is recorded, and denies unless the policy says record
-    (9) when the caller names the alias it resolved to this bundle (a worker pulling
-        REPO@ALIAS) and the policy's first alias rule matching it sets ``gates``: an
-        evaluation signed by an evidence signer of this policy passes every gate
 
 Every step adds ``Check`` records; the decision allows only when every check passed and
 at least one check ran for steps (2) and (3). Nothing is ever skipped silently: a step
-that does not apply says so in a passed check's message (step (9) runs only for an alias:
-a reference by digest matches no alias rule).
+that does not apply says so in a passed check's message. Alias rules are not judged here:
+a move's verdict, a worker's release gates included, is attest.alias_decision's (the
+policy gives it ``evidence_rule``: who counts for evidence under this policy alone).
 """
 
 from __future__ import annotations
@@ -31,12 +29,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from modelward.attest.alias_decision import WORKER_STEPS, MoveRequest, decide_move_result
 from modelward.attest.errors import AttestError
-from modelward.attest.evaluation import PREDICATE_TYPE as EVALUATION_V1
-from modelward.attest.evaluation import GateResult, gate_label
 from modelward.attest.policy._model import PROVENANCE_V1, Policy
-from modelward.attest.policy._rules import alias_rule_for
+from modelward.attest.statement import PredicateType
 from modelward.attest.trust import Signer, TrustSet, VerifiedStatement
 
 if TYPE_CHECKING:
@@ -50,6 +45,7 @@ __all__ = [
     "Decision",
     "PolicyDenied",
     "evaluate",
+    "evidence_rule",
     "require_allowed",
     "size_checks",
 ]
@@ -274,19 +270,21 @@ def _step_provenance(policy: Policy, bound: Sequence[VerifiedStatement]) -> list
     return checks
 
 
-def _evidence_rule(
-    policy: Policy, bound: Sequence[VerifiedStatement]
+def evidence_rule(
+    policy: Policy, statements: Sequence[VerifiedStatement], manifest: Manifest
 ) -> Callable[[Signer], str | None]:
     """Who counts for evidence under this policy alone (a worker's): one of its own signers
-    named in ``evidence.signers``, and never a signer that vouched for this bundle's
-    required predicate types (the bundle's publisher; docs/policy.md#evidence)."""
+    named in ``evidence.signers``, and never a signer that vouched for the required
+    predicate types of the bundle ``manifest`` names (its publisher; docs/policy.md#evidence).
+    Only ``statements`` about that bundle are read (step (2))."""
+    bound, _ = _step_subjects(statements, manifest)
     own = _trusted_names(policy, TrustSet())
     named = set(policy.evidence.signers)
     required = set(policy.required_predicate_types) or {PROVENANCE_V1}
     publishers = {
         signer.name: stmt.predicate_type
         for stmt in bound
-        if stmt.predicate_type in required and stmt.predicate_type != EVALUATION_V1
+        if stmt.predicate_type in required and stmt.predicate_type != PredicateType.EVALUATION
         for signer in stmt.signers
     }
 
@@ -301,79 +299,6 @@ def _evidence_rule(
         return None
 
     return reason
-
-
-def _gate_check(result: GateResult) -> Check:
-    observed = "none" if result.observed is None else f"{result.observed + 0.0:g}"
-    more = f", {result.more_cases} more cases" if result.more_cases is not None else ""
-    return Check(
-        f"gate {gate_label(result)}",
-        result.verdict == "pass",
-        f"{result.verdict} (observed {observed}, bound {result.bound:g}{more}): {result.message}",
-    )
-
-
-def _step_gates(
-    policy: Policy, alias: str, manifest: Manifest, bound: Sequence[VerifiedStatement]
-) -> list[Check]:
-    """Step (9): every gate of the alias rule, from the evaluations that count, as the one
-    owner of a move's verdict judges them (attest.alias_decision, a worker's steps: the
-    gates, with this policy's evidence signers and no baseline)."""
-    rule = alias_rule_for(policy, alias)
-    if rule is None or rule.gates is None:
-        what = "no alias rule" if rule is None else f"alias rule {rule.pattern!r} sets no gates"
-        return [Check("gates", True, f"{what} for {alias!r}: no release gates")]
-    digest = manifest.digest
-    nobody = (
-        ""
-        if policy.evidence.signers
-        else (
-            " (evidence.signers names none; evidence.principals and evidence.roles are the "
-            "registry's, a worker counts only its own evidence.signers)"
-        )
-    )
-    # the one owner of a move's verdict, for the steps a worker judges itself (its gates)
-    report = decide_move_result(
-        MoveRequest(
-            repo="",
-            alias=alias,
-            digest=digest,
-            rule=rule,
-            statements=tuple(bound),
-            evidence=_evidence_rule(policy, bound),
-            judged=WORKER_STEPS,
-        )
-    )
-    judged = report.gates
-    if judged is None:  # pragma: no cover - the rule sets gates (checked above)
-        raise AssertionError("the alias decision judged no gates")
-    promote = report.allowed
-    checks = [_gate_check(g) for g in judged.gates]
-    checks.extend(
-        Check("gates", False, f"evaluation by {n.signer} not counted: {n.reason}")
-        for n in judged.not_counted
-        if not promote
-    )
-    where = f"alias {alias!r} (rule {rule.pattern!r})"
-    if promote:
-        message = (
-            f"promote: {len(judged.evaluations)} evaluation(s) of {digest} by evidence "
-            f"signers pass every gate of {where}"
-        )
-    elif not judged.evaluations:
-        message = (
-            f"do not promote: {where} needs an evaluation statement (`modelward eval "
-            f"attach`) of {digest} signed by an evidence signer of the policy{nobody}"
-        )
-    else:
-        blocking = [gate_label(g) for g in judged.gates if g.verdict != "pass"]
-        passed = [gate_label(g) for g in judged.gates if g.verdict == "pass"]
-        message = (
-            f"do not promote: {len(blocking)} of {len(judged.gates)} gate(s) of {where} "
-            f"block ({', '.join(blocking)}); passed: {', '.join(passed) or 'none'}"
-        )
-    checks.append(Check("gates", promote, message))
-    return checks
 
 
 def size_checks(policy: Policy, manifest: Manifest) -> list[Check]:
@@ -412,16 +337,13 @@ def evaluate(
     rejected: Sequence[str],
     findings: Sequence[Finding],
     extra_trust: TrustSet = TrustSet(),
-    alias: str | None = None,
 ) -> Decision:
     """Decide whether ``policy`` allows the bundle ``manifest`` names (see module doc).
 
     ``statements`` were verified by attest.verify against the policy's trust set (plus
     ``extra_trust``, counted only when ``policy.trust_registered_signers``); ``rejected``
     lists, one reason each, the attestations that did not verify; ``findings`` come from
-    the content scanner; ``alias`` is the alias the caller resolved to this bundle (None:
-    a reference by digest, or a caller that judges alias rules itself, as the registry
-    does at a move). Never raises for a denial: the returned Decision says why; use
+    the content scanner. Never raises for a denial: the returned Decision says why; use
     require_allowed to raise.
     """
     checks: list[Check] = []
@@ -458,11 +380,6 @@ def evaluate(
         Check("attestation", not deny, f"rejected: {reason}" + ("" if deny else " (recorded)"), 8)
         for reason in rejected
     )
-
-    # (9): the release gates of the alias this bundle was resolved from, judged from the
-    # evaluations verified here (never the registry's word that they passed).
-    if alias is not None:
-        checks.extend(replace(c, step=9) for c in _step_gates(policy, alias, manifest, bound))
 
     return Decision(
         allowed=all(c.passed for c in checks),

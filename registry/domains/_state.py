@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from modelward.registry.db import Database
-from modelward.registry.domains.audit.throttle import DenialThrottle
+from modelward.registry.domains._throttle import DenialThrottle
 from modelward.registry.settings import Settings
 from modelward.registry.storage import BlobStore
 

@@ -23,9 +23,9 @@ from sqlalchemy.orm import Session
 
 from modelward.attest.keys import load_public_key
 from modelward.attest.tuf import tuf_key
-from modelward.registry.domains.repos.policy import FloorNotMet, repo_policy
 from modelward.registry.errors import BadRequest
 from modelward.registry.models import Principal, RepoPublisher, Repository, SigningKey
+from modelward.registry.policy import FloorNotMet, repo_policy
 from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust
 
 __all__ = ["repository_trusts", "reviewer_keys"]

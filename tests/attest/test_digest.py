@@ -190,6 +190,6 @@ def test_public_surface_is_pinned() -> None:
     import modelward.attest.digest
 
     assert sorted(modelward.attest.digest.__all__) == [
-        "DEFAULT_BUFFER_SIZE", "HashOptions", "ProgressCallback", "hash_files", "parse_digest",
-        "sha256_stream",
+        "DEFAULT_BUFFER_SIZE", "HashOptions", "HashedBytes", "ProgressCallback", "hash_files",
+        "parse_digest", "sha256_stream",
     ]  # fmt: skip

@@ -263,6 +263,7 @@ def test_public_surface_is_pinned():
         "TrustFlags",
         "alias_rule_for",
         "evaluate",
+        "evidence_rule",
         "floor_shortfalls",
         "load_policy",
         "policy_from_flags",

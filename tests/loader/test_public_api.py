@@ -107,8 +107,8 @@ def test_importing_the_loader_does_not_import_vllm() -> None:
     import subprocess
     import sys
 
-    modules = ["_cli_commands", "_cli_replay", "worker", "server"]
-    code = "import sys; " + "; ".join(f"import modelward.loader.{m}" for m in modules)
+    modules = ["cli.worker", "cli.replay", "loader.worker", "loader.server"]
+    code = "import sys; " + "; ".join(f"import modelward.{m}" for m in modules)
     code += "; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -2,7 +2,7 @@
 
 Before, a digest quarantined through repository X was still served through ``/v2`` from a
 ``pending`` copy in repository Y: the manifest GET looked for a quarantine only on bundle rows.
-Every ``/v2`` read door now asks ``bundles.quarantine.require_readable`` about what it hands
+Every ``/v2`` read door now asks ``quarantine.service.require_readable`` about what it hands
 out, whatever the manifest is stored as there. One test per attack, against a real
 ``modelward serve`` (SQLite and PostgreSQL); one of them enumerates the doors from the router,
 so a door added later without a quarantine check fails it.

@@ -3,7 +3,7 @@
 One server per module (helpers in test_registry_attacks.py: repositories acme/a for pub_a and
 admin2, acme/b for pub_b). Here the serving worker (reader) and rev1 (reviewer) also have
 registered keys, so their statements verify: every refusal below is the attach rule
-(registry.domains.attestations.rules), never a bad signature. Each test asserts the status,
+(registry.domains.auth.authz), never a bad signature. Each test asserts the status,
 the JSON error shape, that nothing changed, and the audit event.
 """
 

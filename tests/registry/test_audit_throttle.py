@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from modelward.registry.domains.audit.throttle import WINDOW_SECONDS, DenialThrottle
+from modelward.registry.domains._throttle import WINDOW_SECONDS, DenialThrottle
 from tests.registry.test_registry_attacks import Reg, open_registry
 
 

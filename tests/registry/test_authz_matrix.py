@@ -176,7 +176,7 @@ ENDPOINTS: list[Endpoint] = [
         "attestation.add",
         "POST",
         "/v1/repos/{repo}/bundles/{digest}/attestations",
-        # the verified statement's predicate type decides (attestations.rules: serving
+        # the verified statement's predicate type decides (auth.authz: serving
         # workers baselines/replays, reviewers approvals/evaluations, publishers the rest, in
         # their own repositories); a publisher of another repository may attach nothing there
         ALL,

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from modelward.registry.domains.audit.throttle import client_address, throttle_key
+from modelward.registry.domains._throttle import client_address, throttle_key
 from tests.registry.test_registry_attacks import Reg, open_registry
 
 PROXY = "127.0.0.2"

@@ -269,8 +269,8 @@ def test_a_repository_whose_default_policy_drops_below_the_floor_refuses_decisio
     from modelward.registry.domains.auth.service import Caller
     from modelward.registry.domains.orgs.service import put_org
     from modelward.registry.domains.principals.service import create_principal
-    from modelward.registry.domains.repos.policy import FloorNotMet
     from modelward.registry.domains.repos.service import create_repo, get_repo, repo_policy
+    from modelward.registry.policy import FloorNotMet
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     upgrade(url)

@@ -8,7 +8,7 @@ and the repository's aliases its pattern matches):
 
   (1) the move of that alias to the bundle is read and judged exactly as a move is
       (aliases.moves.read_move: the one bundle verifier; attest.alias_decision), every check run;
-  (2) as if the bundle's publisher moved it: evidence counts as for that move (aliases.evidence;
+  (2) as if the bundle's publisher moved it: evidence counts as for that move (moves.evidence;
       the caller asking is not the mover, so an evaluator sees their own evaluation count);
   (3) the answer is the gates' judgement: the verdict, every gate, the evaluations counted
       and those not counted with their reasons.
@@ -27,15 +27,15 @@ from modelward.attest.alias_decision import decide_move_result
 from modelward.attest.evaluation import gate_label
 from modelward.attest.policy import alias_rule_for
 from modelward.registry.domains._state import AppState, State
-from modelward.registry.domains.aliases.evidence import evidence_signers
-from modelward.registry.domains.aliases.moves import read_move
 from modelward.registry.domains.auth.deps import AnyCaller
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.bundles.service import live_bundle
+from modelward.registry.domains.moves.evidence import evidence_signers
+from modelward.registry.domains.moves.service import read_move
 from modelward.registry.domains.repos.listing import readable_repo
-from modelward.registry.domains.repos.policy import repo_policy
 from modelward.registry.models import Alias
+from modelward.registry.policy import repo_policy
 
 __all__ = ["MAX_ALIASES", "bundle_gates", "router"]
 

@@ -1,12 +1,12 @@
 """Aliases ``org/name@alias``: compare-and-swap moves under the policy's alias rules.
 
-``set_alias`` reads what a move is decided on (aliases.repository, authorization through
+``set_alias`` reads what a move is decided on (moves.repository, authorization through
 ``auth.authz.may``), has the bundle judged by the one bundle verifier as it is now (a re-scan
 under the current policy, every attestation not retracted verified again), and hands it all
 to the one owner of the move's verdict, ``attest.alias_decision.decide_move``: steps (1) rule
 and mover, (2) quarantine, (3) policy, (4) a protected alias's baseline, replay and release
 gates, (5) rollback, (6) approvals (docs/registry.md#aliases). A refusal is answered by
-aliases.refusals, the one map from its typed reason to the HTTP error. Then:
+moves.refusals, the one map from its typed reason to the HTTP error. Then:
 
   (7) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
       history row and audit event in the same transaction, which decides (2) and (6) again
@@ -39,8 +39,13 @@ from modelward.attest.alias_decision import (
     decide_move,
 )
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.aliases import repository
-from modelward.registry.domains.aliases.moves import (
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, may
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.bundles.service import find_bundle, live_bundle
+from modelward.registry.domains.moves import repository
+from modelward.registry.domains.moves.refusals import http_error
+from modelward.registry.domains.moves.service import (
     ALIAS_RE,
     decide,
     dry_run,
@@ -50,12 +55,7 @@ from modelward.registry.domains.aliases.moves import (
     stale_version,
     state_json,
 )
-from modelward.registry.domains.aliases.refusals import http_error
-from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.authz import Action, may
-from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.bundles.quarantine import require_not_quarantined
-from modelward.registry.domains.bundles.service import find_bundle, live_bundle
+from modelward.registry.domains.quarantine.service import require_not_quarantined
 from modelward.registry.domains.repos.listing import (
     Page,
     check_limit,
@@ -338,7 +338,7 @@ def approve(
     Raises Forbidden (not a reviewer or admin; the bundle's publisher), BadRequest (alias
     name), NotFound, Gone, Quarantined."""
     repo = get_repo(session, repo_name)
-    if not may(session, caller, Action.APPROVE, repo):
+    if not may(session, caller, Action.REVIEW, repo):
         raise Forbidden("only reviewers and admins may approve")
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")

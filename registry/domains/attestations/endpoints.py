@@ -1,6 +1,6 @@
 """``/v1/repos/{org}/{name}/bundles/{digest}/attestations``: attach, list, retract.
 
-Who may attach or retract what is decided in ``attestations.rules``, called by the service.
+Who may attach or retract what is decided in ``auth.authz``, called by the service.
 """
 
 from __future__ import annotations

@@ -7,24 +7,19 @@ and bytes for forensics and counts nowhere.
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Select, select
+from sqlalchemy import Select, select
 
 from modelward.registry.models import Attestation, Bundle
 
-__all__ = ["all_attestations", "attestation_in_bundle", "is_live", "live_attestations"]
-
-
-def is_live() -> ColumnElement[bool]:
-    """The criterion "not retracted", for a query that selects attestation columns."""
-    return Attestation.retracted_at.is_(None)
+__all__ = ["all_attestations", "attestation_in_bundle", "live_attestations"]
 
 
 def live_attestations(bundle_id: int) -> Select[Attestation]:
     """The bundle's attestations that count (not retracted), oldest first.
 
-    For a column (``select(Attestation.sha256)``) add ``.where(is_live())`` instead.
+    For a column (``select(Attestation.sha256)``) add ``.where(Attestation.is_live())`` instead.
     """
-    return all_attestations(bundle_id).where(is_live())
+    return all_attestations(bundle_id).where(Attestation.is_live())
 
 
 def all_attestations(bundle_id: int) -> Select[Attestation]:

@@ -3,16 +3,16 @@ retracted (docs/registry.md#attestations).
 
 ``attach`` runs, in order:
   (1) the attestation is within ``max_attestation_bytes``;
-  (2) the caller may attach something in this repository (rules.require_may_attach_some): a
+  (2) the caller may attach something in this repository (authz.require_may_attach_some): a
       publisher of another repository is refused before anything is verified;
   (3) the bundle is live and its digest is not quarantined, in any repository;
   (4) the same bytes, already attached and not retracted, are answered as they are (200) if
       the caller may attach the stored statement's type;
   (5) the attestation verifies against the repository's trust and is about this bundle;
-  (6) the caller may attach the VERIFIED statement's predicate type (rules.require_may_attach);
+  (6) the caller may attach the VERIFIED statement's predicate type (authz.require_may_attach);
   (7) the row and an ``attestation.attach`` audit event are recorded in one transaction.
 
-``retract``: by the principal that attached it or an admin (rules.require_may_retract), with
+``retract``: by the principal that attached it or an admin (authz.require_may_retract), with
 a reason. The row and its bytes stay, marked who, when and why; an ``attestation.retract``
 audit event is recorded in the same transaction. A retracted attestation counts nowhere
 (repository.live_attestations) and is left out of the default listing. The same bytes may be
@@ -32,17 +32,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.attestations import rules
 from modelward.registry.domains.attestations.repository import (
     all_attestations,
     attestation_in_bundle,
     live_attestations,
 )
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth import authz
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.quarantine import require_not_quarantined
 from modelward.registry.domains.bundles.service import attestation_row, find_bundle, live_bundle
+from modelward.registry.domains.quarantine.service import require_not_quarantined
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import (
     BadRequest,
@@ -73,14 +73,14 @@ def attach(
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
         # (2): the caller may attach something here at all.
-        rules.require_may_attach_some(session, repo, caller)
+        authz.require_may_attach_some(session, repo, caller)
         # (3): a live bundle, its digest quarantined in no repository.
         bundle = live_bundle(session, repo, digest)
         require_not_quarantined(session, digest)
         # (4): already attached.
         same = _live_with_sha(session, bundle, sha)
         if same is not None:
-            rules.require_may_attach(session, repo, caller, same.predicate_type, same.kind)
+            authz.require_may_attach(session, repo, caller, same.predicate_type, same.kind)
             return _summary(same, _names(session, [same])), False
         manifest = parse_manifest(bundle.manifest)
         policy = repo_policy(repo, state.default_policy_yaml)
@@ -90,7 +90,7 @@ def attach(
     with state.db.write() as session:
         repo = get_repo(session, repo_name)
         # (6): who may attach what, from the verified statement.
-        rules.require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
+        authz.require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
         bundle = live_bundle(session, repo, digest)
         require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
         same = _live_with_sha(session, bundle, sha)  # attached meanwhile by another request
@@ -122,7 +122,7 @@ def list_for_bundle(
     """The bundle's attestations (with their bytes, base64), oldest first; retracted ones
     only when ``include_retracted`` (reviewers and admins; else Forbidden). Raises NotFound."""
     if include_retracted:
-        rules.require_may_see_retracted(caller)
+        authz.require_may_see_retracted(caller)
     with state.db.read() as session:
         bundle = find_bundle(session, get_repo(session, repo_name), digest)
         query = all_attestations(bundle.id) if include_retracted else live_attestations(bundle.id)
@@ -150,7 +150,7 @@ def retract(
         if row is None:
             raise NotFound(f"no attestation {attestation_id} on {repo_name}@{digest}")
         names = _names(session, [row])
-        rules.require_may_retract(caller, row, names.get(row.created_by, "?"))
+        authz.require_may_retract(caller, row, names.get(row.created_by, "?"))
         if not reason.strip():
             raise BadRequest("a retraction needs a reason")
         if row.retracted_at is not None:

@@ -10,18 +10,20 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, State
-from modelward.registry.domains.auth.authz import APPROVER_ROLES, PUBLISHER_ROLES
+from modelward.registry.domains.auth.authz import Action, roles_for
 from modelward.registry.domains.auth.service import Caller, authenticate
 from modelward.registry.errors import Forbidden, NotAuthenticated
 
 __all__ = [
     "Admin",
     "AnyCaller",
+    "KeyHolder",
     "Publisher",
     "Reviewer",
+    "Worker",
     "authenticated_read",
     "caller_from_request",
-    "require_roles",
+    "require",
 ]
 
 
@@ -58,7 +60,10 @@ def authenticated_read(request: Request) -> Iterator[tuple[Caller, Session]]:
         yield caller, session
 
 
-def require_roles(*roles: str) -> Callable[[Caller], Caller]:
+def require(action: Action) -> Callable[[Caller], Caller]:
+    """A dependency: the caller, when its role may do ``action`` (auth.authz), else 403."""
+    roles = roles_for(action)
+
     def check(caller: Annotated[Caller, Depends(caller_from_request)]) -> Caller:
         if caller.role not in roles:
             raise Forbidden(
@@ -71,6 +76,8 @@ def require_roles(*roles: str) -> Callable[[Caller], Caller]:
 
 
 AnyCaller = Annotated[Caller, Depends(caller_from_request)]
-Admin = Annotated[Caller, Depends(require_roles("admin"))]
-Publisher = Annotated[Caller, Depends(require_roles(*PUBLISHER_ROLES))]
-Reviewer = Annotated[Caller, Depends(require_roles(*APPROVER_ROLES))]
+Admin = Annotated[Caller, Depends(require(Action.ADMINISTER))]
+Publisher = Annotated[Caller, Depends(require(Action.PUBLISH))]
+Reviewer = Annotated[Caller, Depends(require(Action.REVIEW))]
+KeyHolder = Annotated[Caller, Depends(require(Action.HOLD_KEYS))]
+Worker = Annotated[Caller, Depends(require(Action.REPORT))]

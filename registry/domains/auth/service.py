@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.errors import BadRequest, NotAuthenticated, NotFound
 from modelward.registry.models import Principal, Token
 
 __all__ = [
     "MAX_TOKEN_LIFETIME",
-    "ROLES",
     "Caller",
     "authenticate",
     "hash_token",
@@ -28,7 +28,6 @@ __all__ = [
     "store_token",
 ]
 
-ROLES = ("admin", "publisher", "reviewer", "reader")
 MIN_TOKEN_CHARS = 32
 MAX_TOKEN_LIFETIME = 10 * 366 * 86400  # seconds: ten years
 
@@ -43,7 +42,7 @@ class Caller:
 
     @property
     def is_admin(self) -> bool:
-        return self.role == "admin"
+        return allows(self.role, Action.ADMINISTER)
 
 
 def hash_token(token: str) -> str:

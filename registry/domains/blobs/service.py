@@ -10,9 +10,10 @@ from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.bundles.quarantine import quarantined_blobs
 from modelward.registry.domains.gc.quota import require_room
+from modelward.registry.domains.quarantine.service import quarantined_blobs
 from modelward.registry.domains.repos.service import writable_repo
 from modelward.registry.errors import Conflict, NotFound, Quarantined
 from modelward.registry.models import Blob, BlobLease, Bundle, BundleBlob, Repository
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 # Roles that may read the bytes of quarantined and tombstoned bundles (forensics).
-INSPECTORS = frozenset({"admin", "reviewer"})
 
 
 def drain(chunks: Iterable[bytes]) -> None:
@@ -62,7 +62,7 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
 
     Admins and reviewers read every blob (forensics). For everyone else
     (docs/registry.md#quarantine):
-    (1) a blob the quarantine covers (``bundles.quarantine.quarantined_blobs``: its own
+    (1) a blob the quarantine covers (``quarantine.service.quarantined_blobs``: its own
         digest is quarantined, or a quarantined bundle holds it and no live bundle recorded
         before that quarantine does) is unreadable: quarantine is about the weights, and a
         manifest re-wrapping them after the quarantine must not serve them again;
@@ -70,7 +70,7 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
     (3) a blob no bundle holds yet (uploaded, not pushed) stays readable.
     """
     size = blob_size(session, digest)
-    if caller.role in INSPECTORS:
+    if allows(caller.role, Action.REVIEW):
         return size
     # (1): covered by a quarantine.
     quarantined = quarantined_blobs(session, [digest])

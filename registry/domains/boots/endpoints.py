@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.deps import AnyCaller, require_roles
-from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.auth.deps import AnyCaller, Worker
 from modelward.registry.domains.bundles.service import find_bundle
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.models import Boot, Principal
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=["boots"])
-Worker = Annotated[Caller, Depends(require_roles("admin", "reader"))]
 
 
 MAX_REPORT_JSON = 64 * 1024  # characters of fingerprint and of detail, each, as stored

@@ -12,18 +12,13 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from modelward.registry.domains._state import State
-from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher, Reviewer
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
 from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.bundles import service
-from modelward.registry.domains.bundles.quarantine import (
-    pending_record,
-    quarantined_manifest,
-    require_readable,
-)
-from modelward.registry.domains.bundles.quarantine import quarantine as quarantine_digest
+from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos.listing import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.errors import BadRequest, NotFound, PayloadTooLarge
+from modelward.registry.errors import BadRequest, PayloadTooLarge
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 MAX_REASON_CHARS = 2000
@@ -143,40 +138,6 @@ def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: Sta
         media_type="application/vnd.oci.image.manifest.v1+json",
         headers={"etag": f'"{digest}"'},
     )
-
-
-@router.post("/{digest}/quarantine")
-def quarantine(
-    *, org: str, name: str, digest: str, body: ReasonIn, caller: Reviewer, state: State
-) -> dict[str, Any]:
-    """Quarantine the digest in every repository (409 ``conflict`` when it already is), named
-    through a repository holding it as a bundle or only as a ``/v2`` pending manifest;
-    returns this repository's bundle record (for a pending-only digest: its quarantine
-    fields, ``state`` ``pending``), with ``proposal``: the quarantine role's next version
-    listing the digest, for a reviewer to sign (docs/tuf.md#proposals)."""
-    from modelward.registry.domains.trust.service import propose_quarantine
-
-    repo_name = f"{org}/{name}"
-    with state.db.write() as session:
-        held = quarantine_digest(
-            session, repo_name=repo_name, digest=digest, reason=body.reason, caller=caller
-        )
-        repo = get_repo(session, repo_name)
-        proposal = propose_quarantine(
-            session,
-            state,
-            digest=digest,
-            manifest=quarantined_manifest(session, repo, digest),
-            caller=caller,
-            reason=body.reason,
-        )
-        try:
-            record = service.bundle_json(
-                session, service.find_bundle(session, repo, digest), caller
-            )
-        except NotFound:  # only a pending /v2 copy holds it
-            record = pending_record(session, held)
-        return {**record, "proposal": proposal.id}
 
 
 @router.delete("/{digest}", status_code=204)

@@ -3,18 +3,18 @@
 ``push`` runs, in order (docs/registry.md#push):
   (1) the caller may publish to the repository (authorization in the query);
   (2) the manifest bytes hash to the digest in the URL;
-  (3) the digest is not quarantined, in any repository (bundles.quarantine);
+  (3) the digest is not quarantined, in any repository (quarantine.service);
   (4) an existing bundle with that digest is returned as is (idempotent; tombstoned: 410);
       attestations in the request that it does not hold are listed as ignored, with the
       reason (attach them with POST .../attestations);
   (5) the manifest parses strictly (attest.manifest.parse_manifest);
   (6) every layer and the config blob is stored, with the stated size, and none is a blob of
       a quarantined bundle (409 ``bundle_quarantined``; admins and reviewers excepted): a new
-      manifest cannot re-wrap quarantined weights (bundles.quarantine);
+      manifest cannot re-wrap quarantined weights (quarantine.service);
   (7) the one bundle verifier (attest.verifier.verify_bundle) scans every stored layer,
       verifies the attestations and evaluates the repository policy; attestations no
       registered or policy signer signed are ignored and listed with their reason;
-  (8) the caller may attach each verified statement's type (attestations.rules);
+  (8) the caller may attach each verified statement's type (auth.authz);
   (9) only then, in one transaction that checks (3) again, the bundle, its verified
       attestations and an audit event are recorded.
 """
@@ -30,19 +30,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, load_only
 
+from modelward.attest.digest import HashedBytes
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.attestations.repository import is_live
-from modelward.registry.domains.attestations.rules import require_may_attach
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import require_may_attach
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.quarantine import (
+from modelward.registry.domains.gc.quota import require_bundle_room
+from modelward.registry.domains.quarantine.service import (
     manifest_readable,
     quarantine_of,
     require_no_quarantined_blobs,
     require_not_quarantined,
 )
-from modelward.registry.domains.gc.quota import require_bundle_room
 from modelward.registry.domains.repos.listing import (
     InvalidCursor,
     Page,
@@ -235,12 +235,13 @@ def push(
     with state.db.read() as session:
         # (1): the caller may publish here.
         repo = writable_repo(session, repo_name, caller)
-        # (2): the bytes are the ones the digest names.
-        actual = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
-        if actual != digest:
+        # (2): the bytes are the ones the digest names: hashed once for the whole request
+        # (no-op when a /v2 PUT already hashed them), the digest kept with them for (5), (7).
+        received = HashedBytes(manifest_bytes)
+        if received.digest != digest:
             raise DigestMismatchError(
-                f"manifest digest mismatch: URL names {digest}, bytes hash to {actual}",
-                detail={"expected": digest, "actual": actual},
+                f"manifest digest mismatch: URL names {digest}, bytes hash to {received.digest}",
+                detail={"expected": digest, "actual": received.digest},
             )
         # (3): a quarantined digest is refused in every repository.
         require_not_quarantined(session, digest)
@@ -252,7 +253,7 @@ def push(
             live_bundle(session, repo, digest)
             return json.loads(existing.decision), False, _not_held(session, existing, attestations)
         # (5): strict parse.
-        manifest = _parse(manifest_bytes, state)
+        manifest = _parse(received, state)
         # (6): every blob present with its stated size.
         missing = _missing_blobs(session, manifest)
         if missing:
@@ -333,7 +334,9 @@ def push(
 def _not_held(session: Session, bundle: Bundle, attestations: list[bytes]) -> list[dict[str, str]]:
     held = set(
         session.execute(
-            select(Attestation.sha256).where(Attestation.bundle_id == bundle.id, is_live())
+            select(Attestation.sha256).where(
+                Attestation.bundle_id == bundle.id, Attestation.is_live()
+            )
         ).scalars()
     )
     shas = {"sha256:" + hashlib.sha256(a).hexdigest() for a in attestations}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
 from modelward.registry.domains._state import State
-from modelward.registry.domains.auth.deps import AnyCaller, Publisher, require_roles
-from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.auth.deps import AnyCaller, KeyHolder, Publisher
 from modelward.registry.domains.keys import service
 from modelward.registry.domains.trust.service import key_revoked
 
@@ -28,7 +27,6 @@ class IdentityIn(BaseModel):
 
 
 # reviewers register keys too: their signatures on TUF proposals are the approvals
-KeyHolder = Annotated[Caller, Depends(require_roles("admin", "publisher", "reviewer"))]
 
 
 @router.post("/keys", status_code=201)

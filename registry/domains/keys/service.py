@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import Identity, Principal, SigningKey
@@ -26,7 +27,7 @@ def _owner(session: Session, caller: Caller, principal: str | None) -> Principal
     name = principal or caller.name
     if name != caller.name and not caller.is_admin:
         raise Forbidden("only an admin may register keys or identities for another principal")
-    if caller.role not in ("admin", "publisher", "reviewer"):
+    if not allows(caller.role, Action.HOLD_KEYS):
         raise Forbidden(f"role {caller.role!r} may not register signing keys or identities")
     row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
     if row is None:

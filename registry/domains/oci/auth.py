@@ -6,7 +6,7 @@ It grants each requested action the principal may do (``granted``):
 
 - ``pull``: every authenticated principal may read every repository;
 - ``push``: the repository exists and the principal may publish to it, may attach some
-  attestation there (attestations.rules), or is named (by name or role) in an alias rule of
+  attestation there (auth.authz), or is named (by name or role) in an alias rule of
   its policy; what it may then do is decided again by the service it calls;
 - ``registry:catalog:*``: every authenticated principal (the catalog lists what it may read);
 - anything else (``delete``) is never granted.
@@ -93,7 +93,7 @@ def parse_scope(text: str) -> tuple[str, frozenset[str]]:
 
 def _may_push(session: Session, state: AppState, repo: Repository, caller: Caller) -> bool:
     from modelward.attest.errors import PolicyError
-    from modelward.registry.domains.attestations.rules import require_may_attach_some
+    from modelward.registry.domains.auth.authz import require_may_attach_some
     from modelward.registry.domains.repos.service import may_publish, repo_policy
 
     if may_publish(session, repo, caller):

@@ -23,7 +23,7 @@ A refusal at (2) or (3) aborts the session: its row and every part it stored are
 ``PUT ?digest=`` names the digest and the size received, in one conditional UPDATE on the
 session, and ``uploads.service.commit`` assembles, verifies and records the blob.
 
-Every door that hands out a blob asks ``bundles.quarantine.require_readable`` about it
+Every door that hands out a blob asks ``quarantine.service.require_readable`` about it
 (``readable_size``, ``mount``), besides ``blobs.service.readable_blob_size``. A monolithic
 upload of a stored digest (``blobs.service.put_blob``) and a session closed on one
 (``uploads.service.commit``) hash the bytes received all the same: other bytes are refused
@@ -37,12 +37,12 @@ from collections.abc import Iterable, Iterator
 from sqlalchemy import exists, select, update
 
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.attestations.rules import require_may_attach_some
+from modelward.registry.domains.auth.authz import require_may_attach_some
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs import service as blobs
-from modelward.registry.domains.bundles.quarantine import require_readable
 from modelward.registry.domains.gc.quota import UNNAMED_DIGEST, require_room, usage
 from modelward.registry.domains.oci.errors import OciError
+from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos.service import get_repo, may_publish
 from modelward.registry.domains.uploads import service as uploads
 from modelward.registry.errors import Forbidden, NotFound, PayloadTooLarge, Quarantined
@@ -104,7 +104,7 @@ def session_of(state: AppState, *, upload_id: str, repo_name: str, caller: Calle
 
 def readable_size(state: AppState, *, digest: str, caller: Caller) -> int:
     """The size of a stored blob ``caller`` may download: NotFound when none is stored,
-    Quarantined when the quarantine covers it (``bundles.quarantine.quarantined_blobs``) or
+    Quarantined when the quarantine covers it (``quarantine.service.quarantined_blobs``) or
     only tombstoned bundles hold it (admins and reviewers excepted)."""
     with state.db.read() as session:
         size = blobs.readable_blob_size(session, digest, caller)

@@ -34,18 +34,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.attest import oci_media as mt
+from modelward.attest.digest import HashedBytes
 from modelward.attest.policy import ATTESTATION_STEPS, PolicyDenied
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.attestations import rules
 from modelward.registry.domains.attestations import service as attestations
 from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth import authz
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs.streaming import DIGEST_RE
 from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.quarantine import readable_digest, require_readable
 from modelward.registry.domains.oci.errors import OciError
+from modelward.registry.domains.quarantine.service import readable_digest, require_readable
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import Refused
 from modelward.registry.models import (
@@ -329,7 +330,7 @@ def _parse_json(state: AppState, body: bytes) -> dict[str, Any]:
 
 def _check_tag(reference: str) -> str | None:
     """The tag ``reference`` names (an alias name), or None when it is a digest."""
-    from modelward.registry.domains.aliases.moves import ALIAS_RE
+    from modelward.registry.domains.moves.service import ALIAS_RE
 
     if DIGEST_RE.fullmatch(reference):
         return None
@@ -350,7 +351,9 @@ def put(
 ) -> ManifestOut:
     """Store a pushed manifest and move the tag it was pushed by (module doc)."""
     tag = _check_tag(reference)
-    digest = _digest(body)
+    # hashed once for the request: the digest travels with the bytes (bundles.push reuses it)
+    body = HashedBytes(body)
+    digest = body.digest
     if tag is None and reference != digest:
         raise OciError(
             400,
@@ -699,13 +702,13 @@ def attach_referrer(
     manifest = parse_manifest(pending.manifest)
     with state.db.read() as session:
         repo = get_repo(session, repo_name)
-        rules.require_may_attach_some(session, repo, caller)
+        authz.require_may_attach_some(session, repo, caller)
         policy = repo_policy(repo, state.default_policy_yaml)
         trust = verdict.trust_for(session, repo, policy, state)
         publisher = session.get(Principal, pending.created_by)
     stmt = verdict.verify_attachment(state, manifest=manifest, data=data, trust=trust).statement
     with state.db.read() as session:
-        rules.require_may_attach(
+        authz.require_may_attach(
             session, get_repo(session, repo_name), caller, stmt.predicate_type, stmt.kind
         )
     _record_referrer(

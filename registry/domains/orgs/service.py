@@ -8,7 +8,7 @@ gets an org by being first. Every change is audited in the same transaction (``o
 
 A floor is raised only when every repository already in the org meets it (else 409
 ``policy_below_floor`` listing them): the invariant "every repository of an org meets its
-floor" holds after every write, and ``repos.policy.repo_policy`` still checks it at use.
+floor" holds after every write, and ``registry.policy.repo_policy`` still checks it at use.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from sqlalchemy.orm import Session
 
 from modelward.attest.policy import PolicyFloor, floor_shortfalls
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.repos.policy import (
+from modelward.registry.errors import BadRequest, Forbidden, NotFound
+from modelward.registry.models import Org, OrgOwner, Principal, Repository
+from modelward.registry.policy import (
     FloorNotMet,
     dump_floor,
     effective_policy,
     load_floor,
 )
-from modelward.registry.errors import BadRequest, Forbidden, NotFound
-from modelward.registry.models import Org, OrgOwner, Principal, Repository
 
 __all__ = [
     "ORG_RE",
-    "OWNER_ROLES",
     "UNSET",
     "add_owner",
     "check_org_name",
@@ -48,7 +48,6 @@ __all__ = [
 ]
 
 ORG_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")  # the org of NAME_RE in repos.service
-OWNER_ROLES = frozenset({"publisher", "admin"})  # roles that may create repositories
 MAX_LISTED = 50  # repositories named in a refused floor raise
 UNSET: Any = object()  # "leave as it is" for put_org's optional fields
 
@@ -160,7 +159,7 @@ def _principals(session: Session, names: list[str]) -> list[Principal]:
         row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
         if row is None:
             raise NotFound(f"no principal named {name!r}")
-        if row.role not in OWNER_ROLES:
+        if not allows(row.role, Action.OWN):
             raise BadRequest(
                 f"{name} has role {row.role!r}; only publishers (and admins) create repositories",
                 detail={"principal": name, "role": row.role},

@@ -9,7 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.service import ROLES, issue_token
+from modelward.registry.domains.auth.authz import ROLES
+from modelward.registry.domains.auth.service import issue_token
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Principal, Token
 

@@ -4,7 +4,7 @@ Authorization is in the queries: ``writable_repo`` only returns a repository the
 publish to (admins everywhere, publishers where they are listed); ``orgs.service.creatable_org``
 only returns an org the caller may create repositories in (its owners, admins); everybody
 authenticated may read a repository. A repository's policy is bounded by its org's floor
-(``repos.policy``): checked when it is created, when its policy is replaced, and at use.
+(``registry.policy``): checked when it is created, when its policy is replaced, and at use.
 """
 
 from __future__ import annotations
@@ -17,18 +17,9 @@ from sqlalchemy.orm import Session
 
 from modelward.attest.names import REPOSITORY_RE
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.authz import PUBLISHER_ROLES, Action, may, may_clause
+from modelward.registry.domains.auth.authz import GRANTS, Action, allows, may, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs.service import creatable_org
-from modelward.registry.domains.repos.policy import (
-    builtin_default_policy,
-    effective_policy,
-    load_floor,
-    parse_policy,
-    parse_stored_policy,
-    repo_policy,
-    require_floor,
-)
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import (
     Identity,
@@ -37,6 +28,15 @@ from modelward.registry.models import (
     RepoPublisher,
     Repository,
     SigningKey,
+)
+from modelward.registry.policy import (
+    builtin_default_policy,
+    effective_policy,
+    load_floor,
+    parse_policy,
+    parse_stored_policy,
+    repo_policy,
+    require_floor,
 )
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def create_repo(
        valid and meets the org's floor (400 ``invalid_policy`` / ``policy_below_floor``);
     4. the name is free (409).
     """
-    if caller.role not in PUBLISHER_ROLES:
+    if not allows(caller.role, Action.OWN):
         raise Forbidden(f"role {caller.role!r} may not create repositories")
     if not NAME_RE.fullmatch(name):
         raise BadRequest(f"invalid repository name {name!r}: use org/name (lowercase)")
@@ -121,7 +121,7 @@ def get_repo(session: Session, name: str) -> Repository:
 
 def writable_repo(session: Session, name: str, caller: Caller) -> Repository:
     """The repository if ``caller`` may publish to it; Forbidden or NotFound otherwise."""
-    if caller.role not in PUBLISHER_ROLES:
+    if not allows(caller.role, Action.PUBLISH):
         get_repo(session, name)
         raise Forbidden(f"role {caller.role!r} may not publish to {name}")
     query = select(Repository).where(Repository.name == name, may_clause(caller, Action.PUBLISH))
@@ -179,7 +179,7 @@ def add_publisher(session: Session, *, name: str, principal: str, caller: Caller
     row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no principal named {principal!r}")
-    if row.role not in ("publisher", "admin"):
+    if not allows(row.role, Action.OWN):
         raise BadRequest(f"{principal} has role {row.role!r}; only publishers can publish")
     if session.get(RepoPublisher, (repo.id, row.id)) is None:
         session.add(RepoPublisher(repo_id=repo.id, principal_id=row.id))
@@ -206,7 +206,7 @@ def registered_trust(session: Session, repo: Repository) -> TrustSet:
     named ``@<principal>`` (registered_signer_name)."""
     allowed = select(Principal.id).where(
         or_(
-            Principal.role == "admin",
+            Principal.role.in_(GRANTS[Action.ADMINISTER].roles),
             Principal.id.in_(
                 select(RepoPublisher.principal_id).where(RepoPublisher.repo_id == repo.id)
             ),

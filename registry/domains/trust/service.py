@@ -47,13 +47,13 @@ from modelward.attest.tuf import (
     quarantine_path,
 )
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.aliases.moves import (
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.moves.service import (
     decide_again,
     record_move,
     require_move_allowed,
 )
-from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.settings import Settings

@@ -23,7 +23,7 @@ that hands out or builds on a bundle asks here, whatever repository it goes thro
   ask ``require_readable``; the tag list keeps out tags on quarantined digests
   (``readable_digest``, the check as a query).
 
-Admins and reviewers keep their forensic view (``FORENSIC_ROLES``): they may read the
+Admins and reviewers keep their forensic view (``authz.Action.REVIEW``): they may read the
 manifest and blobs of a quarantined digest. A quarantine cannot be lifted through the API.
 
 Raises ``Quarantined`` (409, audited as ``denied`` by the app's one error handler).
@@ -39,8 +39,8 @@ from sqlalchemy import ColumnElement, select, true
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from modelward.registry.domains._state import iso
-from modelward.registry.domains.attestations.rules import FORENSIC_ROLES
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, Quarantined
@@ -54,7 +54,6 @@ from modelward.registry.models import (
 )
 
 __all__ = [
-    "FORENSIC_ROLES",
     "is_quarantined",
     "manifest_readable",
     "pending_record",
@@ -166,7 +165,7 @@ def require_no_quarantined_blobs(session: Session, digests: Iterable[str], calle
     """Raise ``Quarantined`` (detail: the blob and the quarantine that covers it) when the
     quarantine covers one of ``digests`` (``quarantined_blobs``), unless ``caller`` is an
     admin or reviewer: a new manifest cannot re-wrap quarantined weights."""
-    if caller.role in FORENSIC_ROLES:
+    if allows(caller.role, Action.REVIEW):
         return
     held = quarantined_blobs(session, digests)
     if not held:
@@ -187,7 +186,7 @@ def require_no_quarantined_blobs(session: Session, digests: Iterable[str], calle
 def manifest_readable(session: Session, digest: str, caller: Caller) -> bool:
     """Whether ``caller`` may read the manifest (and so the files) of ``digest``: always
     for admins and reviewers (forensics), otherwise only when it is not quarantined."""
-    return caller.role in FORENSIC_ROLES or not is_quarantined(session, digest)
+    return allows(caller.role, Action.REVIEW) or not is_quarantined(session, digest)
 
 
 def require_readable(session: Session, digest: str, caller: Caller) -> None:
@@ -200,7 +199,7 @@ def require_readable(session: Session, digest: str, caller: Caller) -> None:
 def readable_digest(column: InstrumentedAttribute[str], caller: Caller) -> ColumnElement[bool]:
     """``manifest_readable`` as a WHERE clause: rows whose ``column`` names a digest
     ``caller`` may not read never come back (every row for admins and reviewers)."""
-    if caller.role in FORENSIC_ROLES:
+    if allows(caller.role, Action.REVIEW):
         return true()
     return column.not_in(select(QuarantinedDigest.digest))
 
@@ -216,7 +215,7 @@ def quarantine(
     bundle and no pending manifest with that digest in the repository), Conflict (already
     quarantined).
     """
-    if caller.role not in FORENSIC_ROLES:
+    if not allows(caller.role, Action.REVIEW):
         raise Forbidden("only admins and reviewers may quarantine bundles")
     if not reason.strip():
         raise BadRequest("a quarantine needs a reason")

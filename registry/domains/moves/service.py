@@ -1,9 +1,9 @@
 """The decision of an alias move, and recording one: what ``aliases.service`` (``set_alias``,
 its dry run) and ``trust.service`` (a signed proposal at its threshold) share.
 
-``read_move`` reads what the decision needs (aliases.repository) and has the bundle judged
+``read_move`` reads what the decision needs (moves.repository) and has the bundle judged
 by the one bundle verifier as it is now; ``decide`` runs attest.alias_decision.decide_move
-and answers its refusal through aliases.refusals; ``record_move`` moves the alias row with
+and answers its refusal through moves.refusals; ``record_move`` moves the alias row with
 its history row and audit event. This module imports neither ``aliases.service`` nor
 ``trust.service``, so the two depend on it and not on each other.
 """
@@ -29,12 +29,12 @@ from modelward.attest.errors import BundleError
 from modelward.attest.names import ALIAS_RE  # one definition, the client's too
 from modelward.attest.verifier import verify_bundle_result
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.aliases import repository
-from modelward.registry.domains.aliases.refusals import http_error
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.service import live_bundle
+from modelward.registry.domains.moves import repository
+from modelward.registry.domains.moves.refusals import http_error, report_json
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, InvalidManifest, StaleVersion
 from modelward.registry.models import Alias, AliasHistory
@@ -77,7 +77,7 @@ def read_move(
     caller: Caller,
     every_check: bool = False,
 ) -> tuple[MoveRequest, bytes]:
-    """What the decision needs (aliases.repository) and the bundle verifier's report for
+    """What the decision needs (moves.repository) and the bundle verifier's report for
     step (3), judged outside the read transaction; and the manifest bytes. Unless
     ``every_check``, step (1) is decided first, before the bundle is read: who may not move
     the alias learns nothing about it."""
@@ -128,7 +128,7 @@ def read_move(
 
 def decide(request: MoveRequest) -> AliasDecision:
     """attest.alias_decision.decide_move, its refusal answered as the registry answers it
-    (aliases.refusals)."""
+    (moves.refusals)."""
     try:
         return decide_move(request)
     except AliasMoveRefused as refused:
@@ -191,7 +191,7 @@ def dry_run(
                 "refused": [r.reason.value for r in report.refusals],
             },
         )
-    answer = report.to_json()
+    answer = report_json(report)
     answer["dry_run"] = True
     return answer
 

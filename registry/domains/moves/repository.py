@@ -8,7 +8,7 @@ approvals query keeps only principals that may approve now). In the order of the
       alias and the mover's facts (name, role, ``may(caller, PUBLISH, repo)``);
   (2)-(6) ``read_facts``: the live bundle and its stored attestations (judged by the bundle
       verifier, outside the transaction), the digest's quarantine, the evidence signers
-      (aliases.evidence), the approvers that count, the bundle on the alias now and every
+      (moves.evidence), the approvers that count, the bundle on the alias now and every
       earlier target.
 
 ``fresh_facts`` reads (2), (6) and the alias's state again inside the transaction that
@@ -27,13 +27,13 @@ from modelward.attest.alias_decision import Mover
 from modelward.attest.manifest import parse_manifest
 from modelward.attest.policy import alias_rule_for
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.aliases.evidence import evidence_signers
 from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.auth.authz import APPROVER_ROLES, Action, may
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import verdict
-from modelward.registry.domains.bundles.quarantine import quarantine_json, quarantine_of
 from modelward.registry.domains.bundles.service import live_bundle
+from modelward.registry.domains.moves.evidence import evidence_signers
+from modelward.registry.domains.quarantine.service import quarantine_json, quarantine_of
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.models import Alias, AliasHistory, Approval, Bundle, Principal, Repository
 
@@ -116,7 +116,9 @@ def read_rule(
     repo = get_repo(session, repo_name)
     policy = repo_policy(repo, state.default_policy_yaml)
     publishes_here = may(session, caller, Action.PUBLISH, repo)
-    mover = Mover(name=caller.name, role=caller.role, publishes_here=publishes_here)
+    # a publisher's role holds only in a repository it may publish to; any other role holds
+    holds = publishes_here or caller.role != "publisher"
+    mover = Mover(name=caller.name, role=caller.role, role_holds_here=holds)
     return RuleFacts(repo, policy, alias_rule_for(policy, alias), mover)
 
 

@@ -1,0 +1,1 @@
+"""Quarantine: a digest unloadable everywhere and unassignable to aliases (service.py)."""
