@@ -193,7 +193,7 @@ def verify(
         fail(f"--ignore-path: {exc}", code=2)
     # (1): one source of trust: a policy file, or flags that stand for one.
     try:
-        policy, trusted = policy_from_flags(trust.flags())
+        policy, trusted = policy_from_flags(trust.flags)
     except PolicyError as exc:
         fail(str(exc), code=2, hint=_TRUST_HELP)
     signatures = [read_bounded(path, "signature", MAX_SIGNATURE_BYTES) for path in signature]

@@ -303,7 +303,7 @@ def replay(
     from modelward.loader.worker import attach_or_keep
 
     key = load_worker_key(worker_key) if worker_key else None
-    flags = trust.flags()
+    flags = trust.flags
     policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
     cache = _cache(trust.cache_dir)
     attach_error: str | None = None

@@ -3,7 +3,7 @@
 ``pull``, ``boot``, ``replay``, ``verify``, ``baseline show`` and ``bundle verify`` take them
 through one decorator, :func:`with_trust_options`: it puts the options on the command's
 signature (Typer reads ``inspect.signature``) and hands the command one frozen
-:class:`TrustOptions` in their place. ``TrustOptions.flags()`` is what
+:class:`TrustOptions` in their place. ``TrustOptions.flags`` is what
 ``attest.policy.policy_from_flags`` reads; ``TrustOptions.alias_trust()`` is how the worker
 resolves aliases (docs/tuf.md#workers).
 
@@ -168,62 +168,42 @@ _PARAMETER = "trust"  # the command's parameter that receives the TrustOptions
 
 @dataclass(frozen=True)
 class TrustOptions:
-    """What a verifying command was given: its trust flags, its cache root and ``--json``.
+    """What a verifying command was given: its trust flags (``attest.policy.TrustFlags``,
+    what ``policy_from_flags`` reads), its cache root and ``--json``.
 
     An option the command does not take keeps its default here.
     """
 
-    policy: Path | None = None
-    public_keys: tuple[Path, ...] = ()
-    certificate_chains: tuple[Path, ...] = ()
-    identity: str | None = None
-    issuer: str | None = None
-    sigstore_trust_root: Path | None = None
-    trust_root: Path | None = None
-    online_aliases: tuple[str, ...] = ()
-    unsigned_aliases: bool = False
+    flags: TrustFlags
     cache_dir: Path | None = None
     json_output: bool = False
 
     @classmethod
     def from_options(cls, given: Mapping[str, Any]) -> TrustOptions:
         """The options as click parsed them, by parameter name (absent: the default)."""
-        return cls(
+        from modelward.attest.policy import TrustFlags  # at run time: --help stays light
+
+        flags = TrustFlags(
             policy=given.get("policy"),
             public_keys=tuple(given.get("public_key") or ()),
             certificate_chains=tuple(given.get("certificate_chain") or ()),
             identity=given.get("identity"),
             issuer=given.get("issuer"),
             sigstore_trust_root=given.get("sigstore_trust_root"),
-            trust_root=given.get("trust_root"),
+            tuf_root=given.get("trust_root"),
             online_aliases=tuple(given.get("online_alias") or ()),
             unsigned_aliases=bool(given.get("unsigned_aliases", False)),
-            cache_dir=given.get("cache_dir"),
-            json_output=bool(given.get("json_output", False)),
         )
-
-    def flags(self) -> TrustFlags:
-        """The flags as given; ``policy_from_flags`` checks and reads them."""
-        from modelward.attest.policy import TrustFlags
-
-        return TrustFlags(
-            policy=self.policy,
-            public_keys=self.public_keys,
-            certificate_chains=self.certificate_chains,
-            identity=self.identity,
-            issuer=self.issuer,
-            sigstore_trust_root=self.sigstore_trust_root,
-            tuf_root=self.trust_root,
-            online_aliases=self.online_aliases,
-            unsigned_aliases=self.unsigned_aliases,
-        )
+        return cls(flags, given.get("cache_dir"), bool(given.get("json_output", False)))
 
     def alias_trust(self) -> AliasTrust:
         """How aliases are resolved, from --trust-root, --online-alias, --unsigned-aliases."""
         from modelward.loader.tuf_resolve import AliasTrust
 
         return AliasTrust(
-            root=self.trust_root, online_aliases=self.online_aliases, unsigned=self.unsigned_aliases
+            root=self.flags.tuf_root,
+            online_aliases=self.flags.online_aliases,
+            unsigned=self.flags.unsigned_aliases,
         )
 
 

@@ -220,7 +220,7 @@ def pull(
             client,
             reference,
             _cache(trust.cache_dir),
-            trust.flags(),
+            trust.flags,
             progress=advance,
             on_total=total,
             repair=repair,
@@ -407,7 +407,7 @@ def boot(
     from modelward.loader.worker import BootOptions, boot_bundle, boot_report
 
     key = load_worker_key(worker_key) if worker_key else None
-    flags = trust.flags()
+    flags = trust.flags
     policy_from_flags(flags)  # unreadable or missing trust: refused before vLLM loads
     options = BootOptions(
         serve=serve,
@@ -490,7 +490,7 @@ def baseline_show(
     from modelward.loader.tuf_resolve import resolve_reference
 
     trusted = TrustSet()
-    flags = trust.flags()
+    flags = trust.flags
     if flags.given():
         trusted = policy_from_flags(flags)[1]
     if worker_key:
