@@ -12,9 +12,13 @@ both doors and across an air gap.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import rfc8785
+
+from modelward.attest.errors import ManifestError
+from modelward.attest.tree import check_name
 
 __all__ = [
     "ANNOTATION_KIND",
@@ -33,6 +37,8 @@ __all__ = [
     "MODEL_CONFIG",
     "OMS_MODEL_SIG",
     "SIGSTORE_BUNDLE",
+    "TITLE_ANNOTATION",
+    "check_referrer",
     "referrer_manifest",
 ]
 
@@ -116,3 +122,61 @@ def referrer_manifest(
         "annotations": {ANNOTATION_KIND: kind, ANNOTATION_PREDICATE_TYPE: predicate_type},
     }
     return rfc8785.dumps(doc)
+
+
+# The OCI title annotation: the file name an OCI client (oras) writes a pulled layer to.
+TITLE_ANNOTATION: Final = "org.opencontainers.image.title"
+MAX_TITLE_BYTES: Final = 255
+
+
+def check_referrer(doc: Mapping[str, Any], artifact_type: str) -> None:
+    """Check that a pushed referrer manifest is what it claims (docs/oci.md#referrers), by
+    the rules a bundle manifest's descriptors follow (attest.manifest); raise
+    ``ManifestError`` naming the first problem:
+
+    (1) its config is the OCI empty descriptor: digest ``EMPTY_CONFIG_DIGEST``, size 2,
+        media type the empty type (or ``artifact_type``, as older clients write it), and
+        inline ``data``, when present, ``e30=``: a config that claims to be empty names no
+        other blob;
+    (2) its layers' annotations are strings, and a title (the name a client writes the
+        layer to) is one safe file name: no ``/``, ``\\``, ``.``/``..``, control or bidi
+        character, NFC-normalized (``attest.tree.check_name``, as a bundle's paths), at most
+        ``MAX_TITLE_BYTES`` bytes.
+    """
+    # (1) the empty config, really empty.
+    config = doc.get("config")
+    if not isinstance(config, Mapping):
+        raise ManifestError("referrer: config: must be a descriptor")
+    media = config.get("mediaType")
+    if media not in (EMPTY_CONFIG_MEDIA_TYPE, artifact_type):
+        raise ManifestError(
+            f"referrer: config.mediaType {str(media)[:120]!r}: must be {EMPTY_CONFIG_MEDIA_TYPE}"
+        )
+    if config.get("digest") != EMPTY_CONFIG_DIGEST or config.get("size") != len(EMPTY_JSON):
+        raise ManifestError(
+            f"referrer: config claims {str(media)[:120]} but names "
+            f"{str(config.get('digest'))[:80]} of {str(config.get('size'))[:20]} bytes: a "
+            f"referrer's config is the empty descriptor ({EMPTY_CONFIG_DIGEST}, 2 bytes)"
+        )
+    if "data" in config and config["data"] != "e30=":
+        raise ManifestError("referrer: config.data: the empty descriptor's data is 'e30='")
+    # (2) layer annotations: strings, and a title that is one safe file name.
+    layers = doc.get("layers")
+    for index, layer in enumerate(layers if isinstance(layers, list) else []):
+        where = f"referrer: layers[{index}]"
+        annotations = layer.get("annotations", {}) if isinstance(layer, Mapping) else {}
+        if not isinstance(annotations, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+        ):
+            raise ManifestError(f"{where}.annotations: must map strings to strings")
+        title = annotations.get(TITLE_ANNOTATION)
+        if title is None:
+            continue
+        if len(title.encode("utf-8", "surrogatepass")) > MAX_TITLE_BYTES:
+            raise ManifestError(f"{where}: {TITLE_ANNOTATION} longer than {MAX_TITLE_BYTES} bytes")
+        problem = check_name(title)
+        if problem is not None:
+            raise ManifestError(
+                f"{where}: {TITLE_ANNOTATION} {title[:200]!r} is not a safe file name: "
+                f"{problem.reason}"
+            )

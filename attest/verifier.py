@@ -26,16 +26,26 @@ caller passes in (the registry's blob store, a worker's staged tree, a directory
 
 ``verify_bundle_result`` runs the same steps and returns the ``BundleVerdict`` report
 without raising for a denial, for display (``bundle verify --json``).
+
+Steps (3) and (4) are the costly ones (every file read, an OMS signature re-hashes every
+file). A caller that judges the same immutable bundle again (the registry) may pass an
+``EvidenceMemo`` that recalls their results: step (3) under ``scan_key`` (the manifest digest
+and the scanner's limits), each attestation of step (4) under ``attestation_key`` (the
+manifest digest, the attestation's bytes and label, the trust set by key id and trust-root
+file, the ignore paths). Steps (1), (2) and (5) always run. With an X.509 CA in the trust
+set, (4) depends on the clock (a certificate's validity "now"): no attestation key, nothing
+of (4) recalled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from modelward.attest._fileio import open_regular
 from modelward.attest.errors import (
@@ -54,7 +64,7 @@ from modelward.attest.policy import (
     policy_scan_limits,
     size_checks,
 )
-from modelward.attest.scanner import Finding, scan_blob
+from modelward.attest.scanner import Finding, ScanLimits, scan_blob
 from modelward.attest.scanner._tree import library_problem
 from modelward.attest.tree import is_excluded, normalize_excludes
 from modelward.attest.trust import TrustSet, VerifiedStatement
@@ -64,10 +74,13 @@ __all__ = [
     "BlobReader",
     "BundleVerdict",
     "DirectoryReader",
+    "EvidenceMemo",
     "SetAside",
     "TrustedBundle",
     "VerifiedAttestation",
+    "attestation_key",
     "check_manifest_limits",
+    "scan_key",
     "verify_bundle",
     "verify_bundle_result",
     "verify_one_attestation",
@@ -136,6 +149,67 @@ class SetAside:
     reason: str
 
 
+_T = TypeVar("_T")
+UNREADABLE = "tree.unreadable"
+Judged = tuple[str, VerifiedAttestation | SetAside]  # ("verified"|"ignored"|"rejected", it)
+
+
+class EvidenceMemo(Protocol):
+    """Where a caller keeps the results of steps (3) and (4) it already paid for."""
+
+    def recall(self, key: str, compute: Callable[[], _T]) -> _T:
+        """What is stored under ``key``, or ``compute()``'s result (stored under it)."""
+        ...
+
+
+def _key(parts: dict[str, object]) -> str:
+    encoded = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+def scan_key(manifest: Manifest, limits: ScanLimits) -> str:
+    """The key step (3) of ``manifest`` is a function of: its digest and the limits."""
+    return _key({"step": "3", "manifest": manifest.digest, "limits": repr(limits)})
+
+
+def attestation_key(
+    manifest: Manifest,
+    label: str,
+    data: bytes,
+    *,
+    trust: TrustSet,
+    oms_ignore_paths: Sequence[str] = (),
+) -> str | None:
+    """The key step (4) of one attestation is a function of; None when it also depends on
+    the clock (an X.509 CA is trusted), so it must be judged afresh."""
+    if trust.cas:
+        return None
+    identities = []
+    for identity in trust.identities:
+        # a trust-root file is read when verifying: its size and modification time count
+        stat = identity.trust_root.stat() if identity.trust_root is not None else None
+        identities.append(
+            [
+                identity.name,
+                identity.identity,
+                identity.issuer,
+                str(identity.trust_root),
+                [stat.st_size, stat.st_mtime_ns] if stat is not None else None,
+            ]
+        )
+    return _key(
+        {
+            "step": "4",
+            "manifest": manifest.digest,
+            "label": label,
+            "attestation": _sha256(data),
+            "keys": [[k.name, k.keyid] for k in trust.keys],
+            "identities": identities,
+            "ignore": list(oms_ignore_paths),
+        }
+    )
+
+
 @dataclass(frozen=True)
 class BundleVerdict:
     """Everything the verifier found; ``decision.allowed`` says whether it is trusted."""
@@ -183,13 +257,15 @@ def verify_bundle(
     expected_digest: str | None = None,
     labels: Sequence[str] | None = None,
     oms_ignore_paths: Sequence[str] = (),
+    memo: EvidenceMemo | None = None,
 ) -> TrustedBundle:
     """Decide whether ``policy`` trusts the bundle ``manifest_bytes`` names (module doc).
 
     ``trust`` is who may sign an attestation for it to verify at all (the policy's signers,
     and at the registry every registered signer); ``registered`` are the signers the policy
     counts towards its threshold only when it sets ``trust_registered_signers``.
-    ``labels`` name the attestations in reports (default ``attestation N``).
+    ``labels`` name the attestations in reports (default ``attestation N``). ``memo``
+    recalls steps (3) and (4) already judged (module doc).
 
     Raises:
         ManifestError, BundleError: the manifest bytes are malformed, over the policy's
@@ -206,6 +282,7 @@ def verify_bundle(
         expected_digest=expected_digest,
         labels=labels,
         oms_ignore_paths=oms_ignore_paths,
+        memo=memo,
     )
     # (6): a denial raises with every failed check; only an allowed bundle is "trusted".
     if not verdict.allowed:
@@ -232,6 +309,7 @@ def verify_bundle_result(
     expected_digest: str | None = None,
     labels: Sequence[str] | None = None,
     oms_ignore_paths: Sequence[str] = (),
+    memo: EvidenceMemo | None = None,
 ) -> BundleVerdict:
     """Steps (1)-(5) of ``verify_bundle``: the report, without raising for a denial.
 
@@ -257,19 +335,42 @@ def verify_bundle_result(
     if not all(c.passed for c in sizes):
         decision = Decision(allowed=False, checks=tuple(sizes))
         return BundleVerdict(manifest.digest, manifest, (), (), (), (), decision)
-    # (3): every file by content.
-    findings = _scan(policy, manifest, reader)
+    limits = policy_scan_limits(policy)
+    # (3): every file by content (a file that could not be read now is never recalled).
+    try:
+        findings = _recall(
+            memo, scan_key(manifest, limits), lambda: _scanned(limits, manifest, reader)
+        )
+    except _Unreadable as exc:
+        findings = exc.findings
     # (4): every attestation: verified, ignored or rejected.
-    verified, ignored, rejected = _judge_attestations(
-        manifest, zip(names, attestations, strict=True), trust, reader, oms_ignore_paths
-    )
+    verified: list[VerifiedAttestation] = []
+    ignored: list[SetAside] = []
+    rejected: list[SetAside] = []
+    for name, data in zip(names, attestations, strict=True):
+        key = None
+        if memo is not None:
+            key = attestation_key(
+                manifest, name, data, trust=trust, oms_ignore_paths=oms_ignore_paths
+            )
+
+        def judged(name: str = name, data: bytes = data) -> Judged:
+            return _judge_one(
+                manifest, name, data, trust=trust, reader=reader, oms_ignore_paths=oms_ignore_paths
+            )
+
+        outcome, item = _recall(memo, key, judged)
+        if isinstance(item, VerifiedAttestation):
+            verified.append(item)
+        else:
+            (ignored if outcome == "ignored" else rejected).append(item)
     # (5): the one evaluator decides.
     decision = evaluate(
         policy,
         manifest=manifest,
         statements=[v.statement for v in verified],
         rejected=[f"{r.label}: {r.reason}" for r in rejected],
-        findings=findings,
+        findings=list(findings),
         extra_trust=registered,
     )
     return BundleVerdict(
@@ -278,20 +379,38 @@ def verify_bundle_result(
         verified=tuple(verified),
         ignored=tuple(ignored),
         rejected=tuple(rejected),
-        findings=tuple(findings),
+        findings=findings,
         decision=decision,
     )
 
 
-def _scan(policy: Policy, manifest: Manifest, reader: BlobReader) -> list[Finding]:
-    limits = policy_scan_limits(policy)
+def _recall(memo: EvidenceMemo | None, key: str | None, compute: Callable[[], _T]) -> _T:
+    return compute() if memo is None or key is None else memo.recall(key, compute)
+
+
+class _Unreadable(Exception):  # noqa: N818 - control flow, never escapes this module
+    """Step (3) met a file it could not read: a result to report, not to keep."""
+
+    def __init__(self, findings: tuple[Finding, ...]) -> None:
+        super().__init__("unreadable")
+        self.findings = findings
+
+
+def _scanned(limits: ScanLimits, manifest: Manifest, reader: BlobReader) -> tuple[Finding, ...]:
+    findings = tuple(_scan(limits, manifest, reader))
+    if any(f.rule == UNREADABLE for f in findings):
+        raise _Unreadable(findings)
+    return findings
+
+
+def _scan(limits: ScanLimits, manifest: Manifest, reader: BlobReader) -> list[Finding]:
     findings: list[Finding] = []
     for layer in manifest.layers:
         try:
             with reader.open(layer) as stream:
                 report = scan_blob(layer.path, stream, layer.size, limits)
         except (OSError, BundleError) as exc:
-            findings.append(Finding(layer.path, "tree.unreadable", f"read failed: {exc}"))
+            findings.append(Finding(layer.path, UNREADABLE, f"read failed: {exc}"))
             continue
         findings.extend(report.findings)
         local = reader.local_path(layer)
@@ -352,36 +471,31 @@ def _require_excluded(manifest: Manifest, ignore_paths: Sequence[str]) -> None:
         )
 
 
-def _judge_attestations(
+def _judge_one(
     manifest: Manifest,
-    attestations: Iterable[tuple[str, bytes]],
+    name: str,
+    data: bytes,
+    *,
     trust: TrustSet,
     reader: BlobReader,
     oms_ignore_paths: Sequence[str],
-) -> tuple[list[VerifiedAttestation], list[SetAside], list[SetAside]]:
-    verified: list[VerifiedAttestation] = []
-    ignored: list[SetAside] = []
-    rejected: list[SetAside] = []
-    for name, data in attestations:
-        try:
-            # (4a)
-            verified.append(
-                verify_one_attestation(
-                    manifest,
-                    data,
-                    trust=trust,
-                    reader=reader,
-                    label=name,
-                    oms_ignore_paths=oms_ignore_paths,
-                )
-            )
-        except UntrustedSigner as exc:
-            # (4b): nobody this verifier trusts signed it: it vouches for nothing.
-            ignored.append(SetAside(name, _sha256(data), str(exc)))
-        except AttestError as exc:
-            # (4c): tampering or malformed bytes.
-            rejected.append(SetAside(name, _sha256(data), str(exc)))
-    return verified, ignored, rejected
+) -> Judged:
+    try:
+        # (4a)
+        return "verified", verify_one_attestation(
+            manifest,
+            data,
+            trust=trust,
+            reader=reader,
+            label=name,
+            oms_ignore_paths=oms_ignore_paths,
+        )
+    except UntrustedSigner as exc:
+        # (4b): nobody this verifier trusts signed it: it vouches for nothing.
+        return "ignored", SetAside(name, _sha256(data), str(exc))
+    except AttestError as exc:
+        # (4c): tampering or malformed bytes.
+        return "rejected", SetAside(name, _sha256(data), str(exc))
 
 
 def _sha256(data: bytes) -> str:

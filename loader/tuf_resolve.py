@@ -376,7 +376,8 @@ def check_not_quarantined(
 class AliasTrust:
     """How a worker resolves aliases: ``--trust-root``/``--online-alias``, or the worker
     policy's ``tuf`` section; ``unsigned`` (``--unsigned-aliases``) takes the registry's
-    word instead, for registries not yet migrated (a warning says so every time)."""
+    word instead, for registries not yet migrated (a warning says so every time), but only
+    while no root is given or pinned in the cache (``resolve_reference`` step 3)."""
 
     root: Path | None = None
     online_aliases: tuple[str, ...] = ()
@@ -409,8 +410,9 @@ def resolve_reference(
     2. a digest: refused when the verified quarantine role lists it, whenever a root is
        given or the cache pinned one (``trust pin``; workers then run without
        ``--trust-root``): only a worker with no root at all takes the registry's word;
-    3. an alias resolves through TUF (or, with ``--unsigned-aliases`` and no root, by the
-       registry's word, with a warning); when no signed target (or the registry) names it, a
+    3. an alias resolves through TUF (or, with ``--unsigned-aliases`` and no root given or
+       pinned in the cache, by the registry's word, with a warning; with a root, the flag is
+       ignored, with a warning saying so); when no signed target (or the registry) names it, a
        repository the caller cannot read is named first (``UnknownRepository``, with the
        close names it may read).
     """
@@ -434,7 +436,19 @@ def resolve_reference(
     # (3): an alias through TUF; not signed there, it is asked whether the repository exists
     assert ref.alias is not None  # noqa: S101 - a Reference holds one of the two
     try:
-        if trust.unsigned and root is None:
+        pinned = root is not None or (metadata / "root.json").exists()
+        if trust.unsigned and pinned:
+            # the flag is for a worker *without* a root: one given, or pinned in the cache
+            # (``trust pin``, or any earlier resolution), is never set aside for the
+            # registry's word
+            log.warning(
+                "%s@%s: --unsigned-aliases ignored: a TUF root is pinned for this registry "
+                "(%s), so the alias is resolved through its signed metadata",
+                ref.repo,
+                ref.alias,
+                trust.root_source if root is not None else metadata,
+            )
+        if trust.unsigned and not pinned:
             log.warning(
                 "%s@%s resolved by the registry's word (--unsigned-aliases): "
                 "nothing signed says which bundle it names",

@@ -6,7 +6,11 @@ request in its own transaction. A small ASGI middleware gives each request an id
 ``X-Request-ID``), logs one JSON line per request (never a token or a payload), counts it
 for ``/metrics``, and answers any unexpected exception with a 500 in the same JSON shape
 (``internal``, the request id in ``detail``). ``BodyLimit`` (registry.domains._body_limit)
-caps every non-streaming request body at ``max_request_json_bytes`` (413 ``too_large``).
+caps every non-streaming request body at ``max_request_json_bytes`` (413 ``too_large``);
+``refuse_nul`` (registry.domains._nul), a dependency of every route, answers a NUL character
+in a header, path, query or body string with 400 ``invalid_value`` naming the field.
+Unauthenticated denials (401, and a NUL refused before any token was shown) pass the
+per-address throttle before they are audited.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from anyio import to_thread
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import (
@@ -36,6 +40,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
@@ -43,6 +49,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from modelward.registry.db import Database, make_engine
 from modelward.registry.domains._body_limit import BodyLimit
+from modelward.registry.domains._nul import refuse_nul
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains._throttle import (
     DenialThrottle,
@@ -175,7 +182,8 @@ class _Observe:
             (v.decode("latin-1") for k, v in scope.get("headers") or () if k == b"x-request-id"),
             "",
         )
-        request_id = given if given.isascii() and 0 < len(given) <= 64 else uuid.uuid4().hex
+        printable = given.isascii() and given.isprintable()  # never a NUL into a log or row
+        request_id = given if printable and 0 < len(given) <= 64 else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
         started = time.perf_counter()
@@ -237,6 +245,28 @@ class _Observe:
                 )
 
 
+class _ReuseCollector(Collector):
+    """What the registry did not compute again (registry/domains/_verdict_cache.py)."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        evidence = CounterMetricFamily(
+            "modelward_bundle_evidence",
+            "bundle evidence (scan, attestations) recalled (hit) or computed, this process",
+            labels=["result"],
+        )
+        for result, count in sorted(self.state.verdicts.stats.items()):
+            evidence.add_metric([result], count)
+        yield evidence
+        yield CounterMetricFamily(
+            "modelward_dry_runs_unaudited",
+            "dry runs counted, not audited (repeated, or over the per-minute bound)",
+            value=self.state.dry_runs.unaudited,
+        )
+
+
 def _internal_body(request_id: str) -> bytes:
     message = f"internal error (request id {request_id}); the server log has the details"
     body = {"error": {"code": "internal", "message": message, "detail": {"request_id": request_id}}}
@@ -255,7 +285,8 @@ def _internal_error(request_id: str) -> Message:
 
 
 def _record_denial(state: AppState, request: Request, status: int, code: str, msg: str) -> None:
-    """Append a ``denied`` event; unauthenticated ones pass the throttle first."""
+    """Append a ``denied`` event; unauthenticated ones (401, an anonymous NUL refusal)
+    pass the throttle first."""
     caller = getattr(request.state, "caller", None)
     details: dict[str, Any] = {
         "status": status,
@@ -266,7 +297,7 @@ def _record_denial(state: AppState, request: Request, status: int, code: str, ms
     # the path as the client sent it, less what no database text column can hold
     path = request.url.path.replace("\x00", "%00")
     action, subject = "denied", f"{request.method} {path}"
-    if caller is None and status == 401:
+    if caller is None and (status == 401 or code == "invalid_value"):
         # the peer, or what a trusted proxy says it forwarded (never the client's own say)
         client = throttle_key(
             client_address(
@@ -439,6 +470,8 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         version="1",
         description="Immutable model bundles, alias publishing, tamper-evident audit log.",
         lifespan=lambda app: _lifespan(app, settings),
+        # before any route reads the database: no NUL in a header, path, query or body
+        dependencies=[Depends(refuse_nul)],
     )
     app.state.registry = state or build_state(settings)
     metrics = CollectorRegistry()
@@ -448,6 +481,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     latency = Histogram(
         "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
     )
+    metrics.register(_ReuseCollector(app.state.registry))
     for router in (
         principals,
         keys,

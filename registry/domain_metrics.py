@@ -13,6 +13,10 @@ Each scrape reads them in one read transaction, with bounded queries:
    and stray bytes), every run: the total the latest ``storage.gc`` audit event records
    (``gc.service.reclaimed_total``). Read from the database, so every ``serve`` process and
    replica answers the same total, and a restart does not reset it.
+6. ``modelward_tuf_refresh_failures_total`` and ``modelward_tuf_refresh_failing``: how this
+   process's re-signing of snapshot and timestamp went (``registry.tuf.service.
+   refresh_health``): failures since it started, and 1 while the last attempt failed (also
+   logged as ``tuf_refresh_failed`` and shown by ``trust status``).
 
 They name repositories and say what is quarantined, so they are only for an authenticated
 caller, even when ``metrics_public`` opens the HTTP metrics to anyone.
@@ -37,6 +41,7 @@ from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.models import QuarantinedDigest, TufMetadata, TufProposal
+from modelward.registry.tuf.service import refresh_health
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
 
@@ -73,6 +78,17 @@ class _Domain(Collector):
             )
             yield self._storage(session, now)  # (4)
             yield _gc_reclaimed(session)  # (5)
+        health = refresh_health()  # (6)
+        yield CounterMetricFamily(
+            "modelward_tuf_refresh_failures",
+            "Failed re-signings of TUF snapshot and timestamp by this process",
+            value=health.failures,
+        )
+        yield GaugeMetricFamily(
+            "modelward_tuf_refresh_failing",
+            "1 while this process's last re-signing of TUF snapshot and timestamp failed",
+            value=1 if health.failing else 0,
+        )
 
     def _storage(self, session: Session, now: datetime) -> Metric:
         family = GaugeMetricFamily(

@@ -68,6 +68,8 @@ class Principal(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     role: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the registry's HMAC over (id, name, role): registry.tuf.seals (docs/tuf.md#keys)
+    seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Token(Base):
@@ -87,6 +89,8 @@ class SigningKey(Base):
     public_key_pem: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the registry's HMAC over (keyid, principal, key, revoked): registry.tuf.seals
+    seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Identity(Base):
@@ -129,12 +133,16 @@ class Repository(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # bytes the repository may hold; None: no quota (docs/registry.md#storage-hygiene)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the registry's HMAC over (name, policy_yaml): registry.tuf.seals (docs/tuf.md#keys)
+    seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class RepoPublisher(Base):
     __tablename__ = "repo_publishers"
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"), primary_key=True)
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+    # the registry's HMAC over (repository name, principal): registry.tuf.seals
+    seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Blob(Base):

@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     # the audit checkpoint signing key (docs/registry.md#checkpoints); None: created on first
     # use at <data_dir>/audit-checkpoint.key. When set, the file must exist (never created).
     audit_checkpoint_key: Path | None = None
-    upload_ttl_seconds: int = Field(default=86_400, ge=1)  # idle upload sessions expire
+    upload_ttl_seconds: int = Field(default=900, ge=1)  # an upload session idle this long expires
     max_open_uploads: int = Field(default=64, ge=1)  # per principal
     # garbage collection spares blobs, leases and upload sessions younger than this
     # (docs/registry.md#storage-hygiene)

@@ -537,15 +537,16 @@ def run(
     examples: int = 1000,
     databases: tuple[str, ...] = ("sqlite",),
     max_time: int = 1500,
-    postgres_roles: tuple[str, ...] = ("admin",),
+    postgres_roles: tuple[str, ...] = ROLES,
     postgres_examples: int | None = None,
     budget: int | None = None,
 ) -> dict[str, Any]:
     """The campaign over ``databases``; writes and returns ``out/api.json``.
 
-    On SQLite every role runs with ``examples`` per operation. The schema and the handlers
-    are the same on PostgreSQL, so there (to bound the time) only ``postgres_roles`` run,
-    with ``postgres_examples`` (default: ``examples``): what differs is the database layer.
+    Every role runs on each database (``postgres_roles`` narrows PostgreSQL's): what a
+    role may reach differs, and the database layer is where F6 hid. On SQLite with
+    ``examples`` per operation; on PostgreSQL with ``postgres_examples`` (default:
+    ``examples``), to bound the time.
     """
     from reliability._infra import each_database
 

@@ -136,10 +136,14 @@ def _content(path: str, stream: BinaryIO, size: int, prefix: bytes, limits: Scan
     if size == 0:
         return "empty", []
     # what CPython's unpicklers make of the bytes comes first: a stream they would import,
-    # call or finish is a pickle, whatever else it also is (text, a zip appended to it)
+    # call or finish is a pickle, whatever else it also is (text, a zip appended to it).
+    # Tensor data is judged by its safetensors header, never by guessing at its bytes: in a
+    # file whose name promises safetensors and whose header proves it, the walk ends where
+    # the tensor data begins (docs/scanner.md#safetensors-and-pickle)
+    readable = _pickle_readable(path, stream, size, prefix, limits)
     stream.seek(0)
     probe = judge_pickle(
-        stream, size, max_bytes=limits.max_pickle_walk, max_ops=limits.max_pickle_ops
+        stream, readable, max_bytes=limits.max_pickle_walk, max_ops=limits.max_pickle_ops
     )
     archive = scan_zip(path, stream, size, prefix, limits)
     if archive is not None:  # its members first, then what pickle.load reads at offset 0
@@ -208,6 +212,23 @@ def _pickle_findings(
         if code is not None:
             found.append(Finding(path, code[0], code[1]))
     return found
+
+
+def _pickle_readable(
+    path: str, stream: BinaryIO, size: int, prefix: bytes, limits: ScanLimits
+) -> int:
+    """How many bytes the pickle walk reads: all of them, except in a file named
+    ``.safetensors`` (which loaders read with the safetensors library, never an unpickler)
+    that is valid safetensors by its header: there only the 8-byte length and the header,
+    the bytes no tensor accounts for. A walk still unpickling where the tensor data begins
+    is then no pickle: every later byte is the tensor data the header describes."""
+    if not path.lower().endswith(".safetensors") or not _looks_like_safetensors(
+        prefix, size, limits
+    ):
+        return size
+    if check_safetensors(path, stream, size, limits):
+        return size
+    return 8 + int.from_bytes(prefix[:8], "little")
 
 
 def _valid_safetensors(

@@ -472,9 +472,16 @@ def principal_create(
     if target.direct:
         from modelward.registry.domains._state import iso
         from modelward.registry.domains.principals.service import create_principal
+        from modelward.registry.tuf.keys import ROW_KEY, tuf_keys
 
+        # sealed when the registry's keys directory is at hand (docs/tuf.md#keys)
+        seals = None
+        if target.data_dir is not None or target.config is not None:
+            settings = _settings(target.config, data_dir=target.data_dir, database_url=None)
+            keys = tuf_keys(settings)
+            seals = keys.row_seals() if keys.has(ROW_KEY) else None
         with _local_write(target) as session:
-            p = create_principal(session, name=name, role=role, actor=LOCAL_ACTOR)
+            p = create_principal(session, name=name, role=role, actor=LOCAL_ACTOR, seals=seals)
             created = {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
     else:
         with _admin_api() as client:

@@ -226,6 +226,11 @@ def _status_lines(status: dict[str, Any]) -> str:
             "`modelward trust init` with offline keys (docs/tuf.md#keys)"
         )
     for role in status.get("roles") or []:
+        if role.get("refused"):  # a stored row the registry passes over and signs over
+            out.append(
+                f"{role.get('role'):<40} v{role.get('version'):<6} REFUSED: {role['refused']}"
+            )
+            continue
         flag = (
             " EXPIRED"
             if role.get("expired")
@@ -244,6 +249,12 @@ def _status_lines(status: dict[str, Any]) -> str:
         )
         out.append(f"  {status.get('db_writer')}")
     out.append(f"pending proposals: {status.get('pending_proposals')}")
+    refresh = status.get("refresh") or {}
+    if refresh.get("failing"):
+        out.append(
+            f"warning: re-signing snapshot and timestamp is FAILING ({refresh.get('failures')} "
+            f"failures; last at {refresh.get('last_failure')}): {refresh.get('last_error')}"
+        )
     return "\n".join(out)
 
 
@@ -258,7 +269,9 @@ def trust_status(as_json: AsJson = False) -> None:
 
 def _root_version(client: RegistryClient) -> int:
     versions = [
-        int(r["version"]) for r in client.tuf_status().get("roles") or [] if r.get("role") == "root"
+        int(r["version"])
+        for r in client.tuf_status().get("roles") or []
+        if r.get("role") == "root" and not r.get("refused")  # a refused row is not served
     ]
     if not versions:
         fail("the registry has no TUF root yet")

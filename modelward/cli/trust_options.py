@@ -60,8 +60,9 @@ _UnsignedAliasesOpt = Annotated[
     bool,
     typer.Option(
         "--unsigned-aliases",
-        help="Without --trust-root: take the registry's word for which bundle an "
-        "alias names (registries not migrated to TUF; warns every time)",
+        help="With no root (no --trust-root, none pinned in the cache): take the "
+        "registry's word for which bundle an alias names (registries not migrated to TUF; "
+        "warns every time); ignored, with a warning, once a root is given or pinned",
     ),
 ]
 _PolicyOpt = Annotated[

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 
 from modelward.registry.domains._numbers import decimal
 
-__all__ = ["BodyLimit", "BodyTooLarge"]
+__all__ = ["BodyLimit", "BodyTooLarge", "is_streaming"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,10 +48,14 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
-def _exempt(method: str, path: str) -> bool:
-    if method not in _BODY_METHODS:
-        return True
+def is_streaming(method: str, path: str) -> bool:
+    """True for the requests whose body is bytes streamed under their own limit (blob and
+    upload bytes, attestations), never read whole."""
     return any(method == m and pattern.fullmatch(path) for m, pattern in _STREAMING)
+
+
+def _exempt(method: str, path: str) -> bool:
+    return method not in _BODY_METHODS or is_streaming(method, path)
 
 
 class BodyLimit:

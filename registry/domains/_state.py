@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from modelward.registry.db import Database
 from modelward.registry.domains._throttle import DenialThrottle
+from modelward.registry.domains._verdict_cache import DryRunAudit, VerdictCache
 from modelward.registry.settings import Settings
 from modelward.registry.storage import BlobStore
 
@@ -26,6 +27,8 @@ class AppState:
     default_policy_yaml: str | None
     default_policy_dir: Path | None = None  # files the operator's --policy names are relative to
     denial_throttle: DenialThrottle = field(default_factory=lambda: DenialThrottle(60))
+    verdicts: VerdictCache = field(default_factory=VerdictCache)  # bundle evidence, per process
+    dry_runs: DryRunAudit = field(default_factory=DryRunAudit)  # which dry runs are audited
 
 
 def get_state(request: Request) -> AppState:

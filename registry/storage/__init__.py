@@ -6,9 +6,13 @@ digest match (atomic rename on a file system; a multipart upload completed only 
 S3 — an aborted one leaves nothing). Upload sessions keep their chunks in the same store so any
 app process can continue or commit a session: ``put_part`` stores one chunk (named by the
 session, with its offset first), ``discard_part`` drops a chunk whose offset never advanced,
-``assemble`` makes the verified blob from a complete session's chunks, and ``delete_upload``
-drops whatever a session stored. ``delete`` removes a blob (garbage collection only, under the
-database's write lock: registry/domains/gc/service.py); deleting a missing blob is no error.
+``chunk_lock`` is held (True) by the one request storing a chunk of a session, from
+before it reads the session's offset until the offset has advanced (False when another
+request holds it: that one answers "offset mismatch" at once and stores nothing, so a
+racing chunk can never write over an accepted one), ``assemble`` makes the verified blob
+from a complete session's chunks, and ``delete_upload`` drops whatever a session stored.
+``delete`` removes a blob (garbage collection only, under the database's write lock:
+registry/domains/gc/service.py); deleting a missing blob is no error.
 ``stored_blobs`` and ``stored_uploads`` list what the store holds, with sizes and modification
 times, so garbage collection also finds objects the database never recorded (a process killed
 between storing and recording), and ``purge_upload`` drops such a session's chunks.
@@ -47,6 +51,7 @@ class BlobStore(Protocol):
     def put_verified(self, digest: str, size: int, chunks: Iterable[bytes]) -> None: ...
     def read(self, digest: str, start: int = 0, end: int | None = None) -> Iterator[bytes]: ...
     def open(self, digest: str) -> AbstractContextManager[BinaryIO]: ...
+    def chunk_lock(self, upload_id: str) -> AbstractContextManager[bool]: ...
     def put_part(self, upload_id: str, part: str, size: int, chunks: Iterable[bytes]) -> None: ...
     def discard_part(self, upload_id: str, part: str) -> None: ...
     def assemble(self, upload_id: str, parts: Sequence[str], digest: str, size: int) -> None: ...

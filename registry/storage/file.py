@@ -3,14 +3,17 @@
 An upload session's chunks are written in place into one file, ``_uploads/<id>/data``, at
 each chunk's offset (the part name starts with it) and fsynced; ``assemble`` hashes that
 file and renames it into place, so a session's bytes are written to disk once. Bytes past
-the session's offset (a chunk whose offset never advanced: cut off, or beaten by another
-request) are overwritten by the next chunk and never reach a blob: ``assemble`` reads the
-first ``size`` bytes only, and the digest decides.
+the session's offset (a chunk whose offset never advanced: cut off) are overwritten by the
+next chunk and never reach a blob: ``assemble`` reads the first ``size`` bytes only, and the
+digest decides. Two chunks are never written at once: the writer holds ``chunk_lock`` (a
+``flock``) from before it reads the session's offset until that offset has advanced, so a
+racing chunk at the same offset is refused before it writes a byte over the accepted one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -115,6 +118,24 @@ class FileStore:
         if not head.isdigit():
             raise ValueError(f"part name {part!r} does not start with its offset")
         return int(head)
+
+    @contextlib.contextmanager
+    def chunk_lock(self, upload_id: str) -> Iterator[bool]:
+        """An exclusive, non-blocking ``flock`` on ``_uploads/<id>/lock``: chunks are written
+        in place, so only the request that holds it may write (True); another one holding it
+        means False. The kernel drops it when its holder dies (no stale lock)."""
+        lock = self._uploads / upload_id / "lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def put_part(self, upload_id: str, part: str, size: int, chunks: Iterable[bytes]) -> None:
         data = self._upload_data(upload_id)

@@ -13,6 +13,7 @@ signers by role and never exposes key bytes.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -25,11 +26,13 @@ from modelward.attest.tuf import tuf_signer
 from modelward.registry.errors import RegistryError
 from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
 from modelward.registry.settings import Settings
+from modelward.registry.tuf.seals import KEY_BYTES, ROW_KEY, RowSeals
 
 __all__ = [
     "ALIAS_KEY",
     "EMBEDDED_ROLES",
     "ONLINE_ROLES",
+    "ROW_KEY",
     "OnlineKeys",
     "TufKeyUnavailable",
     "next_role",
@@ -86,6 +89,27 @@ class OnlineKeys:
             raise TufKeyUnavailable(str(exc)) from exc
         except (ValueError, TypeError, UnsupportedAlgorithm, AttestError) as exc:
             raise TufKeyUnavailable(f"{path} is not a TUF {role} key: {exc}") from exc
+
+    def create_row_key(self) -> bool:
+        """A new random row seal key (``rows.key``), unless one exists; True if this call
+        made it (registry.tuf.seals)."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            create_secret_file(self.path(ROW_KEY), secrets.token_bytes(KEY_BYTES))
+        except FileExistsError:
+            return False
+        return True
+
+    def row_seals(self) -> RowSeals:
+        """The seals made with ``rows.key``; raises TufKeyUnavailable naming the file when
+        it is missing, open to others or too short: nothing is delegated without it."""
+        path = self.path(ROW_KEY)
+        try:
+            return RowSeals(read_secret_file(path, max_bytes=4096, what="row seal key"))
+        except SecretFileError as exc:
+            raise TufKeyUnavailable(str(exc)) from exc
+        except ValueError as exc:
+            raise TufKeyUnavailable(f"{path}: {exc}") from exc
 
     def promote(self, role: str) -> None:
         """Make ``ROLE.next.key`` (made for a rotation, ``next_role``) ``role``'s key."""

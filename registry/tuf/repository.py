@@ -46,12 +46,42 @@ from tuf.api.serialization import DeserializationError
 from tuf.repository import Repository
 
 from modelward.attest.errors import StaleProposal
+from modelward.registry.errors import RegistryError
 from modelward.registry.tuf.store import MetadataStore
 
-__all__ = ["Expiries", "MetadataRepository", "new_root"]
+__all__ = ["Expiries", "MetadataRepository", "MetadataRowRefused", "new_root", "row_refusal"]
 
 TOP_LEVEL = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
 MAX_UNVERIFIED = 64  # the default of ``MetadataRepository(max_unverified=)``
+
+
+class MetadataRowRefused(RegistryError):  # noqa: N818 - named after what it says
+    """A stored ``tuf_metadata`` row the registry will not build on, serve as current or
+    show as signed: it does not parse, or its signatures do not meet its delegation (a
+    database writer's garbage or forgery). The registry passes over it and signs the next
+    version over it; it is named in ``trust status``."""
+
+    status = 409
+    code = "tuf_metadata_refused"
+
+    def __init__(self, role: str, version: int, why: str) -> None:
+        super().__init__(f"TUF metadata {role} v{version} refused: {why}")
+        self.role, self.version, self.why = role, version, why
+
+
+def row_refusal(role: str, version: int, data: bytes) -> MetadataRowRefused | None:
+    """Why the stored row ``role`` v``version`` is unusable as metadata, or None: it must
+    parse as TUF metadata of its role's type and carry its own version."""
+    try:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+    except (DeserializationError, ValueError) as exc:
+        return MetadataRowRefused(role, version, f"not TUF metadata ({type(exc).__name__})")
+    expected = role if role in TOP_LEVEL else Targets.type
+    if md.signed.type != expected:
+        return MetadataRowRefused(role, version, f"a {md.signed.type} role, not {expected}")
+    if md.signed.version != version:
+        return MetadataRowRefused(role, version, f"it says version {md.signed.version}")
+    return None
 
 
 @lru_cache(maxsize=8192)
@@ -71,28 +101,69 @@ def _verifies(role: str, data: bytes, version: int, delegator: bytes) -> bool:
     return True
 
 
-def _verified_chain(chain: tuple[bytes, ...]) -> Metadata[Root]:
-    """The last root of ``chain``, once ``_check_chain`` accepted it (a fresh object)."""
-    _check_chain(chain)
-    return Metadata[Root].from_bytes(chain[-1])
-
-
-@lru_cache(maxsize=64)
-def _check_chain(chain: tuple[bytes, ...]) -> None:
-    """The last root of ``chain`` (versions 1..N) after checking every rotation: version 1
-    signed by itself, each next one by its predecessor's threshold and its own."""
-    trusted: Metadata[Root] | None = None
-    for data in chain:
+@lru_cache(maxsize=256)
+def _root_step(trusted: bytes | None, data: bytes, expected: int) -> bool:
+    """Whether ``data`` is root version ``expected``, signed by its own threshold and, after
+    version 1, by the threshold of ``trusted`` (the verified root before it)."""
+    try:
         md = Metadata[Root].from_bytes(data)
-        expected = 1 if trusted is None else trusted.signed.version + 1
-        if md.signed.version != expected:
-            raise UnsignedMetadataError(f"root version {md.signed.version} is not {expected}")
+        if md.signed.type != Root.type or md.signed.version != expected:
+            return False
         if trusted is not None:
-            trusted.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
+            Metadata[Root].from_bytes(trusted).signed.verify_delegate(
+                Root.type, md.signed_bytes, md.signatures
+            )
         md.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
-        trusted = md
-    if trusted is None:
-        raise ValueError("the repository has no root yet: run `modelward trust init`")
+    except (UnsignedMetadataError, ValueError, DeserializationError):
+        return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _snapshot_listing(data: bytes, version: int, roots: tuple[bytes, ...]) -> dict[str, int] | None:
+    """The versions snapshot ``data`` lists (``ROLE.json`` -> version), if it is snapshot
+    version ``version`` signed by the snapshot threshold of one of ``roots`` (newest first);
+    else None. A copy is the caller's."""
+    try:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+        if md.signed.type != Snapshot.type or md.signed.version != version:
+            return None
+    except (ValueError, DeserializationError):
+        return None
+    for root in roots:
+        try:
+            Metadata[Root].from_bytes(root).signed.verify_delegate(
+                Snapshot.type, md.signed_bytes, md.signatures
+            )
+        except (UnsignedMetadataError, ValueError, DeserializationError):
+            continue
+        return {name: meta.version for name, meta in md.signed.meta.items()}
+    return None
+
+
+def _parsed(data: bytes | None) -> Metadata[Any] | None:
+    return Metadata.from_bytes(data) if data is not None else None
+
+
+@lru_cache(maxsize=1024)
+def _signed_by_root(role: str, data: bytes, roots: tuple[bytes, ...]) -> bool:
+    """Whether ``data`` is ``role`` (snapshot, timestamp) signed by its threshold in one of
+    ``roots``."""
+    try:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+        if md.signed.type != role:
+            return False
+    except (ValueError, DeserializationError):
+        return False
+    for root in roots:
+        try:
+            Metadata[Root].from_bytes(root).signed.verify_delegate(
+                role, md.signed_bytes, md.signatures
+            )
+        except (UnsignedMetadataError, ValueError, DeserializationError):
+            continue
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -166,6 +237,9 @@ class MetadataRepository(Repository):
         self.expiries = expiries or Expiries()
         self.clock = clock
         self.max_unverified = max_unverified
+        # delegated role versions this repository kept itself (``publish_delegated``), not
+        # yet in a snapshot: with the verified snapshot, what the registry accepted
+        self._accepted: dict[str, int] = {}
 
     # -- python-tuf Repository hooks ----------------------------------------------------
 
@@ -183,9 +257,9 @@ class MetadataRepository(Repository):
             if md is not None:
                 return md
         else:
-            data = self.store.read(role)
-            if data is not None:
-                return Metadata.from_bytes(data)
+            md = self.current(role)
+            if md is not None:
+                return md
         if role == Root.type:
             raise ValueError("the repository has no root yet: run `modelward trust init`")
         blank = {Snapshot.type: Snapshot, Timestamp.type: Timestamp}.get(role, Targets)
@@ -204,7 +278,15 @@ class MetadataRepository(Repository):
         delegators = self._delegators(role)
         if not delegators:  # no longer delegated: nobody resolves through it
             data = self.store.read(role, latest)
-            return Metadata.from_bytes(data) if data is not None else None
+            return _parsed(data)
+        if role != Targets.type:
+            # a delegated role: never newer than the registry accepted (its own publish,
+            # or the version its verified snapshot lists): a version a database writer
+            # stored, even one its delegation's keys signed, is not the registry's
+            accepted = self.accepted_version(role)
+            if accepted is None:
+                return None
+            latest = min(latest, accepted)
         for delegator in delegators:  # the current root first: an older one is a fallback
             for version in range(latest, max(0, latest - self.max_unverified), -1):
                 data = self.store.read(role, version)
@@ -238,10 +320,9 @@ class MetadataRepository(Repository):
         keys is still what the next one is made from); for a delegated role, top-level
         targets, or none when it does not delegate ``role``."""
         if role == Targets.type:
-            latest = self.store.latest_versions().get(Root.type, 0)
-            chain = [self.store.read(Root.type, v) for v in range(1, latest + 1)]
-            roots = tuple(data for data in chain if data is not None)
-            _check_chain(roots)
+            roots = self.root_chain()
+            if not roots:
+                raise ValueError("the repository has no root yet: run `modelward trust init`")
             return list(reversed(roots))
         targets = self.open(Targets.type)
         roles = targets.signed.delegations.roles if targets.signed.delegations else None
@@ -249,13 +330,64 @@ class MetadataRepository(Repository):
 
     def _root_chain(self, latest: int) -> Metadata[Root]:
         """The newest root reached from version 1 through verified rotations."""
-        chain = []
+        chain = self.root_chain()
+        if not chain:
+            raise ValueError("the repository has no root yet: run `modelward trust init`")
+        return Metadata[Root].from_bytes(chain[-1])
+
+    def root_chain(self) -> tuple[bytes, ...]:
+        """The stored root versions 1..N that verify as a chain of rotations (TUF 5.3.4),
+        oldest first. A stored version after N that does not verify (a database writer's
+        forgery, an unparsable row) is passed over, never a reason to refuse everything:
+        the next root installed takes its place (``install_root``)."""
+        latest = self.store.latest_versions().get(Root.type, 0)
+        chain: list[bytes] = []
         for version in range(1, latest + 1):
             data = self.store.read(Root.type, version)
-            if data is None:
+            if data is None or not _root_step(chain[-1] if chain else None, data, version):
                 break
             chain.append(data)
-        return _verified_chain(tuple(chain))
+        return tuple(chain)
+
+    def current(self, role: str) -> Metadata[Any] | None:
+        """The newest stored ``snapshot`` or ``timestamp`` signed by that role's keys in a
+        root of the verified chain; a newer row that does not parse or verify (garbage, a
+        forgery) is passed over, and the next version the registry signs goes over it."""
+        data, version = self.current_row(role)
+        return _parsed(data) if data is not None and version is not None else None
+
+    def current_row(self, role: str) -> tuple[bytes | None, int | None]:
+        """(bytes, version) of ``current(role)``, or (None, None) when none verifies."""
+        latest = self.store.latest_versions().get(role)
+        if latest is None:
+            return None, None
+        roots = tuple(reversed(self.root_chain()))
+        for version in range(latest, max(0, latest - self.max_unverified), -1):
+            data = self.store.read(role, version)
+            if data is not None and _signed_by_root(role, data, roots):
+                return data, version
+        return None, None
+
+    def accepted_version(self, role: str) -> int | None:
+        """The newest version of delegated ``role`` the registry accepted: the one it kept
+        itself in this transaction, else the one its newest verified snapshot lists."""
+        if role in self._accepted:
+            return self._accepted[role]
+        return self.snapshot_listing().get(f"{role}.json")
+
+    def snapshot_listing(self) -> dict[str, int]:
+        """What the newest stored snapshot that verifies lists (``ROLE.json`` -> version):
+        the registry's own record of what it accepted (only it holds the snapshot key)."""
+        latest = self.store.latest_versions().get(Snapshot.type)
+        if latest is None:
+            return {}
+        roots = tuple(reversed(self.root_chain()))
+        for version in range(latest, max(0, latest - self.max_unverified), -1):
+            data = self.store.read(Snapshot.type, version)
+            listing = _snapshot_listing(data, version, roots) if data is not None else None
+            if listing is not None:
+                return dict(listing)
+        return {}
 
     def close(self, role: str, md: Metadata[Any]) -> None:
         signers = self.signers.get(role) if role in TOP_LEVEL else None
@@ -281,8 +413,18 @@ class MetadataRepository(Repository):
         delegated = targets_md.signed.delegations
         named = set(delegated.roles or {}) if delegated is not None else set()
         seal = targets_md.to_bytes()
+        listing = self.snapshot_listing()
         for role, (version, data) in rows.items():
             if role in TOP_LEVEL:
+                continue
+            if self._accepted.get(role, listing.get(f"{role}.json")) != version:
+                # a newer row than the registry accepted, or none accepted: walk down
+                try:
+                    md = self.verified(role)
+                except UnsignedMetadataError:
+                    continue
+                if md is not None:
+                    infos[f"{role}.json"] = MetaFile(md.signed.version)
                 continue
             if role in named and _verifies(role, data, version, seal):
                 infos[f"{role}.json"] = MetaFile(version)
@@ -297,7 +439,9 @@ class MetadataRepository(Repository):
 
     @property
     def snapshot_info(self) -> MetaFile:
-        return MetaFile(self.store.latest_versions().get(Snapshot.type, 0))
+        """The snapshot a new timestamp names: the newest one signed by root's key, never
+        a newer row that does not verify."""
+        return MetaFile(self.current_row(Snapshot.type)[1] or 0)
 
     # -- root ------------------------------------------------------------------------------
 
@@ -306,7 +450,7 @@ class MetadataRepository(Repository):
         the current root's threshold and its own (TUF 5.3.4). Raises UnsignedMetadataError.
         """
         md = Metadata[Root].from_bytes(data)
-        current = self.verified(Root.type)
+        current = self.verified(Root.type) if self.root_chain() else None
         if current is None:
             if md.signed.version != 1:
                 raise ValueError(f"the first root must be version 1, not {md.signed.version}")
@@ -317,7 +461,9 @@ class MetadataRepository(Repository):
                 raise StaleProposal(Root.type, md.signed.version, trusted.version)
             trusted.verify_delegate(Root.type, md.signed_bytes, md.signatures)
             md.signed.verify_delegate(Root.type, md.signed_bytes, md.signatures)
-        self.store.write(Root.type, md.signed.version, data)
+        # a stored row at this version did not verify (root_chain stopped before it): a
+        # forgery or garbage, which the verified root takes the place of
+        self.store.write(Root.type, md.signed.version, data, replace=True)
         return md
 
     # -- delegated roles ---------------------------------------------------------------
@@ -369,6 +515,7 @@ class MetadataRepository(Repository):
             with self.edit_targets() as targets:
                 targets.delegations = delegations
         self.store.write(role, md.signed.version, md.to_bytes())
+        self._accepted[role] = md.signed.version
         self.publish()
 
     def publish_targets(self, md: Metadata[Targets]) -> None:
@@ -411,9 +558,13 @@ class MetadataRepository(Repository):
             (Snapshot.type, self.expiries.snapshot),
             (Timestamp.type, self.expiries.timestamp),
         ):
-            data = self.store.read(role)
-            expires = Metadata.from_bytes(data).signed.expires if data else now
-            if expires - now <= expires_in / 2:
+            # the newest row that verifies; a newer one that does not (garbage, a forgery)
+            # is signed over now, never left to freeze what workers see
+            current, version = self.current_row(role)
+            newest = self.store.latest_versions().get(role)
+            md = _parsed(current) if current is not None else None
+            expires = md.signed.expires if md is not None else now
+            if expires - now <= expires_in / 2 or version != newest:
                 if role == Snapshot.type:
                     self.do_snapshot(force=True)
                 self.do_timestamp(force=True)

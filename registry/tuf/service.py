@@ -17,21 +17,77 @@ once; otherwise it leaves a pending targets proposal for the admins to sign offl
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 from tuf.api.metadata import Targets
 
+from modelward.registry.db import Database
 from modelward.registry.models import TufProposal
-from modelward.registry.tuf.keys import ALIAS_KEY, EMBEDDED_ROLES, ONLINE_ROLES, OnlineKeys
+from modelward.registry.tuf.keys import (
+    ALIAS_KEY,
+    EMBEDDED_ROLES,
+    ONLINE_ROLES,
+    ROW_KEY,
+    OnlineKeys,
+)
 from modelward.registry.tuf.proposals import propose_targets
 from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
 from modelward.registry.tuf.roles import delegations
+from modelward.registry.tuf.seals import RowSeals, seal_unsealed_rows
 from modelward.registry.tuf.state import repository_trusts, reviewer_keys
 from modelward.registry.tuf.store import SessionStore
 
-__all__ = ["bootstrap_embedded", "delegated_as_wanted", "open_repository", "sync_delegations"]
+__all__ = [
+    "RefreshHealth",
+    "bootstrap_embedded",
+    "delegated_as_wanted",
+    "ensure_row_seals",
+    "open_repository",
+    "refresh_health",
+    "row_seals",
+    "sync_delegations",
+]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RefreshHealth:
+    """How this process's re-signing of snapshot and timestamp went (``trust status``,
+    ``/metrics``): a failure is reported there and in the log, never silent."""
+
+    failures: int = 0  # since the process started
+    failing: bool = False  # the last attempt failed
+    last_error: str | None = None
+    last_failure: datetime | None = None
+    last_success: datetime | None = None
+
+
+_HEALTH = RefreshHealth()
+_HEALTH_LOCK = threading.Lock()
+
+
+def refresh_health(*, error: BaseException | None = None, record: bool = False) -> RefreshHealth:
+    """This process's ``RefreshHealth``; with ``record``, first note an attempt that failed
+    with ``error`` (or succeeded when None)."""
+    global _HEALTH  # noqa: PLW0603 - one record per process, guarded by the lock
+    with _HEALTH_LOCK:
+        if record:
+            now = datetime.now(UTC)
+            if error is None:
+                _HEALTH = replace(_HEALTH, failing=False, last_success=now)
+            else:
+                _HEALTH = replace(
+                    _HEALTH,
+                    failures=_HEALTH.failures + 1,
+                    failing=True,
+                    last_error=f"{type(error).__name__}: {error}"[:500],
+                    last_failure=now,
+                )
+        return _HEALTH
 
 
 def open_repository(
@@ -39,6 +95,29 @@ def open_repository(
 ) -> MetadataRepository:
     """The TUF repository in ``session``'s transaction, signing with the keys it holds."""
     return MetadataRepository(SessionStore(session), keys.signers(), expiries=expiries)
+
+
+def ensure_row_seals(session: Session, keys: OnlineKeys) -> bool:
+    """Make the registry's row seal key if it has none, and seal, in ``session``, every row
+    that exists then (trust on first use: the embedded bootstrap, or the first start after
+    the upgrade that added seals). True if this call made the key. From then on only rows
+    the registry writes are sealed (registry.tuf.seals)."""
+    if keys.has(ROW_KEY):
+        return False
+    if not keys.create_row_key():  # another process made it first: it seals
+        return False
+    seal_unsealed_rows(session, keys.row_seals())
+    return True
+
+
+def row_seals(db: Database, keys: OnlineKeys) -> RowSeals:
+    """The registry's row seals, for a row it is about to write. The first call of a
+    registry that has no row key yet (the first start after the upgrade that added seals)
+    makes it and seals the rows that exist then, in a transaction of its own."""
+    if not keys.has(ROW_KEY):
+        with db.write() as session:
+            ensure_row_seals(session, keys)
+    return keys.row_seals()
 
 
 def bootstrap_embedded(
@@ -52,6 +131,10 @@ def bootstrap_embedded(
         return False
     for role in (*EMBEDDED_ROLES, *ONLINE_ROLES, ALIAS_KEY):
         keys.create(role)
+    # the first start is the moment of trust on first use: whichever process makes the
+    # root seals the rows there are, in the root's own transaction
+    keys.create_row_key()
+    seal_unsealed_rows(session, keys.row_seals())
     repo = open_repository(session, keys, expiries)
     signers = repo.signers
     expiries = repo.expiries
@@ -92,9 +175,10 @@ def sync_delegations(
     offline (None as ``proposer_id`` then means the registry's own bootstrap admin)."""
     versions = repo.store.latest_versions()
     online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
+    seals = keys.row_seals()
     wanted = delegations(
-        repository_trusts(session, default_policy_yaml),
-        reviewer_keys=reviewer_keys(session),
+        repository_trusts(session, default_policy_yaml, seals),
+        reviewer_keys=reviewer_keys(session, seals),
         online_key=online,
         quarantine=True,
     )
@@ -130,9 +214,10 @@ def delegated_as_wanted(
     if current is None or current.roles is None:
         return False
     online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
+    seals = keys.row_seals()
     wanted = delegations(
-        repository_trusts(session, default_policy_yaml, only=repo_name),
-        reviewer_keys=reviewer_keys(session),
+        repository_trusts(session, default_policy_yaml, seals, only=repo_name),
+        reviewer_keys=reviewer_keys(session, seals),
         online_key=online,
         quarantine=True,
     )

@@ -4,6 +4,15 @@
 - its publishers' active signing keys;
 - every reviewer's active signing key (reviewers sign protected aliases and quarantine).
 
+Only rows the registry sealed count (``registry.tuf.seals``): a reviewer whose principal
+row, a key whose ``signing_keys`` row, a publisher whose ``repo_publishers`` row does not
+carry a valid seal is left out (and named in a ``tuf_row_unsealed`` log line), so a
+database writer's row signs nothing, even with the targets key online.
+
+One key per principal: a worker counts keys, the registry counts people, and the two must
+agree (docs/tuf.md#proposals). So a principal's newest active sealed key is her one key in
+every delegation; registering a second key replaces the first there.
+
 A protected rule with ``approvals: 0`` (protected only for its baseline or replay gates)
 stays with the publishers' role: the registry checks those gates before it publishes.
 Revoked keys are left out, so revoking a key ends its delegations with the next targets.
@@ -27,45 +36,77 @@ from modelward.registry.errors import BadRequest
 from modelward.registry.models import Principal, RepoPublisher, Repository, SigningKey
 from modelward.registry.policy import FloorNotMet, repo_policy
 from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust
+from modelward.registry.tuf.seals import RowSeals
 
 __all__ = ["repository_trusts", "reviewer_keys"]
 
 log = logging.getLogger("modelward.registry")
 
 
-def _keys(session: Session, principal_ids: Sequence[int]) -> list[Key]:
+def _unsealed(table: str, row: str) -> None:
+    log.warning(json.dumps({"event": "tuf_row_unsealed", "table": table, "row": row}))
+
+
+def _keys(session: Session, principal_ids: Sequence[int], seals: RowSeals) -> list[Key]:
+    """One key per principal: the newest active key whose seal verifies."""
     if not principal_ids:
         return []
     rows = session.scalars(
         select(SigningKey)
         .where(SigningKey.principal_id.in_(principal_ids), SigningKey.revoked_at.is_(None))
-        .order_by(SigningKey.keyid)
+        .order_by(SigningKey.principal_id, SigningKey.created_at.desc(), SigningKey.keyid)
     )
-    return [
-        tuf_key(load_public_key(row.public_key_pem.encode(), source=f"key {row.keyid}"))
-        for row in rows
-    ]
+    newest: dict[int, SigningKey] = {}
+    for row in rows:
+        if not seals.signing_key_ok(row):
+            _unsealed("signing_keys", row.keyid)
+            continue
+        newest.setdefault(row.principal_id, row)
+    return sorted(
+        (
+            tuf_key(load_public_key(row.public_key_pem.encode(), source=f"key {row.keyid}"))
+            for row in newest.values()
+        ),
+        key=lambda key: key.keyid,
+    )
 
 
-def reviewer_keys(session: Session) -> list[Key]:
-    """Every reviewer's active signing key."""
-    ids = list(session.scalars(select(Principal.id).where(Principal.role == "reviewer")))
-    return _keys(session, ids)
+def reviewer_keys(session: Session, seals: RowSeals) -> list[Key]:
+    """Every sealed reviewer's one active signing key."""
+    ids = []
+    for principal in session.scalars(select(Principal).where(Principal.role == "reviewer")):
+        if seals.principal_ok(principal):
+            ids.append(principal.id)
+        else:
+            _unsealed("principals", principal.name)
+    return _keys(session, ids, seals)
+
+
+def _require_sealed(repo: Repository, seals: RowSeals) -> None:
+    if not seals.policy_ok(repo):
+        raise BadRequest(
+            "its stored policy does not carry the registry's seal (written around the "
+            "registry): an admin replaces it (PUT /v1/repos/ORG/NAME/policy)",
+            code="policy_unsealed",
+        )
 
 
 def repository_trusts(
-    session: Session, default_policy_yaml: str | None, *, only: str | None = None
+    session: Session, default_policy_yaml: str | None, seals: RowSeals, *, only: str | None = None
 ) -> list[RepositoryTrust]:
     """One ``RepositoryTrust`` per repository (``only``: that one), by name. A repository
     whose stored policy no longer parses or no longer meets its org's floor gets no keys at
     all (its aliases' role verifies nothing until an admin replaces the policy), and is
-    named in an error log line (``tuf_policy_unusable``); the others are not held back."""
+    named in an error log line (``tuf_policy_unusable``); the others are not held back. So
+    does one whose policy row does not carry the registry's seal (code ``policy_unsealed``):
+    a database writer's policy decides nothing."""
     trusts = []
     query = select(Repository).order_by(Repository.name)
     if only is not None:
         query = query.where(Repository.name == only)
     for repo in session.scalars(query):
         try:
+            _require_sealed(repo, seals)
             policy = repo_policy(repo, default_policy_yaml)
         except (BadRequest, FloorNotMet) as exc:
             # fail closed for this repository only: every alias of it is delegated to a
@@ -87,17 +128,18 @@ def repository_trusts(
             for rule in policy.aliases
             if rule.protected and rule.approvals >= 1
         ]
-        publishers = list(
-            session.scalars(
-                select(RepoPublisher.principal_id).where(RepoPublisher.repo_id == repo.id)
-            )
-        )
+        publishers = []
+        for row in session.scalars(select(RepoPublisher).where(RepoPublisher.repo_id == repo.id)):
+            if seals.publisher_ok(row, repo.name):
+                publishers.append(row.principal_id)
+            else:
+                _unsealed("repo_publishers", f"{repo.name} {row.principal_id}")
         trusts.append(
             RepositoryTrust(
                 repo=repo.name,
                 protected=protected,
                 online_patterns=[rule.pattern for rule in policy.aliases if rule.online],
-                publisher_keys=_keys(session, publishers),
+                publisher_keys=_keys(session, publishers, seals),
             )
         )
     return trusts

@@ -57,8 +57,9 @@ class MetadataStore(Protocol):
         """``role``'s metadata at ``version`` (the latest if None), or None if absent."""
         ...
 
-    def write(self, role: str, version: int, data: bytes) -> None:
-        """Keep ``data`` as ``role`` at ``version``; it becomes the latest."""
+    def write(self, role: str, version: int, data: bytes, *, replace: bool = False) -> None:
+        """Keep ``data`` as ``role`` at ``version``; it becomes the latest. ``replace``: in
+        place of a stored row at that version (one that does not verify)."""
         ...
 
     def latest_versions(self) -> dict[str, int]:
@@ -89,7 +90,7 @@ class DirectoryStore:
         except FileNotFoundError:
             return None
 
-    def write(self, role: str, version: int, data: bytes) -> None:
+    def write(self, role: str, version: int, data: bytes, *, replace: bool = False) -> None:
         write_output(self.root / file_name(role, version), data)
         if role == TIMESTAMP:
             (self.root / ".timestamp-version").write_text(str(version))
@@ -138,10 +139,16 @@ class SessionStore:
             query = query.where(TufMetadata.version == version)
         return self.session.scalars(query).first()
 
-    def write(self, role: str, version: int, data: bytes) -> None:
+    def write(self, role: str, version: int, data: bytes, *, replace: bool = False) -> None:
+        from sqlalchemy import delete
+
         from modelward.registry.models import TufMetadata
 
         file_name(role, version)  # refuses a role name that cannot be a file name
+        if replace:
+            self.session.execute(
+                delete(TufMetadata).where(TufMetadata.role == role, TufMetadata.version == version)
+            )
         self.session.add(TufMetadata(role=role, version=version, data=data))
         self.session.flush()
 

@@ -4,10 +4,9 @@ the attacker is a database writer, the test edits the registry's database direct
 
 - a protected rule whose pattern spells another kind's role name (``*``, ``online``) must
   stay the reviewers' role: the proposer may not sign her own protected move;
-- a database writer who inserts a reviewer, a token and a signing key: under the embedded
-  default (targets key online) the registry delegates to that key on the rows' word, and
-  ``serve`` and ``trust status`` say so; with targets offline the delegation change waits
-  for the admins and the inserted key signs nothing;
+- a database writer who inserts a reviewer, a token and a signing key: the rows carry no
+  seal the registry made (``registry.tuf.seals``), so the inserted key is in no delegation
+  and signs nothing, with the targets key online (the embedded default) or offline;
 - a withdrawn approval's signature and a revoked key's signature stop counting, and a role
   whose current version a revoked key signed takes the next proposal (never a 500).
 """
@@ -173,23 +172,25 @@ def _insert_rex(reg: Registry) -> tuple[Publisher, str]:
     return Publisher(Actor(name, "reviewer", token, client), key, kid), token
 
 
-def test_a_db_writers_key_signs_prod_under_the_embedded_default_and_the_registry_says_so(
+def test_a_db_writers_key_signs_nothing_under_the_embedded_default_and_the_registry_says_so(
     reg: Registry, tmp_path: Path
 ) -> None:
+    # issue 30 item 9: the registry delegates only rows it sealed (registry.tuf.seals)
     status = reg.admin.tuf_status()
-    assert (status["targets_key"], status["protects_against_db_writer"]) == ("online", False)
-    assert "does not protect against a database writer" in status["db_writer"]
-    assert "does not protect against a database writer" in reg.server.log()  # serve's stderr
+    assert (status["targets_key"], status["protects_against_db_writer"]) == ("online", True)
+    assert "a database writer cannot add a key" in status["db_writer"]
+    assert "a database writer cannot add a key" in reg.server.log()  # serve's stderr
     text = reg.cli("trust", "status", check=True).stdout
-    assert "protects against a database writer: NO" in text
+    assert "protects against a database writer: yes" in text
     pub, _reviewer = new_publisher(reg), new_reviewer(reg)
     repo = reg.repo(pub, policy_yaml=PROD_POLICY)
     digest = push_new(pub, repo, tmp_path)
     rex, _token = _insert_rex(reg)
     proposal = propose(pub, repo, "prod", digest)
-    # what the embedded default does, as documented: rex's row became a delegation
-    assert rex.keyid in delegated_roles(reg)[protected_role(repo, "prod")]["keyids"]
-    assert sign(rex, proposal)["state"] == "published"
+    assert rex.keyid not in delegated_roles(reg)[protected_role(repo, "prod")]["keyids"]
+    with pytest.raises(APIError) as info:
+        sign(rex, proposal)
+    refused(info, 403, "signature_refused")
     rex.actor.client.close()
 
 
@@ -217,10 +218,10 @@ def test_a_db_writers_key_signs_nothing_once_targets_is_offline(
     before = delegated_roles(reg)[protected_role(repo, "prod")]["keyids"]
     rex, _token = _insert_rex(reg)
     proposal = propose(pub, repo, "prod", digest)
-    # rex's row is only a proposal of new delegations, for the admins to sign
+    # rex's rows carry no seal (registry.tuf.seals): not even a proposal for the admins
     assert delegated_roles(reg)[protected_role(repo, "prod")]["keyids"] == before
     waiting = [p for p in reg.admin.tuf_proposals(pending=True) if p["role"] == "targets"]
-    assert waiting, "the delegation change waits for the admins"
+    assert not waiting, "an unsealed row changes no delegation"
     with pytest.raises(APIError) as info:
         sign(rex, proposal)
     refused(info, 403, "signature_refused")

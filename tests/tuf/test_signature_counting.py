@@ -65,16 +65,20 @@ def test_one_reviewer_with_two_keys_cannot_meet_a_two_approval_rule(
     r1_again = _second_key(registry, r1)
     repo = registry.repo(pub, policy_yaml=TWO_POLICY)
     proposal = propose(pub, repo, "prod", push_new(pub, repo, tmp_path))
-    # both of r1's keys are in the reviewers' role: a worker sees keys, not people
+    # one key per person in the reviewers' role (issue 30 item 1): her second key replaced
+    # the first there, so what a worker counts (keys) is what the registry counts (people)
     keyids = delegated_roles(registry)[protected_role(repo, "prod")]["keyids"]
-    assert {r1.keyid, r1_again.keyid} <= set(keyids)
-    assert sign(r1, proposal)["state"] == "pending"
+    assert r1_again.keyid in keyids
+    assert r1.keyid not in keyids
     with pytest.raises(APIError) as info:
-        sign(r1_again, proposal)
+        sign(r1, proposal)
     refused(info, 403, "signature_refused")
-    assert f"{r1.name} already signed proposal {proposal} with another key" in str(info.value)
+    assert sign(r1_again, proposal)["state"] == "pending"
     shown = registry.admin.tuf_proposal(proposal)
-    assert (shown["state"], [s["keyid"] for s in shown["signatures"]]) == ("pending", [r1.keyid])
+    assert (shown["state"], [s["keyid"] for s in shown["signatures"]]) == (
+        "pending",
+        [r1_again.keyid],
+    )
     # a second person is the second approval
     assert sign(r2, proposal)["state"] == "published"
 
@@ -128,14 +132,14 @@ def test_a_move_signed_only_by_a_revoked_key_is_not_carried_into_the_next_propos
     assert registry.admin.get_alias(repo, "rel-a")["signed"] is False
 
 
-def test_a_role_with_no_verifying_version_in_reach_is_refused_not_a_500(
+def test_a_role_buried_under_forged_versions_is_proposed_past_them_not_a_500(
     registry: Registry, tmp_path: Path
 ) -> None:
     pub, _reviewer = new_publisher(registry), new_reviewer(registry)
     repo = registry.repo(pub, policy_yaml=PROD_POLICY)
     digest = push_new(pub, repo, tmp_path)
     propose(pub, repo, "prod", digest)  # the role is delegated
-    # a database writer buries the role under more forged versions than are ever passed over
+    # a database writer buries the role under more forged versions than are ever walked
     role = protected_role(repo, "prod")
     engine = create_engine(registry.database_url)
     with engine.begin() as conn:
@@ -143,10 +147,12 @@ def test_a_role_with_no_verifying_version_in_reach_is_refused_not_a_500(
             forged = Metadata(Targets(version=version)).to_bytes()  # parses; signed by nobody
             conn.execute(insert(TufMetadata).values(role=role, version=version, data=forged))
     engine.dispose()
-    with pytest.raises(APIError) as info:
-        propose(pub, repo, "prod", push_new(pub, repo, tmp_path))
-    refused(info, 409, "role_unverified")
-    assert f"role {role}: none of its newest {MAX_UNVERIFIED} stored versions" in str(info.value)
+    # no snapshot of the registry lists any of them: they are not its versions, so the
+    # next proposal is made from nothing signed, past them (issue 30 item 6: stored rows
+    # cannot freeze a role)
+    answer = pub.actor.client.set_alias(repo, "prod", push_new(pub, repo, tmp_path), propose=True)
+    shown = registry.admin.tuf_proposal(int(answer["pending"]["id"]))
+    assert shown["version"] == MAX_UNVERIFIED + 2
 
 
 def test_a_revocation_reaches_the_delegations_even_when_a_stored_policy_no_longer_parses(

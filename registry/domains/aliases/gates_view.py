@@ -12,6 +12,10 @@ and the repository's aliases its pattern matches):
       the caller asking is not the mover, so an evaluator sees their own evaluation count);
   (3) the answer is the gates' judgement: the verdict, every gate, the evaluations counted
       and those not counted with their reasons.
+
+The bundle's evidence (scan, attestations) is judged once for all aliases, and recalled
+from what a push or an earlier request paid for (docs/registry.md#verdict-cache); a
+computation a reader's request needs waits for the readers' one slot.
 """
 
 from __future__ import annotations

@@ -38,15 +38,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from sqlalchemy import ColumnElement, false, select, true
+from sqlalchemy import ColumnElement, and_, false, or_, select, true
 from sqlalchemy.orm import Session
 
 from modelward.attest.statement import PredicateType
 from modelward.attest.verify import OMS_PREDICATE_PREFIX
 from modelward.registry.errors import Forbidden
 from modelward.registry.models import Attestation, RepoPublisher, Repository
+from modelward.registry.models import Principal as PrincipalRow
 
 __all__ = [
     "ADMIN",
@@ -64,6 +65,7 @@ __all__ = [
     "may",
     "may_attach",
     "may_clause",
+    "principal_may_clause",
     "require_may_attach",
     "require_may_attach_some",
     "require_may_retract",
@@ -167,6 +169,23 @@ def may_clause(caller: Principal, action: Action) -> ColumnElement[bool]:
         .where(RepoPublisher.repo_id == Repository.id, RepoPublisher.principal_id == caller.id)
         .exists()
     )
+
+
+def principal_may_clause(action: Action, repo_id: Any) -> ColumnElement[bool]:
+    """``may`` the other way round: the ``Principal`` row (models) may do ``action`` to the
+    repository ``repo_id`` (a value or a column), as a SQL condition; e.g. the upload
+    sessions a repository's quota is charged for are those of principals who may publish
+    there (gc.quota)."""
+    grant = GRANTS[action]
+    anywhere = PrincipalRow.role.in_(sorted(grant.roles))
+    if not grant.listed_publishers:
+        return anywhere
+    listed = (
+        select(RepoPublisher.repo_id)
+        .where(RepoPublisher.repo_id == repo_id, RepoPublisher.principal_id == PrincipalRow.id)
+        .exists()
+    )
+    return or_(anywhere, and_(PrincipalRow.role == PUBLISHER, listed))
 
 
 def may(session: Session, caller: Principal, action: Action, repo: Repository) -> bool:

@@ -9,7 +9,9 @@ The verdict itself is attest.verifier's (``verify_bundle``), the same one the lo
   ``trust_registered_signers``, those of the principals allowed to publish to the
   repository;
 - a ``BlobReader`` over the blob store (hard links into a temporary tree on a file store
-  when an OMS signature needs the files as a tree).
+  when an OMS signature needs the files as a tree);
+- ``state.verdicts`` (registry/domains/_verdict_cache.py), where the evidence of a bundle
+  already judged with the same attestations and trust is recalled instead of paid again.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def judge(
             registered=trust.extra,
             reader=StoreReader(state, manifest),
             expected_digest=manifest.digest,
+            memo=state.verdicts,  # a later move or dry run of this bundle recalls it
         )
     except PolicyDenied as exc:
         raise Refused(

@@ -8,7 +8,10 @@ A repository is charged the size of every **distinct** blob it holds or is about
   (c) the blobs its open upload sessions will store: the declared size of a session that named
       its digest (``/v1``), and of one that has not (``/v2``, digest ``UNNAMED_DIGEST`` until
       its closing PUT) the bytes reserved so far, counted per session (``require_upload_room``
-      charges them as they arrive).
+      charges them as they arrive). Only the sessions of principals who may publish to the
+      repository (``authz.principal_may_clause``) are charged to it: a session opened by
+      anyone else (a reader or reviewer attaching an attestation) is charged to its opener
+      (docs/oci.md#blobs), so it cannot take the publishers' room.
 A blob is counted once per repository however many of its bundles, leases and sessions name
 it, and once in **each** repository that holds it: a repository's usage does not drop because
 another repository happens to share a blob, nor grow when another one deletes its copy.
@@ -27,12 +30,14 @@ from typing import Any
 from sqlalchemy import case, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains.auth.authz import Action, principal_may_clause
 from modelward.registry.errors import PayloadTooLarge
 from modelward.registry.models import (
     Blob,
     BlobLease,
     Bundle,
     BundleBlob,
+    Principal,
     Repository,
     UploadSession,
 )
@@ -75,8 +80,11 @@ def charged(repo_id: int, settings: Settings, now: datetime | None = None) -> An
     key = case(
         (UploadSession.digest == UNNAMED_DIGEST, UploadSession.id), else_=UploadSession.digest
     )
-    uploading = select(key.label("digest"), UploadSession.size.label("size")).where(
-        UploadSession.repo_id == repo_id, UploadSession.updated_at > ttl_cutoff
+    uploading = (
+        select(key.label("digest"), UploadSession.size.label("size"))
+        .join(Principal, Principal.id == UploadSession.principal_id)
+        .where(UploadSession.repo_id == repo_id, UploadSession.updated_at > ttl_cutoff)
+        .where(principal_may_clause(Action.PUBLISH, repo_id))
     )
     rows = union_all(held, leased, uploading).subquery("charged_rows")
     return (

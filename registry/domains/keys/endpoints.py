@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, KeyHolder, Publisher
 from modelward.registry.domains.keys import service
-from modelward.registry.domains.trust.service import key_revoked
+from modelward.registry.domains.trust.service import key_revoked, row_seals
 
 router = APIRouter(prefix="/v1", tags=["keys"])
 
@@ -31,9 +31,10 @@ class IdentityIn(BaseModel):
 
 @router.post("/keys", status_code=201)
 def register_key(body: KeyIn, caller: KeyHolder, state: State) -> dict[str, Any]:
+    seals = row_seals(state)
     with state.db.write() as session:
         kid = service.register_key(
-            session, pem=body.public_key_pem, principal=body.principal, caller=caller
+            session, pem=body.public_key_pem, principal=body.principal, caller=caller, seals=seals
         )
     return {"keyid": kid}
 
@@ -46,8 +47,9 @@ def list_keys(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
 
 @router.delete("/keys/{keyid}", status_code=204)
 def revoke_key(keyid: str, caller: KeyHolder, state: State) -> Response:
+    seals = row_seals(state)
     with state.db.write() as session:
-        service.revoke_key(session, kid=keyid, caller=caller)
+        service.revoke_key(session, kid=keyid, caller=caller, seals=seals)
         # one transaction: the key's signatures stop counting and it leaves the delegations
         key_revoked(session, state, keyid, caller=caller)
     return Response(status_code=204)

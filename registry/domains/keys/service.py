@@ -1,8 +1,9 @@
 """Signing keys and Sigstore identities bound to principals (publishers their own, admins
 anyone's); every change audited.
 
-A key registered here is a database row: with the embedded default's online targets key the
-registry delegates alias roles to it on its own word, so a database writer can add one
+A key registered here is a database row the registry seals (``registry.tuf.seals``: an HMAC
+with a key on the registry's disk over keyid, owner, key and revocation); the delegations
+are made from sealed rows only, so a row a database writer inserts or edits signs nothing
 (docs/tuf.md#keys). Revoking one also takes it out of the TUF delegations and its
 signatures off pending proposals, in the same transaction (``trust.service.key_revoked``,
 called by the endpoint)."""
@@ -19,6 +20,7 @@ from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import Identity, Principal, SigningKey
+from modelward.registry.tuf.seals import RowSeals
 
 __all__ = ["list_identities", "list_keys", "register_identity", "register_key", "revoke_key"]
 
@@ -35,7 +37,9 @@ def _owner(session: Session, caller: Caller, principal: str | None) -> Principal
     return row
 
 
-def register_key(session: Session, *, pem: str, principal: str | None, caller: Caller) -> str:
+def register_key(
+    session: Session, *, pem: str, principal: str | None, caller: Caller, seals: RowSeals
+) -> str:
     from modelward.attest.errors import KeyError_
     from modelward.attest.keys import keyid, load_public_key
 
@@ -50,7 +54,9 @@ def register_key(session: Session, *, pem: str, principal: str | None, caller: C
         raise Conflict(f"key {kid} is already registered", detail={"keyid": kid})
     if existing is not None:
         raise Conflict(f"key {kid} was revoked and cannot be registered again")
-    session.add(SigningKey(keyid=kid, principal_id=owner.id, public_key_pem=pem))
+    row = SigningKey(keyid=kid, principal_id=owner.id, public_key_pem=pem)
+    row.seal = seals.signing_key(row)
+    session.add(row)
     append(
         session,
         actor=caller.name,
@@ -77,7 +83,7 @@ def list_keys(session: Session, caller: Caller) -> list[dict[str, object]]:
     ]
 
 
-def revoke_key(session: Session, *, kid: str, caller: Caller) -> None:
+def revoke_key(session: Session, *, kid: str, caller: Caller, seals: RowSeals) -> None:
     query = select(SigningKey).where(SigningKey.keyid == kid)
     if not caller.is_admin:
         query = query.where(SigningKey.principal_id == caller.id)
@@ -88,6 +94,7 @@ def revoke_key(session: Session, *, kid: str, caller: Caller) -> None:
         raise NotFound(f"no key {kid}")
     if key.revoked_at is None:
         key.revoked_at = datetime.now(UTC)
+        key.seal = seals.signing_key(key)  # sealed as revoked: un-revoking it breaks the seal
     append(session, actor=caller.name, action="key.revoke", subject=kid, details={})
 
 

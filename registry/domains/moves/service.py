@@ -80,7 +80,9 @@ def read_move(
     """What the decision needs (moves.repository) and the bundle verifier's report for
     step (3), judged outside the read transaction; and the manifest bytes. Unless
     ``every_check``, step (1) is decided first, before the bundle is read: who may not move
-    the alias learns nothing about it."""
+    the alias learns nothing about it. The bundle's evidence (scan, attestations) is
+    recalled from ``state.verdicts`` when the same bundle was judged with the same
+    attestations and trust before."""
     if not ALIAS_RE.fullmatch(alias):
         raise BadRequest(f"invalid alias name {alias!r}")
     with state.db.read() as session:
@@ -111,6 +113,9 @@ def read_move(
             registered=found.trust.extra,
             reader=verdict.StoreReader(state, found.manifest),
             expected_digest=found.manifest.digest,
+            # judged once per bundle, attestations and trust (registry/domains/_verdict_cache);
+            # a reader's request (every_check: dry run, gates) waits for a read slot to compute
+            memo=state.verdicts.reads if every_check else state.verdicts,
         )
     except BundleError as exc:
         raise InvalidManifest(f"invalid manifest: {exc}", detail=str(exc)) from exc
@@ -167,7 +172,9 @@ def dry_run(
 ) -> dict[str, Any]:
     """Every step of a move of ``repo_name@alias`` to ``digest`` by ``caller``, judged and
     reported (attest.alias_decision.decide_move_result): nothing moves, nothing is proposed.
-    Audited as ``alias.dry_run`` with the verdict and the reasons refused. Raises BadRequest
+    Audited as ``alias.dry_run`` with the verdict and the reasons refused, unless the same
+    principal ran the same dry run with the same outcome lately or is over its dry runs a
+    minute (``state.dry_runs``: counted, not audited). Raises BadRequest
     (alias name), NotFound (repository, bundle), Gone (deleted bundle)."""
     request, _ = read_move(
         state,
@@ -179,18 +186,19 @@ def dry_run(
         every_check=True,
     )
     report = decide_move_result(request)
-    with state.db.write() as session:
-        append(
-            session,
-            actor=caller.name,
-            action="alias.dry_run",
-            subject=f"{repo_name}@{alias}",
-            details={
-                "to": digest,
-                "allowed": report.allowed,
-                "refused": [r.reason.value for r in report.refusals],
-            },
-        )
+    subject = f"{repo_name}@{alias}"
+    refused = [r.reason.value for r in report.refusals]
+    # the same dry run with the same outcome is audited once per window, and a principal's
+    # dry runs add a bounded number of events a minute (registry/domains/_verdict_cache.py)
+    if state.dry_runs.admit(caller.name, subject, digest, str(report.allowed), *refused):
+        with state.db.write() as session:
+            append(
+                session,
+                actor=caller.name,
+                action="alias.dry_run",
+                subject=subject,
+                details={"to": digest, "allowed": report.allowed, "refused": refused},
+            )
     answer = report_json(report)
     answer["dry_run"] = True
     return answer

@@ -4,7 +4,12 @@ as ``/v1`` (docs/oci.md#blobs).
 
 An OCI upload does not name its digest or size until its last request, so a session starts
 as ``uploads.service.start`` with digest ``UNKNOWN_DIGEST`` (``gc.quota.UNNAMED_DIGEST``),
-charged to the repository of its URL, with nothing reserved yet. Each ``PATCH`` chunk (and
+with nothing reserved yet. Only a principal that may write to the repository of its URL opens
+one (``upload_limit``: a publisher of it, or one that may attach some attestation there,
+``authz``), and it is charged to whoever opened it: to the repository's quota when its opener
+may publish there, else to the opener alone (``uploads.service.charged_repository``: at most
+``max_open_uploads`` sessions of ``max_attestation_bytes`` each), so a reader attaching a
+baseline cannot take the publishers' room. Each ``PATCH`` chunk (and
 the closing ``PUT``'s) goes, in order:
   (1) the session belongs to the caller and to the repository in the URL (else 404
       BLOB_UPLOAD_UNKNOWN), and ``Content-Range`` starts at its offset (else 416
@@ -46,7 +51,7 @@ from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos.service import get_repo, may_publish
 from modelward.registry.domains.uploads import service as uploads
 from modelward.registry.errors import Forbidden, NotFound, PayloadTooLarge, Quarantined
-from modelward.registry.models import Bundle, BundleBlob, Repository, UploadSession
+from modelward.registry.models import Bundle, BundleBlob, UploadSession
 
 __all__ = [
     "PIECE_BYTES",
@@ -170,9 +175,10 @@ def _pieces(chunks: Iterable[bytes], piece: int, headroom: int | None) -> Iterat
 
 def _headroom(state: AppState, row: UploadSession) -> int | None:
     """The bytes past the session's offset its repository's quota has room for now; None
-    without a quota. Only a hint for cutting pieces: ``uploads.service.reserve`` decides."""
+    without a quota, or for a session charged to its opener (``charged_repository``). Only
+    a hint for cutting pieces: ``uploads.service.reserve`` decides."""
     with state.db.read() as session:
-        repo = session.get(Repository, row.repo_id) if row.repo_id is not None else None
+        repo = uploads.charged_repository(session, row)
         if repo is None or repo.quota_bytes is None:
             return None
         used = usage(session, repo.id, state.settings)

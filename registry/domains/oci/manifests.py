@@ -4,7 +4,8 @@
   (1) the bytes are within ``max_manifest_bytes``, a JSON object, an OCI image manifest
       (an index or a Docker schema is UNSUPPORTED); its digest is sha256 of the bytes;
   (2) with a ``subject`` it is a referrer: exactly one layer holding an attestation of an
-      attestation artifactType (media_types), pushed by digest; ``attach_referrer``;
+      attestation artifactType (media_types), the empty config and a safe layer title
+      (``oci_media.check_referrer``), pushed by digest; ``attach_referrer``;
   (3) otherwise it must be a ModelPack bundle: ``bundles.service.push`` judges it (the one
       verifier: strict parse, blobs present, scanner, attestations, policy). A bundle that
       exists is taken as is. A refusal whose only failed checks are about attestations
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from modelward.attest import oci_media as mt
 from modelward.attest.digest import HashedBytes
+from modelward.attest.errors import ManifestError
 from modelward.attest.policy import ATTESTATION_STEPS, PolicyDenied
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.attestations import service as attestations
@@ -596,6 +598,10 @@ def _referrer_parts(state: AppState, doc: dict[str, Any]) -> tuple[str, str, dic
         raise OciError(
             400, "MANIFEST_INVALID", "a referrer carries exactly one layer: the attestation"
         )
+    try:  # what it claims: the empty config, a safe layer title (the bundles' rules)
+        mt.check_referrer(doc, str(art))
+    except ManifestError as exc:
+        raise OciError(400, "MANIFEST_INVALID", str(exc)) from exc
     layer = layers[0]
     if not DIGEST_RE.fullmatch(str(layer.get("digest"))) or not isinstance(layer.get("size"), int):
         raise OciError(400, "MANIFEST_INVALID", "layers[0] needs a sha256 digest and a size")

@@ -11,6 +11,8 @@ from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
 from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME
 from modelward.registry.domains.principals import service
+from modelward.registry.tuf.keys import tuf_keys
+from modelward.registry.tuf.service import row_seals
 
 router = APIRouter(prefix="/v1", tags=["principals"])
 
@@ -31,8 +33,11 @@ def whoami(caller: AnyCaller) -> dict[str, Any]:
 
 @router.post("/admin/principals", status_code=201)
 def create_principal(body: PrincipalIn, caller: Admin, state: State) -> dict[str, Any]:
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
-        p = service.create_principal(session, name=body.name, role=body.role, actor=caller.name)
+        p = service.create_principal(
+            session, name=body.name, role=body.role, actor=caller.name, seals=seals
+        )
         return {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
 
 

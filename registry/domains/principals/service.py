@@ -13,13 +13,19 @@ from modelward.registry.domains.auth.authz import ROLES
 from modelward.registry.domains.auth.service import issue_token
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Principal, Token
+from modelward.registry.tuf.seals import RowSeals
 
 __all__ = ["bootstrap_admin", "create_principal", "create_token", "list_principals", "revoke_token"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$")
 
 
-def create_principal(session: Session, *, name: str, role: str, actor: str) -> Principal:
+def create_principal(
+    session: Session, *, name: str, role: str, actor: str, seals: RowSeals | None = None
+) -> Principal:
+    """A new principal, sealed with ``seals`` (registry.tuf.seals). ``None``: unsealed, as
+    straight on the database without the registry's keys directory: it can log in, but a
+    reviewer made so is in no TUF delegation (docs/tuf.md#keys)."""
     if not NAME_RE.fullmatch(name):
         raise BadRequest(f"invalid principal name {name!r} (letters, digits, . _ @ -)")
     if role not in ROLES:
@@ -29,6 +35,8 @@ def create_principal(session: Session, *, name: str, role: str, actor: str) -> P
     principal = Principal(name=name, role=role, created_at=datetime.now(UTC))
     session.add(principal)
     session.flush()
+    if seals is not None:
+        principal.seal = seals.principal(principal)
     append(session, actor=actor, action="principal.create", subject=name, details={"role": role})
     return principal
 
@@ -60,7 +68,9 @@ def revoke_token(session: Session, *, token_id: str, actor: str) -> None:
     append(session, actor=actor, action="token.revoke", subject=token_id, details={})
 
 
-def bootstrap_admin(session: Session, token: str | None) -> tuple[str, bool] | None:
+def bootstrap_admin(
+    session: Session, token: str | None, seals: RowSeals | None = None
+) -> tuple[str, bool] | None:
     """On an empty registry, create principal ``admin`` with a token.
 
     ``token`` (from MODELWARD_BOOTSTRAP_TOKEN) is used when given; otherwise one is generated.
@@ -70,7 +80,9 @@ def bootstrap_admin(session: Session, token: str | None) -> tuple[str, bool] | N
 
     if session.execute(select(Principal.id).limit(1)).first() is not None:
         return None
-    admin = create_principal(session, name="admin", role="admin", actor="bootstrap")
+    # an admin is in no delegation; unsealed (``seals`` None) it is sealed with the rows
+    # that exist when the row key is made (registry.tuf.seals)
+    admin = create_principal(session, name="admin", role="admin", actor="bootstrap", seals=seals)
     token_id, generated = new_token()
     store_token(session, admin, token or generated, token_id, None)
     append(

@@ -11,7 +11,8 @@ that hands out or builds on a bundle asks here, whatever repository it goes thro
   withholds the manifest (``manifest_readable``) but still says ``quarantined`` and why, so
   every worker refuses it (loader/pull.py step 2);
 - blob downloads (``blobs.service.readable_blob_size``) ask ``quarantined_blobs``: a blob
-  that a bundle of a quarantined digest holds is readable only to forensic roles unless a
+  that a quarantined digest names (a bundle of it holds it, or a ``/v2`` pending copy of it
+  names it, ``named_blobs``) is readable only to forensic roles unless a
   live bundle recorded before the quarantine holds it too, so re-wrapping the layers in a
   new manifest serves nothing;
 - a push (``bundles.service.push``, and so the ``/v2`` manifest PUT) naming such a blob as a
@@ -31,7 +32,8 @@ Raises ``Quarantined`` (409, audited as ``denied`` by the app's one error handle
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +58,7 @@ from modelward.registry.models import (
 __all__ = [
     "is_quarantined",
     "manifest_readable",
+    "named_blobs",
     "pending_record",
     "quarantine",
     "quarantine_json",
@@ -123,16 +126,10 @@ def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str
     if not wanted:
         return {}
     out: dict[str, str] = {}
-    # (2): the earliest quarantine over each blob's quarantined holders ...
+    # (2): the earliest quarantine over each blob's quarantined holders (bundles, and
+    # ``/v2`` pending manifests, which hold their blobs before any bundle does) ...
     earliest_q: dict[str, tuple[datetime, str]] = {}
-    for blob, held_by, at, created in session.execute(
-        select(
-            BundleBlob.digest, Bundle.digest, QuarantinedDigest.quarantined_at, Bundle.created_at
-        )
-        .join(Bundle, Bundle.id == BundleBlob.bundle_id)
-        .join(QuarantinedDigest, QuarantinedDigest.digest == Bundle.digest)
-        .where(BundleBlob.digest.in_(wanted))
-    ).tuples():
+    for blob, held_by, at, created in _quarantined_holders(session, wanted):
         when = _aware(at if at is not None else created)
         if blob not in earliest_q or (when, held_by) < earliest_q[blob]:
             earliest_q[blob] = (when, held_by)
@@ -159,6 +156,53 @@ def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str
     ).scalars():
         out[own] = own
     return out
+
+
+def _quarantined_holders(
+    session: Session, wanted: set[str]
+) -> Iterator[tuple[str, str, datetime | None, datetime]]:
+    """(blob, quarantined digest, quarantined at, holder created at) for each blob of
+    ``wanted`` that a bundle of a quarantined digest names (``bundle_blobs``), or that a
+    ``/v2`` manifest stored without a subject (``pending`` or ``accepted``) under a
+    quarantined digest names as its config or a layer."""
+    yield from session.execute(
+        select(
+            BundleBlob.digest, Bundle.digest, QuarantinedDigest.quarantined_at, Bundle.created_at
+        )
+        .join(Bundle, Bundle.id == BundleBlob.bundle_id)
+        .join(QuarantinedDigest, QuarantinedDigest.digest == Bundle.digest)
+        .where(BundleBlob.digest.in_(wanted))
+    ).tuples()
+    for digest, manifest, at, created in session.execute(
+        select(
+            OciManifest.digest,
+            OciManifest.manifest,
+            QuarantinedDigest.quarantined_at,
+            OciManifest.created_at,
+        )
+        .join(QuarantinedDigest, QuarantinedDigest.digest == OciManifest.digest)
+        .where(OciManifest.subject.is_(None))
+    ).tuples():
+        for blob in named_blobs(bytes(manifest)) & wanted:
+            yield blob, digest, at, created
+
+
+def named_blobs(manifest: bytes) -> set[str]:
+    """The blob digests a stored bundle manifest names (its config and layers). The bytes
+    passed the strict manifest parse when they were stored; anything unreadable names
+    nothing more."""
+    try:
+        doc = json.loads(manifest)
+    except (ValueError, RecursionError):
+        return set()
+    if not isinstance(doc, dict):
+        return set()
+    descriptors = [doc.get("config"), *(doc.get("layers") or [])]
+    return {
+        str(d["digest"])
+        for d in descriptors
+        if isinstance(d, dict) and isinstance(d.get("digest"), str)
+    }
 
 
 def require_no_quarantined_blobs(session: Session, digests: Iterable[str], caller: Caller) -> None:
@@ -246,6 +290,8 @@ def quarantine(
         .where(Bundle.digest == digest)
         .order_by(Repository.name)
     ).scalars()
+    its_blobs = _blobs_of(session, digest)
+    covered = sorted(quarantined_blobs(session, its_blobs))
     append(
         session,
         actor=caller.name,
@@ -254,10 +300,32 @@ def quarantine(
         details={
             "reason": reason,
             "repositories": list(holders),
-            "shares_blobs_with": _sharing(session, digest),
+            "shares_blobs_with": _sharing(session, its_blobs),
+            # the files this quarantine takes out of circulation in every organization
+            # (docs/registry.md#quarantine): read, mounted or named by a new manifest
+            "covers_blobs": covered[:SHARING_LISTED],
+            "covers_blobs_total": len(covered),
         },
     )
     return row
+
+
+def _blobs_of(session: Session, digest: str) -> set[str]:
+    """The blobs a bundle of ``digest`` (any repository) or a ``/v2`` copy of it names."""
+    out = set(
+        session.execute(
+            select(BundleBlob.digest)
+            .join(Bundle, Bundle.id == BundleBlob.bundle_id)
+            .where(Bundle.digest == digest)
+        ).scalars()
+    )
+    for manifest in session.execute(
+        select(OciManifest.manifest).where(
+            OciManifest.digest == digest, OciManifest.subject.is_(None)
+        )
+    ).scalars():
+        out |= named_blobs(bytes(manifest))
+    return out
 
 
 def _pending_copy(session: Session, repo: Repository, digest: str) -> OciManifest | None:
@@ -302,12 +370,11 @@ def pending_record(session: Session, row: QuarantinedDigest) -> dict[str, Any]:
 SHARING_LISTED = 50  # the most bundles a quarantine's audit event names as sharing its blobs
 
 
-def _sharing(session: Session, digest: str) -> list[str]:
+def _sharing(session: Session, its_blobs: set[str]) -> list[str]:
     """``repo@digest`` of the live, unquarantined bundles (at most ``SHARING_LISTED``) that
-    hold a blob of ``digest``'s bundles: they keep those blobs readable (``quarantined_blobs``),
-    so a reviewer sees which to look at (a re-wrap pushed before the quarantine among them)."""
-    quarantined_bundles = select(Bundle.id).where(Bundle.digest == digest)
-    its_blobs = select(BundleBlob.digest).where(BundleBlob.bundle_id.in_(quarantined_bundles))
+    hold one of ``its_blobs`` (the quarantined digest's): they keep those blobs readable when
+    recorded before the quarantine (``quarantined_blobs``), so a reviewer sees which to look
+    at (a re-wrap pushed before the quarantine among them)."""
     rows = session.execute(
         select(Repository.name, Bundle.digest)
         .join(Bundle, Bundle.repo_id == Repository.id)

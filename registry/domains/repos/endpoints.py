@@ -12,6 +12,8 @@ from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
 from modelward.registry.domains.repos import listing, service
 from modelward.registry.models import Repository
+from modelward.registry.tuf.keys import tuf_keys
+from modelward.registry.tuf.service import row_seals
 
 router = APIRouter(prefix="/v1/repos", tags=["repositories"])
 
@@ -42,6 +44,7 @@ def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:
 @router.post("", status_code=201)
 def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]:
     """Create ``org/name`` (the org's owners, admins); its policy must meet the org's floor."""
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
         repo = service.create_repo(
             session,
@@ -49,6 +52,7 @@ def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]
             policy_yaml=body.policy_yaml,
             caller=caller,
             default_policy_yaml=state.default_policy_yaml,
+            seals=seals,
         )
         return _out(repo, service.publishers(session, repo))
 
@@ -88,9 +92,10 @@ def get_repo(org: str, name: str, caller: AnyCaller, state: State) -> dict[str, 
 
 @router.put("/{org}/{name}/policy")
 def set_policy(org: str, name: str, body: PolicyIn, caller: Admin, state: State) -> dict[str, Any]:
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
         repo = service.set_policy(
-            session, name=f"{org}/{name}", policy_yaml=body.policy_yaml, caller=caller
+            session, name=f"{org}/{name}", policy_yaml=body.policy_yaml, caller=caller, seals=seals
         )
         return _out(repo, service.publishers(session, repo))
 
@@ -99,9 +104,10 @@ def set_policy(org: str, name: str, body: PolicyIn, caller: Admin, state: State)
 def add_publisher(
     org: str, name: str, body: PublisherIn, caller: Admin, state: State
 ) -> dict[str, Any]:
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
         service.add_publisher(
-            session, name=f"{org}/{name}", principal=body.principal, caller=caller
+            session, name=f"{org}/{name}", principal=body.principal, caller=caller, seals=seals
         )
         repo = service.get_repo(session, f"{org}/{name}")
         return _out(repo, service.publishers(session, repo))

@@ -38,6 +38,7 @@ from modelward.registry.policy import (
     repo_policy,
     require_floor,
 )
+from modelward.registry.tuf.seals import RowSeals
 
 if TYPE_CHECKING:
     from modelward.attest.trust import TrustSet
@@ -74,8 +75,10 @@ def create_repo(
     policy_yaml: str | None,
     caller: Caller,
     default_policy_yaml: str | None,
+    seals: RowSeals | None = None,
 ) -> Repository:
-    """Create ``org/name``; the caller becomes its publisher. In order:
+    """Create ``org/name``; the caller becomes its publisher (a row sealed with ``seals``:
+    registry.tuf.seals; None: unsealed, in no TUF delegation). In order:
 
     1. the caller is a publisher or an admin, and the name is ``org/name``;
     2. the caller may create repositories in the org (``creatable_org``: its owners; admins,
@@ -95,9 +98,14 @@ def create_repo(
     if session.execute(select(Repository.id).where(Repository.name == name)).first():
         raise Conflict(f"repository {name} already exists")
     repo = Repository(name=name, org_id=org.id, policy_yaml=policy_yaml, created_by=caller.id)
+    if seals is not None:  # registry.tuf.seals
+        repo.seal = seals.policy(name, policy_yaml)
     session.add(repo)
     session.flush()
-    session.add(RepoPublisher(repo_id=repo.id, principal_id=caller.id))
+    publisher = RepoPublisher(repo_id=repo.id, principal_id=caller.id)
+    if seals is not None:
+        publisher.seal = seals.publisher(name, caller.id)
+    session.add(publisher)
     append(
         session,
         actor=caller.name,
@@ -148,9 +156,12 @@ def publishers(session: Session, repo: Repository) -> list[str]:
     )
 
 
-def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller) -> Repository:
+def set_policy(
+    session: Session, *, name: str, policy_yaml: str, caller: Caller, seals: RowSeals
+) -> Repository:
     """Replace a repository's policy (admins): it must be self-contained and meet the org's
-    floor (400 ``invalid_policy`` / ``policy_below_floor``)."""
+    floor (400 ``invalid_policy`` / ``policy_below_floor``); sealed with ``seals``
+    (registry.tuf.seals)."""
     if not caller.is_admin:
         raise Forbidden("only an admin may replace a repository's policy")
     repo = get_repo(session, name)
@@ -162,6 +173,7 @@ def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller)
     require_floor(policy, load_floor(org.floor), source)
     old = repo.policy_yaml
     repo.policy_yaml = policy_yaml
+    repo.seal = seals.policy(name, policy_yaml)
     append(
         session,
         actor=caller.name,
@@ -172,7 +184,10 @@ def set_policy(session: Session, *, name: str, policy_yaml: str, caller: Caller)
     return repo
 
 
-def add_publisher(session: Session, *, name: str, principal: str, caller: Caller) -> None:
+def add_publisher(
+    session: Session, *, name: str, principal: str, caller: Caller, seals: RowSeals
+) -> None:
+    """Make ``principal`` a publisher of ``name``: a row sealed with ``seals``."""
     if not caller.is_admin:
         raise Forbidden("only an admin may add publishers to a repository")
     repo = get_repo(session, name)
@@ -181,8 +196,11 @@ def add_publisher(session: Session, *, name: str, principal: str, caller: Caller
         raise NotFound(f"no principal named {principal!r}")
     if not allows(row.role, Action.OWN):
         raise BadRequest(f"{principal} has role {row.role!r}; only publishers can publish")
-    if session.get(RepoPublisher, (repo.id, row.id)) is None:
-        session.add(RepoPublisher(repo_id=repo.id, principal_id=row.id))
+    publisher = session.get(RepoPublisher, (repo.id, row.id))
+    if publisher is None:
+        publisher = RepoPublisher(repo_id=repo.id, principal_id=row.id)
+        session.add(publisher)
+    publisher.seal = seals.publisher(repo.name, row.id)  # registry.tuf.seals
     append(
         session,
         actor=caller.name,

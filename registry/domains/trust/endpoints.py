@@ -10,11 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
+from tuf.api.metadata import Root
 
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, caller_from_request
 from modelward.registry.domains.trust import service
 from modelward.registry.errors import BadRequest, NotFound
+from modelward.registry.tuf.repository import MetadataRepository
 from modelward.registry.tuf.store import TIMESTAMP, SessionStore, parse_file_name
 
 router = APIRouter(tags=["trust"])
@@ -51,8 +53,19 @@ def metadata_file(file_name: str, request: Request) -> Response:
 
 
 def _metadata(state: AppState, role: str, version: int | None) -> bytes | None:
+    """The bytes to serve: ``timestamp.json`` is the newest timestamp signed by root's key
+    (a newer garbage or forged row is passed over until the registry signs over it); a root
+    version only within the chain that verifies (a forged ``N.root.json`` would stop every
+    worker's update); every other file as stored (workers verify it)."""
     with state.db.read() as session:
-        return SessionStore(session).read(role, version)
+        store = SessionStore(session)
+        if role == TIMESTAMP:
+            data, _ = MetadataRepository(store, {}).current_row(TIMESTAMP)
+            return data
+        if role == Root.type and version is not None:
+            chain = MetadataRepository(store, {}).root_chain()
+            return chain[version - 1] if 1 <= version <= len(chain) else None
+        return store.read(role, version)
 
 
 @router.get("/v1/tuf/status")

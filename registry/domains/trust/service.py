@@ -76,13 +76,21 @@ from modelward.registry.tuf.proposals import (
     signing_role,
     withdraw_signatures,
 )
-from modelward.registry.tuf.repository import Expiries, MetadataRepository
+from modelward.registry.tuf.repository import (
+    Expiries,
+    MetadataRepository,
+    MetadataRowRefused,
+    row_refusal,
+)
+from modelward.registry.tuf.seals import RowSeals
 from modelward.registry.tuf.service import (
     bootstrap_embedded,
     delegated_as_wanted,
     open_repository,
+    refresh_health,
     sync_delegations,
 )
+from modelward.registry.tuf.service import row_seals as tuf_row_seals
 from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
@@ -98,6 +106,7 @@ __all__ = [
     "propose_alias",
     "propose_quarantine",
     "refresh",
+    "row_seals",
     "sign_proposal",
     "signed_aliases",
     "status",
@@ -111,16 +120,18 @@ PROPOSAL_PAGE = 200
 # What the registry says about someone who can write its database (docs/tuf.md#keys), in
 # ``serve``'s start-up and ``trust status``.
 DB_WRITER_ONLINE = (
-    "the TUF targets key is ONLINE (the embedded default): the registry derives the "
-    "delegations from database rows (principals, publishers, signing_keys) and signs them "
-    "itself, so anyone who can write the database can add a key that signs protected "
-    "aliases. It does not protect against a database writer until `modelward trust init` "
-    "takes the targets key offline (docs/tuf.md#keys)"
+    "the TUF targets key is ONLINE (the embedded default): the registry signs the "
+    "delegations itself, from database rows it sealed with its row key (principals, "
+    "signing_keys, publishers, policies), so a database writer cannot add a key that signs "
+    "aliases; anyone who can read the registry's keys directory can sign every alias "
+    "decision until `modelward trust init` takes the root and targets keys offline "
+    "(docs/tuf.md#keys)"
 )
 DB_WRITER_OFFLINE = (
     "the TUF targets key is offline: a delegation change (a key, a reviewer, a publisher, "
     "a policy) waits as a targets proposal until the admins sign it (`modelward trust "
-    "sign`), so a database writer cannot add a key to any role (docs/tuf.md#keys)"
+    "sign`), and a row the registry did not seal counts for nothing, so a database writer "
+    "cannot add a key to any role (docs/tuf.md#keys)"
 )
 
 
@@ -157,27 +168,52 @@ def repository(session: Session, state: AppState) -> MetadataRepository:
 
 
 def ensure_root(state: AppState) -> bool:
-    """Publish the embedded root if the database has none (True if this call did)."""
+    """Publish the embedded root if the database has none (True if this call did), and
+    make the row seal key if the registry has none (``row_seals``)."""
     trust = trust_of(state.settings)
     try:
         with state.db.write() as session:
-            return bootstrap_embedded(
+            made = bootstrap_embedded(
                 session, trust.keys, state.default_policy_yaml, trust.expiries
             )
     except IntegrityError:  # another replica bootstrapped first: theirs is the root
-        return False
+        made = False
+    row_seals(state)
+    return made
+
+
+def row_seals(state: AppState) -> RowSeals:
+    """The registry's row seals (``registry.tuf.service.row_seals``)."""
+    return tuf_row_seals(state.db, trust_of(state.settings).keys)
 
 
 def refresh(state: AppState) -> bool:
-    """Re-sign snapshot and timestamp past half-life, and bring the delegations in line
-    with the database; True when anything new was signed or proposed."""
+    """Re-sign snapshot and timestamp past half-life (and over a newer stored row that does
+    not verify), and bring the delegations in line with the database; True when anything
+    new was signed or proposed. A failure is logged (``tuf_refresh_failed``), counted
+    (``modelward_tuf_refresh_failures_total``), shown by ``trust status`` and raised."""
     try:
         with state.db.write() as session:
             repo = repository(session, state)
             synced = sync(session, state, repo, proposer_id=None)
-            return repo.refresh() or synced is not False
+            changed = repo.refresh() or synced is not False
     except IntegrityError:  # another replica signed the same versions first
+        refresh_health(record=True)
         return False
+    except Exception as exc:
+        refresh_health(error=exc, record=True)
+        log.error(  # noqa: TRY400 - type and message; no payload in logs
+            json.dumps(
+                {
+                    "event": "tuf_refresh_failed",
+                    "exception": type(exc).__name__,
+                    "message": str(exc)[:500],
+                }
+            )
+        )
+        raise
+    refresh_health(record=True)
+    return changed
 
 
 def sync(
@@ -799,24 +835,54 @@ def _signed_aliases(repo: MetadataRepository, repo_name: str, roles: list[str]) 
 
 
 def status(session: Session, state: AppState) -> dict[str, Any]:
-    """Every role's latest version and expiry, which expire soon, the keys held online."""
-    repo = repository(session, state)
+    """Every role's latest version and expiry, which expire soon, the keys held online, any
+    stored row refused (``MetadataRowRefused``: it does not parse, or snapshot/timestamp not
+    signed by root's key), and how this process's re-signing went (``refresh``). Reads
+    only: it answers even while a key file is unusable (what ``refresh`` then reports)."""
+    repo = MetadataRepository(SessionStore(session), {}, expiries=trust_of(state.settings).expiries)
     now = repo.clock()
+    chain = repo.root_chain()
+
+    def shown(role: str, version: int, data: bytes) -> dict[str, Any]:
+        md: Metadata[Any] = Metadata.from_bytes(data)
+        left = md.signed.expires - now
+        return {
+            "role": role,
+            "version": version,
+            "expires": iso(md.signed.expires),
+            "expires_soon": left <= repo.expiries.of(role) / 4,
+            "expired": left.total_seconds() <= 0,
+        }
+
     roles = []
     for role, version in sorted(repo.store.latest_versions().items()):
         data = repo.store.read(role, version)
         if data is None:  # pragma: no cover - listed versions exist
             continue
-        md: Metadata[Any] = Metadata.from_bytes(data)
-        lifetime = repo.expiries.of(role)
-        left = md.signed.expires - now
+        refused = row_refusal(role, version, data)
+        current: tuple[bytes | None, int | None] = (data, version)
+        if role in ONLINE_ROLES:
+            current = repo.current_row(role)
+            if refused is None and current[1] != version:
+                refused = MetadataRowRefused(role, version, "not signed by root's key for it")
+        elif role == Root.type:
+            current = (chain[-1], len(chain)) if chain else (None, None)
+            if refused is None and version > len(chain):
+                refused = MetadataRowRefused(role, version, "not signed as a rotation of the root")
+        if refused is None:
+            roles.append(shown(role, version, data))
+            continue
+        # the version the registry builds on and serves, then the newer row it refuses
+        if role in (*ONLINE_ROLES, Root.type) and current[0] is not None and current[1]:
+            roles.append(shown(role, current[1], current[0]))
         roles.append(
             {
                 "role": role,
                 "version": version,
-                "expires": iso(md.signed.expires),
-                "expires_soon": left <= lifetime / 4,
-                "expired": left.total_seconds() <= 0,
+                "expires": None,
+                "expires_soon": False,
+                "expired": False,
+                "refused": str(refused),
             }
         )
     keys = trust_of(state.settings).keys
@@ -825,14 +891,22 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
         select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending")
     )
     online_targets = "targets" in held
+    health = refresh_health()
     return {
         "roles": roles,
         "online_keys": held,
         "embedded": "root" in held,
         "targets_key": "online" if online_targets else "offline",
-        "protects_against_db_writer": not online_targets,
+        "protects_against_db_writer": True,
         "db_writer": DB_WRITER_ONLINE if online_targets else DB_WRITER_OFFLINE,
         "pending_proposals": int(pending or 0),
+        "refresh": {
+            "failing": health.failing,
+            "failures": health.failures,
+            "last_error": health.last_error,
+            "last_failure": iso(health.last_failure),
+            "last_success": iso(health.last_success),
+        },
     }
 
 

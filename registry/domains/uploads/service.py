@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.authz import Action, may
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs.service import charge_repository, drain, record_blob
 from modelward.registry.domains.gc.quota import require_upload_room
@@ -40,12 +41,13 @@ from modelward.registry.errors import (
     PayloadTooLarge,
     QuotaExceeded,
 )
-from modelward.registry.models import Repository, UploadSession
+from modelward.registry.models import Principal, Repository, UploadSession
 
 __all__ = [
     "abort",
     "append_chunk",
     "cancel",
+    "charged_repository",
     "commit",
     "expire_idle",
     "get_session",
@@ -62,6 +64,19 @@ def _aware(value: datetime) -> datetime:
 
 def _expired(row: UploadSession, ttl: int, now: datetime) -> bool:
     return _aware(row.updated_at) <= now - timedelta(seconds=ttl)
+
+
+def charged_repository(session: Session, row: UploadSession) -> Repository | None:
+    """The repository whose quota ``row`` is charged to: the one it was opened in, when its
+    opener may publish there (``authz``: the same rule as ``gc.quota.charged``); None for a
+    session charged to its opener (docs/oci.md#blobs)."""
+    if row.repo_id is None:
+        return None
+    repo = session.get(Repository, row.repo_id)
+    opener = session.get(Principal, row.principal_id)
+    if repo is None or opener is None or not may(session, opener, Action.PUBLISH, repo):
+        return None
+    return repo
 
 
 def _visible(session: Session, upload_id: str, caller: Caller, ttl: int) -> UploadSession:
@@ -242,7 +257,7 @@ def reserve(
         return row
     try:
         with state.db.write() as session:
-            repo = session.get(Repository, row.repo_id) if row.repo_id is not None else None
+            repo = charged_repository(session, row)
             if repo is not None:
                 require_upload_room(
                     session, repo, reserved=row.size, wanted=wanted, settings=state.settings
@@ -295,33 +310,48 @@ def append_chunk(
     chunks: Iterable[bytes],
     caller: Caller,
 ) -> int:
-    """Store one chunk at ``offset``; returns the new offset. 409 (with the offset) if stale."""
-    current = get_session(state, upload_id, caller)
-    if offset != current.offset or offset + length > current.size:
-        drain(chunks)  # read the chunk so the client sees our answer, not a reset
-    if offset != current.offset:
-        raise Conflict(
-            f"Upload-Offset {offset} does not match the session offset {current.offset}",
-            detail={"offset": current.offset},
-            code="offset_mismatch",
-        )
-    if offset + length > current.size:
-        raise BadRequest(
-            f"chunk would end at {offset + length}, past the declared size {current.size}",
-            detail={"offset": current.offset, "size": current.size},
-        )
-    part = f"{offset:020d}-{secrets.token_hex(4)}"
-    state.store.put_part(upload_id, part, length, chunks)
-    parts = [*json.loads(current.parts), part]
-    with state.db.write() as session:
-        result = session.execute(
-            update(UploadSession)
-            .where(UploadSession.id == upload_id, UploadSession.offset == offset)
-            .values(offset=offset + length, parts=json.dumps(parts), updated_at=datetime.now(UTC))
-        )
-        if result.rowcount == 0:  # type: ignore[attr-defined]
-            state.store.discard_part(upload_id, part)
-            raise Conflict("another request advanced this upload first", code="offset_mismatch")
+    """Store one chunk at ``offset``; returns the new offset. 409 ``offset_mismatch`` (with
+    the offset; ``/v2``: 416) if stale, or if another chunk of the session is being stored
+    right now: the store's ``chunk_lock`` is held from before the offset is read until it
+    has advanced, so a racing chunk is refused before it writes a byte (on the file store,
+    chunks are written in place)."""
+    get_session(state, upload_id, caller)  # the caller's session, before touching the store
+    with state.store.chunk_lock(upload_id) as held:
+        current = get_session(state, upload_id, caller)
+        if not held or offset != current.offset or offset + length > current.size:
+            drain(chunks)  # read the chunk so the client sees our answer, not a reset
+        if not held:
+            raise Conflict(
+                f"another chunk of upload {upload_id} is being stored; ask for the offset "
+                "and resume from there",
+                detail={"offset": current.offset},
+                code="offset_mismatch",
+            )
+        if offset != current.offset:
+            raise Conflict(
+                f"Upload-Offset {offset} does not match the session offset {current.offset}",
+                detail={"offset": current.offset},
+                code="offset_mismatch",
+            )
+        if offset + length > current.size:
+            raise BadRequest(
+                f"chunk would end at {offset + length}, past the declared size {current.size}",
+                detail={"offset": current.offset, "size": current.size},
+            )
+        part = f"{offset:020d}-{secrets.token_hex(4)}"
+        state.store.put_part(upload_id, part, length, chunks)
+        parts = [*json.loads(current.parts), part]
+        with state.db.write() as session:
+            result = session.execute(
+                update(UploadSession)
+                .where(UploadSession.id == upload_id, UploadSession.offset == offset)
+                .values(
+                    offset=offset + length, parts=json.dumps(parts), updated_at=datetime.now(UTC)
+                )
+            )
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                state.store.discard_part(upload_id, part)
+                raise Conflict("another request advanced this upload first", code="offset_mismatch")
     return offset + length
 
 
@@ -342,13 +372,14 @@ def commit(state: AppState, *, upload_id: str, caller: Caller) -> tuple[str, int
         raise
     try:
         with state.db.write() as session:
+            repo = charged_repository(session, row)
             record_blob(
                 session,
                 digest=row.digest,
                 size=row.size,
                 actor=caller.name,
                 via="upload",
-                repo_id=row.repo_id,
+                repo_id=None if repo is None else repo.id,
                 store=state.store,
             )
             session.execute(delete(UploadSession).where(UploadSession.id == upload_id))
