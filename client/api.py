@@ -233,13 +233,22 @@ class RegistryClient(ListingMixin):
         """HEAD /v1/blobs/{digest}: its size, or None when absent."""
         return self.blobs.blob_size(digest)
 
-    def put_blob(self, digest: str, data: bytes) -> None:
-        """PUT /v1/blobs/{digest} with bytes in memory (no HEAD first)."""
-        self.blobs.upload(BlobSource(digest=digest, size=len(data), data=data))
+    def put_blob(self, digest: str, data: bytes, *, repository: str) -> None:
+        """PUT /v1/blobs/{digest}?repository=ORG/NAME with bytes in memory (unless HEAD finds
+        the blob present), charged to ``repository``'s quota (one the caller may publish
+        to)."""
+        self.blobs.upload(
+            BlobSource(digest=digest, size=len(data), data=data, repository=repository)
+        )
 
-    def upload_file(self, path: Path, digest: str, progress: Progress | None = None) -> bool:
-        """Upload a file as blob ``digest`` unless present (resumable when large)."""
-        source = BlobSource(digest=digest, size=path.stat().st_size, path=path)
+    def upload_file(
+        self, path: Path, digest: str, progress: Progress | None = None, *, repository: str
+    ) -> bool:
+        """Upload a file as blob ``digest`` for ``repository`` (charged to its quota) unless
+        present (resumable when large); True when bytes were sent."""
+        source = BlobSource(
+            digest=digest, size=path.stat().st_size, path=path, repository=repository
+        )
         return self.blobs.upload(source, progress)
 
     def get_blob(self, digest: str) -> bytes:

@@ -2,10 +2,13 @@
 
 Uploads (``upload_file``):
   (1) HEAD /v1/blobs/{digest}: present with the right size -> nothing to send.
-  (2) size <= chunk_threshold -> one streamed PUT /v1/blobs/{digest}.
+  (2) size <= chunk_threshold -> one streamed PUT /v1/blobs/{digest}?repository=ORG/NAME.
   (3) otherwise a resumable session: an id remembered in ``state_dir`` (keyed by digest) is
-      resumed from GET /v1/uploads/{id}'s offset, else POST /v1/uploads opens one; chunks of
-      ``chunk_size`` are streamed from the file with PATCH + Upload-Offset; then commit.
+      resumed from GET /v1/uploads/{id}'s offset, else POST /v1/uploads {digest, size,
+      repository} opens one; chunks of ``chunk_size`` are streamed from the file with PATCH +
+      Upload-Offset; then commit.
+Every upload names the repository it is for (``BlobSource.repository``): the registry charges
+the bytes to that repository's quota and refuses an upload that names none.
 Downloads (``download``): streamed into ``.<dest>.partial``, resumed with Range after a cut,
 hashed while streaming, verified (size and digest) before the rename; a mismatch deletes it.
 The size the manifest states bounds the download: a body that goes past it is cut off there
@@ -23,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,13 +47,15 @@ Progress = Callable[[int], None]
 
 @dataclass(frozen=True)
 class BlobSource:
-    """A blob to upload: its digest, size, and where its bytes are (a file or bytes in memory)."""
+    """A blob to upload: its digest, size, where its bytes are (a file or bytes in memory),
+    and the repository it is for (``ORG/NAME``, keyword only): the registry charges it to that
+    repository's quota as it is uploaded, and refuses an upload that names none."""
 
     digest: str
     size: int
     path: Path | None = None
     data: bytes | None = None
-    repository: str | None = None  # charged to this repository's quota as it is uploaded
+    repository: str = field(kw_only=True)
 
 
 def _read_chunks(
@@ -117,7 +122,7 @@ class BlobTransfer:
     def _put_whole(self, blob: BlobSource, progress: Progress | None) -> None:
         headers = {"Content-Length": str(blob.size), "Content-Type": "application/octet-stream"}
         path = f"/v1/blobs/{blob.digest}"
-        params = {"repository": blob.repository} if blob.repository else None
+        params = {"repository": blob.repository}
         if blob.data is not None:
             self._client._request("PUT", path, content=blob.data, headers=headers, params=params)
             if progress is not None:
@@ -166,9 +171,7 @@ class BlobTransfer:
                 return upload_id, int(state["offset"])
             except NotFoundError:
                 self._save_session(blob.digest, None)
-        body: dict[str, object] = {"digest": blob.digest, "size": blob.size}
-        if blob.repository:
-            body["repository"] = blob.repository
+        body = {"digest": blob.digest, "size": blob.size, "repository": blob.repository}
         created = self._client._request("POST", "/v1/uploads", json_body=body).json()
         upload_id = str(created["id"])
         self._save_session(blob.digest, upload_id)

@@ -64,7 +64,11 @@ def _seed(reg: Any, tmp: Path) -> dict[str, Any]:
     upload = pub.actor.client._json(  # an open session, so its id exists
         "POST",
         "/v1/uploads",
-        json_body={"digest": "sha256:" + hashlib.sha256(payload).hexdigest(), "size": len(payload)},
+        json_body={
+            "digest": "sha256:" + hashlib.sha256(payload).hexdigest(),
+            "size": len(payload),
+            "repository": repo,
+        },
     )
     keys = pub.actor.client.list_keys()
     org, name = repo.split("/")

@@ -226,7 +226,9 @@ class Campaign:
         self.blobs[digest] = data
 
         def op() -> None:
-            self.pub_client.blobs.upload(BlobSource(digest, len(data), data=data))
+            self.pub_client.blobs.upload(
+                BlobSource(digest, len(data), data=data, repository=self.repo)
+            )
 
         op.digest = digest  # type: ignore[attr-defined]
         return op

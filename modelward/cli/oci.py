@@ -164,8 +164,10 @@ def bundle_import(
     refused: list[str] = []
     with reported(), registry_client(workers) as client:
         client.get_repo(repo)  # fail fast: NotFoundError, UnauthorizedError
-        # (3): blobs, HEAD first.
-        sources = [BlobSource(digest=d, size=n, path=p) for d, n, p in bundle.blobs()]
+        # (3): blobs, HEAD first, charged to the repository they are imported into.
+        sources = [
+            BlobSource(digest=d, size=n, path=p, repository=repo) for d, n, p in bundle.blobs()
+        ]
         sent = client.blobs.upload_many(sources)
         # (4): the manifest bytes verbatim, with every attestation.
         answer = client.put_bundle(repo, bundle.digest, bundle.manifest.raw, attestations)

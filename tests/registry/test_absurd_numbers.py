@@ -70,7 +70,11 @@ def world(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> World
         f"{registry.url}/v1/uploads",
         timeout=30,
         headers={"Authorization": f"Bearer {pub.actor.token}"},
-        json={"digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)},
+        json={
+            "digest": "sha256:" + hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "repository": repo,
+        },
     ).json()["id"]
     return World(registry, pub.actor.token, repo, digest, manifest["config"]["digest"], upload)
 
@@ -161,7 +165,7 @@ def test_absurd_range_headers_are_refused_not_crashed(world: World, client: http
 @pytest.mark.parametrize(
     "method_path",
     [
-        ("PUT", "/v1/blobs/sha256:" + "1" * 64),
+        ("PUT", "/v1/blobs/sha256:" + "1" * 64 + "?repository={repo}"),
         ("PATCH", "/v1/uploads/{upload}"),
         ("POST", "/v1/repos"),  # an ordinary JSON endpoint (the body limit middleware)
         ("POST", "/v1/repos/{repo}/bundles/{digest}/attestations"),
@@ -245,7 +249,12 @@ def test_absurd_json_numbers_are_refused_not_crashed(world: World, client: httpx
     org = unique("org")
     for n in JSON_NUMBERS:
         cases: list[tuple[str, str, str, dict[str, str] | None]] = [
-            ("POST", "/v1/uploads", f'{{"digest": "sha256:{"2" * 64}", "size": {n}}}', None),
+            (
+                "POST",
+                "/v1/uploads",
+                f'{{"digest": "sha256:{"2" * 64}", "size": {n}, "repository": "{world.repo}"}}',
+                None,
+            ),
             (
                 "PUT",
                 f"/v1/repos/{world.repo}/aliases/dev",
@@ -330,7 +339,12 @@ def test_generated_header_numbers_never_crash_the_server(
     else:
         request = (
             _request_with(
-                world, "PUT", "/v1/blobs/sha256:" + "3" * 64, b"X-Pad", b"1", content_length=raw
+                world,
+                "PUT",
+                f"/v1/blobs/sha256:{'3' * 64}?repository={world.repo}",
+                b"X-Pad",
+                b"1",
+                content_length=raw,
             )
             + b"abc"
         )

@@ -143,14 +143,25 @@ ENDPOINTS: list[Endpoint] = [
         "PUT",
         "/v1/blobs/{newblob}",
         WRITERS,
-        body=lambda c: {"content": c["newblob_data"].encode()},
+        ADMIN,  # the blob is for (charged to) the repository named
+        body=lambda c: {
+            "content": c["newblob_data"].encode(),
+            "params": {"repository": c["repo"]},
+        },
     ),
     Endpoint(
         "upload.start",
         "POST",
         "/v1/uploads",
         WRITERS,
-        body=lambda c: {"json": {"digest": c["newblob"], "size": len(c["newblob_data"])}},
+        ADMIN,
+        body=lambda c: {
+            "json": {
+                "digest": c["newblob"],
+                "size": len(c["newblob_data"]),
+                "repository": c["repo"],
+            }
+        },
     ),
     Endpoint("upload.get", "GET", "/v1/uploads/nosuchupload", WRITERS),
     Endpoint(

@@ -49,30 +49,49 @@ def pub(registry: Registry) -> Publisher:
 
 
 @pytest.fixture
-def staged(pub: Publisher, tmp_path: Path) -> Any:
+def upload_repo(registry: Registry, pub: Publisher) -> str:
+    """A repository ``pub`` may publish to: the one its loose blobs are uploaded for."""
+    return registry.repo(pub)
+
+
+@pytest.fixture
+def staged(pub: Publisher, upload_repo: str, tmp_path: Path) -> Any:
     """A built bundle whose blobs are uploaded, manifest not yet PUT."""
     from modelward.attest.manifest import build_bundle
     from modelward.client.blobs import BlobSource
 
     built = build_bundle(make_bundle_dir(tmp_path / "b"))
     blobs = [
-        BlobSource(built.manifest.config.digest, len(built.config_bytes), data=built.config_bytes)
+        BlobSource(
+            built.manifest.config.digest,
+            len(built.config_bytes),
+            data=built.config_bytes,
+            repository=upload_repo,
+        )
     ]
     by_path = {f.path: f for f in built.files}
     blobs += [
-        BlobSource(layer.digest, layer.size, path=Path(by_path[layer.path].abspath))
+        BlobSource(
+            layer.digest,
+            layer.size,
+            path=Path(by_path[layer.path].abspath),
+            repository=upload_repo,
+        )
         for layer in built.manifest.layers
     ]
     pub.actor.client.blobs.upload_many(blobs)
     return built
 
 
-def test_blob_digest_mismatch(registry: Registry, pub: Publisher) -> None:
+def test_blob_digest_mismatch(registry: Registry, pub: Publisher, upload_repo: str) -> None:
     data = os.urandom(1000)
     wrong = sha(b"something else " + os.urandom(8))
     mark = audit_mark(registry)
     err = assert_refused_and_audited(
-        registry, mark, pub.actor.name, lambda: pub.actor.client.put_blob(wrong, data)
+        registry,
+        mark,
+        pub.actor.name,
+        lambda: pub.actor.client.put_blob(wrong, data, repository=upload_repo),
     )
     assert err.status == 400
     assert pub.actor.client.blob_size(wrong) is None
@@ -107,7 +126,7 @@ def _raw_http(url: str, head: str, body: bytes, *, wait_first: float = 0.0) -> t
     return (int(raw.split()[1]) if raw else 0), raw
 
 
-def test_blob_truncated_body(registry: Registry, pub: Publisher) -> None:
+def test_blob_truncated_body(registry: Registry, pub: Publisher, upload_repo: str) -> None:
     """The client sends 4000 of 10000 declared bytes and stops: refused, nothing kept, audited.
 
     No response may reach a client that hung up; the refusal must still be in the audit log.
@@ -116,7 +135,7 @@ def test_blob_truncated_body(registry: Registry, pub: Publisher) -> None:
     digest = sha(data)
     mark = audit_mark(registry)
     head = (
-        f"PUT /v1/blobs/{digest} HTTP/1.1\r\nHost: x\r\n"
+        f"PUT /v1/blobs/{digest}?repository={upload_repo} HTTP/1.1\r\nHost: x\r\n"
         f"Authorization: Bearer {pub.actor.token}\r\nContent-Length: {len(data)}\r\n"
         "Content-Type: application/octet-stream\r\n\r\n"
     )
@@ -133,13 +152,17 @@ def test_blob_truncated_body(registry: Registry, pub: Publisher) -> None:
     assert events, "truncated upload refusal not audited"
 
 
-def test_upload_session_committed_short(registry: Registry, pub: Publisher) -> None:
+def test_upload_session_committed_short(
+    registry: Registry, pub: Publisher, upload_repo: str
+) -> None:
     """A resumable session committed before all declared bytes arrived: 4xx, nothing kept."""
     data = os.urandom(10_000)
     digest = sha(data)
     client = pub.actor.client
     session = client._request(
-        "POST", "/v1/uploads", json_body={"digest": digest, "size": len(data)}
+        "POST",
+        "/v1/uploads",
+        json_body={"digest": digest, "size": len(data), "repository": upload_repo},
     ).json()
     client._request(
         "PATCH",
@@ -157,7 +180,7 @@ def test_upload_session_committed_short(registry: Registry, pub: Publisher) -> N
     assert client.blob_size(digest) is None
 
 
-def test_blob_oversized_body(registry: Registry, pub: Publisher) -> None:
+def test_blob_oversized_body(registry: Registry, pub: Publisher, upload_repo: str) -> None:
     # declared larger than the server's blob limit: refused from the headers, before the body
     digest = sha(b"x")
     mark = audit_mark(registry)
@@ -166,14 +189,18 @@ def test_blob_oversized_body(registry: Registry, pub: Publisher) -> None:
         mark,
         pub.actor.name,
         lambda: pub.actor.client._request(
-            "POST", "/v1/uploads", json_body={"digest": digest, "size": 2**62}
+            "POST",
+            "/v1/uploads",
+            json_body={"digest": digest, "size": 2**62, "repository": upload_repo},
         ),
     )
     assert err.status in (400, 413, 422)
     # a chunk that runs past the session's declared size
     data = os.urandom(1000)
     session = pub.actor.client._request(
-        "POST", "/v1/uploads", json_body={"digest": sha(data), "size": len(data)}
+        "POST",
+        "/v1/uploads",
+        json_body={"digest": sha(data), "size": len(data), "repository": upload_repo},
     ).json()
     with pytest.raises(APIError) as info:
         pub.actor.client._request(

@@ -214,6 +214,7 @@ def test_large_blob_goes_through_resumable_session_and_resumes(
     registry: Registry, tmp_path: Path
 ) -> None:
     pub = new_publisher(registry)
+    repo = registry.repo(pub)
     data = os.urandom(3 * 2**20 + 17)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     src = tmp_path / "blob.bin"
@@ -232,7 +233,7 @@ def test_large_blob_goes_through_resumable_session_and_resumes(
             raise Stop
 
     with pytest.raises(Stop):
-        client.upload_file(src, digest, progress=interrupt)
+        client.upload_file(src, digest, progress=interrupt, repository=repo)
     assert client.blob_size(digest) is None  # nothing visible before the commit
     saved = list((state / "uploads").glob("*.json"))
     assert len(saved) == 1
@@ -241,7 +242,7 @@ def test_large_blob_goes_through_resumable_session_and_resumes(
     assert 2**20 <= offset < len(data)  # the cut chunk is not counted as received
     resumed: list[int] = []
     client2 = registry.client(pub.actor.token, **opts)
-    assert client2.upload_file(src, digest, progress=resumed.append) is True
+    assert client2.upload_file(src, digest, progress=resumed.append, repository=repo) is True
     assert sum(resumed) == len(data)  # offset reported first, then the rest
     assert client2.blob_size(digest) == len(data)
     assert not list((state / "uploads").glob("*.json"))
@@ -254,7 +255,7 @@ def test_download_resumes_with_range_and_verifies(registry: Registry, tmp_path: 
     pub = new_publisher(registry)
     data = os.urandom(300_000)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    pub.actor.client.put_blob(digest, data)
+    pub.actor.client.put_blob(digest, data, repository=registry.repo(pub))
     dest = tmp_path / "x.bin"
     (tmp_path / ".x.bin.partial").write_bytes(data[:100_000])
     seen: list[int] = []
@@ -269,7 +270,7 @@ def test_download_with_corrupt_partial_is_refused_and_removed(
     pub = new_publisher(registry)
     data = os.urandom(50_000)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    pub.actor.client.put_blob(digest, data)
+    pub.actor.client.put_blob(digest, data, repository=registry.repo(pub))
     partial = tmp_path / ".x.bin.partial"
     partial.write_bytes(b"\0" * 1000)
     with pytest.raises(BlobIntegrityError) as info:

@@ -100,16 +100,23 @@ def test_kill9_during_chunked_blob_upload(crashable: Registry, tmp_path: Path) -
     _audit_verifies(reg, cli=True)
 
 
-def _stage(pub: Publisher, root: Path) -> Any:
+def _stage(pub: Publisher, repo: str, root: Path) -> Any:
     from modelward.attest.manifest import build_bundle
 
     built = build_bundle(root)
     by_path = {f.path: f for f in built.files}
     blobs = [
-        BlobSource(built.manifest.config.digest, len(built.config_bytes), data=built.config_bytes)
+        BlobSource(
+            built.manifest.config.digest,
+            len(built.config_bytes),
+            data=built.config_bytes,
+            repository=repo,
+        )
     ]
     blobs += [
-        BlobSource(layer.digest, layer.size, path=Path(by_path[layer.path].abspath))
+        BlobSource(
+            layer.digest, layer.size, path=Path(by_path[layer.path].abspath), repository=repo
+        )
         for layer in built.manifest.layers
     ]
     pub.actor.client.blobs.upload_many(blobs)
@@ -124,7 +131,7 @@ def test_kill9_during_bundle_commit(crashable: Registry, tmp_path: Path, delay: 
     root = make_bundle_dir(tmp_path / "bundle")
     for i in range(20):  # more layers: more scanning and rows inside the commit
         (root / f"part{i}.json").write_text(f'{{"i": {i}}}')
-    built = _stage(pub, root)
+    built = _stage(pub, repo, root)
     atts = pub.sign(built)
     outcome: list[object] = []
 
@@ -169,7 +176,7 @@ def test_kill9_with_half_sent_bundle_body(crashable: Registry, tmp_path: Path) -
     reg = crashable
     pub = new_publisher(reg)
     repo = reg.repo(pub)
-    built = _stage(pub, make_bundle_dir(tmp_path / "bundle"))
+    built = _stage(pub, repo, make_bundle_dir(tmp_path / "bundle"))
     body = json.dumps(
         {
             "manifest": base64.b64encode(built.manifest.raw).decode(),

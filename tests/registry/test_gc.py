@@ -82,12 +82,12 @@ def gc_until(reg: Registry, done: Callable[[dict[str, Any]], bool], *flags: str)
         time.sleep(WINDOW / 2)
 
 
-def orphan(reg: Registry, token: str, size: int = 4096) -> str:
-    """Upload a blob no bundle will ever name; its digest."""
+def orphan(reg: Registry, token: str, repo: str, size: int = 4096) -> str:
+    """Upload a blob for ``repo`` (charged to it) that no bundle will ever name; its digest."""
     data = secrets.token_bytes(size)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     with reg.client(token) as client:
-        client.put_blob(digest, data)
+        client.put_blob(digest, data, repository=repo)
     return digest
 
 
@@ -164,7 +164,7 @@ def evil_bundle(root: Path) -> Path:
 def test_gc_dry_run_reports_orphan_and_deletes_nothing(small_window: Registry) -> None:
     reg = small_window
     pub = reg.actor("publisher")
-    digest = orphan(reg, pub.token)
+    digest = orphan(reg, pub.token, reg.repo(pub))
     report = gc_until(reg, lambda r: digest in r["digests"], "--dry-run")
     assert report["dry_run"] is True
     assert report["blobs"] >= 1
@@ -182,7 +182,7 @@ def test_gc_dry_run_reports_orphan_and_deletes_nothing(small_window: Registry) -
 def test_gc_collects_orphan_blob_after_window_and_audits_once(small_window: Registry) -> None:
     reg = small_window
     pub = reg.actor("publisher")
-    digest = orphan(reg, pub.token, size=5000)
+    digest = orphan(reg, pub.token, reg.repo(pub), size=5000)
     before = len(gc_events(reg))
     report = gc_until(reg, lambda r: digest in r["digests"])
     assert report["dry_run"] is False
@@ -201,7 +201,7 @@ def test_gc_spares_a_fresh_orphan_within_the_window(large_window: Registry) -> N
     """An upload whose push has not committed yet is never collected inside the window."""
     reg = large_window
     pub = reg.actor("publisher")
-    digest = orphan(reg, pub.token)
+    digest = orphan(reg, pub.token, reg.repo(pub))
     report = gc(reg)
     assert digest not in report["digests"]
     assert blob_exists(reg, digest)
@@ -267,7 +267,8 @@ def test_abandoned_upload_session_is_collected(small_window: Registry) -> None:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     headers = {"authorization": f"Bearer {pub.token}"}
     with httpx.Client(base_url=reg.url, headers=headers, timeout=60) as http:
-        started = http.post("/v1/uploads", json={"digest": digest, "size": len(data)})
+        body = {"digest": digest, "size": len(data), "repository": reg.repo(pub)}
+        started = http.post("/v1/uploads", json=body)
         assert started.status_code == 201, started.text
         upload_id = started.json()["id"]
         chunk = http.patch(
@@ -343,7 +344,7 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
         pub = new_publisher(reg)
         repo = reg.repo(pub)
         bundle = push_new(pub, repo, tmp_path)
-        digest = orphan(reg, pub.actor.token, size=6000)
+        digest = orphan(reg, pub.actor.token, repo, size=6000)
         prefix = reg.server.blob_store.rsplit("/", 1)[1] if reg.server.blob_store else ""
         s3 = boto3.client(
             "s3",
@@ -408,7 +409,7 @@ def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 4) ->
     def push_many(n: int) -> None:
         for i in range(per_pusher):
             root = make_bundle_dir(tmp / f"p{n}-{i}")
-            orphans.append(orphan(reg, pub.actor.token, size=2048))
+            orphans.append(orphan(reg, pub.actor.token, repo, size=2048))
             for _attempt in range(5):
                 out = reg.cli(
                     "push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token

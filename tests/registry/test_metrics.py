@@ -111,7 +111,7 @@ def test_domain_gauges_need_a_token_and_match_the_registry(
     # database across a restart
     data = secrets.token_bytes(4096)
     with reg.client(pub.actor.token) as client:
-        client.put_blob("sha256:" + hashlib.sha256(data).hexdigest(), data)
+        client.put_blob("sha256:" + hashlib.sha256(data).hexdigest(), data, repository=repo)
     reclaimed = 0
     deadline = time.monotonic() + 120
     while reclaimed < len(data):

@@ -241,8 +241,9 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def make_bundle(reg: Reg) -> Pushed:
-    """A fresh, scanner-clean bundle whose blobs are uploaded (not yet pushed)."""
+def make_bundle(reg: Reg, repo: str = "acme/a") -> Pushed:
+    """A fresh, scanner-clean bundle whose blobs are uploaded for ``repo`` (charged to its
+    quota; not yet pushed)."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -257,7 +258,7 @@ def make_bundle(reg: Reg) -> Pushed:
     for layer in built.manifest.layers:
         blobs[layer.digest] = (root / layer.path).read_bytes()
     for digest, data in blobs.items():
-        r = reg.admin.put(f"/v1/blobs/{digest}", content=data)
+        r = reg.admin.put(f"/v1/blobs/{digest}", params={"repository": repo}, content=data)
         assert r.status_code in (200, 201), r.text
     return Pushed(built.manifest.digest, built.manifest.raw, blobs)
 
@@ -281,7 +282,7 @@ def provenance(key: Any, digest: str) -> bytes:
 
 def push(reg: Reg, who: str, repo: str = "acme/a", key_of: str | None = None) -> Pushed:
     """Upload and push a fresh bundle as ``who``, signed with ``key_of``'s key (default: who)."""
-    bundle = make_bundle(reg)
+    bundle = make_bundle(reg, repo)
     actor = reg.actors[who]
     key = reg.actors[key_of or who].key
     r = actor.client.put(

@@ -284,7 +284,7 @@ def test_registered_key_cannot_impersonate_a_policy_signer_by_name(reg: Reg) -> 
     )
     r = reg.admin.post("/v1/repos", json={"name": "acme/pinned", "policy_yaml": policy})
     assert r.status_code == 201, r.text
-    bundle = make_bundle(reg)
+    bundle = make_bundle(reg, "acme/pinned")
     since = reg.last_seq()
     r = reg.admin.put(
         f"/v1/repos/acme/pinned/bundles/{bundle.digest}",

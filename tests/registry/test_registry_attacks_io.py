@@ -27,6 +27,7 @@ from tests.registry.test_registry_attacks import (
 )
 
 LEAK_MARKERS = ("Traceback", "sqlalchemy", "sqlite3", 'File "', "SELECT ", "INSERT ")
+A = {"repository": "acme/a"}  # the repository pub_a uploads blobs for (charged to its quota)
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +59,12 @@ def test_blob_digest_path_traversal_and_other_forms_are_refused(reg: Reg) -> Non
         "sha256:.." + "0" * 62,
     ]
     for digest in bad:
-        error(pub.put(f"/v1/blobs/{digest}", content=data), 400, "invalid_digest")
+        error(pub.put(f"/v1/blobs/{digest}", params=A, content=data), 400, "invalid_digest")
         error(pub.get(f"/v1/blobs/{digest}"), 400, "invalid_digest")
         assert pub.head(f"/v1/blobs/{digest}").status_code == 400
     for raw in ("sha256:..%2F..%2F..%2Fregistry.db", "..%2F..%2Fregistry.db", "sha256:%2e%2e"):
         for method in ("GET", "PUT"):
-            r = pub.request(method, f"{reg.url}/v1/blobs/{raw}", content=data)
+            r = pub.request(method, f"{reg.url}/v1/blobs/{raw}", params=A, content=data)
             assert r.status_code in (400, 404, 405), r.text
             assert r.json()["error"]["code"] in (
                 "invalid_digest",
@@ -80,8 +81,9 @@ def test_blob_with_wrong_bytes_is_not_stored(reg: Reg) -> None:
     pub = reg.actors["pub_a"].client
     claimed = sha(b"the bytes the digest names " + uuid.uuid4().bytes)
     since = reg.last_seq()
-    error(pub.put(f"/v1/blobs/{claimed}", content=b"other bytes"), 400, "digest_mismatch")
-    up = pub.post("/v1/uploads", json={"digest": claimed, "size": 11}).json()
+    put = pub.put(f"/v1/blobs/{claimed}", params=A, content=b"other bytes")
+    error(put, 400, "digest_mismatch")
+    up = pub.post("/v1/uploads", json={"digest": claimed, "size": 11, **A}).json()
     r = pub.patch(f"/v1/uploads/{up['id']}", content=b"other bytes", headers={"Upload-Offset": "0"})
     assert r.status_code == 200, r.text
     error(pub.post(f"/v1/uploads/{up['id']}/commit"), 400, "digest_mismatch")
@@ -95,7 +97,7 @@ def test_blob_with_wrong_bytes_is_not_stored(reg: Reg) -> None:
 def test_upload_session_hijack_by_another_principal_is_refused(reg: Reg) -> None:
     owner, thief = reg.actors["pub_a"].client, reg.actors["pub_b"].client
     data = b"owner's bytes " + uuid.uuid4().bytes
-    up = owner.post("/v1/uploads", json={"digest": sha(data), "size": len(data)}).json()
+    up = owner.post("/v1/uploads", json={"digest": sha(data), "size": len(data), **A}).json()
     url = f"/v1/uploads/{up['id']}"
     r = owner.patch(url, content=data[:5], headers={"Upload-Offset": "0"})
     assert r.json()["offset"] == 5
@@ -118,7 +120,7 @@ def test_upload_session_hijack_by_another_principal_is_refused(reg: Reg) -> None
 def test_upload_chunk_past_declared_size_is_refused(reg: Reg) -> None:
     pub = reg.actors["pub_a"].client
     data = b"0123456789"
-    up = pub.post("/v1/uploads", json={"digest": sha(data), "size": len(data)}).json()
+    up = pub.post("/v1/uploads", json={"digest": sha(data), "size": len(data), **A}).json()
     since = reg.last_seq()
     r = pub.patch(f"/v1/uploads/{up['id']}", content=data + b"!", headers={"Upload-Offset": "0"})
     error(r, 400, "bad_request")
@@ -180,7 +182,7 @@ def test_publisher_policy_cannot_make_the_server_read_local_files(reg: Reg) -> N
     pub = reg.actors["pub_a"]
     r = pub.client.post("/v1/repos", json={"name": "acme/lfi", "policy_yaml": policy})
     if r.status_code == 201:  # accepted: show what a push against it does
-        bundle = make_bundle(reg)
+        bundle = make_bundle(reg, "acme/lfi")
         push_resp = pub.client.put(
             f"/v1/repos/acme/lfi/bundles/{bundle.digest}",
             json=bundle.body(provenance(pub.key, bundle.digest)),
@@ -222,7 +224,12 @@ BIG = "x" * (LIMIT_JSON + 1024)
             "/v1/identities",
             {"identity": BIG, "issuer": "i", "principal": "worker"},
         ),
-        ("pub_a", "POST", "/v1/uploads", {"digest": "sha256:" + "0" * 64, "size": 1, "x": BIG}),
+        (
+            "pub_a",
+            "POST",
+            "/v1/uploads",
+            {"digest": "sha256:" + "0" * 64, "size": 1, **A, "x": BIG},
+        ),
         ("rev1", "POST", "{bundle}/quarantine", {"reason": BIG}),
         ("admin", "DELETE", "{bundle}", {"reason": BIG}),
         ("rev1", "POST", "{bundle}/approvals", {"alias": "prod", "x": BIG}),
@@ -338,7 +345,7 @@ def test_secrets_and_payloads_never_in_logs_or_audit(reg: Reg) -> None:
     marker = f"PAYLOAD-{uuid.uuid4().hex}"
     pub = reg.actors["pub_a"]
     blob = marker.encode() * 4
-    assert pub.client.put(f"/v1/blobs/{sha(blob)}", content=blob).status_code == 201
+    assert pub.client.put(f"/v1/blobs/{sha(blob)}", params=A, content=blob).status_code == 201
     bundle = push(reg, "pub_a")
     url = f"/v1/repos/acme/a/bundles/{bundle.digest}/attestations"
     pub.client.post(url, content=marker.encode())  # refused, and the body is not echoed

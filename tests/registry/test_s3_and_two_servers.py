@@ -112,7 +112,9 @@ def test_upload_session_spans_both_servers(pair: tuple[Registry, Registry], tmp_
     data = os.urandom(600_000)
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     ca, cb = a.client(pub.actor.token), b.client(pub.actor.token)
-    session = ca._request("POST", "/v1/uploads", json_body={"digest": digest, "size": len(data)})
+    repo = a.repo(pub)
+    body = {"digest": digest, "size": len(data), "repository": repo}
+    session = ca._request("POST", "/v1/uploads", json_body=body)
     upload_id = session.json()["id"]
     ca._request(
         "PATCH", f"/v1/uploads/{upload_id}", content=data[:300_000], headers={"Upload-Offset": "0"}

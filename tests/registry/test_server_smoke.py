@@ -159,17 +159,24 @@ def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
     weights = (tmp_path / "bundle" / "model.safetensors").read_bytes()
     config_json = (tmp_path / "bundle" / "config.json").read_bytes()
 
-    # blobs: a digest mismatch is refused and nothing becomes visible
+    # blobs, each for the repository it is pushed to: a digest mismatch is refused and
+    # nothing becomes visible
+    tiny = {"repository": "acme/tiny"}
     wrong = _digest(b"something else")
-    _error(pub.put(f"/v1/blobs/{wrong}", content=config_json), 400, "digest_mismatch")
+    _error(pub.put(f"/v1/blobs/{wrong}", params=tiny, content=config_json), 400, "digest_mismatch")
     assert pub.head(f"/v1/blobs/{wrong}").status_code == 404
-    _error(worker.put(f"/v1/blobs/{_digest(config_json)}", content=config_json), 403, "forbidden")
+    _error(
+        worker.put(f"/v1/blobs/{_digest(config_json)}", params=tiny, content=config_json),
+        403,
+        "forbidden",
+    )
     for blob in (config_bytes, config_json):
-        assert pub.put(f"/v1/blobs/{_digest(blob)}", content=blob).status_code == 201
-    assert pub.put(f"/v1/blobs/{_digest(config_json)}", content=config_json).status_code == 200
+        assert pub.put(f"/v1/blobs/{_digest(blob)}", params=tiny, content=blob).status_code == 201
+    again = pub.put(f"/v1/blobs/{_digest(config_json)}", params=tiny, content=config_json)
+    assert again.status_code == 200
     # the weights go through a resumable upload session in two chunks
     wd = _digest(weights)
-    up = pub.post("/v1/uploads", json={"digest": wd, "size": len(weights)}).json()
+    up = pub.post("/v1/uploads", json={"digest": wd, "size": len(weights), **tiny}).json()
     half = len(weights) // 2
     r = pub.patch(f"/v1/uploads/{up['id']}", content=weights[:half], headers={"Upload-Offset": "0"})
     assert r.json()["offset"] == half
@@ -305,12 +312,15 @@ def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
 
 def test_bad_blob_bodies(server: Server) -> None:
     admin = server.client()
+    repo = "bodies/bad"  # the repository the blobs are for (charged to its quota)
+    assert admin.post("/v1/repos", json={"name": repo}).status_code == 201
     data = b"x" * 1000
     d = _digest(data)
     # truncated: fewer bytes than Content-Length, then the client goes away
     with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
         s.sendall(
-            f"PUT /v1/blobs/{d} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+            f"PUT /v1/blobs/{d}?repository={repo} HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {server.token}\r\n"
             f"Content-Length: {len(data)}\r\n\r\n".encode()
             + data[:500]
         )
@@ -320,10 +330,11 @@ def test_bad_blob_bodies(server: Server) -> None:
     assert reply == b"" or b" 400 " in reply.split(b"\r\n", 1)[0]
     assert admin.head(f"/v1/blobs/{d}").status_code == 404
     # no Content-Length
-    r = admin.put(f"/v1/blobs/{d}", content=iter([data]))
+    r = admin.put(f"/v1/blobs/{d}", params={"repository": repo}, content=iter([data]))
     _error(r, 400, "length_required")
     # a session larger than the limit
-    _error(admin.post("/v1/uploads", json={"digest": d, "size": 2**62}), 413, "too_large")
+    too_big = {"digest": d, "size": 2**62, "repository": repo}
+    _error(admin.post("/v1/uploads", json=too_big), 413, "too_large")
     assert admin.head(f"/v1/blobs/{d}").status_code == 404
     leftovers = list((server.data_dir / "blobs" / "_tmp").iterdir())
     assert leftovers == []
@@ -336,7 +347,12 @@ def test_oversized_blob_and_outdated_schema(tmp_path: Path) -> None:
     srv = start_server(data_dir, token, "--config", str(tmp_path / "small.toml"))
     try:
         big = b"y" * 101
-        _error(srv.client().put(f"/v1/blobs/{_digest(big)}", content=big), 413, "too_large")
+        admin = srv.client()
+        assert admin.post("/v1/repos", json={"name": "small/blobs"}).status_code == 201
+        put = admin.put(
+            f"/v1/blobs/{_digest(big)}", params={"repository": "small/blobs"}, content=big
+        )
+        _error(put, 413, "too_large")
     finally:
         stop(srv)
     db = sqlite3.connect(data_dir / "registry.db")
@@ -452,7 +468,9 @@ def test_oms_signature_verifies_against_stored_blobs(
         pub.post("/v1/repos", json={"name": "acme/oms", "policy_yaml": policy}).status_code == 201
     )
     for blob in (built.config_bytes, *((root / n).read_bytes() for n in ("signme-1", "signme-2"))):
-        pub.put(f"/v1/blobs/{_digest(blob)}", content=blob).raise_for_status()
+        pub.put(
+            f"/v1/blobs/{_digest(blob)}", params={"repository": "acme/oms"}, content=blob
+        ).raise_for_status()
     url = f"/v1/repos/acme/oms/bundles/{manifest.digest}"
     body = {
         "manifest": base64.b64encode(manifest.raw).decode(),

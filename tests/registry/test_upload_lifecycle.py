@@ -29,8 +29,12 @@ def two_uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reg]:
         yield registry
 
 
+REPO_OF = {"pub_a": "acme/a", "pub_b": "acme/b"}  # each publisher's repository (open_registry)
+
+
 def _start(reg: Reg, who: str, data: bytes) -> str:
-    r = reg.actors[who].client.post("/v1/uploads", json={"digest": sha(data), "size": len(data)})
+    body = {"digest": sha(data), "size": len(data), "repository": REPO_OF[who]}
+    r = reg.actors[who].client.post("/v1/uploads", json=body)
     assert r.status_code == 201, r.text
     upload_id: str = r.json()["id"]
     return upload_id
@@ -96,7 +100,7 @@ def test_open_sessions_are_limited_per_principal(two_uploads: Reg) -> None:
     since = two_uploads.last_seq()
     third = b"three " + uuid.uuid4().bytes
     r = two_uploads.actors["pub_a"].client.post(
-        "/v1/uploads", json={"digest": sha(third), "size": len(third)}
+        "/v1/uploads", json={"digest": sha(third), "size": len(third), "repository": "acme/a"}
     )
     err = error(r, 429, "quota_exceeded")
     assert err["detail"] == {"open": 2, "limit": 2}

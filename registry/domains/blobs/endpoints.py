@@ -1,13 +1,16 @@
 """``/v1/blobs/{digest}``: HEAD, GET (Range, optional presigned redirect), PUT (streamed).
 
 HEAD says whether a blob exists (publishers skip uploads with it); GET also honours the
-quarantine and tombstones of the bundles holding the blob (service.readable_blob_size)."""
+quarantine and tombstones of the bundles holding the blob (service.readable_blob_size). A PUT
+names the repository it stores for (``?repository=ORG/NAME``): every stored byte is charged to
+the quota of a repository the caller may publish to, and a PUT that names none is refused
+(400 ``repository_required``, ``named_repository``) before its body is read."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -20,8 +23,30 @@ from modelward.registry.domains.blobs.streaming import (
     declared_length,
     parse_range,
 )
+from modelward.registry.errors import BadRequest
+
+__all__ = ["repository_required", "router"]
 
 router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
+
+
+def repository_required(door: str, form: str) -> BadRequest:
+    """400 ``repository_required``: ``door`` stores bytes only for a named repository, whose
+    quota they are charged to (docs/http-api.md#blobs); ``form`` shows how to name it."""
+    return BadRequest(
+        f"{door} needs the repository the blob is for: name it with {form} (a repository "
+        "you may publish to; the blob is charged to its quota)",
+        detail={"parameter": "repository", "form": form},
+        code="repository_required",
+    )
+
+
+def named_repository(request: Request, caller: Publisher) -> None:
+    """A dependency of ``PUT /v1/blobs``: 400 ``repository_required`` when the query names no
+    repository. It runs once the caller is known (401/403 first) and before the endpoint's
+    own parameters are validated or a byte of the body is read."""
+    if not request.query_params.get("repository"):
+        raise repository_required("PUT /v1/blobs/{digest}", "?repository=ORG/NAME")
 
 
 def _size(state: State, digest: str) -> int:
@@ -71,6 +96,7 @@ def get_blob(
 @router.put(
     "/{digest}",
     status_code=201,
+    dependencies=[Depends(named_repository)],
     responses={
         413: {
             "description": "too_large, or repository_quota_exceeded: the blob does "
@@ -85,9 +111,10 @@ async def put_blob(
     caller: Publisher,
     state: State,
     response: Response,
-    repository: Annotated[str | None, Query(max_length=201)] = None,
+    repository: Annotated[str, Query(min_length=1, max_length=201)],
 ) -> dict[str, Any]:
-    """Store a blob; naming ``repository`` charges it to that repository's quota first."""
+    """Store a blob for ``repository`` (one the caller may publish to), charged to its quota
+    before a byte is read (413 ``repository_quota_exceeded``)."""
     check_digest(digest)
     size = declared_length(request, state.settings.max_blob_bytes)
     created = await run_in_threadpool(

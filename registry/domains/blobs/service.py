@@ -102,13 +102,10 @@ def _collected(digest: str) -> Conflict:
     )
 
 
-def _lease_existing(session: Session, *, digest: str, size: int, leased: bool) -> None:
-    """Lease a blob found stored (unless the request leased it already); Conflict
-    ``blob_collected`` when garbage collection removed it meanwhile."""
+def _require_stored(session: Session, digest: str) -> None:
+    """Conflict ``blob_collected`` when garbage collection removed a blob found stored."""
     if session.get(Blob, digest) is None:
         raise _collected(digest)
-    if not leased:
-        lease_blob(session, digest=digest, size=size, repo_id=None)
 
 
 def lease_blob(session: Session, *, digest: str, size: int, repo_id: int | None) -> BlobLease:
@@ -124,16 +121,14 @@ def charge_repository(
     session: Session,
     state: AppState,
     *,
-    repository: str | None,
+    repository: str,
     digest: str,
     size: int,
     caller: Caller,
-) -> Repository | None:
+) -> Repository:
     """The repository an upload names, once the caller may publish to it and the blob fits
-    its quota (413 ``repository_quota_exceeded`` otherwise); None when it names none. Call it
-    in the write transaction that records the reservation."""
-    if repository is None:
-        return None
+    its quota (413 ``repository_quota_exceeded`` otherwise). Call it in the write transaction
+    that records the reservation."""
     repo = writable_repo(session, repository, caller)
     require_room(session, repo, {digest: size}, state.settings)
     return repo
@@ -175,33 +170,31 @@ def put_blob(
     size: int,
     chunks: Iterable[bytes],
     caller: Caller,
-    repository: str | None = None,
+    repository: str,
 ) -> bool:
-    """Stream, verify, store and record one blob; True when it is new.
+    """Stream, verify, store and record one blob for ``repository``; True when it is new.
 
-    With ``repository``, the caller must be able to publish there and the blob is charged to
-    its quota before a byte is read (413 ``repository_quota_exceeded``): a lease reserves it.
-    A blob stored already is leased only once the body received hashes to its digest
+    The caller must be able to publish to ``repository`` and the blob is charged to its
+    quota before a byte is read (413 ``repository_quota_exceeded``): a lease reserves it, so
+    every byte stored is some repository's (docs/registry.md#storage-hygiene). A blob stored
+    already keeps that lease only once the body received hashes to its digest
     (``verify_body``): naming a stored digest with other bytes is refused like a new upload's.
-    Raises DigestMismatchError, TruncatedBody or BadRequest (nothing becomes visible then).
+    Raises DigestMismatchError, TruncatedBody or BadRequest (nothing becomes visible then),
+    Forbidden or NotFound (the repository), PayloadTooLarge (its quota).
     """
-    reserved: int | None = None
-    repo_id: int | None = None
-    if repository is not None:
-        with state.db.write() as session:
-            repo = charge_repository(
-                session, state, repository=repository, digest=digest, size=size, caller=caller
-            )
-            if repo is not None:
-                repo_id = repo.id
-                reserved = lease_blob(session, digest=digest, size=size, repo_id=repo_id).id
+    with state.db.write() as session:
+        repo = charge_repository(
+            session, state, repository=repository, digest=digest, size=size, caller=caller
+        )
+        repo_id = repo.id
+        reserved = lease_blob(session, digest=digest, size=size, repo_id=repo_id).id
     try:
         with state.db.read() as session:
             row = session.get(Blob, digest)
         if row is not None and state.store.size(digest) == row.size:
             verify_body(digest, size, chunks)  # the same bytes, or refused
             with state.db.write() as session:
-                _lease_existing(session, digest=digest, size=size, leased=reserved is not None)
+                _require_stored(session, digest)
             return False
         state.store.put_verified(digest, size, chunks)
         with state.db.write() as session:
@@ -215,7 +208,6 @@ def put_blob(
                 store=state.store,
             )
     except BaseException:
-        if reserved is not None:
-            with state.db.write() as session:
-                session.execute(delete(BlobLease).where(BlobLease.id == reserved))
+        with state.db.write() as session:
+            session.execute(delete(BlobLease).where(BlobLease.id == reserved))
         raise

@@ -1,15 +1,20 @@
-"""``/v1/uploads``: resumable, chunked blob uploads (start, status, chunk, commit, cancel)."""
+"""``/v1/uploads``: resumable, chunked blob uploads (start, status, chunk, commit, cancel).
+
+A session names the repository it uploads for in its body (``"repository": "ORG/NAME"``):
+its bytes are charged to that repository's quota, and a start that names none is refused
+(400 ``repository_required``, ``named_repository``) before a session exists."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Depends, Header, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Publisher
+from modelward.registry.domains.blobs.endpoints import repository_required
 from modelward.registry.domains.blobs.streaming import body_chunks, check_digest, declared_length
 from modelward.registry.domains.uploads import service
 
@@ -22,13 +27,28 @@ MAX_SIZE = 2**62  # bytes of an upload and its offsets; the store's sizes are 64
 class UploadIn(BaseModel):
     digest: str = Field(max_length=100)
     size: int = Field(ge=0, le=MAX_SIZE)
-    # the repository the blob is for: charged to its quota from now on (optional)
-    repository: str | None = Field(default=None, max_length=201)
+    # the repository the blob is for: charged to its quota from now on
+    repository: str = Field(min_length=1, max_length=201)
+
+
+async def named_repository(request: Request, caller: Publisher) -> None:
+    """A dependency of ``POST /v1/uploads``: 400 ``repository_required`` when the body names
+    no repository (absent, null or empty). It runs once the caller is known (401/403 first)
+    and before the body is validated or a session opened; a body that is not a JSON object
+    is left to the validation (422). FastAPI parsed a JSON body already (``request.json`` is
+    cached); another one is parsed here at most once, bounded by the body limit."""
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError):  # not JSON: the validation refuses it
+        return
+    if isinstance(body, dict) and not body.get("repository"):
+        raise repository_required("POST /v1/uploads", '"repository": "ORG/NAME" in its body')
 
 
 @router.post(
     "",
     status_code=201,
+    dependencies=[Depends(named_repository)],
     responses={
         413: {
             "description": "too_large, or repository_quota_exceeded: the blob does not fit "
@@ -38,7 +58,7 @@ class UploadIn(BaseModel):
     },
 )
 def start_upload(body: UploadIn, caller: Publisher, state: State) -> dict[str, Any]:
-    """Open a session; naming ``repository`` charges the blob to its quota."""
+    """Open a session for a blob of ``repository``, charged to its quota from now on."""
     row = service.start(
         state,
         digest=check_digest(body.digest),

@@ -7,10 +7,11 @@ idle for ``upload_ttl_seconds`` is expired — it answers 404 from then on, and 
 ``start`` (any principal's) deletes it and its parts, audited as ``upload.expire``. A client
 can end its own session early with ``cancel``.
 
-A session may name the repository it uploads for: the caller must be able to publish there,
-and the declared size is charged to the repository's quota from ``start`` on (413
-``repository_quota_exceeded`` when it does not fit), then, once committed, through a blob lease
-until the push commits (docs/registry.md#storage-hygiene).
+A session names the repository it uploads for (``POST /v1/uploads`` refuses one that names
+none: 400 ``repository_required``): the caller must be able to publish there, and the declared
+size is charged to the repository's quota from ``start`` on (413 ``repository_quota_exceeded``
+when it does not fit), then, once committed, through a blob lease until the push commits
+(docs/registry.md#storage-hygiene).
 
 A ``/v2`` session does not know its digest or size until it closes (digest
 ``gc.quota.UNNAMED_DIGEST``): its ``size`` is the bytes reserved so far, and each chunk is
@@ -150,13 +151,14 @@ def start(
     repository: str | None = None,
     repo_id: int | None = None,
 ) -> UploadSession:
-    """Open a session for ``digest`` of ``size`` bytes, charged to ``repository`` if named
-    (the caller must be able to publish there), or to ``repo_id``, a repository the caller's
-    right to upload to was checked for already (the ``/v2`` door: ``oci.blobs.upload_limit``).
+    """Open a session for ``digest`` of ``size`` bytes, charged to ``repository`` (the
+    caller must be able to publish there; the ``/v1`` door), or to ``repo_id``, a repository
+    the caller's right to upload to was checked for already (the ``/v2`` door:
+    ``oci.blobs.upload_limit``). One of the two is required.
 
-    Raises BadRequest, PayloadTooLarge (413: past ``max_blob_bytes``, or past the
-    repository's quota), QuotaExceeded (429: too many open sessions), NotFound/Forbidden (the
-    repository)."""
+    Raises BadRequest (``repository_required`` when neither is given), PayloadTooLarge
+    (413: past ``max_blob_bytes``, or past the repository's quota), QuotaExceeded (429: too
+    many open sessions), NotFound/Forbidden (the repository)."""
     if size < 0:
         raise BadRequest("size must not be negative")
     if size > state.settings.max_blob_bytes:
@@ -168,14 +170,21 @@ def start(
     now = datetime.now(UTC)
     limit = state.settings.max_open_uploads
     with state.db.write() as session:
-        repo = charge_repository(
-            session, state, repository=repository, digest=digest, size=size, caller=caller
-        )
-        if repo is None and repo_id is not None:
+        repo: Repository | None = None
+        if repository is not None:
+            repo = charge_repository(
+                session, state, repository=repository, digest=digest, size=size, caller=caller
+            )
+        elif repo_id is not None:
             repo = session.get(Repository, repo_id)
             if repo is None:
                 raise NotFound(f"no repository with id {repo_id}")
             require_upload_room(session, repo, reserved=0, wanted=size, settings=state.settings)
+        else:  # every stored byte is charged to a repository (the endpoints name one)
+            raise BadRequest(
+                "an upload session needs the repository it uploads for",
+                code="repository_required",
+            )
         open_ = session.execute(
             select(func.count())
             .select_from(UploadSession)
