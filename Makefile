@@ -42,8 +42,12 @@ oci-tools:
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist); the tests that boot vLLM share one
+# worker (tests/conftest.py puts them in one xdist group), so each boot happens once.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint typecheck oci-tools
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The whole story on embedded defaults: registry, principals, sign, push, approvals, pull,
 # verify, vLLM boot with a baseline, a tampered blob refused, rollback, audit verify.

@@ -39,7 +39,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``sqlite_only`` run against the SQLite registry alone: their PostgreSQL
     variants are deselected. The attack tests an issue asks for on both databases keep both;
     follow-ups and CLI behaviour that does not depend on the database run once, to keep
-    `make test` affordable (README)."""
+    `make test` affordable (README).
+
+    Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) the tests that boot vLLM
+    are one group, run by one worker: their session fixtures (the shared float32 run, the
+    perturbed model's run) are then built once, and two vLLM engines never compete for the
+    same cores and memory."""
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.xdist_group("vllm"))
     drop = [
         item
         for item in items
