@@ -35,6 +35,7 @@ def shared_fixtures() -> Path:
     return SHARED_FIXTURES
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``sqlite_only`` run against the SQLite registry alone: their PostgreSQL
     variants are deselected. The attack tests an issue asks for on both databases keep both;
