@@ -124,21 +124,12 @@ def _snapshot_listing(data: bytes, version: int, roots: tuple[bytes, ...]) -> di
     """The versions snapshot ``data`` lists (``ROLE.json`` -> version), if it is snapshot
     version ``version`` signed by the snapshot threshold of one of ``roots`` (newest first);
     else None. A copy is the caller's."""
-    try:
-        md: Metadata[Any] = Metadata.from_bytes(data)
-        if md.signed.type != Snapshot.type or md.signed.version != version:
-            return None
-    except (ValueError, DeserializationError):
+    if not _signed_by_root(Snapshot.type, data, roots):
         return None
-    for root in roots:
-        try:
-            Metadata[Root].from_bytes(root).signed.verify_delegate(
-                Snapshot.type, md.signed_bytes, md.signatures
-            )
-        except (UnsignedMetadataError, ValueError, DeserializationError):
-            continue
-        return {name: meta.version for name, meta in md.signed.meta.items()}
-    return None
+    md: Metadata[Any] = Metadata.from_bytes(data)
+    if md.signed.version != version:
+        return None
+    return {name: meta.version for name, meta in md.signed.meta.items()}
 
 
 def _parsed(data: bytes | None) -> Metadata[Any] | None:
