@@ -1,14 +1,20 @@
 """Boot benchmark: `modelward boot` against a bare `vllm.LLM(model=DIR)` of the same files.
 
-    .venv/bin/python benchmarks/boot_bench.py [--model DIR] [--repeat N]
+    VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python benchmarks/boot_bench.py [--model DIR]
+        [--repeat N]
 
 Starts a local registry (`modelward serve` on a free loopback port, SQLite), pushes the tiny
 Llama (or --model DIR, which must hold a modelward.yaml or gets one) signed by a fresh
-publisher key, then measures, N times each:
+publisher key, signs the `canary` alias's TUF proposal with that key and saves the
+registry's TUF root (`modelward trust root --out root.json`, untimed), then measures, N times
+each:
 
 - bare:      `python -c "vllm.LLM(model=DIR, ...)"`  (engine boot, nothing else)
-- modelward: `modelward boot REPO@canary --timings`  (pull from the registry into a fresh
-             cache, verify signatures/scanner/policy, re-hash, boot, baseline, record)
+- modelward: `modelward boot REPO@canary --trust-root root.json --timings` (resolve the alias
+             through the registry's signed TUF metadata from the pinned root, as a worker
+             does since the TUF work (docs/tuf.md#workers), pull into a fresh cache (the TUF
+             cache with it: every run is a cold refresh), verify signatures/scanner/policy,
+             re-hash, boot, baseline, record)
 
 and prints per-phase wall times (from `--timings`) and the ratio of medians. Record the
 table in docs/performance.md. A benchmark, not a test: nothing asserts on times.
@@ -49,6 +55,7 @@ def modelward_boot(
     token: str,
     repo: str,
     pem: Path,
+    trust_root: Path,
     worker_key: Path,
     cache: Path,
     env: dict[str, str],
@@ -63,6 +70,8 @@ def modelward_boot(
             MODELWARD,
             "boot",
             f"{repo}@canary",
+            "--trust-root",
+            str(trust_root),
             "--public-key",
             str(pem),
             "--cache-dir",
@@ -92,7 +101,7 @@ def modelward_boot(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each (1: the smoke test)")
     args = parser.parse_args()
 
     from benchmarks._worker_setup import published_for_a_worker
@@ -119,6 +128,7 @@ def main() -> None:
                 published.worker_token,
                 published.repo,
                 published.publisher_pem,
+                published.trust_root,
                 published.worker_key,
                 work / "cache",
                 env,

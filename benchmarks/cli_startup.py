@@ -2,7 +2,8 @@
 
 Runs each command R times (default 11) as a fresh process and reports the median and the
 90th percentile of the wall clock, side by side with the floor (``python -c pass`` in the
-same virtual environment) and the peer tool (``model_signing``, whose CLI is click). Help
+same virtual environment) and the peer tool (``model_signing``, whose CLI is click; when it is
+not installed its rows say "not run"). Help
 output is start-up only; ``bundle digest`` of a one-file bundle is start-up plus
 microseconds of hashing; ``alias get`` against a closed loopback port is start-up plus
 importing the HTTP client and one refused connection.
@@ -79,7 +80,12 @@ def main() -> None:
             ],
         }
         rows = {}
+        missing = {name for name, argv in cases.items() if not Path(argv[0]).exists()}
+        for name in missing:
+            print(f"{name}: {cases[name][0]} not found: not run", file=sys.stderr)
         for name, argv in cases.items():
+            if name in missing:
+                continue
             times = timed(argv, args.repeats, env)
             rows[name] = {
                 "median_s": statistics.median(times),
@@ -92,6 +98,8 @@ def main() -> None:
         print(
             f"{name:42} {row['median_s']:8.3f} {row['p90_s']:8.3f} {row['median_s'] - floor:12.3f}"
         )
+    for name in sorted(missing):
+        print(f"{name:42} {'not run':>8}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

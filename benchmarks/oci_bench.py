@@ -14,8 +14,10 @@ it as an OCI layout, then times with the same client:
 - pull: ``skopeo copy --preserve-digests docker://HOST/REPO@DIGEST oci:OUT``.
 
 It prints MB/s per run, the medians, the ratios modelward / docker-registry (>= 0.9 is the
-target) and each server's peak RSS (all its processes, sampled every 50 ms). Record the
-table in docs/performance.md#oci. A benchmark, not a test: nothing asserts on times.
+target) and each server's peak RSS (all its processes, sampled every 50 ms). Without
+``docker-registry`` on the machine its column says "not run"; skopeo is the client of both
+columns and is required. Record the table in docs/performance.md#oci. A benchmark, not a
+test: nothing asserts on times.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class PeakRss:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while self.pgid >= 0 and not self._stop.is_set():  # pgid -1: nothing to sample
             self.peak = max(self.peak, _rss_kib(_group(self.pgid)))
             time.sleep(0.05)
 
@@ -153,15 +155,19 @@ def main() -> None:
     args = parser.parse_args()
     size = args.size_mib << 20
 
-    from tests.oci.conftest import host_of, oras_attach, skopeo_login, write_layout
+    from tests.oci.conftest import DOCKER_REGISTRY, host_of, oras_attach, skopeo_login, write_layout
     from tests.registry.conftest import new_publisher, start_registry
+
+    if shutil.which("skopeo") is None:
+        raise SystemExit("oci_bench: skopeo not found (apt-get install skopeo): nothing to measure")
+    peer = Path(DOCKER_REGISTRY).exists()
+    if not peer:
+        print(f"docker-registry not found at {DOCKER_REGISTRY}: its column not run", flush=True)
 
     base = Path(tempfile.mkdtemp(prefix="oci-bench-"))
     mw = start_registry("sqlite", base / "mw", None)
-    results: dict[str, dict[str, list[float]]] = {
-        "modelward": {"push": [], "pull": []},
-        "docker-registry": {"push": [], "pull": []},
-    }
+    names = ["modelward", "docker-registry"] if peer else ["modelward"]
+    results: dict[str, dict[str, list[float]]] = {n: {"push": [], "pull": []} for n in names}
     try:
         pub = new_publisher(mw)
         repo = mw.repo(pub.actor)
@@ -169,18 +175,19 @@ def main() -> None:
         skopeo_login(mw, pub.name, pub.actor.token, auth)
         assert mw.server.proc is not None
         with (
-            docker_registry(base) as (peer_host, peer_pid),
+            docker_registry(base) if peer else contextlib.nullcontext(("", 0)) as (
+                peer_host,
+                peer_pid,
+            ),
             PeakRss(os.getpgid(mw.server.proc.pid)) as mw_rss,
-            PeakRss(os.getpgid(peer_pid)) as peer_rss,
+            PeakRss(os.getpgid(peer_pid) if peer else -1) as peer_rss,
         ):
             for i in range(args.repeat):
                 bundle = make_bundle(pub, base / "bundles", size, f"bench-{i}-{time.time_ns()}")
                 layout = write_layout(bundle, base / f"layout-{i}", "v1")  # type: ignore[arg-type]
                 digest = bundle.digest  # type: ignore[attr-defined]
-                for name, host, a in (
-                    ("modelward", host_of(mw), auth),
-                    ("docker-registry", peer_host, None),
-                ):
+                hosts = [("modelward", host_of(mw), auth), ("docker-registry", peer_host, None)]
+                for name, host, a in hosts[: len(names)]:
                     ref = f"docker://{host}/{repo}@{digest}"
                     results[name]["push"].append(
                         timed(
@@ -225,7 +232,9 @@ def main() -> None:
         print(f"size {args.size_mib} MiB, {args.repeat} runs each, {version}")
         print(f"{'':18}{'push MB/s (median)':>22}{'pull MB/s (median)':>22}{'peak RSS MiB':>14}")
         medians = {}
-        for name, rss in (("modelward", mw_rss.peak), ("docker-registry", peer_rss.peak)):
+        for name, rss in (("modelward", mw_rss.peak), ("docker-registry", peer_rss.peak))[
+            : len(names)
+        ]:
             push = statistics.median(results[name]["push"])
             pull = statistics.median(results[name]["pull"])
             medians[name] = (mb / push, mb / pull)
@@ -235,6 +244,9 @@ def main() -> None:
                 f"{name:18}{mb / push:>14.0f} ({runs}){mb / pull:>14.0f} ({runs2})"
                 f"{rss / 1024:>10.0f}"
             )
+        if not peer:
+            print(f"{'docker-registry':18}{'not run':>14}{'not run':>22}")
+            return
         print(
             f"ratio modelward / docker-registry: push "
             f"{medians['modelward'][0] / medians['docker-registry'][0]:.2f}x, pull "

@@ -10,12 +10,15 @@ alternating, ``--repeat`` times each, every run in a new process with a fresh ca
 directory, the page cache synced before each run, and the server's page cache warm (one
 untimed plain pull first); each round starts with the next client:
 
-- ``modelward pull``: ``modelward pull REPO@bench --public-key KEY --cache-dir DIR``
-  (verified: hashed against the manifest, scanned, signature checked under the worker's
-  policy; materialized read-only under the cache);
-- ``plain (1)``: a plain Python client (this file, ``--plain``) that resolves the alias,
-  GETs the manifest and, for each blob, streams ``GET /v1/blobs/{digest}`` with httpx,
-  hashes it with sha256 and writes it to a file, one blob after another;
+- ``modelward pull``: ``modelward pull REPO@bench --trust-root root.json --public-key KEY
+  --cache-dir DIR`` (the alias resolved through the registry's signed TUF metadata from the
+  pinned root, a cold refresh every run as the cache is fresh; verified: hashed against the
+  manifest, scanned, signature checked under the worker's policy; materialized read-only
+  under the cache);
+- ``plain (1)``: a plain Python client (this file, ``--plain``) that resolves the alias
+  through the registry's API (its word, no TUF), GETs the manifest and, for each blob,
+  streams ``GET /v1/blobs/{digest}`` with httpx, hashes it with sha256 and writes it to a
+  file, one blob after another;
 - ``plain (N)``: the same, N blobs at a time, N the parallelism pull uses for this bundle
   (``loader.cache.download_workers``: ``--workers``, 4 as in ``modelward pull``, bounded by
   the blobs and the CPUs);
@@ -166,6 +169,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks._worker_setup import save_trust_root, sign_alias
     from modelward.attest.keys import public_key_pem
     from modelward.loader.cache import download_workers
     from tests.registry.conftest import new_publisher, start_registry
@@ -179,6 +183,8 @@ def main() -> None:
         src = base / "bundle"
         make_bundle(src, size, args.files)
         pushed = pub.actor.client.push(src, repo, sign=pub.sign, alias=ALIAS)
+        sign_alias(pub.actor.client, repo, ALIAS, pub.key)  # as `alias set --key` does
+        root = save_trust_root(mw.url, pub.actor.token, base / "root.json")
         total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
         shutil.rmtree(src)
         key = base / "publisher.pub"
@@ -193,6 +199,8 @@ def main() -> None:
                     MODELWARD,
                     "pull",
                     f"{repo}@{ALIAS}",
+                    "--trust-root",
+                    str(root),
                     "--public-key",
                     str(key),
                     "--cache-dir",

@@ -191,7 +191,16 @@ class Serve:
         }
         self.log = (work / f"serve-{self.port}.log").open("wb")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_http(f"{self.url}/healthz")
+        deadline = time.monotonic() + 120
+        while True:  # up, or a clear error as soon as the server exits
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                log = (data.parent / f"serve-{self.port}.log").read_text(errors="replace")
+                raise RuntimeError(f"modelward serve did not come up:\n{log[-3000:]}")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -475,6 +484,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "transfer": [],
         "peer_nginx": None,
+        "connections": opts.connections,
         "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()},
         "argv": sys.argv[1:],
     }
@@ -538,7 +548,10 @@ def render(r: dict[str, Any]) -> str:
             return "not run"
         return f"{x['rps']:.0f} req/s, p50 {x['p50_ms']:.1f} ms, p99 {x['p99_ms']:.1f} ms"
 
-    lines.append(f"| alias resolve, 50 clients (PostgreSQL) | {fmt(mw)} | {fmt(ml)} (MLflow) |")
+    conns = r.get("connections", 50)
+    lines.append(
+        f"| alias resolve, {conns} clients (PostgreSQL) | {fmt(mw)} | {fmt(ml)} (MLflow) |"
+    )
     if mw and ml:
         lines.append(f"| alias resolve ratio modelward / MLflow | {mw['rps'] / ml['rps']:.1f}× | |")
     return "\n".join(lines)

@@ -10,8 +10,9 @@ measures, N times each, in fresh processes:
 
 - bare:      `vllm.LLM(model=DIR, enforce_eager=True)` and `runs` × `llm.generate` of the
              3 requests (boot and generation, nothing else);
-- modelward: `modelward replay REQUESTS --bundle REPO@canary --runs N --concurrency 3 --json
-             -- --enforce-eager` (pull, verify, boot, replay in batches of 3 as the bare loop
+- modelward: `modelward replay REQUESTS --bundle REPO@canary --trust-root root.json --runs N
+             --concurrency 3 --json -- --enforce-eager` (resolve the alias through the pinned
+             TUF root, pull, verify, boot, replay in batches of 3 as the bare loop
              does, the comparison, progress, sign and attach the result);
 - with --compiled, once: the same replay without `--enforce-eager` (vLLM's default graph
   compilation), the configuration a user got before replay took engine arguments.
@@ -87,7 +88,7 @@ def modelward_replay(env: dict[str, str], args: list[str]) -> tuple[float, dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each (1: the smoke test)")
     parser.add_argument(
         "--compiled", action="store_true", help="also time one replay without --enforce-eager"
     )
@@ -115,9 +116,10 @@ def main() -> None:
             str(requests),
             "--bundle",
             f"{published.repo}@canary",
+            "--trust-root",
+            str(published.trust_root),
             "--public-key",
             str(published.publisher_pem),
-            "--unsigned-aliases",
             "--cache-dir",
             str(work / "cache"),
             "--worker-key",
