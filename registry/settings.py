@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     # /tuf/ answers without a token (the metadata is signed; it names repositories, aliases
     # and digests, which a registry may want to keep to its principals: off by default)
     tuf_public: bool = False
+    # /tuf/ from memory (docs/tuf.md#serving): each server process re-checks the database's
+    # current timestamp at most this often, so a publish by another process is served
+    # within this many seconds (this process's own at once). 0 (default): no cache, every
+    # request reads the database
+    tuf_freshness_seconds: float = Field(default=0.0, ge=0, le=60)
+    # /tuf/ reads trust a token that authenticated within this many seconds (per process,
+    # keyed by its hash): a revoked token stops reading /tuf/ within it. 0: every request
+    tuf_token_cache_seconds: float = Field(default=5.0, ge=0, le=300)
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
     threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
     db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process

@@ -12,9 +12,11 @@ from fastapi import Depends, Request
 
 from modelward.registry.db import Database
 from modelward.registry.domains._throttle import DenialThrottle
+from modelward.registry.domains._token_cache import TokenCache
 from modelward.registry.domains._verdict_cache import DryRunAudit, VerdictCache
 from modelward.registry.settings import Settings
 from modelward.registry.storage import BlobStore
+from modelward.registry.tuf.served import MetadataFiles
 
 __all__ = ["AppState", "State", "dumps", "iso"]
 
@@ -29,6 +31,14 @@ class AppState:
     denial_throttle: DenialThrottle = field(default_factory=lambda: DenialThrottle(60))
     verdicts: VerdictCache = field(default_factory=VerdictCache)  # bundle evidence, per process
     dry_runs: DryRunAudit = field(default_factory=DryRunAudit)  # which dry runs are audited
+    # /tuf/ from memory (docs/tuf.md#serving): the files, and the tokens that authenticated
+    # within settings.tuf_token_cache_seconds (keyed by their hash)
+    tuf_files: MetadataFiles = field(init=False)
+    tuf_tokens: TokenCache[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tuf_files = MetadataFiles(self.db, freshness=self.settings.tuf_freshness_seconds)
+        self.tuf_tokens = TokenCache(self.settings.tuf_token_cache_seconds)
 
 
 def get_state(request: Request) -> AppState:

@@ -9,7 +9,9 @@ server, S3 bucket or CDN with the registry out of the path (docs/tuf.md#serving)
 
 from __future__ import annotations
 
+import itertools
 import re
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -22,6 +24,7 @@ __all__ = [
     "DirectoryStore",
     "MetadataStore",
     "SessionStore",
+    "committed_writes",
     "export_metadata",
     "file_name",
     "parse_file_name",
@@ -29,6 +32,23 @@ __all__ = [
 
 TIMESTAMP = "timestamp"
 _VERSIONED = re.compile(r"([1-9][0-9]{0,17})\.(.+)\.json")
+_WRITTEN = "modelward.tuf_written"
+_commits = itertools.count(1)
+_commits_seen = 0
+_commits_lock = threading.Lock()
+
+
+def committed_writes() -> int:
+    """How many transactions of this process that wrote TUF metadata (``SessionStore``)
+    have committed: a cache of the served files re-reads when this changes."""
+    return _commits_seen
+
+
+def _count_commit(session: Session) -> None:
+    global _commits_seen  # noqa: PLW0603 - one counter per process, bumped after commit
+    session.info.pop(_WRITTEN, None)
+    with _commits_lock:
+        _commits_seen = next(_commits)
 
 
 def file_name(role: str, version: int) -> str:
@@ -140,17 +160,31 @@ class SessionStore:
         return self.session.scalars(query).first()
 
     def write(self, role: str, version: int, data: bytes, *, replace: bool = False) -> None:
-        from sqlalchemy import delete
+        from sqlalchemy import delete, event
 
         from modelward.registry.models import TufMetadata
 
         file_name(role, version)  # refuses a role name that cannot be a file name
+        if not self.session.info.get(_WRITTEN):
+            self.session.info[_WRITTEN] = True
+            event.listen(self.session, "after_commit", _count_commit, once=True)
         if replace:
             self.session.execute(
                 delete(TufMetadata).where(TufMetadata.role == role, TufMetadata.version == version)
             )
         self.session.add(TufMetadata(role=role, version=version, data=data))
         self.session.flush()
+
+    def latest_version(self, role: str) -> int | None:
+        """``role``'s newest stored version (one indexed lookup), or None."""
+        from sqlalchemy import func, select
+
+        from modelward.registry.models import TufMetadata
+
+        found = self.session.scalar(
+            select(func.max(TufMetadata.version)).where(TufMetadata.role == role)
+        )
+        return None if found is None else int(found)
 
     def latest_versions(self) -> dict[str, int]:
         from sqlalchemy import func, select

@@ -22,12 +22,14 @@ __all__ = [
     "Reviewer",
     "Worker",
     "authenticated_read",
+    "bearer_token",
     "caller_from_request",
     "require",
 ]
 
 
-def _bearer(request: Request) -> str:
+def bearer_token(request: Request) -> str:
+    """The bearer token of ``request``; raises NotAuthenticated."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -37,7 +39,7 @@ def _bearer(request: Request) -> str:
 
 def caller_from_request(request: Request, state: State) -> Caller:
     """Authenticate the bearer token; remember the caller for logs and the denial audit."""
-    token = _bearer(request)
+    token = bearer_token(request)
     with state.db.read() as session:
         caller = authenticate(session, token)
     request.state.caller = caller
@@ -52,7 +54,7 @@ def authenticated_read(request: Request) -> Iterator[tuple[Caller, Session]]:
     checked against the database in the same transaction as the read, on every request.
     Raises NotAuthenticated before anything is read.
     """
-    token = _bearer(request)
+    token = bearer_token(request)
     state: AppState = request.app.state.registry
     with state.db.read() as session:
         caller = authenticate(session, token)

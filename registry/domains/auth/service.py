@@ -22,6 +22,7 @@ __all__ = [
     "MAX_TOKEN_LIFETIME",
     "Caller",
     "authenticate",
+    "authenticate_until",
     "hash_token",
     "issue_token",
     "new_token",
@@ -94,8 +95,15 @@ def _aware(value: datetime) -> datetime:
 def authenticate(session: Session, token: str) -> Caller:
     """The caller a bearer token stands for; raises NotAuthenticated.
 
-    Looked up on every request (no cache), so a revocation takes effect on the next request.
+    Looked up on every request (no cache), so a revocation takes effect on the next request;
+    only ``/tuf/`` reads remember a success for a few seconds (docs/tuf.md#serving).
     """
+    return authenticate_until(session, token)[0]
+
+
+def authenticate_until(session: Session, token: str) -> tuple[Caller, datetime | None]:
+    """``authenticate``, and when the token expires (None: never); raises
+    NotAuthenticated."""
     row = session.execute(
         select(
             Token.id,
@@ -115,4 +123,4 @@ def authenticate(session: Session, token: str) -> Caller:
         raise NotAuthenticated(f"token {token_id} was revoked")
     if expires_at is not None and _aware(expires_at) <= datetime.now(UTC):
         raise NotAuthenticated(f"token {token_id} has expired")
-    return Caller(id=principal_id, name=name, role=role)
+    return Caller(id=principal_id, name=name, role=role), expires_at

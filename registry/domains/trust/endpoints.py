@@ -8,20 +8,19 @@ import binascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
-from tuf.api.metadata import Root
 
 from modelward.registry.domains._state import AppState, State
-from modelward.registry.domains.auth.deps import Admin, AnyCaller, caller_from_request
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, bearer_token
+from modelward.registry.domains.auth.service import Caller, authenticate_until
 from modelward.registry.domains.trust import service
-from modelward.registry.errors import BadRequest, NotFound
-from modelward.registry.tuf.repository import MetadataRepository
-from modelward.registry.tuf.store import TIMESTAMP, SessionStore, parse_file_name
+from modelward.registry.errors import BadRequest, NotAuthenticated, NotFound
+from modelward.registry.tuf.served import Missing
+from modelward.registry.tuf.store import parse_file_name
 
 router = APIRouter(tags=["trust"])
-
-IMMUTABLE = "public, max-age=31536000, immutable"
 
 
 class SignatureIn(BaseModel):
@@ -34,38 +33,54 @@ class RootIn(BaseModel):
 
 
 @router.get("/tuf/{file_name}")
-def metadata_file(file_name: str, request: Request) -> Response:
+async def metadata_file(file_name: str, request: Request) -> Response:
     """One metadata file, byte for byte: ``timestamp.json`` (``no-cache``) or
-    ``VERSION.ROLE.json`` (immutable: a version never changes). Any authenticated caller,
-    or anyone with ``tuf_public`` (docs/tuf.md#serving)."""
+    ``VERSION.ROLE.json`` (immutable: a version never changes), with a strong ETag (its
+    sha256) and ``304 Not Modified`` for a matching ``If-None-Match``. Any authenticated
+    caller, or anyone with ``tuf_public``. Served from memory: the database is read at most
+    every ``tuf_freshness_seconds`` and a token at most every ``tuf_token_cache_seconds``
+    (docs/tuf.md#serving)."""
     parsed = parse_file_name(file_name)
     if parsed is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")
     role, version = parsed
     state: AppState = request.app.state.registry
     if not state.settings.tuf_public:
-        caller_from_request(request, state)
-    data = _metadata(state, role, version)
-    if data is None:
+        token = bearer_token(request)
+        caller = state.tuf_tokens.get(token)
+        if caller is None:
+            caller = await run_in_threadpool(_authenticate, state, token)
+        request.state.caller = caller
+    found = state.tuf_files.peek(role, version)
+    if found is None:
+        found = await run_in_threadpool(state.tuf_files.load, role, version)
+    if found is None or isinstance(found, Missing):
         raise NotFound(f"no TUF metadata file {file_name!r}")
-    cache = "no-cache" if role == TIMESTAMP else IMMUTABLE
-    return Response(data, media_type="application/json", headers={"cache-control": cache})
+    headers = {"cache-control": found.cache_control, "etag": found.etag}
+    if _matches(request.headers.get("if-none-match"), found.etag):
+        return Response(status_code=304, headers=headers)
+    return Response(found.data, media_type="application/json", headers=headers)
 
 
-def _metadata(state: AppState, role: str, version: int | None) -> bytes | None:
-    """The bytes to serve: ``timestamp.json`` is the newest timestamp signed by root's key
-    (a newer garbage or forged row is passed over until the registry signs over it); a root
-    version only within the chain that verifies (a forged ``N.root.json`` would stop every
-    worker's update); every other file as stored (workers verify it)."""
-    with state.db.read() as session:
-        store = SessionStore(session)
-        if role == TIMESTAMP:
-            data, _ = MetadataRepository(store, {}).current_row(TIMESTAMP)
-            return data
-        if role == Root.type and version is not None:
-            chain = MetadataRepository(store, {}).root_chain()
-            return chain[version - 1] if 1 <= version <= len(chain) else None
-        return store.read(role, version)
+def _authenticate(state: AppState, token: str) -> Caller:
+    """The token checked against the database, remembered for ``tuf_token_cache_seconds``
+    on success and forgotten on failure; raises NotAuthenticated."""
+    try:
+        with state.db.read() as session:
+            caller, expires_at = authenticate_until(session, token)
+    except NotAuthenticated:
+        state.tuf_tokens.forget(token)
+        raise
+    state.tuf_tokens.put(token, caller, expires_at)
+    return caller
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 13.1.2: ``*`` or any listed tag equal to ``etag`` (weak comparison)."""
+    if not if_none_match:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in tags or etag in tags
 
 
 @router.get("/v1/tuf/status")

@@ -1,0 +1,171 @@
+"""The ``/tuf/`` files as a server process serves them: from memory (docs/tuf.md#serving).
+
+``MetadataFiles`` keeps, per process:
+
+- ``timestamp.json``: the current timestamp's bytes (``MetadataRepository.current_row``),
+  re-checked against the database at most every ``freshness`` seconds with one indexed
+  lookup (the newest timestamp and root versions), and at once after this process commits
+  a TUF write (``store.committed_writes``). A publish by another process on the same
+  database is therefore served within ``freshness`` seconds, never later;
+- versioned files (``N.ROLE.json``): immutable once stored (a root version once it is in
+  the verified chain), kept until ``max_bytes`` pushes the least recently used out;
+- a file found missing: remembered for ``freshness`` seconds at most (every TUF refresh
+  asks for the next root version, which is nearly always missing).
+
+Each file carries its strong ETag (its sha256, quoted) and its ``Cache-Control``. No I/O
+happens in ``peek``; ``load`` reads the database. ``freshness`` 0 keeps nothing: every
+request reads the database, as before this cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tuf.api.metadata import Root
+
+from modelward.registry.db import Database
+from modelward.registry.tuf.repository import MetadataRepository
+from modelward.registry.tuf.store import TIMESTAMP, SessionStore, committed_writes
+
+__all__ = ["IMMUTABLE", "MISSING", "MetadataFiles", "Missing", "ServedFile"]
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+NO_CACHE = "no-cache"
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    data: bytes
+    etag: str  # '"<sha256 hex>"'
+    cache_control: str
+
+    @classmethod
+    def of(cls, data: bytes, cache_control: str) -> ServedFile:
+        return cls(data, f'"{hashlib.sha256(data).hexdigest()}"', cache_control)
+
+
+class Missing:
+    """A file known to be absent (within the freshness bound)."""
+
+
+MISSING = Missing()
+
+
+class MetadataFiles:
+    """The current TUF files of one server process; thread-safe."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        freshness: float,
+        max_bytes: int = 64 * 2**20,
+        max_missing: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.db = db
+        self.freshness = freshness
+        self.max_bytes = max_bytes
+        self.max_missing = max_missing
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._timestamp: ServedFile | None = None
+        self._checked_at = float("-inf")  # when the timestamp was last checked
+        self._commits = -1  # committed_writes() at that check
+        self._seen: tuple[int | None, int | None] | None = None  # newest (timestamp, root)
+        self._files: OrderedDict[tuple[str, int], ServedFile] = OrderedDict()
+        self._bytes = 0
+        self._missing: OrderedDict[tuple[str, int], float] = OrderedDict()
+
+    def _fresh(self, now: float) -> bool:
+        return now - self._checked_at < self.freshness and self._commits == committed_writes()
+
+    def peek(self, role: str, version: int | None) -> ServedFile | Missing | None:
+        """The file from memory, ``MISSING`` when known absent, None when ``load`` must
+        read the database. No I/O."""
+        if self.freshness <= 0:
+            return None
+        now = self.clock()
+        if role == TIMESTAMP:
+            if not self._fresh(now):
+                return None
+            return self._timestamp or MISSING
+        key = (role, version or 0)
+        found = self._files.get(key)
+        if found is not None:
+            return found
+        since = self._missing.get(key)
+        if since is not None and now - since < self.freshness and self._fresh(now):
+            return MISSING
+        return None
+
+    def load(self, role: str, version: int | None) -> ServedFile | None:
+        """The file, read from the database when memory cannot answer; None: absent."""
+        if role == TIMESTAMP:
+            return self._check_timestamp()
+        known = self.peek(role, version)
+        if known is not None:
+            return None if isinstance(known, Missing) else known
+        key = (role, version or 0)
+        data: bytes | None
+        with self.db.read() as session:
+            store = SessionStore(session)
+            if role == Root.type:
+                chain = MetadataRepository(store, {}).root_chain()
+                for n, data in enumerate(chain, start=1):
+                    if self.freshness > 0:
+                        self._keep((Root.type, n), data)
+                data = chain[key[1] - 1] if 1 <= key[1] <= len(chain) else None
+            else:
+                data = store.read(role, key[1])
+        if self.freshness <= 0:
+            return None if data is None else ServedFile.of(data, IMMUTABLE)
+        if data is None:
+            with self._lock:
+                self._missing[key] = self.clock()
+                self._missing.move_to_end(key)
+                while len(self._missing) > self.max_missing:
+                    self._missing.popitem(last=False)
+            return None
+        return self._keep(key, data)
+
+    def _keep(self, key: tuple[str, int], data: bytes) -> ServedFile:
+        with self._lock:
+            found = self._files.get(key)
+            if found is not None:
+                self._files.move_to_end(key)
+                return found
+            served = ServedFile.of(data, IMMUTABLE)
+            self._files[key] = served
+            self._bytes += len(data)
+            self._missing.pop(key, None)
+            while self._bytes > self.max_bytes and len(self._files) > 1:
+                _, dropped = self._files.popitem(last=False)
+                self._bytes -= len(dropped.data)
+            return served
+
+    def _check_timestamp(self) -> ServedFile | None:
+        """The current timestamp, checked now unless another thread just did. The commit
+        count is read before the database, so a commit racing the check is re-checked."""
+        with self._lock:
+            now = self.clock()
+            if self._fresh(now):
+                return self._timestamp
+            commits = committed_writes()
+            with self.db.read() as session:
+                store = SessionStore(session)
+                seen = (store.latest_version(TIMESTAMP), store.latest_version(Root.type))
+                if seen != self._seen or self.freshness <= 0:
+                    data, _ = MetadataRepository(store, {}).current_row(TIMESTAMP)
+                    self._timestamp = None if data is None else ServedFile.of(data, NO_CACHE)
+                    self._seen = seen
+            if commits != self._commits:
+                self._missing.clear()  # this process wrote: a missing file may exist now
+            self._commits = commits
+            self._checked_at = now
+            return self._timestamp
