@@ -112,10 +112,13 @@ def pe_stub() -> bytes:
 
 
 def zip_with(members: dict[str, bytes]) -> bytes:
+    """A zip of ``members``, the same bytes every time (a fixed entry date, not the clock):
+    it is built while tests are collected, and pytest-xdist's workers must collect the same
+    test ids."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as archive:
         for name, data in members.items():
-            archive.writestr(name, data)
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
     return buf.getvalue()
 
 
