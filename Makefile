@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck clean reliability oci-tools
+.PHONY: test demo lint typecheck clean reliability oci-tools serve-pg
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "modelward needs Python >= 3.11"'
@@ -30,11 +30,16 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The OCI tests' real clients and peer (docs/oci.md#tests): Debian's skopeo and docker-registry
-# (CNCF distribution 2.8), installed with apt-get when missing (root, or sudo when there is one).
+# (CNCF distribution 2.8), and nginx (the TUF metadata mirror's static server:
+# tests/tuf/test_metadata_mirror.py), installed with apt-get when missing (root, or sudo when
+# there is one).
 oci-tools:
 	@missing=""; \
 	command -v skopeo >/dev/null 2>&1 || missing="$$missing skopeo"; \
 	command -v docker-registry >/dev/null 2>&1 || missing="$$missing docker-registry"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
 	  echo "installing$$missing (apt-get)"; \
@@ -48,6 +53,11 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP) lint typecheck oci-tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# PostgreSQL (the machine's binaries) + S3 (moto) + modelward serve, in the foreground; Ctrl-C
+# stops all three and deletes their temporary directory (docs/operations.md). PORT=8700.
+serve-pg: $(STAMP)
+	$(PY) -m modelward.cli.dev_stack --port $(or $(PORT),8700)
 
 # The whole story on embedded defaults: registry, principals, sign, push, approvals, pull,
 # verify, vLLM boot with a baseline, a tampered blob refused, rollback, audit verify.

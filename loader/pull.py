@@ -103,7 +103,10 @@ def pull_bundle(
     ref = parse_reference(reference)
     # (1): resolve the reference: an alias through the registry's verified TUF metadata.
     alias_trust = AliasTrust(
-        root=flags.tuf_root, online_aliases=flags.online_aliases, unsigned=flags.unsigned_aliases
+        root=flags.tuf_root,
+        online_aliases=flags.online_aliases,
+        unsigned=flags.unsigned_aliases,
+        metadata_url=flags.metadata_url,
     ).with_policy(policy, flags.policy)
     digest = resolve_reference(client, ref, cache.root, alias_trust)
     # (2): quarantined or tombstoned bundles are unloadable everywhere.

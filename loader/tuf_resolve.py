@@ -12,17 +12,26 @@ the updater two questions and turns its answers into a decision:
 2. ``quarantine/<hex>``: is that digest quarantined?
 
 The updater keeps its trusted metadata in the cache directory, one per registry, so rollback
-protection survives restarts. The root a worker is given (``--trust-root``, the policy's
-``tuf.root``) must be the one that cache pinned, or an ancestor of its chain (the cache moved
-forward by signed rotations); any other root is refused, naming both, with the command that
-re-pins (``modelward trust pin --replace``; docs/guides/serving-workers.md#pinning-the-root).
-A first pin the registry's metadata does not verify against is not kept.
+protection survives restarts. A metadata mirror (``--metadata-url``, the policy's
+``tuf.metadata_url``; docs/tuf.md#mirrors) is read first, file by file, with the registry
+behind it when the mirror cannot answer (``client.tuf.MirrorFetcher``); the mirror is
+untrusted, verified from the same pinned root into the same cache directory (the registry's),
+so a worker never goes back in version by switching between them, and metadata from the
+mirror that fails a check is refused naming the mirror, never read again from the registry.
+
+The root a worker is given (``--trust-root``, the policy's ``tuf.root``) must be the one
+that cache pinned, or an ancestor of its chain (the cache moved forward by signed
+rotations); any other root is refused, naming both, with the command that re-pins
+(``modelward trust pin --replace``; docs/guides/serving-workers.md#pinning-the-root). A first
+pin the registry's metadata does not verify against is not kept.
 
 Errors::
 
     TrustMetadataRefused      the metadata failed a check or expired
     ├── AliasNotSigned        no signed target names the alias
-    └── PinnedRootMismatch    the given root is not the cache's pinned root nor an ancestor
+    ├── PinnedRootMismatch    the given root is not the cache's pinned root nor an ancestor
+    └── MirrorRefused         metadata from the mirror failed a check (stale: expired)
+    MetadataUrlInvalid        (an InputError) --metadata-url is not an http(s) URL
     BundleQuarantined         the verified quarantine role lists the digest
     TrustRootInvalid          (an InputError) the root file is not TUF root metadata
 
@@ -42,13 +51,15 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuf.api.exceptions import RepositoryError
+from tuf.api.exceptions import ExpiredMetadataError, RepositoryError
 from tuf.api.metadata import Metadata, Root, Snapshot, Targets
 from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
 from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
 from modelward.client.api import NotFoundError
+from modelward.client.suggest import alias_suggestions, did_you_mean
+from modelward.client.tuf import MirrorFetcher
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
 
 if TYPE_CHECKING:
@@ -64,6 +75,8 @@ __all__ = [
     "AliasResolution",
     "AliasTrust",
     "GivenRoot",
+    "MetadataUrlInvalid",
+    "MirrorRefused",
     "PinResult",
     "PinnedRootMismatch",
     "TrustMetadataRefused",
@@ -85,6 +98,16 @@ class TrustMetadataRefused(RefusedError):  # noqa: N818 - a refusal, named as on
 class AliasNotSigned(TrustMetadataRefused):
     """No signed target names the alias (never published, not yet signed, or the repository
     does not exist: ``resolve_reference`` asks the registry which)."""
+
+
+class MirrorRefused(TrustMetadataRefused):
+    """Metadata read from the mirror failed a check (a stale mirror: its timestamp expired);
+    names the mirror. Never retried from the registry: a mirror's bytes are untrusted, and a
+    refusal is what an attacker serving them would want to turn into a silent fallback."""
+
+
+class MetadataUrlInvalid(InputError):  # noqa: N818 - named after what is wrong
+    """The metadata URL is not an http(s) URL (the message names where it came from)."""
 
 
 class TrustRootInvalid(InputError):  # noqa: N818 - named after what is wrong
@@ -228,13 +251,15 @@ def _updater(
         )
         updater.refresh()
     except RepositoryError as exc:
+        refused = _refused(what, exc, fetcher)
         if not first_pin:
-            raise _refused(what, exc) from exc
+            raise refused from exc
         _empty(cache_dir)
-        raise TrustMetadataRefused(
-            f"{_refused(what, exc)}; nothing was pinned: the registry's metadata does not "
-            "verify against the root given (is it this registry's root? save it with "
-            "`modelward trust root --out root.json` and check it out of band)"
+        whose = "the mirror's" if isinstance(refused, MirrorRefused) else "the registry's"
+        raise type(refused)(
+            f"{refused}; nothing was pinned: {whose} metadata does not verify against the "
+            "root given (is it this registry's root? save it with `modelward trust root "
+            "--out root.json` and check it out of band)"
         ) from exc
     except BaseException:
         if first_pin:
@@ -252,9 +277,33 @@ def _empty(cache_dir: Path) -> None:
             child.unlink()
 
 
-def _refused(what: str, exc: RepositoryError) -> TrustMetadataRefused:
-    return TrustMetadataRefused(
-        f"{what}: the registry's TUF metadata was refused: {type(exc).__name__}: {exc}"
+def _refused(
+    what: str, exc: RepositoryError, fetcher: FetcherInterface | None = None
+) -> TrustMetadataRefused:
+    """The refusal of ``exc``, naming the mirror when ``fetcher`` read one (a stale mirror:
+    its timestamp expired)."""
+    failed = f"{type(exc).__name__}: {exc}"
+    if not isinstance(fetcher, MirrorFetcher):
+        return TrustMetadataRefused(f"{what}: the registry's TUF metadata was refused: {failed}")
+    mirror = fetcher.mirror_url
+    from_registry = sorted(n for n, url in fetcher.sources.items() if url != mirror)
+    if len(from_registry) == len(fetcher.sources):  # the mirror served none of it
+        return TrustMetadataRefused(f"{what}: the registry's TUF metadata was refused: {failed}")
+    also = (
+        f" ({', '.join(from_registry)} read from the registry {fetcher.fallback_url}: the "
+        "mirror could not answer)"
+        if from_registry
+        else ""
+    )
+    if isinstance(exc, ExpiredMetadataError):
+        return MirrorRefused(
+            f"{what}: the metadata mirror {mirror} is stale: {failed}{also}; refused, not "
+            "read again from the registry: keep the mirror within the timestamp's lifetime "
+            "(docs/tuf.md#mirrors), or drop --metadata-url"
+        )
+    return MirrorRefused(
+        f"{what}: the TUF metadata from the mirror {mirror} was refused: {failed}{also}; "
+        "not read again from the registry (the mirror is untrusted: docs/tuf.md#mirrors)"
     )
 
 
@@ -263,7 +312,13 @@ def _trusted(cache_dir: Path, role: str) -> Metadata[Any]:
     return Metadata.from_bytes((cache_dir / f"{role}.json").read_bytes())
 
 
-def _check_quarantine(updater: Updater, cache_dir: Path, digest: str, what: str) -> None:
+def _check_quarantine(
+    updater: Updater,
+    cache_dir: Path,
+    digest: str,
+    what: str,
+    fetcher: FetcherInterface | None = None,
+) -> None:
     # The quarantine role is delegated from the first targets on, but has no metadata until
     # something is quarantined; the verified snapshot then does not list it, which means
     # "nothing is quarantined" (a snapshot may never drop a role a worker has seen).
@@ -273,7 +328,7 @@ def _check_quarantine(updater: Updater, cache_dir: Path, digest: str, what: str)
     try:
         listed = updater.get_targetinfo(quarantine_path(digest))
     except RepositoryError as exc:
-        raise _refused(what, exc) from exc
+        raise _refused(what, exc, fetcher) from exc
     if listed is not None:
         # the reason is the target's signed ``custom`` (registry: propose_quarantine), never
         # the registry's unsigned answer
@@ -332,7 +387,7 @@ def resolve_alias(
     try:
         target = updater.get_targetinfo(path)
     except RepositoryError as exc:
-        raise _refused(what, exc) from exc
+        raise _refused(what, exc, fetcher) from exc
     if target is None:
         raise unsigned
     if _deciding_role(cache_dir, path) == online_role(repo) and not any(
@@ -347,7 +402,7 @@ def resolve_alias(
     if hexdigest is None:
         raise TrustMetadataRefused(f"{what}: the signed target has no sha256")
     digest = f"sha256:{hexdigest}"
-    _check_quarantine(updater, cache_dir, digest, what)
+    _check_quarantine(updater, cache_dir, digest, what, fetcher)
     return AliasResolution(repo=repo, alias=alias, digest=digest, length=target.length)
 
 
@@ -369,7 +424,7 @@ def check_not_quarantined(
         config=None,
         what=digest,
     )
-    _check_quarantine(updater, cache_dir, digest, digest)
+    _check_quarantine(updater, cache_dir, digest, digest, fetcher)
 
 
 @dataclass(frozen=True)
@@ -383,6 +438,8 @@ class AliasTrust:
     online_aliases: tuple[str, ...] = ()
     unsigned: bool = False
     root_source: str = "--trust-root"  # what gave ``root``, for messages
+    metadata_url: str | None = None  # a mirror of the registry's /tuf/ (docs/tuf.md#mirrors)
+    metadata_url_source: str = "--metadata-url"
 
     def with_policy(self, policy: Policy, policy_file: Path | None) -> AliasTrust:
         """Fill what the flags left out from the worker policy (paths relative to it)."""
@@ -392,9 +449,31 @@ class AliasTrust:
             if not root.is_absolute() and policy_file is not None:
                 root = policy_file.parent / root
         online = self.online_aliases or tuple(policy.tuf.online_aliases)
+        url, url_source = self.metadata_url, self.metadata_url_source
+        if url is None and policy.tuf.metadata_url is not None:
+            url, url_source = policy.tuf.metadata_url, "the worker policy's tuf.metadata_url"
         return AliasTrust(
-            root=root, online_aliases=online, unsigned=self.unsigned, root_source=source
+            root=root,
+            online_aliases=online,
+            unsigned=self.unsigned,
+            root_source=source,
+            metadata_url=url,
+            metadata_url_source=url_source,
         )
+
+    def fetcher(self, client: RegistrySource) -> tuple[str, FetcherInterface]:
+        """Where the updater reads the metadata, and how: the mirror with the registry
+        behind it when a metadata URL is given, else the registry. Raises
+        ``MetadataUrlInvalid`` naming its source when it is not an http(s) URL."""
+        if self.metadata_url is None:
+            return client.tuf_url, client.tuf_fetcher()
+        url = self.metadata_url
+        if not url.startswith(("http://", "https://")) or len(url) > 2000:
+            raise MetadataUrlInvalid(
+                f"{self.metadata_url_source} {url!r}: not an http:// or https:// URL (the "
+                "directory a static server or bucket serves the registry's /tuf/ files from)"
+            )
+        return url.rstrip("/") + "/", MirrorFetcher(url, client.tuf_fetcher(), client.tuf_url)
 
 
 def resolve_reference(
@@ -416,7 +495,9 @@ def resolve_reference(
        repository the caller cannot read is named first (``UnknownRepository``, with the
        close names it may read).
     """
-    # (1): the given root is the pinned one, or an ancestor
+    # (1): the given root is the pinned one, or an ancestor; one cache per registry, whichever
+    # URL the metadata is read from (the mirror's or the registry's), so neither can take a
+    # worker back in version
     metadata = metadata_dir(cache_dir, client.base_url)
     given = load_root(trust.root, trust.root_source) if trust.root is not None else None
     if given is not None:
@@ -425,13 +506,17 @@ def resolve_reference(
     # (2): a digest, checked against the quarantine role
     if ref.digest is not None:
         if root is not None or (metadata / "root.json").exists():  # given, or pinned earlier
-            check_not_quarantined(
-                ref.digest,
-                metadata_url=client.tuf_url,
-                cache_dir=metadata,
-                trust_root=root,
-                fetcher=client.tuf_fetcher(),
-            )
+            url, fetcher = trust.fetcher(client)
+            try:
+                check_not_quarantined(
+                    ref.digest,
+                    metadata_url=url,
+                    cache_dir=metadata,
+                    trust_root=root,
+                    fetcher=fetcher,
+                )
+            finally:
+                _note_fallbacks(fetcher, ref.digest)
         return ref.digest
     # (3): an alias through TUF; not signed there, it is asked whether the repository exists
     assert ref.alias is not None  # noqa: S101 - a Reference holds one of the two
@@ -456,19 +541,43 @@ def resolve_reference(
                 ref.alias,
             )
             return client.resolve(ref)
-        resolved = resolve_alias(
-            ref.repo,
-            ref.alias,
-            metadata_url=client.tuf_url,
-            cache_dir=metadata,
-            trust_root=root,
-            online_aliases=trust.online_aliases,
-            fetcher=client.tuf_fetcher(),
-        )
-    except (AliasNotSigned, NotFoundError):
+        url, fetcher = trust.fetcher(client)
+        try:
+            resolved = resolve_alias(
+                ref.repo,
+                ref.alias,
+                metadata_url=url,
+                cache_dir=metadata,
+                trust_root=root,
+                online_aliases=trust.online_aliases,
+                fetcher=fetcher,
+            )
+        finally:
+            _note_fallbacks(fetcher, f"{ref.repo}@{ref.alias}")
+    except (AliasNotSigned, NotFoundError) as exc:
         client.check_repository(ref.repo)  # UnknownRepository, with the names close to it
+        hint = did_you_mean(alias_suggestions(client, ref.repo, ref.alias))
+        if hint and isinstance(exc, AliasNotSigned):  # the refusal stands; a hint is added
+            raise AliasNotSigned(f"{exc}; {hint}") from exc
         raise
     return resolved.digest
+
+
+def _note_fallbacks(fetcher: FetcherInterface, what: str) -> None:
+    """One warning (stderr in the CLI) naming the files the mirror could not answer."""
+    if not isinstance(fetcher, MirrorFetcher):
+        return
+    fetcher.close()
+    if fetcher.fallbacks:
+        first = fetcher.fallbacks[0]
+        log.warning(
+            "%s: the metadata mirror %s could not answer %s (%s): read from the registry %s",
+            what,
+            fetcher.mirror_url,
+            ", ".join(f.name for f in fetcher.fallbacks),
+            first.why,
+            fetcher.fallback_url,
+        )
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -62,6 +62,9 @@ from modelward.registry.domains.oci.errors import is_oci_path, oci_error_respons
 from modelward.registry.errors import ConfigurationError, RegistryError
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
+from modelward.registry.tuf.mirror_files import MetadataMirror, open_mirror
+from modelward.registry.tuf.store import add_commit_listener
+from modelward.registry.ui import error_page, install_console, is_console_path
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -339,13 +342,15 @@ async def _error_response(
     detail: Any,
     *,
     headers: dict[str, str] | None = None,
-) -> JSONResponse:
+) -> Response:
     state: AppState = request.app.state.registry
     if status in AUDITED_STATUSES:
         try:
             await run_in_threadpool(_record_denial, state, request, status, code, message)
         except Exception:
             log.exception("could not audit a denied request")
+    if is_console_path(request.url.path):  # /ui/: a page, or back to the log in form
+        return error_page(request, status, code, message)
     if is_oci_path(request.url.path):  # /v2: OCI error bodies and the Bearer challenge
         return oci_error_response(request, status, code, message, detail, headers=headers)
     headers = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
@@ -399,19 +404,28 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
     # more threads only contend for the GIL (docs/performance.md#registry).
     to_thread.current_default_thread_limiter().total_tokens = settings.threads
     stop = threading.Event()
+    # the metadata as static files after every TUF commit of this process (docs/tuf.md#mirrors)
+    mirror: MetadataMirror = app.state.tuf_mirror
+    unlisten = add_commit_listener(mirror.on_commit)
     refresher = threading.Thread(
-        target=_keep_signing, args=(app.state.registry, stop), name="tuf-refresh", daemon=True
+        target=_keep_signing,
+        args=(app.state.registry, stop, mirror),
+        name="tuf-refresh",
+        daemon=True,
     )
     refresher.start()
     try:
         yield
     finally:
         stop.set()
+        unlisten()
 
 
-def _keep_signing(state: AppState, stop: threading.Event) -> None:
+def _keep_signing(state: AppState, stop: threading.Event, mirror: MetadataMirror) -> None:
     """The TUF root exists, and snapshot and timestamp are re-signed past half their
-    lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried."""
+    lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried.
+    The metadata mirror gets the full current set at start, and again at every interval
+    while its last sync failed (docs/tuf.md#mirrors)."""
     from modelward.registry.domains.trust.service import ensure_root, refresh
 
     interval = state.settings.tuf_refresh_interval_seconds
@@ -431,6 +445,8 @@ def _keep_signing(state: AppState, stop: threading.Event) -> None:
                     }
                 )
             )
+        if first or mirror.failing:
+            mirror.sync()  # never raises: logged and counted
         first = False
 
 
@@ -444,6 +460,15 @@ def _metrics_text(request: Request, st: AppState, metrics: CollectorRegistry) ->
         caller = caller_from_request(request, st)
     body = generate_latest(metrics)
     return body + domain_metrics(st, caller) if caller is not None else body
+
+
+def _domain_collectors(app: FastAPI, metrics: CollectorRegistry) -> None:
+    """The domain collectors on ``metrics``: what was reused, and the app's TUF metadata
+    mirror (``app.state.tuf_mirror``, opened here; docs/tuf.md#mirrors)."""
+    st: AppState = app.state.registry
+    metrics.register(_ReuseCollector(st))
+    app.state.tuf_mirror = open_mirror(st.settings, st.db, st.store)
+    metrics.register(app.state.tuf_mirror.collector())
 
 
 def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
@@ -472,6 +497,9 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         lifespan=lambda app: _lifespan(app, settings),
         # before any route reads the database: no NUL in a header, path, query or body
         dependencies=[Depends(refuse_nul)],
+        # Swagger UI and ReDoc load from a CDN: off; /docs and /redoc say why (registry/ui)
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.registry = state or build_state(settings)
     metrics = CollectorRegistry()
@@ -481,7 +509,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     latency = Histogram(
         "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
     )
-    metrics.register(_ReuseCollector(app.state.registry))
+    _domain_collectors(app, metrics)
     for router in (
         principals,
         keys,
@@ -500,11 +528,11 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 
     @app.exception_handler(RegistryError)
-    async def _registry_error(request: Request, exc: RegistryError) -> JSONResponse:
+    async def _registry_error(request: Request, exc: RegistryError) -> Response:
         return await _error_response(request, exc.status, exc.code, exc.message, exc.detail)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         problems = [
             {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg"))}
             for e in exc.errors()
@@ -514,7 +542,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         return await _error_response(request, 422, "invalid_request", message, problems)
 
     @app.exception_handler(DataError)
-    async def _unstorable(request: Request, exc: DataError) -> JSONResponse:
+    async def _unstorable(request: Request, exc: DataError) -> Response:
         # A value the database cannot hold (PostgreSQL: a NUL character in text, a number out
         # of its column's range) is bad input, never a 500. The message never quotes it.
         message = (
@@ -524,7 +552,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         return await _error_response(request, 400, "invalid_value", message, None)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         code = codes.get(exc.status_code, "http_error")
         # keep what the framework says with it (405: Allow)
@@ -570,5 +598,9 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
 
     registry_state: AppState = app.state.registry
     app.add_middleware(BodyLimit, limit=registry_state.settings.max_request_json_bytes)
+    # /tuf/ reads memory can answer skip the routing, inside the request log and metrics
+    from modelward.registry.domains.trust.fast_path import install as install_tuf_fast_path
+
+    install_tuf_fast_path(app, registry_state)
     app.add_middleware(_Observe, requests=requests, latency=latency)
-    return app
+    return install_console(app)  # /ui/: the reviewer console (registry/ui, docs/console.md)

@@ -80,17 +80,24 @@ class Settings(BaseSettings):
     # and digests, which a registry may want to keep to its principals: off by default)
     tuf_public: bool = False
     # /tuf/ from memory (docs/tuf.md#serving): each server process re-checks the database's
-    # current timestamp at most this often, so a publish by another process is served
-    # within this many seconds (this process's own at once). 0 (default): no cache, every
-    # request reads the database
-    tuf_freshness_seconds: float = Field(default=0.0, ge=0, le=60)
+    # current timestamp at most this often, so a publish by a program writing the database
+    # directly, or a replica on another machine, is served within this many seconds (this
+    # process's own, and those of processes sharing its tuf_keys_dir, at once). 0: no
+    # cache, every request reads the database
+    tuf_freshness_seconds: float = Field(default=1.0, ge=0, le=60)
     # /tuf/ reads trust a token that authenticated within this many seconds (per process,
     # keyed by its hash): a revoked token stops reading /tuf/ within it. 0: every request
     tuf_token_cache_seconds: float = Field(default=5.0, ge=0, le=300)
+    # the metadata as static files (docs/tuf.md#mirrors): written after every publish, at
+    # start and on retries to this directory (default <data_dir>/mirror/tuf; with an s3://
+    # blob store and this unset: the bucket's <prefix>/tuf/)
+    tuf_metadata_dir: Path | None = None
     workers: int | None = Field(default=None, ge=1, le=64)  # None: see resolved_workers()
     threads: int = Field(default=8, ge=1, le=1000)  # blocking-work threads per worker process
     db_pool_size: int = Field(default=8, ge=1, le=1000)  # connections kept per worker process
     db_max_overflow: int = Field(default=8, ge=0, le=1000)  # opened beyond that, then closed
+    # the reviewer console (/ui/, docs/console.md): a login session ends this long after it began
+    ui_session_seconds: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -116,6 +123,9 @@ class Settings(BaseSettings):
 
     def resolved_tuf_keys_dir(self) -> Path:
         return (self.tuf_keys_dir or self.data_dir / "tuf-keys").resolve()
+
+    def resolved_tuf_metadata_dir(self) -> Path:
+        return (self.tuf_metadata_dir or self.data_dir / "mirror" / "tuf").resolve()
 
     def resolved_workers(self) -> int:
         """Server processes: ``workers`` if set; else 1 on SQLite (one writer at a time, so
@@ -184,6 +194,8 @@ def worker_settings_json(settings: Settings) -> str:
     key = settings.audit_checkpoint_key
     data["audit_checkpoint_key"] = str(key.resolve()) if key else None  # None: the default
     data["tuf_keys_dir"] = str(settings.resolved_tuf_keys_dir())
+    if settings.tuf_metadata_dir is not None:  # unset: the data dir's, or the S3 bucket's
+        data["tuf_metadata_dir"] = str(settings.resolved_tuf_metadata_dir())
     data["workers"] = settings.resolved_workers()
     return json.dumps(data)
 

@@ -48,6 +48,7 @@ class TrustFlags:
     tuf_root: Path | None = None
     online_aliases: tuple[str, ...] = ()
     unsigned_aliases: bool = False
+    metadata_url: str | None = None  # a mirror of the registry's /tuf/ (docs/tuf.md#mirrors)
 
     def given(self) -> bool:
         return self.policy is not None or self._signer_flags()
@@ -110,21 +111,40 @@ def _ca_signer(paths: Sequence[Path], taken: set[str]) -> CASigner:
     )
 
 
+class TrustFlagError(PolicyError):
+    """The trust flags given cannot be used (none given, a combination that does not go, a
+    file that cannot be read or does not hold what its flag says): input named on the
+    command line (the CLI's usage exit code, docs/cli.md#exit-codes); names the flag."""
+
+
 def policy_from_flags(flags: TrustFlags) -> tuple[Policy, TrustSet]:
     """The policy and trust set the flags mean; fails closed when no flag is given.
 
     Raises:
-        PolicyError: no trust flag, ``--policy`` combined with signer flags, ``--identity``
-            without ``--issuer`` (or the reverse), a file that cannot be read or does not
-            hold what its flag says; the message names the flag.
+        TrustFlagError: no trust flag, ``--policy`` combined with signer flags,
+            ``--identity`` without ``--issuer`` (or the reverse), a file that cannot be read
+            or does not hold what its flag says; the message names the flag.
     """
+    try:
+        return _policy_from_flags(flags)
+    except TrustFlagError:
+        raise
+    except PolicyError as exc:
+        raise TrustFlagError(str(exc)) from None
+
+
+def _policy_from_flags(flags: TrustFlags) -> tuple[Policy, TrustSet]:
     if flags.policy is not None:
         if flags._signer_flags():
             raise PolicyError(
                 "--policy cannot be combined with --public-key, --certificate-chain or "
                 "--identity/--issuer: the policy file names its own signers"
             )
-        policy = load_policy(flags.policy)
+        try:
+            policy = load_policy(flags.policy)
+        except PolicyError as exc:  # named by its flag and path, as every other flag's file
+            said = str(exc).removeprefix(f"{flags.policy.name}: ")
+            raise TrustFlagError(f"--policy {flags.policy}: {said}") from None
         return policy, policy_trust_set(policy, flags.policy.parent, source=flags.policy.name)
     if not flags.given():
         raise PolicyError(

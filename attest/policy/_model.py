@@ -282,6 +282,12 @@ class TufTrust(_Strict):
         description="alias patterns (fnmatch) accepted when only the registry's online key "
         "signed them; none by default (never prod)",
     )
+    metadata_url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] | None = Field(
+        default=None,
+        description="an untrusted mirror of the registry's /tuf/ files, read first (the "
+        "registry when it cannot answer), verified from the pinned root "
+        "(docs/tuf.md#mirrors)",
+    )
 
 
 class Policy(_Strict):

@@ -12,7 +12,8 @@ the groups it takes, in the order its ``--help`` lists them:
 
 - ``"signers"``: --policy, --public-key, --certificate-chain, --identity, --issuer,
   --sigstore-trust-root (who may vouch for a bundle);
-- ``"aliases"``: --trust-root, --online-alias, --unsigned-aliases (how aliases are resolved);
+- ``"aliases"``: --trust-root, --metadata-url, --online-alias, --unsigned-aliases (how aliases
+  are resolved);
 - ``"cache"``: --cache-dir (the worker's cache root);
 
 and ``--json`` (the worker's JSON output) comes last unless ``json=False``.
@@ -45,6 +46,16 @@ _TrustRootOpt = Annotated[
         metavar="FILE",
         help="The registry's TUF root.json to pin: aliases are resolved through its "
         "signed metadata (or the policy's tuf.root); digests need none",
+    ),
+]
+_MetadataUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metadata-url",
+        metavar="URL",
+        help="Read the TUF metadata from this mirror of the registry's /tuf/ first (or the "
+        "policy's tuf.metadata_url); the registry when it cannot answer; verified from the "
+        "pinned root (docs/tuf.md#mirrors)",
     ),
 ]
 _OnlineAliasOpt = Annotated[
@@ -147,6 +158,7 @@ _OPTIONS: Mapping[str, tuple[Any, object]] = {
     "issuer": (_IssuerOpt, None),
     "sigstore_trust_root": (_SigstoreTrustRootOpt, None),
     "trust_root": (_TrustRootOpt, None),
+    "metadata_url": (_MetadataUrlOpt, None),
     "online_alias": (_OnlineAliasOpt, None),
     "unsigned_aliases": (_UnsignedAliasesOpt, False),
     "cache_dir": (CacheOpt, None),
@@ -161,7 +173,7 @@ _GROUPS: Mapping[OptionGroup, tuple[str, ...]] = {
         "issuer",
         "sigstore_trust_root",
     ),
-    "aliases": ("trust_root", "online_alias", "unsigned_aliases"),
+    "aliases": ("trust_root", "metadata_url", "online_alias", "unsigned_aliases"),
     "cache": ("cache_dir",),
 }
 _PARAMETER = "trust"  # the command's parameter that receives the TrustOptions
@@ -194,17 +206,20 @@ class TrustOptions:
             tuf_root=given.get("trust_root"),
             online_aliases=tuple(given.get("online_alias") or ()),
             unsigned_aliases=bool(given.get("unsigned_aliases", False)),
+            metadata_url=given.get("metadata_url"),
         )
         return cls(flags, given.get("cache_dir"), bool(given.get("json_output", False)))
 
     def alias_trust(self) -> AliasTrust:
-        """How aliases are resolved, from --trust-root, --online-alias, --unsigned-aliases."""
+        """How aliases are resolved, from --trust-root, --metadata-url, --online-alias,
+        --unsigned-aliases."""
         from modelward.loader.tuf_resolve import AliasTrust
 
         return AliasTrust(
             root=self.flags.tuf_root,
             online_aliases=self.flags.online_aliases,
             unsigned=self.flags.unsigned_aliases,
+            metadata_url=self.flags.metadata_url,
         )
 
 

@@ -67,6 +67,12 @@ class S3Store:
         self.prefix = f"{prefix}/" if prefix else ""
         self._s3: Any = boto3.client("s3", endpoint_url=endpoint_url)
 
+    @property
+    def client(self) -> Any:
+        """The boto3 client (endpoint and credentials as configured): the TUF metadata
+        mirror writes ``<prefix>/tuf/`` of the same bucket with it (tuf/mirror_files.py)."""
+        return self._s3
+
     def _key(self, digest: str) -> str:
         return f"{self.prefix}blobs/sha256/{digest.removeprefix('sha256:')}"
 

@@ -10,8 +10,11 @@ server, S3 bucket or CDN with the registry out of the path (docs/tuf.md#serving)
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,9 +24,11 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 __all__ = [
+    "CommitListener",
     "DirectoryStore",
     "MetadataStore",
     "SessionStore",
+    "add_commit_listener",
     "committed_writes",
     "export_metadata",
     "file_name",
@@ -36,6 +41,9 @@ _WRITTEN = "modelward.tuf_written"
 _commits = itertools.count(1)
 _commits_seen = 0
 _commits_lock = threading.Lock()
+CommitListener = Callable[["Session"], None]
+_listeners: list[CommitListener] = []
+log = logging.getLogger("modelward.registry")
 
 
 def committed_writes() -> int:
@@ -49,6 +57,30 @@ def _count_commit(session: Session) -> None:
     session.info.pop(_WRITTEN, None)
     with _commits_lock:
         _commits_seen = next(_commits)
+        listeners = list(_listeners)
+    for listener in listeners:
+        try:
+            listener(session)
+        except Exception as exc:  # noqa: BLE001 - the commit happened; a listener never undoes it
+            log.error(  # noqa: TRY400 - the type names it; no payload in logs
+                json.dumps({"event": "tuf_commit_listener_failed", "exception": type(exc).__name__})
+            )
+
+
+def add_commit_listener(listener: CommitListener) -> Callable[[], None]:
+    """Call ``listener(session)`` after every commit of this process that wrote TUF metadata
+    (the metadata mirror: ``mirror_files.MetadataMirror.on_commit``), in the committing
+    thread, after the database commit; what it raises is logged, never the commit's failure.
+    Returns the function that removes it."""
+    with _commits_lock:
+        _listeners.append(listener)
+
+    def remove() -> None:
+        with _commits_lock:
+            if listener in _listeners:
+                _listeners.remove(listener)
+
+    return remove
 
 
 def file_name(role: str, version: int) -> str:

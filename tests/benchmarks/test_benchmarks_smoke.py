@@ -71,6 +71,13 @@ SMOKE: dict[str, Smoke] = {
         ["| metadata fetch, timestamp.json only", "| worker refresh + lookup, cold"],
         needs=["postgres"],
     ),
+    "fleet_bench.py": Smoke(
+        [
+            *("--workers", "4", "--poll-seconds", "1", "--duration", "2", "--repos", "1"),
+            *("--tokens", "1", "--connections", "2", "--procs", "1", "--out", "{out}"),
+        ],
+        ["| poll latency p99, ms |", "| time until 99% saw it, s |"],
+    ),
     "boot_bench.py": Smoke(
         ["--repeat", "1"], ["| - engine_boot", "| ratio modelward / bare |"], 600, ["vllm"]
     ),

@@ -52,6 +52,7 @@ POLICY = (
 )
 # Nothing is re-signed behind a test's back: what changes, the test changed.
 QUIET = {"MODELWARD_TUF_REFRESH_INTERVAL_SECONDS": "3600"}
+UNCACHED = {"MODELWARD_TUF_FRESHNESS_SECONDS": "0"}
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 JSON = dict[str, Any]
 
@@ -59,7 +60,23 @@ JSON = dict[str, Any]
 # -- registries ------------------------------------------------------------------------------
 def _start(request: pytest.FixtureRequest, base: Path, env: dict[str, str]) -> Registry:
     pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
-    return start_registry(request.param, base, pg, extra_env=env)
+    # the attacker rewrites rows behind the registry's back, and each test expects its
+    # forgery served at once: no copy in memory (docs/tuf.md#serving)
+    return start_registry(request.param, base, pg, extra_env={**UNCACHED, **env})
+
+
+def uncached_registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
+    """A module's own registry, nothing served from memory: for the modules whose
+    ``attacker`` rewrites stored rows behind the shared ``registry``'s back (its undo deletes
+    rows the registry wrote meanwhile, and the registry then writes those versions again)."""
+    registry = _start(request, tmp_path_factory.mktemp(f"uncached-{request.param}"), {})
+    try:
+        yield registry
+    finally:
+        registry.close()
+        registry.server.stop()
 
 
 @pytest.fixture(scope="module", params=KINDS)

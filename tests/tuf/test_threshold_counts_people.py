@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,25 @@ from tests.registry.conftest import (
     push_new,
     unique,
 )
-from tests.tuf.test_registry_attacks_tuf import POLICY, attacker, forge, new_reviewer, resolve, sign
+from tests.tuf.test_registry_attacks_tuf import (
+    KINDS,
+    POLICY,
+    attacker,
+    forge,
+    new_reviewer,
+    resolve,
+    sign,
+    uncached_registry,
+)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
+    """This module's own registry (``tuf_freshness_seconds`` 0): ``attacker`` rewrites its
+    stored rows behind its back (docs/tuf.md#serving)."""
+    yield from uncached_registry(request, tmp_path_factory)
 
 
 def _second_key(registry: Registry, reviewer: Publisher) -> Publisher:
