@@ -157,6 +157,26 @@ class RegistryClient(ListingMixin):
         """DELETE /v1/admin/tokens/{id}."""
         self._request("DELETE", f"/v1/admin/tokens/{quote(str(token_id), safe='')}")
 
+    def list_tokens(self, principal: str | None = None) -> Any:
+        """GET /v1/admin/tokens[?principal=NAME]: id, principal, created_at, expires_at,
+        revoked_at of each token (never a secret)."""
+        params = {"principal": principal} if principal is not None else None
+        return self._json("GET", "/v1/admin/tokens", params=params)
+
+    def set_principal_role(self, principal: str, role: str) -> JSON:
+        """PUT /v1/admin/principals/{name}/role {role}."""
+        path = f"/v1/admin/principals/{quote(principal, safe='')}/role"
+        result: JSON = self._json("PUT", path, json_body={"role": role})
+        return result
+
+    def set_principal_disabled(self, principal: str, disabled: bool) -> JSON:
+        """POST /v1/admin/principals/{name}/disable (or /enable)."""
+        verb = "disable" if disabled else "enable"
+        result: JSON = self._json(
+            "POST", f"/v1/admin/principals/{quote(principal, safe='')}/{verb}"
+        )
+        return result
+
     # -- keys and identities ---------------------------------------------------------------
     def register_key(self, public_key_pem: str, principal: str | None = None) -> JSON:
         """POST /v1/keys -> {keyid}."""
@@ -227,6 +247,10 @@ class RegistryClient(ListingMixin):
         return self._json(
             "POST", f"{repo_path(name)}/publishers", json_body={"principal": principal}
         )
+
+    def remove_publisher(self, name: str, principal: str) -> Any:
+        """DELETE /v1/repos/{org}/{name}/publishers/{principal} (admin only)."""
+        return self._json("DELETE", f"{repo_path(name)}/publishers/{quote(principal, safe='')}")
 
     # -- blobs -----------------------------------------------------------------------------
     def blob_size(self, digest: str) -> int | None:
@@ -337,6 +361,11 @@ class RegistryClient(ListingMixin):
     def quarantine(self, repo: str, digest: str, reason: str) -> Any:
         """POST .../quarantine {reason} (admin or reviewer)."""
         path = f"{repo_path(repo)}/bundles/{digest}/quarantine"
+        return self._json("POST", path, json_body={"reason": reason})
+
+    def lift_quarantine(self, repo: str, digest: str, reason: str) -> Any:
+        """POST .../quarantine/lift {reason} (admin or reviewer) -> {lifted, proposal}."""
+        path = f"{repo_path(repo)}/bundles/{digest}/quarantine/lift"
         return self._json("POST", path, json_body={"reason": reason})
 
     def tombstone(self, repo: str, digest: str, reason: str) -> Any:
@@ -517,8 +546,36 @@ class RegistryClient(ListingMixin):
         return result
 
     def tuf_sync(self) -> JSON:
-        """POST /v1/tuf/sync (admins): delegations re-made and due roles re-signed now."""
+        """POST /v1/tuf/sync (admins): delegations re-made and due roles re-signed now;
+        ``failed``: each step that could not be done."""
         result: JSON = self._json("POST", "/v1/tuf/sync")
+        return result
+
+    def tuf_impact(
+        self,
+        *,
+        revoke_key: str | None = None,
+        proposal: int | None = None,
+        refuse_if_lost: bool = False,
+    ) -> JSON:
+        """POST /v1/tuf/impact: which aliases would lose their valid signatures if
+        ``revoke_key`` were revoked or top-level targets ``proposal`` published (``lost``);
+        ``refuse_if_lost``: the caller will not go ahead then (audited, ``refused``)."""
+        body: JSON = {"refuse_if_lost": refuse_if_lost}
+        if revoke_key is not None:
+            body["revoke_key"] = revoke_key
+        if proposal is not None:
+            body["proposal"] = proposal
+        result: JSON = self._json("POST", "/v1/tuf/impact", json_body=body)
+        return result
+
+    def tuf_resign(self, repo: str, alias: str | None = None) -> JSON:
+        """POST /v1/tuf/resign: proposals re-signing ``repo``'s roles (``alias``: its role)
+        with their signers' newest keys (``proposals``; ``current``: nothing to do)."""
+        body: JSON = {"repository": repo}
+        if alias is not None:
+            body["alias"] = alias
+        result: JSON = self._json("POST", "/v1/tuf/resign", json_body=body)
         return result
 
     # -- audit -----------------------------------------------------------------------------

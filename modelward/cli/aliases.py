@@ -34,6 +34,7 @@ __all__ = [
     "alias_rollback",
     "alias_set",
     "sign_move",
+    "unchanged_line",
     "warn_unsigned",
 ]
 
@@ -54,6 +55,8 @@ def alias_line(repo: str) -> Callable[[Any], str]:
             )
         if not state.get("digest"):
             return f"{repo}@{state.get('alias')} is not set (v{state.get('version', 0)})"
+        if state.get("unchanged"):
+            return unchanged_line(repo, state)
         unsigned = (
             ""
             if state.get("signed", True)
@@ -68,6 +71,19 @@ def alias_line(repo: str) -> Callable[[Any], str]:
         )
 
     return line
+
+
+def unchanged_line(repo: str, state: Any) -> str:
+    """A move that changed nothing (a retried push, ``alias set`` to the current target)."""
+    ref = f"{repo}@{state.get('alias')}"
+    if state.get("signed_now"):
+        return f"{ref} already points to {state.get('digest')}; its move is signed now"
+    if state.get("signed", True):
+        return f"{ref} already points to {state.get('digest')}; nothing to sign"
+    return (
+        f"{ref} already points to {state.get('digest')} (v{state.get('version')}); nothing "
+        "moved, but it is UNSIGNED: workers resolving through TUF do not see it"
+    )
 
 
 @alias_app.command("get")
@@ -168,7 +184,9 @@ def sign_move(
         expect_target=f"{repo}/aliases/{alias}",
         expect_digest=state.get("digest"),
     )
-    state["signed"] = signed.get("state") == "published"
+    state["signed"] = signed.get("state") == "published" or bool(signed.get("unchanged"))
+    if state.get("unchanged") and signed.get("state") == "published":
+        state["signed_now"] = True  # the alias did not move; its pending move is signed now
 
 
 def _history_lines(repo: str, alias: str) -> Callable[[Any], str]:
@@ -181,14 +199,29 @@ def _history_lines(repo: str, alias: str) -> Callable[[Any], str]:
                 f"v{m.get('version')}  {m.get('at')}  {m.get('actor')}  {kind}  "
                 f"{m.get('from_digest') or '(unset)'} -> {m.get('to_digest')}{why}"
             )
+            out.append(f"    {_signed_by(m.get('signed'))}")
         return "\n".join(out) or f"{repo}@{alias} never moved"
 
     return lines
 
 
+def _signed_by(signed: Any) -> str:
+    """Who signed one move (``alias history``): the signers of the TUF role version that
+    named its target, or that none did."""
+    if not signed:
+        return "unsigned: no signed TUF version names this move"
+    who = ", ".join(
+        f"{s.get('principal')} (key {str(s.get('keyid'))[:16]})"
+        for s in signed.get("signers") or []
+    )
+    where = f"{signed.get('role')} v{signed.get('version')}"
+    return f"signed by {who or 'no key that verifies'} in {where}"
+
+
 @alias_app.command("history")
 def alias_history(ref: AliasRef, as_json: AsJson = False) -> None:
-    """Every move of an alias: version, from -> to, who, when, why, rollback."""
+    """Every move of an alias: version, from -> to, who, when, why, rollback, and who
+    signed it (the signers of the TUF role version that named it)."""
     r = parse_reference(ref, require="alias")
     with reported(), registry_client() as client:
         moves = client.alias_history(r.repo, str(r.alias))

@@ -306,7 +306,7 @@ def _report_push(repo: str, result: Any, names: dict[str, str], as_json: bool) -
     console.print(
         f"blobs: {result.uploaded} uploaded, {result.skipped} already present", markup=False
     )
-    if result.alias is not None and result.alias.get("pending"):
+    if result.alias is not None and (result.alias.get("pending") or result.alias.get("unchanged")):
         console.print(alias_line(repo)(result.alias), markup=False)
     elif result.alias is not None:
         console.print(

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from modelward.cli.common import console
-from modelward.cli.remote import AsJson, emit, registry_client, reported
+from modelward.cli.common import err_console, fail
+from modelward.cli.remote import AsJson, emit, print_json, registry_client, reported
 
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
     pass
@@ -44,8 +44,41 @@ def key_list(as_json: AsJson = False) -> None:
     emit(keys, as_json, lambda ks: "\n".join(_key_line(k) for k in ks) or "(no keys)")
 
 
-def key_revoke(keyid: Annotated[str, typer.Argument(metavar="KEYID", help="Key id (hex)")]) -> None:
-    """Revoke a registered signing key."""
-    with reported(), registry_client() as client:
+def key_revoke(
+    keyid: Annotated[str, typer.Argument(metavar="KEYID", help="Key id (hex)")],
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Revoke it even when aliases signed with it would lose their valid "
+            "signatures (workers then refuse them until they are signed again)",
+        ),
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Revoke a registered signing key. First shows which aliases would lose their valid
+    signatures (re-sign them with your new key first: `modelward trust resign`); with
+    any, nothing is revoked without --yes."""
+    with reported(as_json), registry_client() as client:
+        preview = client.tuf_impact(revoke_key=keyid, refuse_if_lost=not yes)
+        lost = preview.get("lost") or []
+        for item in lost:
+            err_console.print(
+                f"{'warning' if yes else 'would unsign'}: {item.get('message')}", markup=False
+            )
+        if lost and not yes:
+            if as_json:
+                print_json({"keyid": keyid, "revoked": False, "signatures_lost": lost})
+            fail(
+                f"key {keyid} was not revoked: {len(lost)} signed target(s) would lose their "
+                "valid signatures (above)",
+                hint="re-sign them with the new key first (`modelward trust resign ORG/NAME "
+                "--key NEW.key`, docs/tuf.md#rotating-a-signers-key), or revoke anyway with "
+                "--yes",
+            )
         client.revoke_key(keyid)
-    console.print(f"revoked {keyid}", markup=False)
+    emit(
+        {"keyid": keyid, "revoked": True, "signatures_lost": lost},
+        as_json,
+        lambda a: f"revoked {a['keyid']}",
+    )

@@ -6,7 +6,7 @@ fetched, what it changes is read from the bytes to be signed (never from the reg
 summary) and shown, a payload that changes anything but the expected target is refused, and
 the signature is made here: the private key never leaves this machine.
 
-``trust status|root|pending|sign|init|rotate|sync`` manage the registry's TUF repository;
+``trust status|root|pending|sign|resign|init|rotate|sync`` manage the registry's TUF repository;
 ``trust pin`` (loader/) pins its root in a worker's cache.
 """
 
@@ -23,6 +23,7 @@ from modelward.cli.common import err_console, fail
 from modelward.cli.remote import (
     PassphraseEnvOpt,
     emit,
+    print_json,
     registry_client,
     repo_or_alias,
     repo_or_alias_argument,
@@ -119,6 +120,16 @@ def describe(proposal: dict[str, Any]) -> str:
     change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
     if proposal.get("role") == "targets":
         change = "new delegations"
+    elif proposal.get("target") == "resign":
+        change = "its targets as they are, re-signed with the signers' new keys"
+    elif proposal.get("adopts") is not None:
+        adopted = proposal.get("adopts") or []
+        change = (
+            f"{len(adopted)} alias(es) the registry recorded unsigned: "
+            + ", ".join(f"{a.get('alias')} -> {a.get('digest')}" for a in adopted)
+            if adopted
+            else "no alias"
+        )
     signed = len(proposal.get("signatures") or [])
     return (
         f"#{proposal.get('id')} {what}: {change} ({proposal.get('role')} "
@@ -139,8 +150,11 @@ def sign_proposal(
     """Sign proposal ``proposal_id`` with ``key`` here and send the signature.
 
     Refuses (exit 1) a payload that changes any target other than ``expect_target``, or
-    sets it to anything but ``expect_digest``. ``expect_target`` None: every change is
-    shown and signed as it is (``trust sign --yes``: top-level targets, adoptions)."""
+    sets it to anything but ``expect_digest``. A payload that changes nothing is not signed
+    and is a success: the answer is the proposal with ``unchanged`` true. ``expect_target``
+    None: every change is shown and signed as it is (``trust sign --yes``: top-level
+    targets, adoptions)."""
+    from modelward.attest.keys import keyid
     from modelward.attest.tuf import (
         delegation_changes,
         proposal_changes,
@@ -156,8 +170,34 @@ def sign_proposal(
             err_console.print(f"signing targets v{version}: {line}", markup=False)
     else:
         changes = proposal_changes(payload, _published(client, role))
+        if proposal.get("target") == "resign":
+            # a re-signing changes nothing, read from the bytes to be signed: one that
+            # changes anything is not a re-signing and is refused
+            if changes:
+                fail(
+                    f"proposal {proposal_id} is a re-signing of {role} but changes "
+                    + ", ".join(f"{c.path} ({c.before} -> {c.after})" for c in changes)
+                    + "; nothing was signed",
+                )
+            err_console.print(
+                f"signing {role} v{version}: its targets as they are, with key "
+                f"{keyid(key.public_key())} (re-signing; expires {proposal.get('expires')})",
+                markup=False,
+            )
+        elif not changes:
+            # nothing to do is a success (a retried job): the role already signs all of it
+            what = f"{expect_target} already names {expect_digest}" if expect_target else ""
+            err_console.print(
+                f"proposal {proposal_id} changes nothing"
+                + (f": {what}" if what else "")
+                + "; nothing to sign",
+                markup=False,
+            )
+            unchanged = {k: v for k, v in proposal.items() if k != "payload"}
+            unchanged["unchanged"] = True
+            return unchanged
         unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
-        if expect_target is not None and (unexpected or not changes):
+        if expect_target is not None and unexpected:
             fail(
                 f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
                 "it changes "
@@ -176,6 +216,8 @@ def sign_proposal(
 
 
 def signed_line(answer: dict[str, Any]) -> str:
+    if answer.get("unchanged"):
+        return f"unchanged: {describe(answer)}; it changes nothing, nothing was signed"
     if answer.get("state") == "published":
         return f"published: {describe(answer)}"
     return f"signed: {describe(answer)}"
@@ -318,16 +360,24 @@ def trust_sign(
     key: KeyOpt,
     yes: Annotated[
         bool,
-        typer.Option("--yes", help="Sign a proposal of several changes (targets, adopt) as shown"),
+        typer.Option(
+            "--yes",
+            help="Sign a proposal of several changes (targets, adopt) as shown, also one "
+            "that would leave signed aliases without valid signatures (previewed)",
+        ),
     ] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
-    """Sign one pending proposal with your key (admins: top-level targets)."""
+    """Sign one pending proposal with your key (admins: top-level targets). A targets
+    proposal that would leave signed aliases without valid signatures is previewed and
+    needs --yes; one that changes nothing is not signed (exit 0)."""
     private = load_key(key, passphrase_env)
     with reported(), registry_client() as client:
         proposal = client.tuf_proposal(proposal_id)
-        single = proposal.get("to_digest") is not None
+        single = proposal.get("to_digest") is not None or proposal.get("target") == "resign"
+        if proposal["role"] == "targets":
+            _refuse_unsigning(client, proposal_id, yes=yes, as_json=as_json)
         if not single and not yes:
             from modelward.attest.tuf import delegation_changes, proposal_changes
 
@@ -352,10 +402,34 @@ def trust_sign(
             client,
             proposal_id,
             private,
-            expect_target=str(proposal["target"]) if single else None,
+            expect_target=str(proposal["target"])
+            if single and proposal.get("to_digest") is not None
+            else None,
             expect_digest=proposal.get("to_digest"),
         )
     emit(answer, as_json, signed_line)
+
+
+def _refuse_unsigning(
+    client: RegistryClient, proposal_id: int, *, yes: bool, as_json: bool
+) -> None:
+    """Show which aliases publishing top-level targets proposal ``proposal_id`` would leave
+    without valid signatures (the registry computes it: ``POST /v1/tuf/impact``); without
+    ``--yes``, refuse (exit 1, audited by the registry) when there are any."""
+    lost = client.tuf_impact(proposal=proposal_id, refuse_if_lost=not yes).get("lost") or []
+    for item in lost:
+        err_console.print(
+            f"{'warning' if yes else 'would unsign'}: {item.get('message')}", markup=False
+        )
+    if lost and not yes:
+        if as_json:
+            print_json({"id": proposal_id, "signed": False, "signatures_lost": lost})
+        fail(
+            f"proposal {proposal_id} was not signed: publishing it would leave {len(lost)} "
+            "signed target(s) without valid signatures (above)",
+            hint="have their signers re-sign them first (`modelward trust resign ORG/NAME "
+            "--key NEW.key`, docs/tuf.md#rotating-a-signers-key), or sign anyway with --yes",
+        )
 
 
 @trust_app.command("adopt")
@@ -371,6 +445,60 @@ def trust_adopt(as_json: AsJson = False) -> None:
             "\n".join(describe(p) for p in ps) or "every alias is signed or already proposed"
         ),
     )
+
+
+@trust_app.command("resign")
+def trust_resign(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="REPO[@ALIAS]",
+            help="The repository (ORG/NAME) whose roles to re-sign, or one alias's role",
+            callback=repo_or_alias_argument,
+        ),
+    ],
+    *,
+    key: KeyOpt,
+    passphrase_env: PassEnv = None,
+    as_json: AsJson = False,
+) -> None:
+    """Re-sign what a repository's TUF roles sign now with your newest registered key (a
+    key rotation: `key register NEW.pub`, then this with --key NEW.key, then `key revoke
+    OLD`): each role keeps naming your old key until its signers have re-signed it, so its
+    aliases stay resolvable throughout (docs/tuf.md#rotating-a-signers-key)."""
+    from modelward.attest.keys import keyid
+
+    private = load_key(key, passphrase_env)
+    mine = keyid(private.public_key())
+    repo, alias = repo_or_alias(ref)
+    with reported(), registry_client() as client:
+        answer = client.tuf_resign(str(repo), alias)
+        signed, skipped = [], []
+        for proposal in answer.get("proposals") or []:
+            if mine not in (proposal.get("keyids") or []):
+                skipped.append(proposal)
+                continue
+            signed.append(
+                sign_proposal(
+                    client, int(proposal["id"]), private, expect_target=None, expect_digest=None
+                )
+            )
+    result = {"signed": signed, "not_yours": skipped, "current": answer.get("current") or []}
+    emit(result, as_json, _resign_lines)
+
+
+def _resign_lines(result: dict[str, Any]) -> str:
+    out = [signed_line(a) for a in result["signed"]]
+    out += [
+        f"not yours to sign (key not delegated {p.get('role')}): {describe(p)}"
+        for p in result["not_yours"]
+    ]
+    if not out:
+        out.append(
+            "nothing to re-sign: every role names its signers' newest keys "
+            f"({', '.join(result['current']) or 'no role'})"
+        )
+    return "\n".join(out)
 
 
 def export_files(client: RegistryClient, directory: Path) -> int:
@@ -426,7 +554,8 @@ def trust_export(
 
 @trust_app.command("sync")
 def trust_sync(as_json: AsJson = False) -> None:
-    """Re-make the delegations from the registry's database now (admins)."""
+    """Re-make the delegations from the registry's database now and re-sign what is due
+    (admins); exit 1, naming each, when a step could not be done."""
     with reported(), registry_client() as client:
         answer = client.tuf_sync()
     emit(
@@ -437,6 +566,19 @@ def trust_sync(as_json: AsJson = False) -> None:
             + f"{a.get('pending_proposals')} pending proposals"
         ),
     )
+    for failure in answer.get("failed") or []:
+        row = (
+            f" (stored row {failure['role']} v{failure['version']})"
+            if failure.get("role") is not None
+            else ""
+        )
+        err_console.print(
+            f"error: not refreshed: {failure.get('step')}{row}: {failure.get('code')}: "
+            f"{failure.get('message')}",
+            markup=False,
+        )
+    if answer.get("failed"):
+        raise typer.Exit(1)
 
 
 def _next_root(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from securesystemslib.exceptions import UnverifiedSignatureError
-from securesystemslib.signer import Signature
+from securesystemslib.signer import Key, Signature
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tuf.api.exceptions import UnsignedMetadataError
@@ -45,7 +45,9 @@ from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
 from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = [
+    "RESIGN_TARGET",
     "Added",
+    "NextDelegation",
     "RoleUnverified",
     "SignatureRefused",
     "add_signature",
@@ -60,6 +62,7 @@ __all__ = [
 TARGETS_ROLE = Targets.type
 DELEGATIONS_TARGET = "delegations"  # what a top-level targets proposal changes
 ADOPT_TARGET = "adopt"  # a proposal signing several aliases the registry recorded unsigned
+RESIGN_TARGET = "resign"  # a role's targets as they are, signed again by its signers' new keys
 
 MAX_SIGNATURE_HEX = 2048
 
@@ -74,6 +77,16 @@ class SignatureRefused(Forbidden):
     """A signature that does not count for this proposal (named key, reason)."""
 
     code = "signature_refused"
+
+
+@dataclass(frozen=True)
+class NextDelegation:
+    """What a re-signing proposal is checked against and published with: ``role`` as the
+    database asks for it now (its signers' newest keys), and the top-level delegations
+    with it (``registry.tuf.rotation``)."""
+
+    role: DelegatedRole
+    delegations: Delegations
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,24 @@ def signing_role(repo: MetadataRepository, proposal: TufProposal) -> tuple[str, 
     return delegated.name, list(delegated.keyids), delegated.threshold
 
 
+def _who_signs(
+    repo: MetadataRepository, proposal: TufProposal, next_delegation: NextDelegation | None
+) -> tuple[str, list[str], int]:
+    if next_delegation is None:
+        return signing_role(repo, proposal)
+    role = next_delegation.role
+    return role.name, list(role.keyids), role.threshold
+
+
+def _key_of(
+    repo: MetadataRepository, role: str, keyid: str, next_delegation: NextDelegation | None
+) -> Key:
+    if next_delegation is not None:
+        return (next_delegation.delegations.keys or {})[keyid]
+    delegator = repo.root() if role == TARGETS_ROLE else repo.targets()
+    return delegator.get_key(keyid)
+
+
 def add_signature(
     session: Session,
     repo: MetadataRepository,
@@ -246,12 +277,15 @@ def add_signature(
     signature_hex: str,
     excluded: Mapping[int, str] | None = None,
     before_publish: Callable[[TufProposal], None] | None = None,
+    next_delegation: NextDelegation | None = None,
 ) -> Added:
     """Check one signature on ``proposal`` (steps 1-4) and publish at threshold.
 
     ``excluded``: principals whose keys may not sign this proposal, each with the reason
     (the two-person rule). ``before_publish`` runs the registry's own gates (baseline,
-    replay) right before publishing and may raise to keep the proposal pending. Raises
+    replay) right before publishing and may raise to keep the proposal pending.
+    ``next_delegation``: a re-signing proposal (``RESIGN_TARGET``) is checked against the
+    role as it is to be delegated, and published with those delegations. Raises
     StaleVersion (``proposal_stale``: the role moved on), SignatureRefused (among others: a
     principal signing a second time with another key), BadRequest, RoleUnverified.
     """
@@ -275,7 +309,7 @@ def add_signature(
             code="proposal_stale",
         )
     md = Metadata[Targets].from_bytes(proposal.payload)
-    role_name, keyids, threshold = signing_role(repo, proposal)
+    role_name, keyids, threshold = _who_signs(repo, proposal, next_delegation)
     # (3) a key the delegation names, its owner not excluded (two-person rule)
     if keyid not in keyids:
         raise SignatureRefused(
@@ -299,8 +333,7 @@ def add_signature(
     # (4) the signature over the canonical signed bytes
     if len(signature_hex) > MAX_SIGNATURE_HEX:
         raise BadRequest(f"signature of key {keyid} is longer than {MAX_SIGNATURE_HEX} hex")
-    delegator = repo.root() if role_name == TARGETS_ROLE else repo.targets()
-    key = delegator.get_key(keyid)
+    key = _key_of(repo, role_name, keyid, next_delegation)
     try:
         key.verify_signature(Signature(keyid, signature_hex), md.signed_bytes)
     except UnverifiedSignatureError as exc:
@@ -323,6 +356,8 @@ def add_signature(
     try:
         if role_name == TARGETS_ROLE:
             repo.publish_targets(md)
+        elif next_delegation is not None:
+            repo.publish_delegated(role_name, md, delegations=next_delegation.delegations)
         else:
             repo.publish_delegated(role_name, md)
     except StaleProposal as exc:  # pragma: no cover - step 2 ran in this transaction

@@ -61,11 +61,14 @@ class MetadataRowRefused(RegistryError):  # noqa: N818 - named after what it say
     database writer's garbage or forgery). The registry passes over it and signs the next
     version over it; it is named in ``trust status``."""
 
-    status = 409
+    status = 503
     code = "tuf_metadata_refused"
 
     def __init__(self, role: str, version: int, why: str) -> None:
-        super().__init__(f"TUF metadata {role} v{version} refused: {why}")
+        super().__init__(
+            f"TUF metadata {role} v{version} refused: {why}",
+            detail={"role": role, "version": version, "why": why},
+        )
         self.role, self.version, self.why = role, version, why
 
 
@@ -252,7 +255,7 @@ class MetadataRepository(Repository):
             if md is not None:
                 return md
         if role == Root.type:
-            raise ValueError("the repository has no root yet: run `modelward trust init`")
+            raise self._no_root()
         blank = {Snapshot.type: Snapshot, Timestamp.type: Timestamp}.get(role, Targets)
         return Metadata(blank())
 
@@ -268,8 +271,7 @@ class MetadataRepository(Repository):
             return self._root_chain(latest)
         delegators = self._delegators(role)
         if not delegators:  # no longer delegated: nobody resolves through it
-            data = self.store.read(role, latest)
-            return _parsed(data)
+            return self._newest_usable(role, latest)
         if role != Targets.type:
             # a delegated role: never newer than the registry accepted (its own publish,
             # or the version its verified snapshot lists): a version a database writer
@@ -287,6 +289,16 @@ class MetadataRepository(Repository):
             f"role {role}: none of its newest stored versions (up to {latest}) is signed by "
             "its delegation's threshold: the metadata store was written around the registry"
         )
+
+    def _newest_usable(self, role: str, latest: int) -> Metadata[Any] | None:
+        """The newest of ``role``'s newest ``max_unverified`` rows that parses as its own
+        version (``row_refusal``), for a role nothing delegates; None when none does: an
+        unparsable row is passed over, never a reason to refuse every snapshot."""
+        for version in range(latest, max(0, latest - self.max_unverified), -1):
+            data = self.store.read(role, version)
+            if data is not None and row_refusal(role, version, data) is None:
+                return Metadata.from_bytes(data)
+        return None
 
     def _delegated_base(self, role: str) -> Metadata[Any] | None:
         """What the next version of delegated ``role`` is made from: its newest version that
@@ -313,7 +325,7 @@ class MetadataRepository(Repository):
         if role == Targets.type:
             roots = self.root_chain()
             if not roots:
-                raise ValueError("the repository has no root yet: run `modelward trust init`")
+                raise self._no_root()
             return list(reversed(roots))
         targets = self.open(Targets.type)
         roles = targets.signed.delegations.roles if targets.signed.delegations else None
@@ -323,8 +335,18 @@ class MetadataRepository(Repository):
         """The newest root reached from version 1 through verified rotations."""
         chain = self.root_chain()
         if not chain:
-            raise ValueError("the repository has no root yet: run `modelward trust init`")
+            raise self._no_root()
         return Metadata[Root].from_bytes(chain[-1])
+
+    def _no_root(self) -> Exception:
+        """Why there is no verified root: none stored yet (ValueError, misuse), or a
+        stored version 1 the registry refuses (``MetadataRowRefused``: which row, why)."""
+        data = self.store.read(Root.type, 1)
+        if data is None:
+            return ValueError("the repository has no root yet: run `modelward trust init`")
+        return row_refusal(Root.type, 1, data) or MetadataRowRefused(
+            Root.type, 1, "not signed by the threshold of its own root keys"
+        )
 
     def root_chain(self) -> tuple[bytes, ...]:
         """The stored root versions 1..N that verify as a chain of rotations (TUF 5.3.4),

@@ -11,7 +11,9 @@ database writer's row signs nothing, even with the targets key online.
 
 One key per principal: a worker counts keys, the registry counts people, and the two must
 agree (docs/tuf.md#proposals). So a principal's newest active sealed key is her one key in
-every delegation; registering a second key replaces the first there.
+every delegation; registering a second key replaces the first there, except in a role
+whose signed version would lose its threshold by it: that role keeps naming her older key
+until its signers re-sign it (``registry.tuf.rotation``, ``modelward trust resign``).
 
 A protected rule with ``approvals: 0`` (protected only for its baseline or replay gates)
 stays with the publishers' role: the registry checks those gates before it publishes.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from securesystemslib.signer import Key
 from sqlalchemy import select
@@ -38,7 +40,7 @@ from modelward.registry.policy import FloorNotMet, repo_policy
 from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust
 from modelward.registry.tuf.seals import RowSeals
 
-__all__ = ["repository_trusts", "reviewer_keys"]
+__all__ = ["key_owners", "repository_trusts", "reviewer_keys"]
 
 log = logging.getLogger("modelward.registry")
 
@@ -47,8 +49,14 @@ def _unsealed(table: str, row: str) -> None:
     log.warning(json.dumps({"event": "tuf_row_unsealed", "table": table, "row": row}))
 
 
-def _keys(session: Session, principal_ids: Sequence[int], seals: RowSeals) -> list[Key]:
-    """One key per principal: the newest active key whose seal verifies."""
+def _keys(
+    session: Session,
+    principal_ids: Sequence[int],
+    seals: RowSeals,
+    excluded: Collection[str] = (),
+) -> list[Key]:
+    """One key per principal: the newest active key whose seal verifies (none of
+    ``excluded``: keys about to be revoked, for a preview)."""
     if not principal_ids:
         return []
     rows = session.scalars(
@@ -58,6 +66,8 @@ def _keys(session: Session, principal_ids: Sequence[int], seals: RowSeals) -> li
     )
     newest: dict[int, SigningKey] = {}
     for row in rows:
+        if row.keyid in excluded:
+            continue
         if not seals.signing_key_ok(row):
             _unsealed("signing_keys", row.keyid)
             continue
@@ -71,15 +81,26 @@ def _keys(session: Session, principal_ids: Sequence[int], seals: RowSeals) -> li
     )
 
 
-def reviewer_keys(session: Session, seals: RowSeals) -> list[Key]:
-    """Every sealed reviewer's one active signing key."""
+def reviewer_keys(session: Session, seals: RowSeals, excluded: Collection[str] = ()) -> list[Key]:
+    """Every sealed reviewer's one active signing key (none of ``excluded``)."""
     ids = []
     for principal in session.scalars(select(Principal).where(Principal.role == "reviewer")):
         if seals.principal_ok(principal):
             ids.append(principal.id)
         else:
             _unsealed("principals", principal.name)
-    return _keys(session, ids, seals)
+    return _keys(session, ids, seals, excluded)
+
+
+def key_owners(session: Session, seals: RowSeals, excluded: Collection[str] = ()) -> dict[str, int]:
+    """keyid -> owner (principal id) of every active signing key whose seal verifies (none
+    of ``excluded``): the keys a delegation may keep naming during a rotation
+    (``registry.tuf.rotation``)."""
+    owners = {}
+    for row in session.scalars(select(SigningKey).where(SigningKey.revoked_at.is_(None))):
+        if row.keyid not in excluded and seals.signing_key_ok(row):
+            owners[row.keyid] = row.principal_id
+    return owners
 
 
 def _require_sealed(repo: Repository, seals: RowSeals) -> None:
@@ -92,7 +113,12 @@ def _require_sealed(repo: Repository, seals: RowSeals) -> None:
 
 
 def repository_trusts(
-    session: Session, default_policy_yaml: str | None, seals: RowSeals, *, only: str | None = None
+    session: Session,
+    default_policy_yaml: str | None,
+    seals: RowSeals,
+    *,
+    only: str | None = None,
+    excluded: Collection[str] = (),
 ) -> list[RepositoryTrust]:
     """One ``RepositoryTrust`` per repository (``only``: that one), by name. A repository
     whose stored policy no longer parses or no longer meets its org's floor gets no keys at
@@ -139,7 +165,7 @@ def repository_trusts(
                 repo=repo.name,
                 protected=protected,
                 online_patterns=[rule.pattern for rule in policy.aliases if rule.online],
-                publisher_keys=_keys(session, publishers, seals),
+                publisher_keys=_keys(session, publishers, seals, excluded),
             )
         )
     return trusts

@@ -43,6 +43,9 @@ ALIAS_STATE = _object(
         "signed": {"type": "boolean"},
         "proposal": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
         "sign_with": NULLABLE_STR,
+        # a move that changed nothing (a retried push); its pending move signed just now
+        "unchanged": {"type": "boolean"},
+        "signed_now": {"type": "boolean"},
     },
 )
 CHECK = _object(
@@ -85,6 +88,24 @@ HISTORY = {
             "at": {"type": "string"},
             "reason": NULLABLE_STR,
             "rollback": {"type": "boolean"},
+            # the TUF role version that signed the move and its signers, or null
+            "signed": {
+                "oneOf": [
+                    {"type": "null"},
+                    _object(
+                        {
+                            "role": {"type": "string"},
+                            "version": {"type": "integer"},
+                            "signers": {
+                                "type": "array",
+                                "items": _object(
+                                    {"keyid": {"type": "string"}, "principal": {"type": "string"}}
+                                ),
+                            },
+                        }
+                    ),
+                ]
+            },
         }
     ),
 }

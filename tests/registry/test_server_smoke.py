@@ -228,13 +228,13 @@ def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
         "stale_version",
     )
     assert stale["detail"] == {"alias": "staging", "digest": manifest.digest, "version": 1}
-    assert (
-        pub.put(alias, json={"digest": manifest.digest, "expected_version": 1}).json()["version"]
-        == 2
-    )
-    assert [h["version"] for h in worker.get(f"{alias}/history").json()] == [1, 2]
+    # the same move again (a retried CI job) changes nothing and says so: no new version
+    again = pub.put(alias, json={"digest": manifest.digest, "expected_version": 1})
+    assert again.status_code == 200, again.text
+    assert (again.json()["version"], again.json()["unchanged"]) == (1, True)
+    assert [h["version"] for h in worker.get(f"{alias}/history").json()] == [1]
     _error(
-        worker.put(alias, json={"digest": manifest.digest, "expected_version": 2}), 403, "forbidden"
+        worker.put(alias, json={"digest": manifest.digest, "expected_version": 1}), 403, "forbidden"
     )
 
     # prod is protected: one approval by a reviewer who is not the publisher
@@ -251,7 +251,7 @@ def test_publish_flow_end_to_end(server: Server, tmp_path: Path) -> None:
     assert rev.post(f"{url}/quarantine", json={"reason": "suspicious"}).status_code == 200
     _error(worker.get(f"{url}/manifest"), 409, "bundle_quarantined")
     _error(
-        pub.put(alias, json={"digest": manifest.digest, "expected_version": 2}),
+        pub.put(alias, json={"digest": manifest.digest, "expected_version": 1}),
         409,
         "bundle_quarantined",
     )

@@ -29,8 +29,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from securesystemslib.signer import Key
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from tuf.api.exceptions import RepositoryError
 
 from modelward.attest.alias_decision import (
     AliasMoveRefused,
@@ -38,7 +40,9 @@ from modelward.attest.alias_decision import (
     RefusalReason,
     decide_move,
 )
+from modelward.attest.tuf import alias_path
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.aliases.signers import move_signers
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, may
 from modelward.registry.domains.auth.service import Caller
@@ -72,6 +76,7 @@ from modelward.registry.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    RegistryError,
 )
 from modelward.registry.models import (
     Alias,
@@ -80,7 +85,10 @@ from modelward.registry.models import (
     Bundle,
     QuarantinedDigest,
     Repository,
+    TufProposal,
 )
+from modelward.registry.tuf.repository import MetadataRepository
+from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
     "approve",
@@ -93,6 +101,9 @@ __all__ = [
     "set_alias",
     "withdraw_approval",
 ]
+
+# What a move that changes nothing still decides: who moves it, the quarantine, the policy.
+UNCHANGED_STEPS = frozenset({"1", "2", "3"})
 
 # A mistyped alias's 404 suggests up to this many existing names (difflib), read from at most
 # SUGGESTION_SCAN of the repository's aliases.
@@ -176,13 +187,22 @@ def list_aliases(
 
 
 def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]]:
+    """Every move of ``repo_name@alias``, oldest first: version, from -> to, who, when, why,
+    rollback, and ``signed``: the TUF role version that signed the move and its
+    ``signers`` (keyid, principal), read from the signed metadata itself
+    (``aliases.signers``); None for a move no signed version names."""
     repo = get_repo(session, repo_name)
     row = _alias_row(session, repo, alias)
     if row is None:
         raise _no_alias(session, repo, alias)
-    rows = session.execute(
-        select(AliasHistory).where(AliasHistory.alias_id == row.id).order_by(AliasHistory.version)
-    ).scalars()
+    rows = list(
+        session.execute(
+            select(AliasHistory)
+            .where(AliasHistory.alias_id == row.id)
+            .order_by(AliasHistory.version)
+        ).scalars()
+    )
+    signed = move_signers(session, repo_name, alias, rows, online_keys=_delegated_keys(session))
     return [
         {
             "version": h.version,
@@ -192,9 +212,20 @@ def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]
             "at": iso(h.at),
             "reason": h.reason,
             "rollback": h.rollback,
+            "signed": s.as_json() if s is not None else None,
         }
-        for h in rows
+        for h, s in zip(rows, signed, strict=True)
     ]
+
+
+def _delegated_keys(session: Session) -> dict[str, Key]:
+    """The keys top-level targets delegates to now (the registry's online alias key among
+    them), by keyid; none when no verified targets can be read."""
+    try:
+        delegations = MetadataRepository(SessionStore(session), {}).targets().delegations
+    except (RegistryError, ValueError, RepositoryError):
+        return {}
+    return dict(delegations.keys or {}) if delegations is not None else {}
 
 
 def set_alias(
@@ -214,10 +245,21 @@ def set_alias(
 
     ``propose``: a protected alias short of approvals is not refused but proposed: the
     answer's ``pending`` is the proposal its reviewers sign (``approve --key``), and the
-    alias moves when they have."""
+    alias moves when they have.
+
+    A move to the alias's current target changes nothing and is a success, never an error
+    (a retried push): ``unchanged`` in the answer, no history row, no proposal."""
     request, manifest = read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=rollback, caller=caller
     )
+    if request.current == digest:
+        # nothing to do (a retried push, `alias set` to the current target): steps (1) who
+        # moves, (2) quarantine and (3) policy still decide; the rest was decided when the
+        # alias moved there, and nothing is recorded or proposed again
+        decide(replace(request, judged=UNCHANGED_STEPS))
+        return _unchanged(
+            state, repo_name=repo_name, alias=alias, digest=digest, expected=expected_version
+        )
     try:
         decision = decide_move(request)
     except AliasMoveRefused as refused:
@@ -234,6 +276,36 @@ def set_alias(
         caller=caller,
         manifest=manifest,
     )
+
+
+def _unchanged(
+    state: AppState, *, repo_name: str, alias: str, digest: str, expected: int
+) -> dict[str, Any]:
+    """The answer to a move that changes nothing: the alias as it is, ``unchanged``,
+    ``signed`` (its TUF role signs ``digest``) and, when it is not, the pending proposal
+    setting it to ``digest`` that its signers may still sign (``proposal``; None if none).
+    The compare-and-swap still holds: StaleVersion (409) when the alias is not at version
+    ``expected`` (another writer moved it since it was read)."""
+    with state.db.read() as session:
+        row = _alias_row(session, get_repo(session, repo_name), alias)
+        if row is None or row.version != expected or row.digest != digest:
+            raise stale_version(row, alias, expected)
+        answer = state_json(row, alias)
+        signed = signed_aliases(session, repo_name).get(alias) == digest
+        proposal = None
+        if not signed:
+            proposal = session.scalar(
+                select(TufProposal.id)
+                .where(
+                    TufProposal.target == alias_path(repo_name, alias),
+                    TufProposal.to_digest == digest,
+                    TufProposal.state == "pending",
+                )
+                .order_by(TufProposal.id.desc())
+                .limit(1)
+            )
+    answer.update(unchanged=True, signed=signed, proposal=proposal)
+    return answer
 
 
 def _propose(

@@ -13,11 +13,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from modelward.registry.domains._state import AppState, State
-from modelward.registry.domains.auth.deps import Admin, AnyCaller, bearer_token
-from modelward.registry.domains.auth.service import Caller, authenticate_until
+from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
 from modelward.registry.domains.trust import service
-from modelward.registry.errors import BadRequest, NotAuthenticated, NotFound
-from modelward.registry.tuf.served import Missing
+from modelward.registry.domains.trust.fast_path import authenticate_reader
+from modelward.registry.domains.trust.impact import impact as impact_of
+from modelward.registry.errors import BadRequest, NotFound
+from modelward.registry.tuf.served import Missing, etag_matches
 from modelward.registry.tuf.store import parse_file_name
 
 router = APIRouter(tags=["trust"])
@@ -39,7 +40,8 @@ async def metadata_file(file_name: str, request: Request) -> Response:
     sha256) and ``304 Not Modified`` for a matching ``If-None-Match``. Any authenticated
     caller, or anyone with ``tuf_public``. Served from memory: the database is read at most
     every ``tuf_freshness_seconds`` and a token at most every ``tuf_token_cache_seconds``
-    (docs/tuf.md#serving)."""
+    (docs/tuf.md#serving). What memory answers for a token it knows never reaches this
+    function (domains/trust/fast_path.py answers it the same way); this answers the rest."""
     parsed = parse_file_name(file_name)
     if parsed is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")
@@ -49,7 +51,7 @@ async def metadata_file(file_name: str, request: Request) -> Response:
         token = bearer_token(request)
         caller = state.tuf_tokens.get(token)
         if caller is None:
-            caller = await run_in_threadpool(_authenticate, state, token)
+            caller = await run_in_threadpool(authenticate_reader, state, token)
         request.state.caller = caller
     found = state.tuf_files.peek(role, version)
     if found is None:
@@ -57,30 +59,9 @@ async def metadata_file(file_name: str, request: Request) -> Response:
     if found is None or isinstance(found, Missing):
         raise NotFound(f"no TUF metadata file {file_name!r}")
     headers = {"cache-control": found.cache_control, "etag": found.etag}
-    if _matches(request.headers.get("if-none-match"), found.etag):
+    if etag_matches(request.headers.get("if-none-match"), found.etag):
         return Response(status_code=304, headers=headers)
     return Response(found.data, media_type="application/json", headers=headers)
-
-
-def _authenticate(state: AppState, token: str) -> Caller:
-    """The token checked against the database, remembered for ``tuf_token_cache_seconds``
-    on success and forgotten on failure; raises NotAuthenticated."""
-    try:
-        with state.db.read() as session:
-            caller, expires_at = authenticate_until(session, token)
-    except NotAuthenticated:
-        state.tuf_tokens.forget(token)
-        raise
-    state.tuf_tokens.put(token, caller, expires_at)
-    return caller
-
-
-def _matches(if_none_match: str | None, etag: str) -> bool:
-    """RFC 9110 13.1.2: ``*`` or any listed tag equal to ``etag`` (weak comparison)."""
-    if not if_none_match:
-        return False
-    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
-    return "*" in tags or etag in tags
 
 
 @router.get("/v1/tuf/status")
@@ -134,10 +115,52 @@ def install_root(body: RootIn, caller: Admin, state: State) -> dict[str, Any]:
 
 @router.post("/v1/tuf/sync")
 def sync(caller: Admin, state: State) -> dict[str, Any]:
-    """Re-make the delegations from the database now, and re-sign what is due."""
-    changed = service.refresh(state)
+    """Re-make the delegations from the database now, and re-sign what is due. ``failed``:
+    each step it could not do (``step``, ``code``, ``message``; ``role`` and ``version`` of
+    a stored row it refuses), empty when all went well; nothing of a failed re-signing is
+    kept. 503 ``tuf_key_unavailable`` when this replica holds no online keys."""
+    done = service.refresh(state)
     with state.db.read() as session:
-        return {"changed": changed, **service.status(session, state)}
+        return {
+            "changed": done.changed,
+            "failed": [f.as_json() for f in done.failed],
+            **service.status(session, state),
+        }
+
+
+class ImpactIn(BaseModel):
+    revoke_key: str | None = Field(default=None, min_length=1, max_length=128)
+    proposal: int | None = Field(default=None, ge=1, le=2**62)
+    refuse_if_lost: bool = False
+
+
+@router.post("/v1/tuf/impact")
+def impact(body: ImpactIn, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """Which aliases (and quarantines) would lose their valid signatures if ``revoke_key``
+    were revoked, or the top-level targets ``proposal`` published: ``lost``, each with
+    ``remaining`` of ``threshold`` signatures and a ``message``. ``refuse_if_lost``: the
+    caller will not go ahead if anything would be lost, and a non-empty answer is audited
+    as ``tuf.unsigning.refused`` (``refused``). A key's impact: its owner and admins."""
+    return impact_of(
+        state,
+        caller=caller,
+        revoke_key=body.revoke_key,
+        proposal_id=body.proposal,
+        refuse_if_lost=body.refuse_if_lost,
+    )
+
+
+class ResignIn(BaseModel):
+    repository: str = Field(min_length=3, max_length=300)
+    alias: str | None = Field(default=None, min_length=1, max_length=100)
+
+
+@router.post("/v1/tuf/resign")
+def resign(body: ResignIn, caller: KeyHolder, state: State) -> dict[str, Any]:
+    """Proposals re-signing ``repository``'s roles (``alias``: the role deciding it) with
+    their signers' newest keys, for them to sign (docs/tuf.md#rotating-a-signers-key):
+    ``proposals`` (a pending one reused), ``current`` (roles that need nothing)."""
+    return service.propose_resign(state, repo_name=body.repository, alias=body.alias, caller=caller)
 
 
 @router.post("/v1/tuf/adopt")

@@ -35,7 +35,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from tuf.api.exceptions import RepositoryError
-from tuf.api.metadata import Metadata, Root, Targets
+from tuf.api.metadata import Delegations, Metadata, Root, Targets
+from tuf.api.serialization import DeserializationError
 
 from modelward.attest.alias_decision import MoveRequest
 from modelward.attest.tuf import (
@@ -67,8 +68,10 @@ from modelward.registry.tuf.keys import (
 )
 from modelward.registry.tuf.proposals import (
     ADOPT_TARGET,
+    RESIGN_TARGET,
     TARGETS_ROLE,
     Added,
+    NextDelegation,
     add_signature,
     delegated_role_for,
     propose_changes,
@@ -82,6 +85,7 @@ from modelward.registry.tuf.repository import (
     MetadataRowRefused,
     row_refusal,
 )
+from modelward.registry.tuf.rotation import signed_version, wanted_delegations
 from modelward.registry.tuf.seals import RowSeals
 from modelward.registry.tuf.service import (
     bootstrap_embedded,
@@ -96,6 +100,8 @@ from modelward.registry.tuf.store import SessionStore
 __all__ = [
     "DB_WRITER_OFFLINE",
     "DB_WRITER_ONLINE",
+    "NotRefreshed",
+    "Refreshed",
     "RevocationFailed",
     "Trust",
     "adopt",
@@ -105,6 +111,7 @@ __all__ = [
     "proposal_json",
     "propose_alias",
     "propose_quarantine",
+    "propose_resign",
     "refresh",
     "row_seals",
     "sign_proposal",
@@ -187,40 +194,109 @@ def row_seals(state: AppState) -> RowSeals:
     return tuf_row_seals(state.db, trust_of(state.settings).keys)
 
 
-def refresh(state: AppState) -> bool:
+@dataclass(frozen=True)
+class NotRefreshed:
+    """One step of a refresh that failed: ``step`` (``delegations``: re-making top-level
+    targets from the database; ``snapshot and timestamp``: re-signing them), the error's
+    ``code`` and message and, for a stored row the registry refuses, its ``role`` and
+    ``version``."""
+
+    step: str
+    code: str
+    message: str
+    role: str | None = None
+    version: int | None = None
+
+    @classmethod
+    def of(cls, step: str, exc: BaseException) -> NotRefreshed:
+        if isinstance(exc, MetadataRowRefused):
+            return cls(step, exc.code, exc.message, exc.role, exc.version)
+        code = exc.code if isinstance(exc, RegistryError) else type(exc).__name__
+        return cls(step, code, str(exc)[:500])
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "code": self.code,
+            "message": self.message,
+            "role": self.role,
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What ``refresh`` did: whether anything new was signed or proposed, and every step
+    it could not do (``failed``; empty when all went well)."""
+
+    changed: bool
+    failed: tuple[NotRefreshed, ...] = ()
+
+
+class _Abandoned(Exception):  # noqa: N818 - control flow: roll the refresh back
+    """Raised inside the refresh's transaction so that nothing of a failed one is kept."""
+
+
+def refresh(state: AppState) -> Refreshed:
     """Re-sign snapshot and timestamp past half-life (and over a newer stored row that does
-    not verify), and bring the delegations in line with the database; True when anything
-    new was signed or proposed. A failure is logged (``tuf_refresh_failed``), counted
-    (``modelward_tuf_refresh_failures_total``), shown by ``trust status`` and raised."""
+    not verify), and bring the delegations in line with the database. Every step that
+    fails is reported (``Refreshed.failed``: which step, why, the stored row at fault),
+    logged (``tuf_refresh_failed``), counted (``modelward_tuf_refresh_failures_total``) and
+    shown by ``trust status``; a failed re-signing keeps nothing of this refresh. Raises
+    TufKeyUnavailable (503) when this replica holds no online keys."""
+    failed: list[NotRefreshed] = []
+    changed = False
     try:
         with state.db.write() as session:
             repo = repository(session, state)
-            synced = sync(session, state, repo, proposer_id=None)
-            changed = repo.refresh() or synced is not False
+            synced = sync(session, state, repo, proposer_id=None, failed=failed)
+            try:
+                changed = repo.refresh() or synced is not False
+            except (TufKeyUnavailable, IntegrityError):
+                raise
+            except Exception as exc:  # any other failure: reported, nothing kept
+                failed.append(NotRefreshed.of("snapshot and timestamp", exc))
+                _log_failure("tuf_refresh_failed", exc)
+                raise _Abandoned from exc
+    except _Abandoned as abandoned:
+        changed = False
+        refresh_health(error=abandoned.__cause__, record=True)
+        return Refreshed(changed, tuple(failed))
     except IntegrityError:  # another replica signed the same versions first
         refresh_health(record=True)
-        return False
+        return Refreshed(False, tuple(failed))
     except Exception as exc:
         refresh_health(error=exc, record=True)
-        log.error(  # noqa: TRY400 - type and message; no payload in logs
-            json.dumps(
-                {
-                    "event": "tuf_refresh_failed",
-                    "exception": type(exc).__name__,
-                    "message": str(exc)[:500],
-                }
-            )
-        )
+        _log_failure("tuf_refresh_failed", exc)
         raise
-    refresh_health(record=True)
-    return changed
+    refresh_health(record=True)  # snapshot and timestamp: re-signed as due
+    return Refreshed(changed, tuple(failed))
+
+
+def _log_failure(event: str, exc: BaseException) -> None:
+    log.error(
+        json.dumps(
+            {
+                "event": event,
+                "exception": type(exc).__name__,
+                "message": str(exc)[:500],
+            }
+        )
+    )
 
 
 def sync(
-    session: Session, state: AppState, repo: MetadataRepository, *, proposer_id: int | None
+    session: Session,
+    state: AppState,
+    repo: MetadataRepository,
+    *,
+    proposer_id: int | None,
+    failed: list[NotRefreshed] | None = None,
 ) -> bool | TufProposal:
-    """``sync_delegations``; a failure is logged and leaves the delegations as they are (a
-    proposal is then checked against the published ones, never against none)."""
+    """``sync_delegations``; a failure leaves the delegations as they are (a proposal is
+    then checked against the published ones, never against none): it is logged
+    (``tuf_sync_failed``) and, when ``failed`` is given, added to it for the caller to
+    report (``refresh``, ``POST /v1/tuf/sync``)."""
     try:
         return sync_delegations(
             session,
@@ -230,15 +306,9 @@ def sync(
             proposer_id=proposer_id,
         )
     except Exception as exc:  # noqa: BLE001 - any failure: keep the published delegations
-        log.error(  # noqa: TRY400 - type and message; no payload in logs
-            json.dumps(
-                {
-                    "event": "tuf_sync_failed",
-                    "exception": type(exc).__name__,
-                    "message": str(exc)[:500],
-                }
-            )
-        )
+        _log_failure("tuf_sync_failed", exc)
+        if failed is not None:
+            failed.append(NotRefreshed.of("delegations", exc))
         return False
 
 
@@ -510,14 +580,21 @@ def _alias_of(proposal: TufProposal) -> tuple[str, str] | None:
 def _moves_of(repo: MetadataRepository, proposal: TufProposal) -> list[tuple[str, str, str]]:
     """(repository, alias, digest) of every alias move publishing ``proposal`` makes: its
     one alias, or for an adoption every target its payload sets against the role version
-    it was made from, read from the bytes to be signed (attest.tuf.proposal_changes).
+    it was made from (its newest that verifies), read from the bytes to be signed
+    (attest.tuf.proposal_changes).
     Raises Conflict for an adoption that changes anything but alias targets."""
     target = _alias_of(proposal)
     if target is not None:
         return [(target[0], target[1], proposal.to_digest)] if proposal.to_digest else []
     if proposal.target != ADOPT_TARGET or proposal.role == TARGETS_ROLE:
         return []
-    base = repo.store.read(proposal.role, proposal.version - 1) if proposal.version > 1 else None
+    # the version it was made from: the role's newest that verifies now (a version whose
+    # signatures no longer count is not what workers read, so its aliases are adopted too)
+    if proposal.state == "pending":
+        signed_base = signed_version(repo, proposal.role)
+        base = signed_base.to_bytes() if signed_base is not None else None
+    else:  # decided: what it changed then, against the version before it
+        base = repo.store.read(proposal.role, proposal.version - 1)
     moves = []
     for change in proposal_changes(proposal.payload, base):
         repo_name, sep, alias = change.path.partition("/aliases/")
@@ -596,6 +673,12 @@ def proposal_json(
         "threshold": threshold,
         "keyids": keyids,
     }
+    if p.target == ADOPT_TARGET and p.role != TARGETS_ROLE:
+        try:
+            adopted = _moves_of(repo, p)
+        except (Conflict, ValueError, DeserializationError):  # shown, never a 500
+            adopted = []
+        out["adopts"] = [{"alias": f"{r}@{a}", "digest": d} for r, a, d in adopted]
     if payload:
         out["payload"] = base64.b64encode(p.payload).decode()
     return out
@@ -741,6 +824,7 @@ def sign_proposal(
             signature_hex=signature_hex,
             excluded=_excluded(session, row, moves),
             before_publish=gates_checked,
+            next_delegation=_next_delegation(session, state, repo, row, keyid),
         )
         append(
             session,
@@ -773,7 +857,131 @@ def sign_proposal(
                     reason=row.reason,
                     signed_by=caller.name,
                 )
+            if row.target.startswith("quarantine/") and row.to_digest is None and row.from_digest:
+                # a quarantine's lift (trust.quarantine_endpoint) ends it once signed
+                from modelward.registry.domains.quarantine.service import lift
+
+                lift(
+                    session,
+                    digest=row.from_digest,
+                    reason=row.reason or "",
+                    actor=proposer.name if proposer else "?",
+                    signed_by=caller.name,
+                )
         return proposal_json(session, repo, row)
+
+
+def _next_delegation(
+    session: Session, state: AppState, repo: MetadataRepository, proposal: TufProposal, keyid: str
+) -> NextDelegation | None:
+    """What a proposal signed by ``keyid`` is checked against when its role still names an
+    older key of a signer (``registry.tuf.rotation`` holds it): the role as the database
+    asks for it (its signers' newest keys) and the current delegations with it, which
+    publishing the proposal signs at once, re-signing every target of the role. For a
+    re-signing proposal (``RESIGN_TARGET``) always; for any other, when ``keyid`` is a
+    signer's newest key the role does not name yet (a targets key offline: not at all).
+    None otherwise. Raises NotFound (a re-signed role no longer delegated), Conflict
+    (re-signing with the targets key offline)."""
+    resign = proposal.target == RESIGN_TARGET
+    if proposal.state != "pending" or proposal.role == TARGETS_ROLE:
+        return None
+    current = repo.targets().delegations
+    named = (current.roles or {}).get(proposal.role) if current is not None else None
+    if not resign and (
+        named is None or keyid in named.keyids or not repo.signers.get(TARGETS_ROLE)
+    ):
+        return None
+    keys = trust_of(state.settings).keys
+    unheld = wanted_delegations(session, repo, keys, state.default_policy_yaml, hold=False)
+    role = (unheld.roles or {}).get(proposal.role)
+    if not resign and (role is None or keyid not in role.keyids):
+        return None
+    if role is None or current is None or named is None:
+        raise NotFound(f"role {proposal.role} is no longer delegated: nothing to re-sign")
+    if not repo.signers.get(TARGETS_ROLE):
+        raise Conflict(
+            f"re-signing role {proposal.role} switches it to its signers' new keys in "
+            "top-level targets, and the targets key is offline: sign the pending targets "
+            "proposal instead (`modelward trust pending`, docs/tuf.md#rotating-a-signers-key)",
+            code="targets_key_offline",
+        )
+    roles = {**(current.roles or {}), role.name: role}
+    merged = {**(current.keys or {}), **(unheld.keys or {})}
+    used = {k for r in roles.values() for k in r.keyids}
+    delegated = Delegations(
+        keys={k: v for k, v in sorted(merged.items()) if k in used}, roles=roles
+    )
+    return NextDelegation(role, delegated)
+
+
+def propose_resign(
+    state: AppState, *, repo_name: str, alias: str | None, caller: Caller
+) -> dict[str, Any]:
+    """Re-sign what ``repo_name``'s roles (``alias``: the role deciding it) sign now with
+    their signers' newest keys: one proposal per role whose delegation still names an
+    older key of a signer (``registry.tuf.rotation`` held it, so that its signed version
+    stays verifiable), of the role's next version with its targets as they are. Its
+    signers sign it (``modelward trust resign --key NEW``); at the role's threshold it is
+    published with the role delegated to the new keys, in one step. A pending one is
+    reused. ``proposals``: what to sign; ``current``: the roles that name the newest keys
+    already (nothing to re-sign). Audited as ``tuf.resign``."""
+    from modelward.attest.tuf import protected_role
+
+    with state.db.write() as session:
+        repo = repository(session, state)
+        if TARGETS_ROLE not in repo.store.latest_versions():
+            raise NotFound("the registry has no top-level targets yet: nothing to re-sign")
+        delegations = repo.targets().delegations
+        named = (delegations.roles or {}) if delegations is not None else {}
+        if alias is not None:
+            roles = [delegated_role_for(repo, alias_path(repo_name, alias)).name]
+        else:
+            roles = [r for r in named if r.startswith(protected_role(repo_name, ""))]
+        if not roles:
+            raise NotFound(f"no TUF role signs {repo_name}'s aliases yet: nothing to re-sign")
+        keys = trust_of(state.settings).keys
+        unheld = wanted_delegations(session, repo, keys, state.default_policy_yaml, hold=False)
+        made: list[TufProposal] = []
+        current: list[str] = []
+        for role in sorted(roles):
+            wanted = (unheld.roles or {}).get(role)
+            if wanted is None or sorted(wanted.keyids) == sorted(named[role].keyids):
+                current.append(role)
+                continue
+            pending = session.scalar(
+                select(TufProposal).where(
+                    TufProposal.role == role,
+                    TufProposal.target == RESIGN_TARGET,
+                    TufProposal.state == "pending",
+                )
+            )
+            made.append(
+                pending
+                if pending is not None
+                else propose_changes(
+                    session,
+                    repo,
+                    role,
+                    {},
+                    proposer_id=caller.id,
+                    reason="re-sign the role's targets with its signers' new keys",
+                    label=RESIGN_TARGET,
+                )
+            )
+        append(
+            session,
+            actor=caller.name,
+            action="tuf.resign",
+            subject=repo_name if alias is None else f"{repo_name}@{alias}",
+            details={"proposals": [p.id for p in made], "current": current},
+        )
+        proposals = []
+        for p in made:
+            shown = proposal_json(session, repo, p)
+            wanted = (unheld.roles or {})[p.role]  # who signs it: the role as it will be
+            shown.update(keyids=sorted(wanted.keyids), threshold=wanted.threshold)
+            proposals.append(shown)
+        return {"proposals": proposals, "current": current}
 
 
 _SIGNED_CACHE: OrderedDict[tuple[Any, ...], dict[str, str]] = OrderedDict()
