@@ -43,8 +43,8 @@ COMMANDS: dict[str, Entry] = {
         "modelward.cli.bundles:approve",
     ),
     "quarantine": Entry(
-        "Quarantine a bundle: unloadable everywhere, unassignable to aliases.",
-        "modelward.cli.bundles:quarantine",
+        "Quarantine a bundle (quarantine [set] REF --reason), or lift a quarantine.",
+        "modelward.cli.bundles:quarantine_app",
     ),
     "pull": Entry(
         "Pull, verify locally and materialize a bundle read-only; print digest and directory.",
@@ -99,10 +99,19 @@ COMMANDS: dict[str, Entry] = {
                 "Show a bundle: digest, quarantine/tombstone state, manifest, attestations.",
                 "modelward.cli.bundles:bundle_show",
             ),
+            "diff": Entry(
+                "Compare two bundles: files added, removed and changed; text diffs of config, "
+                "generation and tokenizer config, chat template and modelward.yaml.",
+                "modelward.cli.bundle_diff:bundle_diff",
+            ),
             "list": Entry(
                 "List a repository's bundles, newest first: digest, state (live, quarantined, "
                 "tombstoned) and the aliases pointing at each.",
                 f"{_LISTING}:bundle_list",
+            ),
+            "delete": Entry(
+                "Delete (tombstone) a bundle (admins; with a reason, audited).",
+                "modelward.cli.bundles:bundle_delete",
             ),
             "export": Entry(
                 "Write a bundle and its attestations (as referrers) into an OCI image layout.",
@@ -137,12 +146,22 @@ COMMANDS: dict[str, Entry] = {
         "Principals and API tokens: over the API with the logged-in admin token, or straight "
         "on the database with --data-dir / --database-url / --config (bootstrap, recovery).",
         children={
-            "principal": Entry("Principals.", f"{_SERVER}:principal_app"),
-            "token": Entry("API tokens.", f"{_SERVER}:token_app"),
+            "principal": Entry("Principals.", "modelward.cli.principals:principal_app"),
+            "token": Entry("API tokens.", "modelward.cli.principals:token_app"),
             "gc": Entry(
                 "Collect unreferenced blobs and abandoned uploads older than the GC window "
                 "(admins).",
                 "modelward.cli.garbage:gc",
+            ),
+            "backup": Entry(
+                "Back up the registry while it serves: database snapshot, blobs, TUF keys, "
+                "with a manifest of digests (docs/operations.md).",
+                "modelward.cli.admin:backup",
+            ),
+            "restore": Entry(
+                "Restore a backup into an empty data directory or database, after checking "
+                "every digest.",
+                "modelward.cli.admin:restore",
             ),
         },
     ),
@@ -162,7 +181,8 @@ COMMANDS: dict[str, Entry] = {
                 f"{_TRUST}:alias_pending",
             ),
             "history": Entry(
-                "Every move of an alias: version, from -> to, who, when, why, rollback.",
+                "Every move of an alias: version, from -> to, who, when, why, rollback, and who "
+                "signed it (the signers of the TUF role version that named it).",
                 "modelward.cli.aliases:alias_history",
             ),
             "rollback": Entry(
@@ -189,6 +209,10 @@ COMMANDS: dict[str, Entry] = {
                 "Let a principal publish to a repository (admins only).",
                 "modelward.cli.repos:repo_add_publisher",
             ),
+            "remove-publisher": Entry(
+                "Stop a principal publishing to a repository (admins only).",
+                "modelward.cli.repos:repo_remove_publisher",
+            ),
             "list": Entry(
                 "List the repositories you may read, by name (with --publishable: those you "
                 "may push to and move aliases in).",
@@ -201,7 +225,8 @@ COMMANDS: dict[str, Entry] = {
         },
     ),
     "attestation": Entry(
-        "Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
+        "Attach, list, show (decoded) and retract the attestations of a bundle "
+        "(REPO@ALIAS or REPO@DIGEST).",
         "modelward.cli.attestation:attestation_app",
     ),
     "attach": Entry(
@@ -240,13 +265,29 @@ COMMANDS: dict[str, Entry] = {
     "trust": Entry("The registry's TUF keys and metadata (docs/tuf.md).", f"{_TRUST}:trust_app"),
 }
 
-# Our packages' error roots, by module: they are caught only if their module was imported,
-# which it was if one of them was raised. Importing them up front would cost start-up time.
-_ERROR_ROOTS: tuple[tuple[str, str], ...] = (
-    ("modelward.attest.errors", "AttestError"),
-    ("modelward.registry.errors", "RegistryError"),
-    ("modelward.client.errors", "RegistryClientError"),
-    ("modelward.loader.errors", "LoaderError"),
+# Exit codes (docs/cli.md#exit-codes): the one table of what an error means to a script.
+EXIT_FAILED = 1  # refused or failed: the registry, a verification or a policy said no
+EXIT_USAGE = 2  # usage: bad input named on the command line (a value, a file a flag names)
+EXIT_ENVIRONMENT = 3  # environment: the registry unreachable, an address taken, a missing tool
+
+# Our errors, by module, and their exit codes: the first class that matches decides, and the
+# last rows are our packages' roots (EXIT_FAILED). A class is caught only if its module was
+# imported, which it was if one of them was raised; importing them up front would cost
+# start-up time. Errors about command-line input derive from the classes mapped to
+# EXIT_USAGE (``modelward.cli.common.UsageInputError`` for the CLI's own).
+_EXIT_CODES: tuple[tuple[str, str, int], ...] = (
+    ("modelward.cli.common", "UsageInputError", EXIT_USAGE),
+    ("modelward.client.errors", "InvalidReference", EXIT_USAGE),
+    ("modelward.loader.errors", "InputError", EXIT_USAGE),
+    ("modelward.attest.policy._flags", "TrustFlagError", EXIT_USAGE),
+    ("modelward.attest.errors", "KeyError_", EXIT_USAGE),
+    ("modelward.registry.errors", "ConfigurationError", EXIT_USAGE),
+    ("modelward.client.errors", "TransportError", EXIT_ENVIRONMENT),
+    ("modelward.loader.errors", "EngineUnavailable", EXIT_ENVIRONMENT),
+    ("modelward.attest.errors", "AttestError", EXIT_FAILED),
+    ("modelward.registry.errors", "RegistryError", EXIT_FAILED),
+    ("modelward.client.errors", "RegistryClientError", EXIT_FAILED),
+    ("modelward.loader.errors", "LoaderError", EXIT_FAILED),
 )
 
 
@@ -254,9 +295,10 @@ app = LazyGroup(
     name="modelward",
     help=(
         "Supply-chain registry and hardened loader for ML model bundles.\n\n"
-        "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error, "
-        "3 serve cannot listen on its address (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds "
-        "debug logs and a traceback to every error."
+        "Exit codes: 0 success, 1 refused or failed (with every reason), 2 usage error or bad "
+        "input named on the command line, 3 environment: the registry unreachable, an address "
+        "taken, a missing tool (docs/cli.md#exit-codes). MODELWARD_VERBOSE=1 adds debug logs "
+        "and a traceback to every error."
     ),
     table=COMMANDS,
     no_args_is_help=True,
@@ -271,13 +313,18 @@ class _LogLines(logging.Formatter):
         return super().format(record)
 
 
-def is_modelward_error(exc: BaseException) -> bool:
-    """True when ``exc`` is one of our packages' own errors (reported without a traceback)."""
-    for module_name, class_name in _ERROR_ROOTS:
+def exit_code_of(exc: BaseException) -> int | None:
+    """The exit code ``exc`` means (``_EXIT_CODES``), None when it is none of our errors."""
+    for module_name, class_name, code in _EXIT_CODES:
         module = sys.modules.get(module_name)
         if module is not None and isinstance(exc, getattr(module, class_name)):
-            return True
-    return False
+            return code
+    return None
+
+
+def is_modelward_error(exc: BaseException) -> bool:
+    """True when ``exc`` is one of our packages' own errors (reported without a traceback)."""
+    return exit_code_of(exc) is not None
 
 
 def main() -> None:
@@ -303,7 +350,7 @@ def main() -> None:
 
         err_console.print("error:", style="bold red", end=" ")
         err_console.print(str(exc), markup=False)
-        sys.exit(1)
+        sys.exit(exit_code_of(exc) or EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,18 @@
-"""Server-side commands: ``modelward serve``, ``modelward db ...``, ``modelward admin ...``.
+"""Server-side commands: ``modelward serve``, ``modelward db ...``.
 
-The admin commands (principals, tokens) work over the API with the logged-in token, which
-must be an admin's, and are audited under that admin's name. Only with an explicit
-``--database-url`` / ``--data-dir`` / ``--config`` do they work straight on that database
-instead (bootstrap, recovery), audited as ``local-admin``; that database must exist with the
-current schema, and nothing is created when it does not.
+``modelward admin principal|token`` live in ``modelward.cli.principals``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
 __all__ = ["register_server"]
-
-LOCAL_ACTOR = "local-admin"
 
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="SQLite database and blobs (default ./.modelward)")
@@ -40,6 +30,8 @@ def _settings(config: Path | None, **overrides: Any) -> Any:
 
 
 EXIT_CANNOT_LISTEN = 3
+_LOCAL_ACTOR = "local-admin"  # straight on the database, as the admin commands record it
+EXIT_ENVIRONMENT = 3  # the data directory is another server's (docs/cli.md#exit-codes)
 
 
 def _require_free_port(host: str, port: int) -> None:
@@ -76,7 +68,13 @@ def serve(
     data_dir: DataDir = None,
     database_url: DbUrl = None,
     blob_store: Annotated[
-        str | None, typer.Option("--blob-store", help="file:///dir or s3://bucket/prefix")
+        str | None,
+        typer.Option(
+            "--blob-store",
+            "--storage-url",
+            help="where blobs live: file:///dir or s3://bucket/prefix (default "
+            "file://DATA_DIR/blobs)",
+        ),
     ] = None,
     policy: Annotated[
         Path | None, typer.Option("--policy", help="default policy for new repositories")
@@ -114,8 +112,11 @@ def serve(
         s3_presign=s3_presign,
         workers=workers,
     )
+    _check_urls(settings.resolved_database_url(), settings.resolved_blob_store())
     # Before anything is printed or created: a busy port fails here, not after the banner.
     _require_free_port(settings.host, settings.port)
+    # One server per SQLite database, held until this process ends (registry.writer_lock).
+    writer_lock = _hold_writer_lock(settings.resolved_database_url())
     configure_logging(settings.log_level)
     state = build_state(settings)
     if ensure_schema(state.db.engine, settings.resolved_database_url()):
@@ -160,6 +161,7 @@ def serve(
     }
     if processes == 1:
         uvicorn.Server(uvicorn.Config(create_app(settings, state), **common)).run()
+        _release(writer_lock)
         return
     # Several processes: the schema is migrated and the admin bootstrapped above, once. The
     # workers (spawned, not forked) rebuild the app from the resolved settings; the bootstrap
@@ -173,6 +175,80 @@ def serve(
         workers=processes,
         **common,
     )
+    _release(writer_lock)
+
+
+def _check_urls(database_url: str, blob_store: str) -> None:
+    """A database URL that is not SQLite or PostgreSQL, or a blob store that is not
+    ``file://`` or ``s3://bucket``, is ``error:`` naming the value, exit 2 (the password of
+    a database URL is never echoed)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    expected = "expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+    try:
+        parsed = make_url(database_url)
+    except ArgumentError:
+        _fail(f"--database-url is not a database URL: {expected}", code=2)
+    if parsed.get_backend_name() not in {"sqlite", "postgresql"}:
+        _fail(f"--database-url {parsed.render_as_string(hide_password=True)}: {expected}", code=2)
+    if blob_store.startswith("file://") and blob_store != "file://":
+        return
+    if blob_store.startswith("s3://") and blob_store.removeprefix("s3://").split("/")[0]:
+        return
+    _fail(f"--storage-url {blob_store!r}: expected file:///DIR or s3://BUCKET[/PREFIX]", code=2)
+
+
+def _hold_writer_lock(url: str) -> Any:
+    """This process's writer lock on the SQLite database ``url`` names (None elsewhere);
+    another server holding it is ``error:`` naming the directory and its pid, exit 3."""
+    from modelward.registry.writer_lock import DataDirInUse, hold_writer_lock
+
+    try:
+        return hold_writer_lock(url)
+    except DataDirInUse as exc:
+        _fail(str(exc), code=EXIT_ENVIRONMENT)
+
+
+def _release(lock: Any) -> None:
+    if lock is not None:
+        lock.release()
+
+
+def _current_database(url: str) -> Any:
+    """The existing database ``url`` names, at the schema this modelward needs; else
+    ``error:`` naming it and the step to take, exit 1, nothing created."""
+    from modelward.registry.db import Database, make_engine, schema_state
+
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
+    engine = make_engine(url)
+    state = schema_state(engine)
+    if state != "current":
+        engine.dispose()
+        _fail(
+            f"the database {_shown(url)} is {'empty' if state == 'empty' else 'not at head'}: "
+            "the signed state goes back into a database at the current schema",
+            hint=f"run `modelward db upgrade` on {_shown(url)} first",
+        )
+    return Database(engine)
+
+
+def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _refuse_while_served(url: str) -> None:
+    """``error:`` (exit 3) when a ``serve`` holds the SQLite database ``url`` names."""
+    from modelward.registry.writer_lock import DataDirInUse, writer_holding
+
+    try:
+        writer_holding(url, doing="nothing was changed")
+    except DataDirInUse as exc:
+        _fail(str(exc), code=EXIT_ENVIRONMENT)
 
 
 _NEW_DATABASE_HINT = (
@@ -205,19 +281,95 @@ def db_upgrade(
 @db_app.command("downgrade")
 def db_downgrade(
     revision: Annotated[str, typer.Argument(help="target revision ('base' = empty)")] = "-1",
+    *,
     database_url: DbUrl = None,
     data_dir: DataDir = None,
     config: ConfigFile = None,
+    destroy_signed_state: Annotated[
+        bool,
+        typer.Option(
+            "--destroy-signed-state",
+            help="Below revision 0010: drop the TUF metadata and row seals (needs --export-to)",
+        ),
+    ] = False,
+    export_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-to",
+            metavar="DIR",
+            help="With --destroy-signed-state: export the signed state into DIR (new or "
+            "empty) first; `db import-signed-state DIR` puts it back after the upgrade",
+        ),
+    ] = None,
 ) -> None:
-    """Migrate the database schema down (one step by default)."""
-    from modelward.registry.db import downgrade
+    """Migrate the database schema down (one step by default). Below the TUF revisions
+    (0009, 0010) a database holding signed metadata is refused unless --destroy-signed-state
+    and --export-to DIR are given (docs/operations.md#downgrade)."""
+    from modelward.registry.db import Database, downgrade, make_engine
+    from modelward.registry.signed_state import downgrade_drops_signed_state, export_signed_state
 
     url = _db_url(config, data_dir, database_url)
     missing = _missing_sqlite_file(url)
     if missing is not None:
         _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
+    _refuse_while_served(url)
+    engine = make_engine(url)
+    try:
+        drops = downgrade_drops_signed_state(engine, revision)
+        if drops and not (destroy_signed_state and export_to is not None):
+            _fail(
+                f"a downgrade to {revision} drops the registry's signed TUF state ({drops} "
+                "metadata row(s) and the row seals): workers pinned to its root could not "
+                "follow a registry that starts again at root version 1; nothing was changed",
+                hint="export it and confirm: `modelward db downgrade "
+                f"{revision} --destroy-signed-state --export-to DIR` (then after `db upgrade`: "
+                "`modelward db import-signed-state DIR`; docs/operations.md#downgrade)",
+            )
+        if drops and export_to is not None:
+            with Database(engine).write() as session:
+                summary = export_signed_state(session, export_to, actor=_LOCAL_ACTOR)
+            typer.echo(
+                f"exported the signed state ({summary.files} files, root version "
+                f"{summary.root_version}, timestamp version {summary.timestamp_version}) "
+                f"to {export_to}"
+            )
+    finally:
+        engine.dispose()
     downgrade(url, revision)
     typer.echo(f"database downgraded to {revision}")
+
+
+@db_app.command("import-signed-state")
+def db_import_signed_state(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DIR",
+            help="What `db downgrade --export-to DIR` wrote",
+            exists=True,
+            file_okay=False,
+        ),
+    ],
+    database_url: DbUrl = None,
+    data_dir: DataDir = None,
+    config: ConfigFile = None,
+) -> None:
+    """Put the TUF metadata and row seals a downgrade exported back into the (upgraded)
+    database, after checking every digest and signature; audited as local-admin."""
+    from modelward.registry.signed_state import import_signed_state
+
+    url = _db_url(config, data_dir, database_url)
+    _refuse_while_served(url)
+    db = _current_database(url)
+    try:
+        with db.write() as session:
+            summary = import_signed_state(session, directory, actor=_LOCAL_ACTOR)
+    finally:
+        db.dispose()
+    typer.echo(
+        f"imported the signed state from {directory}: root version {summary.root_version}, "
+        f"timestamp version {summary.timestamp_version}"
+    )
 
 
 @db_app.command("current")
@@ -239,69 +391,11 @@ def db_current(
         engine.dispose()
 
 
-admin_app = typer.Typer(
-    name="admin",
-    help=(
-        "Principals and API tokens: over the API with the logged-in admin token, or straight "
-        "on the database with --data-dir / --database-url / --config (bootstrap, recovery)."
-    ),
-    no_args_is_help=True,
-)
-principal_app = typer.Typer(name="principal", help="Principals.", no_args_is_help=True)
-token_app = typer.Typer(name="token", help="API tokens.", no_args_is_help=True)
-admin_app.add_typer(principal_app)
-admin_app.add_typer(token_app)
-
-# Only these flags reach the database directly; without them the admin commands use the API.
-AdminDataDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--data-dir",
-        help="Work straight on this registry data dir's database (bootstrap, recovery)",
-    ),
-]
-AdminDbUrl = Annotated[
-    str | None,
-    typer.Option("--database-url", help="Work straight on this database (bootstrap, recovery)"),
-]
-AdminConfig = Annotated[
-    Path | None,
-    typer.Option("--config", help="Work straight on the database this TOML settings file names"),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
-
-
 def _fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     if hint:
         typer.echo(f"hint: {hint}", err=True)
     raise typer.Exit(code)
-
-
-@dataclass(frozen=True)
-class _Target:
-    """Where an admin command works: the database (only with an explicit flag) or the API."""
-
-    config: Path | None
-    data_dir: Path | None
-    database_url: str | None
-
-    @property
-    def direct(self) -> bool:
-        return any(v is not None for v in (self.config, self.data_dir, self.database_url))
-
-    def origin(self) -> str:
-        if self.database_url is not None:
-            return "--database-url"
-        if self.data_dir is not None:
-            return f"--data-dir {self.data_dir}"
-        return f"--config {self.config}"
-
-
-def _shown(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def _missing_sqlite_file(url: str) -> Path | None:
@@ -319,265 +413,7 @@ def _missing_sqlite_file(url: str) -> Path | None:
     return None if path.is_file() else path
 
 
-def _read_only_engine(url: str) -> Any:
-    """A read-only engine on the SQLite file ``url`` names (None for other databases)."""
-    from urllib.parse import quote
-
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    path = quote(str(Path(str(parsed.database)).resolve()))
-    return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
-
-
-def _existing_database(target: _Target) -> Any:
-    """The database ``target`` names, opened only if it exists (a SQLite file is never
-    created, nor its directory), with the schema at head; else ``error:`` naming the URL and
-    the step to take, exit 1, nothing created."""
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-
-    from modelward.registry.db import (
-        Database,
-        current_revision,
-        head_revision,
-        make_engine,
-        schema_state,
-    )
-
-    url = _db_url(target.config, target.data_dir, target.database_url)
-    try:
-        shown = _shown(url)
-    except ArgumentError:  # the text is not echoed: it may hold a password
-        _fail(
-            f"invalid database URL (from {target.origin()}): expected sqlite:///PATH or "
-            "postgresql://USER@HOST:PORT/DB",
-            code=2,
-        )
-    create_hint = (
-        f"to start a new registry there, run `modelward db upgrade {target.origin()}` (or "
-        f"`modelward serve {target.origin()}`) first; otherwise pass the registry's own "
-        "--data-dir or --database-url, or drop the flag to work over the API as the "
-        "logged-in admin"
-    )
-    missing = _missing_sqlite_file(url)
-    if missing is not None:
-        _fail(
-            f"no registry database at {missing} (from {target.origin()}); nothing was created",
-            hint=create_hint,
-        )
-    # The schema is read first without writing (a SQLite file opened read-only: connecting
-    # normally would switch it to WAL), so a refusal leaves the file as it was.
-    probe = _read_only_engine(url)
-    engine = probe if probe is not None else make_engine(url)
-    try:
-        state = schema_state(engine)
-        have = current_revision(engine)
-    except SQLAlchemyError as exc:
-        engine.dispose()
-        _fail(f"cannot open the database {shown} (from {target.origin()}): {exc}")
-    if probe is not None:
-        probe.dispose()
-        engine = make_engine(url)
-    if state == "empty":
-        engine.dispose()
-        _fail(
-            f"the database {shown} (from {target.origin()}) has no modelward schema: it is not "
-            "a registry's database yet; nothing was changed",
-            hint=create_hint,
-        )
-    if state == "outdated":
-        engine.dispose()
-        _fail(
-            f"the database {shown} (from {target.origin()}) is at schema revision {have}, this "
-            f"modelward needs {head_revision()}",
-            hint=f"run `modelward db upgrade {target.origin()}` first",
-        )
-    return Database(engine)
-
-
-@contextlib.contextmanager
-def _admin_api() -> Iterator[Any]:
-    """The registry client with the logged-in URL and token; refusals become ``error:``."""
-    from modelward.client.api import (
-        APIError,
-        ClientConfigError,
-        ForbiddenError,
-        RegistryClient,
-        RegistryClientError,
-        UnauthorizedError,
-    )
-    from modelward.client.config import resolve_settings
-
-    try:
-        settings = resolve_settings()
-    except ClientConfigError as exc:
-        _fail(
-            f"no registry to administer: {exc}",
-            hint=(
-                "log in with an admin's token (`modelward login URL --token ADMIN_TOKEN`, or "
-                "MODELWARD_URL and MODELWARD_TOKEN); on the registry host, for bootstrap or "
-                "recovery, pass --data-dir DIR or --database-url URL to work straight on its "
-                "database"
-            ),
-        )
-    try:
-        with RegistryClient(settings.url, settings.token) as client:
-            yield client
-    except ForbiddenError as exc:
-        _fail(
-            f"{settings.url}: {exc}",
-            hint="admin commands need an admin's token: `modelward login URL --token ADMIN_TOKEN`",
-        )
-    except UnauthorizedError as exc:
-        _fail(f"{settings.url}: {exc}", hint="check the token: `modelward login URL --token T`")
-    except (APIError, RegistryClientError) as exc:
-        _fail(str(exc))
-
-
-@contextlib.contextmanager
-def _local_write(target: _Target) -> Iterator[Any]:
-    """A write transaction straight on the database, audited as ``local-admin``."""
-    db = _existing_database(target)
-    try:
-        with db.write() as session:
-            yield session
-    finally:
-        db.dispose()
-    typer.echo(
-        f"(straight on the database {_shown(str(db.engine.url))}, audited as {LOCAL_ACTOR})",
-        err=True,
-    )
-
-
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
-@principal_app.command("create")
-def principal_create(
-    name: Annotated[str, typer.Argument(help="principal name")],
-    *,
-    role: Annotated[str, typer.Option("--role", help="admin, publisher, reviewer or reader")],
-    database_url: AdminDbUrl = None,
-    data_dir: AdminDataDir = None,
-    config: AdminConfig = None,
-    as_json: AsJson = False,
-) -> None:
-    """Create a principal (over the API as the logged-in admin, or with --data-dir /
-    --database-url straight on the database)."""
-    target = _Target(config, data_dir, database_url)
-    if target.direct:
-        from modelward.registry.domains._state import iso
-        from modelward.registry.domains.principals.service import create_principal
-        from modelward.registry.tuf.keys import ROW_KEY, tuf_keys
-
-        # sealed when the registry's keys directory is at hand (docs/tuf.md#keys)
-        seals = None
-        if target.data_dir is not None or target.config is not None:
-            settings = _settings(target.config, data_dir=target.data_dir, database_url=None)
-            keys = tuf_keys(settings)
-            seals = keys.row_seals() if keys.has(ROW_KEY) else None
-        with _local_write(target) as session:
-            p = create_principal(session, name=name, role=role, actor=LOCAL_ACTOR, seals=seals)
-            created = {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
-    else:
-        with _admin_api() as client:
-            created = client.create_principal(name, role)
-    if as_json:
-        _print_json(created)
-    else:
-        typer.echo(f"created principal {created['name']} ({created['role']})")
-
-
-@principal_app.command("list")
-def principal_list(
-    database_url: AdminDbUrl = None,
-    data_dir: AdminDataDir = None,
-    config: AdminConfig = None,
-    as_json: AsJson = False,
-) -> None:
-    """List principals: name and role, one a line (tab-separated)."""
-    target = _Target(config, data_dir, database_url)
-    if target.direct:
-        from modelward.registry.domains._state import iso
-        from modelward.registry.domains.principals.service import list_principals
-
-        db = _existing_database(target)
-        try:
-            with db.read() as session:
-                rows = [
-                    {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
-                    for p in list_principals(session)
-                ]
-        finally:
-            db.dispose()
-    else:
-        with _admin_api() as client:
-            rows = list(client.list_principals())
-    if as_json:
-        _print_json({"principals": rows})
-        return
-    for p in rows:
-        typer.echo(f"{p['name']}\t{p['role']}")
-
-
-@token_app.command("create")
-def token_create(
-    name: Annotated[str, typer.Argument(help="principal name")],
-    *,
-    expires_in: Annotated[
-        int | None, typer.Option("--expires-in", help="lifetime in seconds", min=1)
-    ] = None,
-    database_url: AdminDbUrl = None,
-    data_dir: AdminDataDir = None,
-    config: AdminConfig = None,
-    as_json: AsJson = False,
-) -> None:
-    """Create an API token; the token is printed once, as the last line."""
-    target = _Target(config, data_dir, database_url)
-    if target.direct:
-        from modelward.registry.domains.principals.service import create_token
-
-        with _local_write(target) as session:
-            token_id, token = create_token(
-                session, name=name, expires_in=expires_in, actor=LOCAL_ACTOR
-            )
-    else:
-        with _admin_api() as client:
-            answer = client.create_token(name, expires_in)
-        token_id, token = str(answer["id"]), str(answer["token"])
-    if as_json:
-        _print_json({"principal": name, "id": token_id, "token": token})
-        return
-    typer.echo(f"token id: {token_id}")
-    typer.echo(token)
-
-
-@token_app.command("revoke")
-def token_revoke(
-    token_id: Annotated[str, typer.Argument(help="token id")],
-    database_url: AdminDbUrl = None,
-    data_dir: AdminDataDir = None,
-    config: AdminConfig = None,
-) -> None:
-    """Revoke an API token by id."""
-    target = _Target(config, data_dir, database_url)
-    if target.direct:
-        from modelward.registry.domains.principals.service import revoke_token
-
-        with _local_write(target) as session:
-            revoke_token(session, token_id=token_id, actor=LOCAL_ACTOR)
-    else:
-        with _admin_api() as client:
-            client.revoke_token(token_id)
-    typer.echo(f"revoked token {token_id}")
-
-
 def register_server(app: typer.Typer) -> None:
-    """Add serve, db and admin to the root app."""
+    """Add serve and db to the root app."""
     app.command("serve")(serve)
     app.add_typer(db_app)
-    app.add_typer(admin_app)

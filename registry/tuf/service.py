@@ -33,11 +33,11 @@ from modelward.registry.tuf.keys import (
     ROW_KEY,
     OnlineKeys,
 )
+from modelward.registry.tuf.lost_state import refuse_if_signed_state_lost
 from modelward.registry.tuf.proposals import propose_targets
 from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
-from modelward.registry.tuf.roles import delegations
+from modelward.registry.tuf.rotation import wanted_delegations
 from modelward.registry.tuf.seals import RowSeals, seal_unsealed_rows
-from modelward.registry.tuf.state import repository_trusts, reviewer_keys
 from modelward.registry.tuf.store import SessionStore
 
 __all__ = [
@@ -126,9 +126,14 @@ def bootstrap_embedded(
     default_policy_yaml: str | None,
     expiries: Expiries | None = None,
 ) -> bool:
-    """Publish root v1 with online keys if the database has no root; True if it did."""
+    """Publish root v1 with online keys if the database has no root; True if it did.
+
+    Raises SignedStateError instead when the audit log shows the registry published TUF
+    metadata before (a downgrade dropped it): workers pinned to that root would not follow
+    a new version 1 (registry.signed_state, docs/operations.md#downgrade)."""
     if SessionStore(session).read("root") is not None:
         return False
+    refuse_if_signed_state_lost(session)
     for role in (*EMBEDDED_ROLES, *ONLINE_ROLES, ALIAS_KEY):
         keys.create(role)
     # the first start is the moment of trust on first use: whichever process makes the
@@ -174,14 +179,7 @@ def sync_delegations(
     itself (its targets key is online); else the pending targets proposal the admins sign
     offline (None as ``proposer_id`` then means the registry's own bootstrap admin)."""
     versions = repo.store.latest_versions()
-    online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
-    seals = keys.row_seals()
-    wanted = delegations(
-        repository_trusts(session, default_policy_yaml, seals),
-        reviewer_keys=reviewer_keys(session, seals),
-        online_key=online,
-        quarantine=True,
-    )
+    wanted = wanted_delegations(session, repo, keys, default_policy_yaml)
     current: Targets | None = repo.targets() if Targets.type in versions else None
     if (
         not force
@@ -213,14 +211,7 @@ def delegated_as_wanted(
     current = repo.targets().delegations
     if current is None or current.roles is None:
         return False
-    online = keys.signer(ALIAS_KEY).public_key if keys.has(ALIAS_KEY) else None
-    seals = keys.row_seals()
-    wanted = delegations(
-        repository_trusts(session, default_policy_yaml, seals, only=repo_name),
-        reviewer_keys=reviewer_keys(session, seals),
-        online_key=online,
-        quarantine=True,
-    )
+    wanted = wanted_delegations(session, repo, keys, default_policy_yaml, only=repo_name)
     for name, role in (wanted.roles or {}).items():
         have = current.roles.get(name)
         if have is None or have.to_dict() != role.to_dict():
