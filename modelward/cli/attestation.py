@@ -1,13 +1,20 @@
-"""``modelward attestation add|list|retract``: attestations of a stored bundle.
+"""``modelward attestation add|list|show|retract``: attestations of a stored bundle.
 
 REPO@REF is an alias (resolved through the registry once) or a digest. The registry decides
 who may attach what and who may retract (docs/registry.md#attestations); a refusal prints
 the server's message with exit 1; a malformed REPO@REF is a usage error (exit 2). Human output
 is one line per attestation; ``--json`` prints one JSON document on stdout (docs/cli.md).
+
+``show`` decodes each attestation for reading: its format, predicate type, subjects, the
+signers the registry's verifier verified when it was attached (key id and principal) and the
+in-toto statement itself (a DSSE payload, or a Sigstore bundle's). Decoding is not verifying:
+``pull``, ``bundle verify`` and ``release verify`` verify against the trust you pin.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,11 +26,12 @@ from modelward.cli.remote import AsJson, registry_client, reported, valid_ref
 from modelward.client.api import APIError, RegistryClient
 from modelward.client.config import parse_reference
 
-__all__ = ["attestation_app", "describe", "register_attestation"]
+__all__ = ["attestation_app", "decode_statement", "describe", "register_attestation"]
 
 attestation_app = typer.Typer(
     name="attestation",
-    help="Attach, list and retract the attestations of a bundle (REPO@ALIAS or REPO@DIGEST).",
+    help="Attach, list, show (decoded) and retract the attestations of a bundle "
+    "(REPO@ALIAS or REPO@DIGEST).",
     no_args_is_help=True,
 )
 
@@ -109,6 +117,85 @@ def list_(
         err_console.print(f"no attestations on {repo}@{digest}", markup=False)
     for item in items:
         typer.echo(describe(item))
+
+
+MAX_STATEMENT_BYTES = 16 * 2**20  # the registry's max_attestation_bytes default
+
+
+def decode_statement(data: bytes) -> dict[str, Any] | None:
+    """The in-toto statement inside a DSSE envelope or a Sigstore bundle (its
+    ``dsseEnvelope``), parsed; None when the bytes hold none (an OMS message signature)."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    envelope = doc.get("dsseEnvelope", doc) if isinstance(doc, dict) else None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), str):
+        return None
+    try:
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        statement = json.loads(payload)
+    except (binascii.Error, ValueError):
+        return None
+    return statement if isinstance(statement, dict) else None
+
+
+def _subjects(statement: dict[str, Any] | None) -> list[str]:
+    subjects = (statement or {}).get("subject") or []
+    return [
+        f"{s.get('name')} " + ", ".join(f"{k}:{v}" for k, v in (s.get("digest") or {}).items())
+        for s in subjects
+        if isinstance(s, dict)
+    ]
+
+
+def _decoded(item: dict[str, Any]) -> dict[str, Any]:
+    data = base64.b64decode(str(item.get("data", "")))
+    statement = decode_statement(data[:MAX_STATEMENT_BYTES])
+    shown = {k: v for k, v in item.items() if k != "data"}
+    shown["subjects"] = _subjects(statement)
+    shown["statement"] = statement
+    shown["verdict"] = (
+        "retracted: counts nowhere"
+        if item.get("retracted")
+        else "verified by the registry when attached (signers above); verify it yourself "
+        "with `pull` or `bundle verify`"
+    )
+    return shown
+
+
+@attestation_app.command("show")
+def show(
+    ref: Ref,
+    as_json: AsJson = False,
+    attestation_id: Annotated[
+        int | None, typer.Option("--id", metavar="ID", min=1, help="Only this attestation")
+    ] = None,
+) -> None:
+    """Show a bundle's attestations decoded: predicate type, subjects, signers (key id and
+    principal), who attached it, and the in-toto statement."""
+    with reported(), registry_client() as client:
+        repo, digest = _digest(client, ref)
+        items = client.list_attestations(repo, digest)
+    shown = [_decoded(i) for i in items if attestation_id is None or i.get("id") == attestation_id]
+    if attestation_id is not None and not shown:
+        fail(f"{repo}@{digest} has no live attestation #{attestation_id}")
+    if as_json:
+        typer.echo(json.dumps(shown, indent=2, sort_keys=True))
+        return
+    if not shown:
+        err_console.print(f"no attestations on {repo}@{digest}", markup=False)
+    for item in shown:
+        typer.echo(f"#{item.get('id')}  {item.get('kind')}  {item.get('predicate_type')}")
+        for subject in item["subjects"]:
+            typer.echo(f"  subject:   {subject}")
+        for signer in item.get("signers") or []:
+            typer.echo(f"  signer:    {signer.get('name')}  key {signer.get('detail')}")
+        typer.echo(f"  attached:  by {item.get('attached_by')} at {item.get('attached_at')}")
+        typer.echo(f"  verdict:   {item['verdict']}")
+        statement = item["statement"]
+        text = json.dumps(statement, indent=2, sort_keys=True) if statement else "(none)"
+        typer.echo("  statement: " + text.replace("\n", "\n  "))
 
 
 @attestation_app.command("retract")

@@ -102,7 +102,6 @@ def record(
         ReleaseRecordInvalid,
         build_predicate,
         make_record_statement,
-        render_html,
         render_markdown,
         verify_record_key,
         write_record,
@@ -111,6 +110,7 @@ def record(
     from modelward.cli.trust import load_key
     from modelward.client.config import parse_reference
     from modelward.client.release import ReleaseInputError, collect_release
+    from modelward.registry.ui.release_page import render_release_html
 
     private = load_key(key, passphrase_env)  # a bad key: nothing is fetched
     pinned = (
@@ -149,7 +149,7 @@ def record(
     if markdown is not None:
         _write(markdown, render_markdown(predicate).encode("utf-8"), "--markdown")
     if html_out is not None:
-        _write(html_out, render_html(predicate).encode("utf-8"), "--html")
+        _write(html_out, render_release_html(predicate).encode("utf-8"), "--html")
     rec = predicate["record"]
     if as_json:
         answer = {
