@@ -278,8 +278,13 @@ def verify_envelope(
             + "\n".join(f"  {f}" for f in tampered)
         )
     if not signers:
+        # the first line is the whole finding (the CLI shows only it): which keys signed,
+        # which are trusted; the lines after it say what became of each signature
+        present = ", ".join(h[:16] or "(no keyid hint)" for h, _ in parsed.signatures)
+        trusted_by = ", ".join(f"{name} ({kid[:16]})" for kid, name in trusted_ids.items())
         raise UntrustedSigner(
-            "DSSE envelope has no signature by a trusted key:\n"
+            "DSSE envelope has no signature by a trusted key: signed by keyid "
+            f"{present or '(no signature)'}; trusted: {trusted_by or 'no usable key'}\n"
             + "\n".join(f"  {f}" for f in (*unknown, *notes))
         )
     notes.extend(unknown)

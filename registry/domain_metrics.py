@@ -17,6 +17,12 @@ Each scrape reads them in one read transaction, with bounded queries:
    process's re-signing of snapshot and timestamp went (``registry.tuf.service.
    refresh_health``): failures since it started, and 1 while the last attempt failed (also
    logged as ``tuf_refresh_failed`` and shown by ``trust status``).
+7. ``modelward_unsigned_aliases{repository}``: aliases the registry moved on its word alone
+   (no signed TUF target names the digest the alias points at: ``trust.service.
+   signed_aliases``, as ``alias list`` shows ``UNSIGNED``), per repository that has aliases,
+   for at most ``MAX_REPOSITORIES`` repositories by name the caller may read: what workers
+   resolving through TUF do not see (an OCI tag pushed without a signature, docs/oci.md#
+   unsigned-tags).
 
 They name repositories and say what is quarantined, so they are only for an authenticated
 caller, even when ``metrics_public`` opens the HTTP metrics to anyone.
@@ -40,7 +46,8 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
-from modelward.registry.models import QuarantinedDigest, TufMetadata, TufProposal
+from modelward.registry.domains.trust.service import signed_aliases
+from modelward.registry.models import Alias, QuarantinedDigest, TufMetadata, TufProposal
 from modelward.registry.tuf.service import refresh_health
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
@@ -78,6 +85,7 @@ class _Domain(Collector):
             )
             yield self._storage(session, now)  # (4)
             yield _gc_reclaimed(session)  # (5)
+            yield self._unsigned(session)  # (7)
         health = refresh_health()  # (6)
         yield CounterMetricFamily(
             "modelward_tuf_refresh_failures",
@@ -101,6 +109,36 @@ class _Domain(Collector):
         )
         for repo in repos:
             family.add_metric([repo.name], usage(session, repo.id, self.state.settings, now))
+        return family
+
+    def _unsigned(self, session: Session) -> Metric:
+        family = GaugeMetricFamily(
+            "modelward_unsigned_aliases",
+            "Aliases of each repository that no signed TUF target names (the registry's word "
+            "only: workers resolving through TUF do not see them)",
+            labels=["repository"],
+        )
+        readable = readable_repos(self.caller).subquery()
+        rows = session.execute(
+            select(readable.c.name, Alias.name, Alias.digest)
+            .join(Alias, Alias.repo_id == readable.c.id)
+            .where(
+                readable.c.name.in_(
+                    select(readable.c.name)
+                    .join(Alias, Alias.repo_id == readable.c.id)
+                    .distinct()
+                    .order_by(readable.c.name)
+                    .limit(MAX_REPOSITORIES)
+                )
+            )
+        ).tuples()
+        aliases: dict[str, dict[str, str]] = {}
+        for repo, alias, digest in rows:
+            aliases.setdefault(repo, {})[alias] = digest
+        for repo in sorted(aliases):
+            signed = signed_aliases(session, repo)
+            unsigned = sum(1 for a, d in aliases[repo].items() if signed.get(a) != d)
+            family.add_metric([repo], unsigned)
         return family
 
 

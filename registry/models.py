@@ -70,6 +70,8 @@ class Principal(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # the registry's HMAC over (id, name, role): registry.tuf.seals (docs/tuf.md#keys)
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # set while an admin has disabled it: its tokens authenticate nobody (migration 0012)
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Token(Base):

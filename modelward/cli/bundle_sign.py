@@ -210,7 +210,7 @@ def _sign_oms(
     try:
         load_oms_signing_key(key, passphrase)
     except KeyError_ as exc:
-        fail(str(exc))
+        fail(str(exc), code=2)
     _refuse_unsafe_tree(directory, allow, excludes)
     try:
         data = sign_oms(directory, key, passphrase, excludes)

@@ -1,5 +1,5 @@
-"""``modelward bundle show``, ``approve`` and ``quarantine``: a bundle's record, the reviews it
-collects for protected aliases, and taking it out of service.
+"""``modelward bundle show|delete``, ``approve`` and ``quarantine [lift]``: a bundle's record,
+the reviews it collects for protected aliases, taking it out of service and back.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer import _click as click
+from typer.core import TyperGroup
 
 from modelward.cli.common import err_console, fail
 from modelward.cli.remote import (
@@ -27,7 +29,7 @@ from modelward.client.errors import ConflictError
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
     from modelward.client.api import RegistryClient
 
-__all__ = ["approve", "bundle_show", "quarantine"]
+__all__ = ["approve", "bundle_delete", "bundle_show", "quarantine", "quarantine_app"]
 
 
 def _bundle_state(record: Any) -> str:
@@ -270,3 +272,99 @@ def quarantine(
             f"{q['quarantine_reason']}\nno worker will load it and no alias can point at it"
         ),
     )
+
+
+def bundle_delete(
+    ref: DigestRef,
+    *,
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why (recorded in the audit log)")],
+    as_json: AsJson = False,
+) -> None:
+    """Delete (tombstone) a bundle (admins; with a reason, audited)."""
+    if not reason.strip():
+        fail("--reason must not be blank", code=2)
+    r = parse_reference(ref, require="digest")
+    with reported(), registry_client() as client:
+        client.tombstone(r.repo, str(r.digest), reason)
+        record = dict(client.get_bundle(r.repo, str(r.digest)))
+    shown = {
+        "repository": r.repo,
+        "digest": str(r.digest),
+        "tombstoned": bool(record.get("tombstoned")),
+        "reason": reason,
+    }
+    emit(shown, as_json, lambda d: f"deleted {d['repository']}@{d['digest']}: {d['reason']}")
+
+
+class _DefaultSet(TyperGroup):
+    """``quarantine REF --reason`` stays ``quarantine set REF --reason``: a first argument
+    that names no subcommand (a reference never does) goes to ``set``."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["set", *args]
+        return super().resolve_command(ctx, args)
+
+
+quarantine_app = typer.Typer(
+    name="quarantine",
+    cls=_DefaultSet,
+    help="Quarantine a bundle (quarantine [set] REF --reason), or lift a quarantine.",
+    no_args_is_help=True,
+)
+quarantine_app.command("set")(quarantine)
+
+
+@quarantine_app.command("lift")
+def quarantine_lift(
+    ref: DigestRef,
+    *,
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="Why it is lifted (recorded)")],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Sign the lift with your key: a signed quarantine ends only once a reviewer "
+            "signs its lift",
+        ),
+    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
+    as_json: AsJson = False,
+) -> None:
+    """Lift a bundle's quarantine (reviewers): proposed for a reviewer to sign when workers
+    saw it signed; refused while an alias points at the bundle."""
+    from modelward.cli.trust import load_key, sign_proposal
+
+    if not reason.strip():
+        fail("--reason must not be blank", code=2)
+    r = parse_reference(ref, require="digest")
+    private = load_key(key, passphrase_env) if key is not None else None
+    target = "quarantine/" + str(r.digest).removeprefix("sha256:")
+    with reported(), registry_client() as client:
+        answer = dict(client.lift_quarantine(r.repo, str(r.digest), reason))
+        proposal = answer.get("proposal")
+        if private is not None and proposal is not None:
+            signed = sign_proposal(
+                client, int(proposal), private, expect_target=target, expect_digest=None
+            )
+            answer["lifted"] = signed.get("state") == "published"
+    answer["repository"] = r.repo
+
+    def line(a: dict[str, Any]) -> str:
+        where = f"{a['repository']}@{a['digest']}"
+        if a.get("lifted"):
+            return f"lifted the quarantine of {where}: {a['reason']}"
+        return (
+            f"proposed lifting the quarantine of {where} (proposal {a['proposal']}): it holds "
+            f"until a reviewer signs: modelward quarantine lift {where} --reason TEXT --key KEY "
+            f"(or modelward trust sign {a['proposal']} --key KEY)"
+        )
+
+    emit(answer, as_json, line)
+    if not answer.get("lifted"):
+        err_console.print(
+            "warning: the quarantine is still in force: the lift needs a reviewer's signature",
+            markup=False,
+        )

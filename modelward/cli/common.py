@@ -62,6 +62,19 @@ def fail(message: str, *, code: int = 1, hint: str | None = None) -> NoReturn:
     raise typer.Exit(code)
 
 
+class UsageInputError(Exception):
+    """Input named on the command line that cannot be used (a value, a file a flag names):
+    the CLI's own; the message names it. Exits 2 (``modelward.cli._EXIT_CODES``)."""
+
+
+def fail_with(exc: BaseException, *, hint: str | None = None) -> NoReturn:
+    """``fail(str(exc))`` with the exit code the table gives ``exc``'s class
+    (``modelward.cli.exit_code_of``; 1 for an error of no known class)."""
+    from modelward.cli import EXIT_FAILED, exit_code_of
+
+    fail(str(exc), code=exit_code_of(exc) or EXIT_FAILED, hint=hint)
+
+
 def read_bounded(path: Path, what: str, limit: int) -> bytes:
     """At most ``limit`` bytes of ``path``; exit 2 naming ``what`` and the file when it cannot
     be read or is larger."""

@@ -16,6 +16,8 @@ from urllib.parse import quote
 
 import typer
 
+from modelward.cli.remote import RepoArg
+
 __all__ = ["gc", "quota_app"]
 
 quota_app = typer.Typer(
@@ -25,7 +27,6 @@ quota_app = typer.Typer(
 )
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
-RepoArg = Annotated[str, typer.Argument(help="Repository ORG/NAME")]
 UNITS = {
     "": 1,
     "b": 1,
@@ -138,7 +139,16 @@ def set_(
     as_json: AsJson = False,
 ) -> None:
     """Set a repository's quota (admins); new uploads past it are refused with 413."""
-    _show_quota(_call("PUT", _repo_path(repo), {"quota_bytes": parse_bytes(size)}), as_json)
+    answer = _call("PUT", _repo_path(repo), {"quota_bytes": parse_bytes(size)})
+    quota, used = answer.get("quota_bytes"), answer.get("usage_bytes")
+    if isinstance(quota, int) and isinstance(used, int) and used > quota:
+        typer.echo(
+            f"warning: {answer['repository']} uses {_human(used)}, above the "
+            f"new quota {_human(quota)}: new pushes to it are refused until "
+            "usage falls below (nothing stored is removed)",
+            err=True,
+        )
+    _show_quota(answer, as_json)
 
 
 @quota_app.command("clear")

@@ -66,7 +66,9 @@ def _registry() -> Iterator[RegistryClient]:
     except UnauthorizedError as exc:
         _fail(str(exc), hint="check the token: `modelward login URL --token T`")
     except RegistryClientError as exc:
-        _fail(str(exc))
+        from modelward.cli.common import fail_with
+
+        fail_with(exc)
 
 
 def _collect(

@@ -155,6 +155,8 @@ def bundle_import(
     from modelward.client.api import APIError
     from modelward.client.blobs import BlobSource
 
+    if not directory.is_dir():  # named on the command line: a usage error (docs/cli.md)
+        fail(f"{directory}: no such directory", code=2)
     with _refusals(directory):
         # (1)-(2): the whole layout, on this machine, before any request.
         bundle = open_layout(directory).bundle(tag)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from modelward.cli.common import fail
+from modelward.cli.common import fail, fail_with
 from modelward.cli.refusals import describe_refusal
 from modelward.client.config import cache_dir, parse_reference, parse_repo, resolve_settings
 from modelward.client.errors import (
@@ -177,7 +177,7 @@ def reported(as_json: bool = False) -> Iterator[None]:
     except PreflightRefused:
         raise  # push words it itself
     except RegistryClientError as exc:
-        fail(str(exc))
+        fail_with(exc)  # the registry unreachable: exit 3 (modelward.cli._EXIT_CODES)
 
 
 def emit(value: Any, as_json: bool, human: Callable[[Any], str]) -> None:

@@ -1,4 +1,5 @@
-"""``modelward repo create|add-publisher``: make repositories and let principals publish."""
+"""``modelward repo create|add-publisher|remove-publisher``: make repositories and say who
+publishes to them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from modelward.cli.remote import AsJson, RepoArg, emit, registry_client, reporte
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
     pass
 
-__all__ = ["repo_add_publisher", "repo_app", "repo_create"]
+__all__ = ["repo_add_publisher", "repo_app", "repo_create", "repo_remove_publisher"]
 
 repo_app = typer.Typer(name="repo", help="Manage repositories.", no_args_is_help=True)
 
@@ -81,4 +82,18 @@ def repo_add_publisher(
     """Let a principal publish to a repository (admins only)."""
     with reported(), registry_client() as client:
         repo = client.add_publisher(name, principal)
+    emit(_repo_json(repo), as_json, _repo_lines)
+
+
+@repo_app.command("remove-publisher")
+def repo_remove_publisher(
+    name: RepoArg,
+    principal: Annotated[
+        str, typer.Argument(metavar="PRINCIPAL", help="The principal who may no longer publish")
+    ],
+    as_json: AsJson = False,
+) -> None:
+    """Stop a principal publishing to a repository (admins only)."""
+    with reported(), registry_client() as client:
+        repo = client.remove_publisher(name, principal)
     emit(_repo_json(repo), as_json, _repo_lines)

@@ -403,7 +403,7 @@ def test_unreadable_trust_flag_is_refused_before_vllm_is_imported(tmp_path: Path
         "--",
         "--enforce-eager",
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a file named on the command line (docs/cli.md#exit-codes)
     assert f"--public-key {tmp_path / 'missing.pem'}: cannot read" in result.stderr
     assert heavy(modules) == set()
 
@@ -418,7 +418,7 @@ def test_unreadable_trust_root_named_by_where_it_came_from(tmp_path: Path) -> No
         "tuf: {root: missing-root.json}\n"
     )
     from_policy, _ = run_traced("pull", "acme/tiny@prod", "--policy", str(policy))
-    assert from_policy.returncode == 1
+    assert from_policy.returncode == 2  # input: docs/cli.md#exit-codes
     assert (
         f"the worker policy's tuf.root {tmp_path / 'missing-root.json'}: cannot read"
         in from_policy.stderr

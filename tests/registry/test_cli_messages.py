@@ -82,7 +82,7 @@ def test_push_to_a_malformed_repository_is_a_usage_error(tmp_path: Path) -> None
 def test_connection_refused_names_the_url() -> None:
     env = _nowhere()
     out = modelward("alias", "get", "acme/tiny-llama@prod", env=env)
-    assert out.returncode == 1
+    assert out.returncode == 3  # the environment (docs/cli.md#exit-codes)
     assert f"cannot connect to the registry at {env['MODELWARD_URL']}" in out.stderr
 
 
@@ -95,7 +95,7 @@ def test_https_against_plain_http_says_to_use_http(registry: Registry) -> None:
         "acme/tiny-llama@prod",
         env={"MODELWARD_URL": secure, "MODELWARD_TOKEN": "t"},
     )
-    assert out.returncode == 1
+    assert out.returncode == 3  # cannot reach the registry: the environment
     assert f"the server at {secure} speaks plain HTTP" in out.stderr
     assert f"use {registry.url}" in out.stderr
 

@@ -95,7 +95,8 @@ def _aware(value: datetime) -> datetime:
 def authenticate(session: Session, token: str) -> Caller:
     """The caller a bearer token stands for; raises NotAuthenticated.
 
-    Looked up on every request (no cache), so a revocation takes effect on the next request;
+    Looked up on every request (no cache), so a revocation or a disabled principal takes
+    effect on the next request;
     only ``/tuf/`` reads remember a success for a few seconds (docs/tuf.md#serving).
     """
     return authenticate_until(session, token)[0]
@@ -112,15 +113,18 @@ def authenticate_until(session: Session, token: str) -> tuple[Caller, datetime |
             Principal.id,
             Principal.name,
             Principal.role,
+            Principal.disabled_at,
         )
         .join(Principal, Principal.id == Token.principal_id)
         .where(Token.secret_hash == hash_token(token))
     ).first()
     if row is None:
         raise NotAuthenticated("unknown token")
-    token_id, revoked_at, expires_at, principal_id, name, role = row.tuple()
+    token_id, revoked_at, expires_at, principal_id, name, role, disabled_at = row.tuple()
     if revoked_at is not None:
         raise NotAuthenticated(f"token {token_id} was revoked")
+    if disabled_at is not None:
+        raise NotAuthenticated(f"token {token_id}: principal {name} is disabled")
     if expires_at is not None and _aware(expires_at) <= datetime.now(UTC):
         raise NotAuthenticated(f"token {token_id} has expired")
     return Caller(id=principal_id, name=name, role=role), expires_at

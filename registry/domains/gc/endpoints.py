@@ -59,7 +59,8 @@ def get_quota(org: str, name: str, caller: AnyCaller, state: State) -> dict[str,
 @router.put("/repos/{org}/{name}/quota")
 def set_quota(org: str, name: str, body: QuotaIn, caller: Admin, state: State) -> dict[str, Any]:
     """Set the repository's quota in bytes (null: no quota), audited ``repo.quota``. A quota
-    below the current usage refuses new bytes only; nothing stored is removed."""
+    below the current usage refuses new bytes only (every push and upload to it is refused
+    until usage falls below; ``usage_bytes`` says how far); nothing stored is removed."""
     with state.db.write() as session:
         repo = get_repo(session, f"{org}/{name}")
         before = repo.quota_bytes

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
 from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME
 from modelward.registry.domains.principals import service
+from modelward.registry.domains.trust import service as trust
 from modelward.registry.tuf.keys import tuf_keys
 from modelward.registry.tuf.service import row_seals
 
@@ -19,6 +20,10 @@ router = APIRouter(prefix="/v1", tags=["principals"])
 
 class PrincipalIn(BaseModel):
     name: str = Field(max_length=200)
+    role: str = Field(max_length=20)
+
+
+class RoleIn(BaseModel):
     role: str = Field(max_length=20)
 
 
@@ -43,11 +48,50 @@ def create_principal(body: PrincipalIn, caller: Admin, state: State) -> dict[str
 
 @router.get("/admin/principals")
 def list_principals(caller: Admin, state: State) -> list[dict[str, Any]]:
+    """Every principal: name, role, created_at, disabled, disabled_at."""
     with state.db.read() as session:
-        return [
-            {"name": p.name, "role": p.role, "created_at": iso(p.created_at)}
-            for p in service.list_principals(session)
-        ]
+        return [service.principal_json(p) for p in service.list_principals(session)]
+
+
+@router.put("/admin/principals/{name}/role")
+def set_role(name: str, body: RoleIn, caller: Admin, state: State) -> dict[str, Any]:
+    """Change a principal's role (audited ``principal.role``); the TUF delegations follow
+    (a reviewer's keys leave, or join, the roles reviewers sign)."""
+    seals = row_seals(state.db, tuf_keys(state.settings))
+    with state.db.write() as session:
+        p = service.set_role(session, name=name, role=body.role, actor=caller.name, seals=seals)
+        trust.sync(session, state, trust.repository(session, state), proposer_id=caller.id)
+        return service.principal_json(p)
+
+
+@router.post("/admin/principals/{name}/disable")
+def disable_principal(name: str, caller: Admin, state: State) -> dict[str, Any]:
+    """Disable a principal: every token it holds is refused from its next request on
+    (audited ``principal.disable``); 409 for the last enabled admin."""
+    with state.db.write() as session:
+        p = service.set_disabled(session, name=name, disabled=True, actor=caller.name)
+        return service.principal_json(p)
+
+
+@router.post("/admin/principals/{name}/enable")
+def enable_principal(name: str, caller: Admin, state: State) -> dict[str, Any]:
+    """Enable a disabled principal again: its unrevoked, unexpired tokens work again
+    (audited ``principal.enable``)."""
+    with state.db.write() as session:
+        p = service.set_disabled(session, name=name, disabled=False, actor=caller.name)
+        return service.principal_json(p)
+
+
+@router.get("/admin/tokens")
+def list_tokens(
+    caller: Admin,
+    state: State,
+    principal: Annotated[str | None, Query(max_length=200)] = None,
+) -> list[dict[str, Any]]:
+    """Every API token (of ``principal`` when given), oldest first: id, principal,
+    created_at, expires_at, revoked_at; never the secret or its hash."""
+    with state.db.read() as session:
+        return service.list_tokens(session, principal=principal)
 
 
 @router.post("/admin/principals/{name}/tokens", status_code=201)

@@ -25,7 +25,10 @@ that hands out or builds on a bundle asks here, whatever repository it goes thro
   (``readable_digest``, the check as a query).
 
 Admins and reviewers keep their forensic view (``authz.Action.REVIEW``): they may read the
-manifest and blobs of a quarantined digest. A quarantine cannot be lifted through the API.
+manifest and blobs of a quarantined digest. A quarantine is lifted the way it was set
+(``require_liftable``, ``lift``; docs/registry.md#quarantine): by a reviewer, with a reason,
+and signed by a reviewer when the signed quarantine role names it; never while an alias
+points at the digest (moving it back is a normal alias decision).
 
 Raises ``Quarantined`` (409, audited as ``denied`` by the app's one error handler).
 """
@@ -47,6 +50,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, Quarantined
 from modelward.registry.models import (
+    Alias,
     Bundle,
     BundleBlob,
     OciManifest,
@@ -57,6 +61,7 @@ from modelward.registry.models import (
 
 __all__ = [
     "is_quarantined",
+    "lift",
     "manifest_readable",
     "named_blobs",
     "pending_record",
@@ -66,6 +71,7 @@ __all__ = [
     "quarantined_blobs",
     "quarantined_manifest",
     "readable_digest",
+    "require_liftable",
     "require_no_quarantined_blobs",
     "require_not_quarantined",
     "require_readable",
@@ -387,3 +393,71 @@ def _sharing(session: Session, its_blobs: set[str]) -> list[str]:
         .limit(SHARING_LISTED)
     ).tuples()
     return [f"{name}@{held}" for name, held in rows]
+
+
+def require_liftable(
+    session: Session, *, repo_name: str, digest: str, reason: str, caller: Caller
+) -> QuarantinedDigest:
+    """The quarantine of ``digest``, when ``caller`` may lift it now, named through a
+    repository that holds it (as ``quarantine``).
+
+    Raises Forbidden (not an admin or reviewer), BadRequest (blank reason), NotFound (no
+    bundle or pending manifest with that digest in the repository, or no quarantine),
+    Conflict ``alias_points_at_quarantined`` (an alias, in any repository, still points at
+    the digest: a lift never puts a bundle back in service on its own; move the alias
+    away first, and back later through the normal decision)."""
+    if not allows(caller.role, Action.REVIEW):
+        raise Forbidden("only admins and reviewers may lift a quarantine")
+    if not reason.strip():
+        raise BadRequest("lifting a quarantine needs a reason")
+    repo = get_repo(session, repo_name)
+    held = session.execute(
+        select(Bundle.id).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+    ).first()
+    if held is None and _pending_copy(session, repo, digest) is None:
+        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
+    row = quarantine_of(session, digest)
+    if row is None:
+        raise NotFound(
+            f"bundle {digest} is not quarantined; nothing to lift", code="not_quarantined"
+        )
+    aliases = [
+        f"{name}@{alias}"
+        for name, alias in session.execute(
+            select(Repository.name, Alias.name)
+            .join(Alias, Alias.repo_id == Repository.id)
+            .where(Alias.digest == digest)
+            .order_by(Repository.name, Alias.name)
+        ).tuples()
+    ]
+    if aliases:
+        raise Conflict(
+            f"bundle {digest} cannot be lifted while {', '.join(aliases)} still point(s) at "
+            "it: a lift would put it back in service without an alias decision; move "
+            f"{'them' if len(aliases) > 1 else 'it'} to another bundle first, and back later "
+            "with `modelward alias set` (approvals as usual)",
+            detail={"digest": digest, "aliases": aliases},
+            code="alias_points_at_quarantined",
+        )
+    return row
+
+
+def lift(session: Session, *, digest: str, reason: str, actor: str, signed_by: str | None) -> bool:
+    """Take ``digest`` off the quarantine (the row goes; every door serves it again),
+    audited ``bundle.quarantine.lift`` with the reason and who signed it (None: the
+    quarantine was never signed for workers, so neither is its lift). Returns False when
+    it was not quarantined (lifted meanwhile)."""
+    row = quarantine_of(session, digest)
+    if row is None:
+        return False
+    before = quarantine_json(session, row)
+    session.delete(row)
+    session.flush()
+    append(
+        session,
+        actor=actor,
+        action="bundle.quarantine.lift",
+        subject=f"{before['quarantined_in'] or '?'}@{digest}",
+        details={"reason": reason, "signed_by": signed_by, "quarantine": before},
+    )
+    return True

@@ -111,3 +111,17 @@ def add_publisher(
         )
         repo = service.get_repo(session, f"{org}/{name}")
         return _out(repo, service.publishers(session, repo))
+
+
+@router.delete("/{org}/{name}/publishers/{principal}")
+def remove_publisher(
+    org: str, name: str, principal: str, caller: Admin, state: State
+) -> dict[str, Any]:
+    """Take a principal off the repository's publishers (admins; audited
+    ``repo.publisher.remove``): it may no longer push or move aliases there, and its keys
+    leave the repository's alias roles when the delegations are next made (at once on the
+    next move or refresh); returns the repository."""
+    with state.db.write() as session:
+        service.remove_publisher(session, name=f"{org}/{name}", principal=principal, caller=caller)
+        repo = service.get_repo(session, f"{org}/{name}")
+        return _out(repo, service.publishers(session, repo))

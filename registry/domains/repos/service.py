@@ -56,6 +56,7 @@ __all__ = [
     "publishers",
     "registered_signer_name",
     "registered_trust",
+    "remove_publisher",
     "repo_policy",
     "set_policy",
     "writable_repo",
@@ -205,6 +206,36 @@ def add_publisher(
         session,
         actor=caller.name,
         action="repo.publisher.add",
+        subject=name,
+        details={"principal": principal},
+    )
+
+
+def remove_publisher(session: Session, *, name: str, principal: str, caller: Caller) -> None:
+    """Take ``principal`` off the publishers of ``name`` (``add_publisher``'s counterpart);
+    audited ``repo.publisher.remove``. Its keys leave the repository's alias roles when the
+    delegations are next made (``trust.service.sync``).
+
+    Raises Forbidden (not an admin), NotFound (no such repository or principal, or the
+    principal is not a publisher of it)."""
+    if not caller.is_admin:
+        raise Forbidden("only an admin may remove publishers from a repository")
+    repo = get_repo(session, name)
+    row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
+    if row is None:
+        raise NotFound(f"no principal named {principal!r}")
+    publisher = session.get(RepoPublisher, (repo.id, row.id))
+    if publisher is None:
+        raise NotFound(
+            f"{principal} is not a publisher of {repo.name}",
+            detail={"repository": repo.name, "principal": principal},
+        )
+    session.delete(publisher)
+    session.flush()
+    append(
+        session,
+        actor=caller.name,
+        action="repo.publisher.remove",
         subject=name,
         details={"principal": principal},
     )
