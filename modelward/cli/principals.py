@@ -14,49 +14,17 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from modelward.cli.local_database import LOCAL_ACTOR
+from modelward.cli.local_database import database_url as _db_url
+from modelward.cli.local_database import fail as _fail
+from modelward.cli.local_database import missing_sqlite_file as _missing_sqlite_file
+from modelward.cli.local_database import settings as _settings
+
 __all__ = ["principal_app", "token_app"]
-
-LOCAL_ACTOR = "local-admin"
-
-
-def _settings(config: Path | None, **overrides: Any) -> Any:
-    from modelward.registry.settings import load_settings
-
-    return load_settings(config, **overrides)
-
-
-def _db_url(config: Path | None, data_dir: Path | None, database_url: str | None) -> str:
-    url: str = _settings(
-        config, data_dir=data_dir, database_url=database_url
-    ).resolved_database_url()
-    return url
-
-
-def _fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    if hint:
-        typer.echo(f"hint: {hint}", err=True)
-    raise typer.Exit(code)
-
-
-def _missing_sqlite_file(url: str) -> Path | None:
-    """The SQLite file ``url`` names when it does not exist (opening it would create it)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:  # reported by whoever opens it
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    path = Path(str(parsed.database))
-    return None if path.is_file() else path
-
 
 principal_app = typer.Typer(name="principal", help="Principals.", no_args_is_help=True)
 token_app = typer.Typer(name="token", help="API tokens.", no_args_is_help=True)

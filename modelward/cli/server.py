@@ -8,9 +8,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
+
+from modelward.cli.local_database import LOCAL_ACTOR as _LOCAL_ACTOR
+from modelward.cli.local_database import database_url as _db_url
+from modelward.cli.local_database import fail as _fail
+from modelward.cli.local_database import missing_sqlite_file as _missing_sqlite_file
+from modelward.cli.local_database import settings as _settings
 
 __all__ = ["register_server"]
 
@@ -23,14 +29,7 @@ DbUrl = Annotated[
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML settings file")]
 
 
-def _settings(config: Path | None, **overrides: Any) -> Any:
-    from modelward.registry.settings import load_settings
-
-    return load_settings(config, **overrides)
-
-
 EXIT_CANNOT_LISTEN = 3
-_LOCAL_ACTOR = "local-admin"  # straight on the database, as the admin commands record it
 EXIT_ENVIRONMENT = 3  # the data directory is another server's (docs/cli.md#exit-codes)
 
 
@@ -257,13 +256,6 @@ _NEW_DATABASE_HINT = (
 db_app = typer.Typer(name="db", help="Database schema migrations.", no_args_is_help=True)
 
 
-def _db_url(config: Path | None, data_dir: Path | None, database_url: str | None) -> str:
-    url: str = _settings(
-        config, data_dir=data_dir, database_url=database_url
-    ).resolved_database_url()
-    return url
-
-
 @db_app.command("upgrade")
 def db_upgrade(
     revision: Annotated[str, typer.Argument(help="target revision")] = "head",
@@ -389,28 +381,6 @@ def db_current(
         typer.echo(f"head: {head_revision()}")
     finally:
         engine.dispose()
-
-
-def _fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    if hint:
-        typer.echo(f"hint: {hint}", err=True)
-    raise typer.Exit(code)
-
-
-def _missing_sqlite_file(url: str) -> Path | None:
-    """The SQLite file ``url`` names when it does not exist (opening it would create it)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:  # reported by whoever opens it
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    path = Path(str(parsed.database))
-    return None if path.is_file() else path
 
 
 def register_server(app: typer.Typer) -> None:

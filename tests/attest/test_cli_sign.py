@@ -238,7 +238,7 @@ def test_sign_with_wrong_passphrase_names_the_key_and_writes_nothing(
         out,
         env={"MW_PW": "wrong"},
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a key the command line names: input (docs/cli.md#exit-codes)
     assert "wrong passphrase" in result.stderr
     assert str(key) in result.stderr
     assert not out.exists()
@@ -408,7 +408,7 @@ def test_sign_oms_with_an_ed25519_key_names_the_key_type_to_generate(
 ) -> None:
     out = tiny_model / "model.sig"
     result = run("bundle", "sign", tiny_model, "--format", "oms", "--key", ed_key, "--out", out)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a key the command line names: input (docs/cli.md#exit-codes)
     assert f"{ed_key}: an Ed25519 key: OMS signing needs an elliptic-curve (P-256)" in result.stderr
     assert "modelward key generate --type ecdsa-p256" in result.stderr
     assert not out.exists()

@@ -239,7 +239,7 @@ def test_pull_json_lists_repaired_blobs_and_keeps_messages_on_stderr(
 
 def test_pull_json_refusal_prints_nothing_on_stdout(world: World, tmp_path: Path) -> None:
     result = world.cli("pull", f"{world.repo}@canary", "--cache-dir", str(tmp_path), "--json")
-    assert result.returncode == 1
+    assert result.returncode == 2  # usage: no trust flag given (docs/cli.md#exit-codes)
     assert result.stdout == ""
     assert "no trust given" in result.stderr
 

@@ -303,7 +303,7 @@ def test_tampered_blob_is_refused(
 
 def test_pull_without_trust_is_refused(hostile: HostileRegistry, tmp_path: Path) -> None:
     result = run(hostile, "pull", f"{REPO}@prod", cache=tmp_path / "cache")
-    assert result.returncode == 1
+    assert result.returncode == 2  # usage: no trust flag given (docs/cli.md#exit-codes)
     assert "no trust given" in result.stderr
 
 
@@ -356,7 +356,7 @@ def test_boot_without_vllm_names_the_extra(
         timeout=120,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == 3  # the environment lacks the engine (docs/cli.md#exit-codes)
     assert "pip install 'modelward[vllm]'" in result.stderr
 
 

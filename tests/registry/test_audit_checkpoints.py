@@ -123,6 +123,10 @@ def attacker(registry: Registry) -> Iterator[Attacker]:
 
 
 def _key(reg: Registry) -> str:
+    """The registry's checkpoint verifier key, read from its data dir as an operator would;
+    the registry creates the key when it signs its first checkpoint, so ask for one first
+    (the shared registry may not have signed any yet, whatever ran before)."""
+    reg.admin.audit_checkpoint()
     out = reg.cli("audit", "key", "--data-dir", str(reg.server.data_dir), check=True)
     return out.stdout.strip().splitlines()[-1]
 
