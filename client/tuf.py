@@ -24,12 +24,28 @@ from tuf.ngclient import FetcherInterface
 from modelward.client.connection import Connection
 from modelward.client.errors import APIError, RegistryClientError
 
-__all__ = ["TUF_PATH", "Fallback", "MirrorFetcher", "TufFetcher"]
+__all__ = ["TUF_PATH", "Fallback", "MetadataNotServed", "MirrorFetcher", "TufFetcher"]
 
 TUF_PATH = "/tuf/"
 CHUNK = 64 * 1024
 # a versioned root: what the updater asks for next (N+1) until it is told there is none
 _ROOT_FILE = re.compile(r"[0-9]+\.root\.json")
+
+
+class MetadataNotServed(RegistryClientError, DownloadHTTPError):  # noqa: N818 - the outcome
+    """404 for a metadata file: still python-tuf's ``DownloadHTTPError`` (the updater stops
+    looking for newer roots at it), and one of our errors, so a command that needed the file
+    (a delegated role: a private repository's is served only to its readers,
+    docs/tuf.md#private-repositories) refuses with this message and exit 1, no traceback."""
+
+    def __init__(self, name: str, message: str) -> None:
+        text = (
+            f"the registry serves no TUF metadata file {name} to this token ({message}): a "
+            "private repository's roles are served only to principals who may read it "
+            "(`modelward repo grant`, docs/tuf.md#private-repositories)"
+        )
+        RegistryClientError.__init__(self, text)
+        self.status_code = 404
 
 
 class TufFetcher(FetcherInterface):
@@ -47,6 +63,8 @@ class TufFetcher(FetcherInterface):
             with self.client._stream("GET", path) as response:
                 yield from response.iter_raw(CHUNK)
         except APIError as exc:
+            if exc.status == 404:
+                raise MetadataNotServed(path[len(TUF_PATH) :], str(exc)) from exc
             raise DownloadHTTPError(str(exc), exc.status) from exc
         except RegistryClientError as exc:
             raise DownloadError(str(exc)) from exc

@@ -3,7 +3,8 @@
 Each scrape reads them in one read transaction, with bounded queries:
 
 1. ``modelward_tuf_expiry_seconds{role}``: seconds until the latest version of each TUF role
-   expires (negative once expired), for at most ``MAX_ROLES`` roles by name;
+   expires (negative once expired), for at most ``MAX_ROLES`` roles by name; a private
+   repository's roles (``ORG:NAME@…``) only for a caller who may read it;
 2. ``modelward_tuf_pending_proposals``: TUF proposals waiting for signatures (one count);
 3. ``modelward_quarantined_digests``: digests quarantined (one count);
 4. ``modelward_storage_bytes{repository}``: the bytes each repository is charged, as its
@@ -46,8 +47,9 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
+from modelward.registry.domains.trust.role_access import repository_of_role
 from modelward.registry.domains.trust.service import signed_aliases
-from modelward.registry.models import Alias, QuarantinedDigest, TufMetadata, TufProposal
+from modelward.registry.models import Alias, QuarantinedDigest, Repository, TufMetadata, TufProposal
 from modelward.registry.tuf.service import refresh_health
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
@@ -72,7 +74,7 @@ class _Domain(Collector):
     def collect(self) -> Iterator[Metric]:
         now = self.now or datetime.now(UTC)
         with self.state.db.read() as session:
-            yield _tuf_expiry(session, now)  # (1)
+            yield _tuf_expiry(session, now, self.caller)  # (1)
             yield GaugeMetricFamily(  # (2)
                 "modelward_tuf_pending_proposals",
                 "TUF proposals waiting for signatures",
@@ -146,7 +148,7 @@ def _count(session: Session, query: Any) -> int:
     return int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
 
 
-def _tuf_expiry(session: Session, now: datetime) -> Metric:
+def _tuf_expiry(session: Session, now: datetime, caller: Caller) -> Metric:
     family = GaugeMetricFamily(
         "modelward_tuf_expiry_seconds",
         "Seconds until the latest version of each TUF role expires (negative: expired)",
@@ -166,8 +168,19 @@ def _tuf_expiry(session: Session, now: datetime) -> Metric:
             (TufMetadata.role == latest.c.role) & (TufMetadata.version == latest.c.version),
         )
         .order_by(TufMetadata.role)
+    ).all()
+    named = {r for r in (repository_of_role(role) for role, _ in rows) if r is not None}
+    readable = set(
+        session.scalars(
+            readable_repos(caller)
+            .with_only_columns(Repository.name)
+            .where(Repository.name.in_(named))
+        )
     )
     for role, data in rows:
+        repo = repository_of_role(role)
+        if repo is not None and repo not in readable:
+            continue  # a private repository's role, to a caller who may not read it
         expires = _expires(bytes(data))
         if expires is not None:
             family.add_metric([role], (expires - now).total_seconds())

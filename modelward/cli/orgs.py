@@ -1,9 +1,12 @@
-"""``modelward org create|show|list`` and ``modelward org owner add|remove`` over HTTP.
+"""``modelward org create|show|list|set``, ``modelward org owner add|remove`` and
+``modelward org member add|remove|list`` over HTTP.
 
 An org's owners create repositories ``org/*``; its floor is the least every repository policy
 in it must require of protected aliases (docs/registry.md#orgs). Creating and changing orgs
-and owners is for admins; anybody with a token may read them. A refusal prints the server's
-message with exit 1 (a floor that existing repositories do not meet lists them).
+and owners is for admins; anybody with a token may read them. An org's members read its
+private repositories (docs/registry.md#private-repositories); its owners and admins manage
+them and ``org set --private-by-default``. A refusal prints the server's message with exit 1
+(a floor that existing repositories do not meet lists them).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ org_app = typer.Typer(
 )
 owner_app = typer.Typer(name="owner", help="An org's owners (admins).", no_args_is_help=True)
 org_app.add_typer(owner_app)
+member_app = typer.Typer(
+    name="member",
+    help="An org's members: they read its private repositories (its owners and admins manage "
+    "them).",
+    no_args_is_help=True,
+)
+org_app.add_typer(member_app)
 
 OrgArg = Annotated[str, typer.Argument(help="Org name (the ORG of ORG/NAME)")]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
@@ -64,6 +74,7 @@ def describe_org(org: dict[str, Any]) -> str:
             f"  owners: {', '.join(org.get('owners') or []) or '(none: admins only)'}",
             f"  floor: {'; '.join(entries) or '(none)'}",
             f"  repositories: {org.get('repositories')}",
+            f"  new repositories: {'private' if org.get('private_by_default') else 'public'}",
         ]
     )
 
@@ -147,6 +158,70 @@ def owner_remove(org: OrgArg, principal: Annotated[str, typer.Argument(help="An 
     with reported(), registry_client() as client:
         answer = client.remove_org_owner(org, principal)
     _show(answer, False)
+
+
+@org_app.command("set")
+def set_(
+    org: OrgArg,
+    *,
+    private_by_default: Annotated[
+        bool,
+        typer.Option(
+            "--private-by-default/--public-by-default",
+            help="Whether the org's new repositories are private",
+        ),
+    ],
+    as_json: AsJson = False,
+) -> None:
+    """Set whether the org's new repositories are private (its owners and admins)."""
+    with reported(), registry_client() as client:
+        answer = client.set_org_private_by_default(org, private=private_by_default)
+    _show(answer, as_json)
+
+
+def _members_lines(answer: dict[str, Any]) -> str:
+    owners = ", ".join(answer.get("owners") or []) or "(none)"
+    members = ", ".join(answer.get("members") or []) or "(none)"
+    return f"{answer.get('org')}\n  owners: {owners}\n  members: {members}"
+
+
+def _show_members(answer: Any, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2, sort_keys=True))
+    else:
+        typer.echo(_members_lines(answer))
+
+
+@member_app.command("add")
+def member_add(
+    org: OrgArg,
+    principal: Annotated[str, typer.Argument(help="The principal who may read its repositories")],
+    as_json: AsJson = False,
+) -> None:
+    """Make a principal a member of the org: it reads its private repositories."""
+    with reported(), registry_client() as client:
+        answer = client.add_org_member(org, principal)
+    _show_members(answer, as_json)
+
+
+@member_app.command("remove")
+def member_remove(
+    org: OrgArg,
+    principal: Annotated[str, typer.Argument(help="A member")],
+    as_json: AsJson = False,
+) -> None:
+    """Take a principal off the org's members."""
+    with reported(), registry_client() as client:
+        answer = client.remove_org_member(org, principal)
+    _show_members(answer, as_json)
+
+
+@member_app.command("list")
+def member_list(org: OrgArg, as_json: AsJson = False) -> None:
+    """List the org's owners and members (its owners and admins)."""
+    with reported(), registry_client() as client:
+        answer = client.org_members(org)
+    _show_members(answer, as_json)
 
 
 def register_orgs(app: typer.Typer) -> None:

@@ -130,7 +130,7 @@ def release_page(
     # (1): history and policy
     with state.db.read() as session:
         repo = listing.readable_repo(session, repo_name, caller)
-        history = aliases.history(session, repo_name, alias)
+        history = aliases.history(session, repo_name, alias, caller)
         policy_text = repo.policy_yaml or state.default_policy_yaml or builtin_default_policy()
     # (2): the signed moves
     role, every = _role_versions(state, repo_name, alias)

@@ -37,7 +37,8 @@ from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.trust import service as trust
-from modelward.registry.errors import RegistryError
+from modelward.registry.domains.trust.role_access import proposals_readable
+from modelward.registry.errors import NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey
 from modelward.registry.policy import repo_policy
 from modelward.registry.ui.bundle_view import (
@@ -69,6 +70,7 @@ def home(state: AppState, caller: Caller) -> dict[str, Any]:
         pending = trust.list_proposals(
             session, state, pending_only=True, repo_name=None, alias=None
         )
+        pending = proposals_readable(session, caller, pending)  # a private repository's: not
     return {"repos": repos.items, "pending": [p for p in pending if p["repository"]]}
 
 
@@ -100,14 +102,16 @@ def _signers_of_moves(proposals: list[dict[str, Any]]) -> dict[tuple[Any, Any], 
 def alias_page(state: AppState, caller: Caller, repo_name: str, alias: str) -> dict[str, Any]:
     with state.db.read() as session:
         listing.readable_repo(session, repo_name, caller)
-        current = aliases.get_alias(session, repo_name, alias)
-        history = aliases.history(session, repo_name, alias)
+        current = aliases.get_alias(session, repo_name, alias, caller)
+        history = aliases.history(session, repo_name, alias, caller)
         proposals = trust.list_proposals(
             session, state, pending_only=False, repo_name=repo_name, alias=alias
         )
         record = None
         if current.get("digest"):
-            row = bundles.find_bundle(session, get_repo(session, repo_name), current["digest"])
+            row = bundles.find_bundle(
+                session, get_repo(session, repo_name, caller), current["digest"]
+            )
             record = bundles.bundle_json(session, row, caller)
     signers = _signers_of_moves(proposals)
     for move in history:
@@ -230,6 +234,8 @@ def proposal_page(state: AppState, caller: Caller, proposal_id: int) -> dict[str
     and the command that signs it offline."""
     with state.db.read() as session:
         proposal = trust.get_proposal(session, state, proposal_id)
+        if not proposals_readable(session, caller, [proposal]):  # as a missing proposal
+            raise NotFound(f"no TUF proposal {proposal_id}")
         proposal.pop("payload", None)
         repo_name, alias = proposal["repository"], proposal["alias"]
         if repo_name is None:

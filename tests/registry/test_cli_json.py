@@ -201,6 +201,8 @@ REPO = _object(
         "publishers": {"type": "array", "items": {"type": "string"}},
         "policy_yaml": NULLABLE_STR,
         "created_at": {"type": "string"},
+        "private": {"type": "boolean"},
+        "readers": {"type": "array", "items": {"type": "string"}},
     }
 )
 KEY = _object({"keyid": {"type": "string"}})

@@ -75,9 +75,9 @@ def _backfill(url: str) -> None:
         assert org_id["nullable"] is False
 
         db = Database(engine)
-        with db.read() as session:  # an old repository still has its (default) policy
-            assert repo_policy(get_repo(session, "acme/a"), None).aliases
         publisher, admin = Caller(1, "pub", "publisher"), Caller(2, "admin", "admin")
+        with db.read() as session:  # an old repository still has its (default) policy
+            assert repo_policy(get_repo(session, "acme/a", admin), None).aliases
         with pytest.raises(Forbidden), db.write() as session:  # nobody inherits ownership
             create_repo(
                 session, name="acme/c", policy_yaml=None, caller=publisher, default_policy_yaml=None

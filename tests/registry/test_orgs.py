@@ -292,10 +292,10 @@ def test_a_repository_whose_default_policy_drops_below_the_floor_refuses_decisio
                 session, name="acme/m", policy_yaml=None, caller=caller, default_policy_yaml=MEETS
             )
         with db.read() as session:
-            assert repo_policy(get_repo(session, "acme/m"), MEETS).aliases
+            assert repo_policy(get_repo(session, "acme/m", caller), MEETS).aliases
             weaker = MEETS.replace("approvals: 2", "approvals: 1")
             with pytest.raises(FloorNotMet) as info:
-                repo_policy(get_repo(session, "acme/m"), weaker)
+                repo_policy(get_repo(session, "acme/m", caller), weaker)
             assert info.value.status == 409
             assert "acme/m" in info.value.message
     finally:

@@ -69,8 +69,8 @@ def get_alias(org: str, name: str, alias: str, request: Request) -> JSONResponse
     """Any authenticated caller. The hot path serving workers poll: authentication and the
     read share one connection and one worker thread, and the service's plain dict is sent
     as is (docs/performance.md#registry)."""
-    with authenticated_read(request) as (_caller, session):
-        return JSONResponse(service.get_alias(session, f"{org}/{name}", alias))
+    with authenticated_read(request) as (caller, session):
+        return JSONResponse(service.get_alias(session, f"{org}/{name}", alias, caller))
 
 
 @router.put("/aliases/{alias}", responses={202: {"description": "proposed (``pending``)"}})
@@ -118,7 +118,7 @@ def alias_history(
     org: str, name: str, alias: str, caller: AnyCaller, state: State
 ) -> list[dict[str, Any]]:
     with state.db.read() as session:
-        return service.history(session, f"{org}/{name}", alias)
+        return service.history(session, f"{org}/{name}", alias, caller)
 
 
 @router.post("/bundles/{digest}/approvals", status_code=201)

@@ -133,11 +133,12 @@ def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
     return NotFound(message, detail={"repository": repo.name, "alias": alias, "suggestions": close})
 
 
-def get_alias(session: Session, repo_name: str, alias: str) -> dict[str, Any]:
+def get_alias(session: Session, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
     """The alias's state, ``signed`` when its TUF role signs the same digest; NotFound
-    (suggesting close names) when it does not exist."""
+    (suggesting close names) when it does not exist, the same NotFound as a missing
+    repository's when ``caller`` may not read it."""
 
-    repo = get_repo(session, repo_name)
+    repo = get_repo(session, repo_name, caller)
     row = _alias_row(session, repo, alias)
     if row is None:
         raise _no_alias(session, repo, alias)
@@ -186,12 +187,13 @@ def list_aliases(
     return Page(items, encode_cursor("aliases", str(items[-1]["alias"])) if more else None)
 
 
-def history(session: Session, repo_name: str, alias: str) -> list[dict[str, Any]]:
+def history(session: Session, repo_name: str, alias: str, caller: Caller) -> list[dict[str, Any]]:
     """Every move of ``repo_name@alias``, oldest first: version, from -> to, who, when, why,
     rollback, and ``signed``: the TUF role version that signed the move and its
     ``signers`` (keyid, principal), read from the signed metadata itself
-    (``aliases.signers``); None for a move no signed version names."""
-    repo = get_repo(session, repo_name)
+    (``aliases.signers``); None for a move no signed version names. NotFound unless
+    ``caller`` may read the repository."""
+    repo = get_repo(session, repo_name, caller)
     row = _alias_row(session, repo, alias)
     if row is None:
         raise _no_alias(session, repo, alias)
@@ -258,7 +260,12 @@ def set_alias(
         # alias moved there, and nothing is recorded or proposed again
         decide(replace(request, judged=UNCHANGED_STEPS))
         return _unchanged(
-            state, repo_name=repo_name, alias=alias, digest=digest, expected=expected_version
+            state,
+            repo_name=repo_name,
+            alias=alias,
+            digest=digest,
+            expected=expected_version,
+            caller=caller,
         )
     try:
         decision = decide_move(request)
@@ -279,7 +286,7 @@ def set_alias(
 
 
 def _unchanged(
-    state: AppState, *, repo_name: str, alias: str, digest: str, expected: int
+    state: AppState, *, repo_name: str, alias: str, digest: str, expected: int, caller: Caller
 ) -> dict[str, Any]:
     """The answer to a move that changes nothing: the alias as it is, ``unchanged``,
     ``signed`` (its TUF role signs ``digest``) and, when it is not, the pending proposal
@@ -287,7 +294,7 @@ def _unchanged(
     The compare-and-swap still holds: StaleVersion (409) when the alias is not at version
     ``expected`` (another writer moved it since it was read)."""
     with state.db.read() as session:
-        row = _alias_row(session, get_repo(session, repo_name), alias)
+        row = _alias_row(session, get_repo(session, repo_name, caller), alias)
         if row is None or row.version != expected or row.digest != digest:
             raise stale_version(row, alias, expected)
         answer = state_json(row, alias)
@@ -344,7 +351,7 @@ def _propose(
                 "reason": reason,
             },
         )
-        current = _alias_row(session, get_repo(session, repo_name), alias)
+        current = _alias_row(session, get_repo(session, repo_name, caller), alias)
         answer = state_json(current, alias)
         answer["pending"] = tuf_json(session, tuf_repository(session, state), proposal)
         return answer
@@ -362,7 +369,7 @@ def _swap(
 
     repo_name, alias, digest = request.repo, request.alias, request.digest
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         bundle = live_bundle(session, repo, digest)
         # (2) and (6) decided again on what this transaction reads: a quarantine or a
         # withdrawal that landed meanwhile counts.
@@ -409,7 +416,7 @@ def approve(
 
     Raises Forbidden (not a reviewer or admin; the bundle's publisher), BadRequest (alias
     name), NotFound, Gone, Quarantined."""
-    repo = get_repo(session, repo_name)
+    repo = get_repo(session, repo_name, caller)
     if not may(session, caller, Action.REVIEW, repo):
         raise Forbidden("only reviewers and admins may approve")
     if not ALIAS_RE.fullmatch(alias):
@@ -456,7 +463,7 @@ def withdraw_approval(
         raise BadRequest(f"invalid alias name {alias!r}")
     if not reason.strip():
         raise BadRequest("a withdrawal needs a reason")
-    repo = get_repo(session, repo_name)
+    repo = get_repo(session, repo_name, caller)
     bundle = find_bundle(session, repo, digest)
     row = _approval(session, bundle.id, alias, caller.id)
     # the caller's TUF signatures on the pending move stop counting too (docs/tuf.md)

@@ -71,7 +71,7 @@ def attach(
         )
     sha = "sha256:" + hashlib.sha256(data).hexdigest()
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         # (2): the caller may attach something here at all.
         authz.require_may_attach_some(session, repo, caller)
         # (3): a live bundle, its digest quarantined in no repository.
@@ -88,7 +88,7 @@ def attach(
     # (5): verify, bound to this bundle.
     stmt = verdict.verify_attachment(state, manifest=manifest, data=data, trust=trust).statement
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         # (6): who may attach what, from the verified statement.
         authz.require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
         bundle = live_bundle(session, repo, digest)
@@ -124,7 +124,7 @@ def list_for_bundle(
     if include_retracted:
         authz.require_may_see_retracted(caller)
     with state.db.read() as session:
-        bundle = find_bundle(session, get_repo(session, repo_name), digest)
+        bundle = find_bundle(session, get_repo(session, repo_name, caller), digest)
         query = all_attestations(bundle.id) if include_retracted else live_attestations(bundle.id)
         rows = list(session.execute(query).scalars())
         names = _names(session, rows)
@@ -144,7 +144,7 @@ def retract(
     returns its summary. Raises NotFound, Forbidden (neither its attacher nor an admin),
     BadRequest (blank reason), Conflict (already retracted)."""
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         bundle = find_bundle(session, repo, digest)
         row = session.execute(attestation_in_bundle(bundle, attestation_id)).scalar_one_or_none()
         if row is None:

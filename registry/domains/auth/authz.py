@@ -22,6 +22,12 @@ action                 who
                        retracted attestations)
 ``REPORT``             readers (serving workers) and admins: boots, baselines, replay
                        results
+``READ``               a public repository: every authenticated principal; a private
+                       one: admins, reviewers (registry-wide: they review and quarantine
+                       everywhere), its org's owners and members, its publishers and the
+                       principals granted read on it (``repo grant``). Everything a
+                       repository holds is read through it (docs/registry.md#private-
+                       repositories); unreadable answers exactly as missing (404)
 =====================  ===========================================================
 
 Who may attach a statement is the action of its predicate type (``attach_action``; docs/
@@ -46,7 +52,14 @@ from sqlalchemy.orm import Session
 from modelward.attest.statement import PredicateType
 from modelward.attest.verify import OMS_PREDICATE_PREFIX
 from modelward.registry.errors import Forbidden
-from modelward.registry.models import Attestation, RepoPublisher, Repository
+from modelward.registry.models import (
+    Attestation,
+    OrgMember,
+    OrgOwner,
+    RepoPublisher,
+    RepoReader,
+    Repository,
+)
 from modelward.registry.models import Principal as PrincipalRow
 
 __all__ = [
@@ -100,16 +113,20 @@ class Action(Enum):
     HOLD_KEYS = "hold_keys"
     REVIEW = "review"
     REPORT = "report"
+    READ = "read"
 
 
 @dataclass(frozen=True)
 class Grant:
     """Who may do one action: ``roles`` anywhere, plus the publishers a repository lists
-    when ``listed_publishers``. ``who`` names them in messages and the docs."""
+    when ``listed_publishers``, plus (``public_or_granted``) everybody in a public
+    repository and, in a private one, its org's owners and members, its publishers and its
+    granted readers. ``who`` names them in messages and the docs."""
 
     who: str
     roles: frozenset[str]
     listed_publishers: bool = False
+    public_or_granted: bool = False
 
 
 GRANTS: Final[Mapping[Action, Grant]] = MappingProxyType(
@@ -124,6 +141,12 @@ GRANTS: Final[Mapping[Action, Grant]] = MappingProxyType(
         ),
         Action.REVIEW: Grant("reviewers and admins", frozenset({ADMIN, REVIEWER})),
         Action.REPORT: Grant("readers (serving workers) and admins", frozenset({ADMIN, READER})),
+        Action.READ: Grant(
+            "everybody in a public repository; in a private one admins, reviewers, its org's "
+            "owners and members, its publishers and the principals granted read",
+            frozenset({ADMIN, REVIEWER}),
+            public_or_granted=True,
+        ),
     }
 )
 
@@ -144,6 +167,8 @@ _OTHER_PREDICATES: Final = Action.PUBLISH  # fail closed: an unknown type is a p
 def roles_for(action: Action) -> tuple[str, ...]:
     """The roles that may do ``action`` somewhere, sorted (for messages and role filters)."""
     grant = GRANTS[action]
+    if grant.public_or_granted:
+        return tuple(sorted(ROLES))
     return tuple(sorted(grant.roles | ({PUBLISHER} if grant.listed_publishers else set())))
 
 
@@ -162,12 +187,38 @@ def may_clause(caller: Principal, action: Action) -> ColumnElement[bool]:
     grant = GRANTS[action]
     if caller.role in grant.roles:
         return true()
+    if grant.public_or_granted:
+        return _public_or_granted(caller.id)
     if not (grant.listed_publishers and caller.role == PUBLISHER):
         return false()
     return (
         select(RepoPublisher.repo_id)
         .where(RepoPublisher.repo_id == Repository.id, RepoPublisher.principal_id == caller.id)
         .exists()
+    )
+
+
+def _public_or_granted(principal_id: int) -> ColumnElement[bool]:
+    """The ``Repository`` row is public, or ``principal_id`` owns or is a member of its org,
+    publishes to it or was granted read on it (``READ``'s per-repository part)."""
+    member = select(OrgMember.org_id).where(
+        OrgMember.org_id == Repository.org_id, OrgMember.principal_id == principal_id
+    )
+    owner = select(OrgOwner.org_id).where(
+        OrgOwner.org_id == Repository.org_id, OrgOwner.principal_id == principal_id
+    )
+    publisher = select(RepoPublisher.repo_id).where(
+        RepoPublisher.repo_id == Repository.id, RepoPublisher.principal_id == principal_id
+    )
+    reader = select(RepoReader.repo_id).where(
+        RepoReader.repo_id == Repository.id, RepoReader.principal_id == principal_id
+    )
+    return or_(
+        Repository.private.is_(False),
+        member.exists(),
+        owner.exists(),
+        publisher.exists(),
+        reader.exists(),
     )
 
 
@@ -178,6 +229,8 @@ def principal_may_clause(action: Action, repo_id: Any) -> ColumnElement[bool]:
     there (gc.quota)."""
     grant = GRANTS[action]
     anywhere = PrincipalRow.role.in_(sorted(grant.roles))
+    if grant.public_or_granted:
+        raise ValueError(f"principal_may_clause does not answer {action.name}: use may_clause")
     if not grant.listed_publishers:
         return anywhere
     listed = (

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, Publisher
+from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs import service
 from modelward.registry.domains.blobs.streaming import (
     body_chunks,
@@ -49,14 +50,17 @@ def named_repository(request: Request, caller: Publisher) -> None:
         raise repository_required("PUT /v1/blobs/{digest}", "?repository=ORG/NAME")
 
 
-def _size(state: State, digest: str) -> int:
+def _size(state: State, digest: str, caller: Caller) -> int:
     with state.db.read() as session:
-        return service.blob_size(session, check_digest(digest))
+        return service.visible_blob_size(session, check_digest(digest), caller)
 
 
 @router.head("/{digest}")
 def head_blob(digest: str, caller: AnyCaller, state: State) -> Response:
-    size = _size(state, digest)
+    """200 with its size when the blob is stored and reachable for the caller (a repository
+    he may read holds it, or no private one does: docs/registry.md#private-repositories);
+    404 otherwise, as for a blob never stored: the client uploads it."""
+    size = _size(state, digest, caller)
     return Response(
         status_code=200,
         headers={"content-length": str(size), "accept-ranges": "bytes", "etag": f'"{digest}"'},

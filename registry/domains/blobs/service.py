@@ -12,6 +12,7 @@ from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.blobs.reach import reachable_clause
 from modelward.registry.domains.gc.quota import require_room
 from modelward.registry.domains.quarantine.service import quarantined_blobs
 from modelward.registry.domains.repos.service import writable_repo
@@ -28,6 +29,7 @@ __all__ = [
     "readable_blob_size",
     "record_blob",
     "verify_body",
+    "visible_blob_size",
 ]
 
 # Roles that may read the bytes of quarantined and tombstoned bundles (forensics).
@@ -50,11 +52,24 @@ def verify_body(digest: str, size: int, chunks: Iterable[bytes]) -> None:
 
 
 def blob_size(session: Session, digest: str) -> int:
-    """The size of a visible blob; NotFound otherwise."""
+    """The size of a stored blob, whoever may reach it (internal: quotas, uploads); NotFound
+    otherwise. A door answering a caller uses ``visible_blob_size``."""
     row = session.get(Blob, digest)
     if row is None:
         raise NotFound(f"blob {digest} not found")
     return row.size
+
+
+def visible_blob_size(session: Session, digest: str, caller: Caller) -> int:
+    """The size of a stored blob ``caller`` may reach (``blobs.reach``); the same NotFound as
+    for a blob never stored otherwise (one query both ways): a blob only another org's
+    private repository holds is "missing", and the client uploads it."""
+    size = session.execute(
+        select(Blob.size).where(Blob.digest == digest, reachable_clause(caller, Blob.digest))
+    ).scalar_one_or_none()
+    if size is None:
+        raise NotFound(f"blob {digest} not found")
+    return int(size)
 
 
 def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
@@ -68,8 +83,10 @@ def readable_blob_size(session: Session, digest: str, caller: Caller) -> int:
         manifest re-wrapping them after the quarantine must not serve them again;
     (2) a blob that bundles hold is readable while one of them is not tombstoned;
     (3) a blob no bundle holds yet (uploaded, not pushed) stays readable.
+    Before all that, a blob the caller may not reach (``blobs.reach``: only repositories he
+    may not read hold it) is NotFound, as a missing one.
     """
-    size = blob_size(session, digest)
+    size = visible_blob_size(session, digest, caller)
     if allows(caller.role, Action.REVIEW):
         return size
     # (1): covered by a quarantine.

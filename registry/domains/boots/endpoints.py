@@ -46,7 +46,7 @@ def report_boot(
     *, org: str, name: str, digest: str, body: BootIn, caller: Worker, state: State
 ) -> dict[str, Any]:
     with state.db.write() as session:
-        bundle = find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        bundle = find_bundle(session, get_repo(session, f"{org}/{name}", caller), digest)
         row = Boot(
             bundle_id=bundle.id,
             principal_id=caller.id,
@@ -73,7 +73,7 @@ def list_boots(
     org: str, name: str, digest: str, caller: AnyCaller, state: State
 ) -> list[dict[str, Any]]:
     with state.db.read() as session:
-        bundle = find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        bundle = find_bundle(session, get_repo(session, f"{org}/{name}", caller), digest)
         rows = session.execute(
             select(Boot, Principal.name)
             .join(Principal, Principal.id == Boot.principal_id)

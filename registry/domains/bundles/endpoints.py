@@ -112,7 +112,7 @@ def get_bundle(org: str, name: str, digest: str, caller: AnyCaller, state: State
     """The bundle record; ``manifest`` is null for publishers and readers when the digest is
     quarantined (in any repository), ``quarantined`` and the reason are always shown."""
     with state.db.read() as session:
-        row = service.find_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        row = service.find_bundle(session, get_repo(session, f"{org}/{name}", caller), digest)
         return service.bundle_json(session, row, caller)
 
 
@@ -130,7 +130,7 @@ def get_manifest(org: str, name: str, digest: str, caller: AnyCaller, state: Sta
     """The exact manifest bytes. A quarantined digest (in any repository): only admins and
     reviewers may fetch it (409 ``bundle_quarantined`` otherwise)."""
     with state.db.read() as session:
-        row = service.live_bundle(session, get_repo(session, f"{org}/{name}"), digest)
+        row = service.live_bundle(session, get_repo(session, f"{org}/{name}", caller), digest)
         require_readable(session, digest, caller)
         data = row.manifest
     return Response(

@@ -35,6 +35,7 @@ from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import require_may_attach
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.blobs.reach import reachable_clause
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.gc.quota import require_bundle_room
 from modelward.registry.domains.quarantine.service import (
@@ -196,13 +197,18 @@ def _blob_digests(manifest: Any) -> set[str]:
     return {manifest.config.digest} | {layer.digest for layer in manifest.layers}
 
 
-def _missing_blobs(session: Session, manifest: Any) -> list[dict[str, Any]]:
+def _missing_blobs(session: Session, manifest: Any, caller: Caller) -> list[dict[str, Any]]:
+    """The manifest's blobs that are not stored, or stored with another size. A blob the
+    caller may not reach (``blobs.reach``: held only by private repositories he may not read,
+    and not uploaded for this push) is "not uploaded": dedup never lends him its bytes."""
     wanted = [("(config)", manifest.config.digest, manifest.config.size)]
     wanted += [(layer.path, layer.digest, layer.size) for layer in manifest.layers]
     found = {
         b.digest: b.size
         for b in session.execute(
-            select(Blob).where(Blob.digest.in_({d for _, d, _ in wanted}))
+            select(Blob).where(
+                Blob.digest.in_({d for _, d, _ in wanted}), reachable_clause(caller, Blob.digest)
+            )
         ).scalars()
     }
     problems = []
@@ -255,7 +261,7 @@ def push(
         # (5): strict parse.
         manifest = _parse(received, state)
         # (6): every blob present with its stated size.
-        missing = _missing_blobs(session, manifest)
+        missing = _missing_blobs(session, manifest, caller)
         if missing:
             raise BadRequest(
                 f"{len(missing)} blob(s) missing or of the wrong size, first: "
@@ -276,11 +282,11 @@ def push(
     ]
     # (9): record everything in one transaction.
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
         # (6) again, and the quota: garbage collection deletes under this same write lock
         # (docs/registry.md#storage-hygiene), so the blobs are either still here or refused.
-        missing = _missing_blobs(session, manifest)
+        missing = _missing_blobs(session, manifest, caller)
         if missing:
             raise BadRequest(
                 f"{len(missing)} blob(s) were garbage-collected while the push ran, first: "
@@ -366,7 +372,7 @@ def tombstone(
         raise Forbidden("only an admin may delete (tombstone) a bundle")
     if not reason.strip():
         raise BadRequest("a deletion needs a reason")
-    repo = get_repo(session, repo_name)
+    repo = get_repo(session, repo_name, caller)
     row = live_bundle(session, repo, digest)
     row.tombstoned = True
     row.tombstone_reason = reason

@@ -47,7 +47,7 @@ def get_quota(org: str, name: str, caller: AnyCaller, state: State) -> dict[str,
     """The repository's quota (null: none) and the bytes charged to it (admins and the
     repository's publishers)."""
     with state.db.read() as session:
-        repo = get_repo(session, f"{org}/{name}")
+        repo = get_repo(session, f"{org}/{name}", caller)
         if not (caller.is_admin or may_publish(session, repo, caller)):
             raise Forbidden(
                 f"{caller.name} may not read the quota of {repo.name}: admins and its "
@@ -62,7 +62,7 @@ def set_quota(org: str, name: str, body: QuotaIn, caller: Admin, state: State) -
     below the current usage refuses new bytes only (every push and upload to it is refused
     until usage falls below; ``usage_bytes`` says how far); nothing stored is removed."""
     with state.db.write() as session:
-        repo = get_repo(session, f"{org}/{name}")
+        repo = get_repo(session, f"{org}/{name}", caller)
         before = repo.quota_bytes
         repo.quota_bytes = body.quota_bytes
         used = quotas.usage(session, repo.id, state.settings)

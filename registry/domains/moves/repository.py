@@ -113,7 +113,7 @@ def read_rule(
     caller: Caller,
 ) -> RuleFacts:
     """(1): the repository, its policy, the alias rule and the mover's facts."""
-    repo = get_repo(session, repo_name)
+    repo = get_repo(session, repo_name, caller)
     policy = repo_policy(repo, state.default_policy_yaml)
     publishes_here = may(session, caller, Action.PUBLISH, repo)
     # a publisher's role holds only in a repository it may publish to; any other role holds

@@ -35,7 +35,7 @@ from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.service import live_bundle
 from modelward.registry.domains.moves import repository
 from modelward.registry.domains.moves.refusals import http_error, report_json
-from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.repos.service import authorized_repo, get_repo
 from modelward.registry.errors import BadRequest, InvalidManifest, StaleVersion
 from modelward.registry.models import Alias, AliasHistory
 
@@ -161,7 +161,7 @@ def decide_again(session: Session, request: MoveRequest, *, mover: Caller) -> Al
     step (2), the quarantine. The transaction rule (as ``aliases.service._swap``): a fact a
     refusal rests on is read again in the transaction that acts on the verdict, so a
     quarantine or a deletion committed after the first check counts."""
-    repo = get_repo(session, request.repo)
+    repo = get_repo(session, request.repo, mover)
     bundle = live_bundle(session, repo, request.digest)
     fresh = repository.fresh_facts(session, repo, bundle, alias=request.alias, caller=mover)
     return decide(replace(request, quarantine=fresh["quarantine"]))
@@ -221,7 +221,7 @@ def record_move(
     when ``digest`` was an earlier target. ``signed_by``: the signer whose signature
     published the move (a signed decision moves the row whatever its version)."""
     now = datetime.now(UTC)
-    repo = get_repo(session, repo_name)
+    repo = authorized_repo(session, repo_name)  # its caller decided the move
     current = _alias_row(session, repo, alias)
     if current is not None and current.digest == digest and signed_by is not None:
         return current  # the registry's word already agreed with the signed decision

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.auth.service import Caller, authenticate, hash_token
 from modelward.registry.domains.oci.errors import OciError
+from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.errors import Forbidden, NotAuthenticated
 from modelward.registry.models import OciToken, Principal, Repository, Token
 
@@ -128,7 +129,7 @@ def granted(
         allowed = {"pull"} & actions
         if "push" in actions:
             repo = session.execute(
-                select(Repository).where(Repository.name == name)
+                readable_repos(caller).where(Repository.name == name)
             ).scalar_one_or_none()
             if repo is not None and _may_push(session, state, repo, caller):
                 allowed.add("push")

@@ -77,7 +77,7 @@ def upload_limit(state: AppState, repo_name: str, caller: Caller) -> int:
 def _uploadable(state: AppState, repo_name: str, caller: Caller) -> tuple[int, int]:
     """(the repository's id, ``upload_limit``)."""
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         if may_publish(session, repo, caller):
             return repo.id, state.settings.max_blob_bytes
         try:
@@ -101,7 +101,7 @@ def session_of(state: AppState, *, upload_id: str, repo_name: str, caller: Calle
     session of another repository (or none)."""
     row = uploads.get_session(state, upload_id, caller)
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
     if row.repo_id != repo.id or row.digest != UNKNOWN_DIGEST:
         raise OciError(404, "BLOB_UPLOAD_UNKNOWN", f"no upload session {upload_id} in {repo_name}")
     return row
@@ -127,7 +127,7 @@ def mount(
     upload_limit(state, repo_name, caller)
     with state.db.write() as session:
         try:
-            repo = get_repo(session, source)
+            repo = get_repo(session, source, caller)
         except NotFound:  # an unknown source: upload instead (the spec's fallback)
             return None
         held = session.execute(
@@ -146,7 +146,7 @@ def mount(
             require_readable(session, digest, caller)
         except (NotFound, Quarantined):  # unreadable: upload instead
             return None
-        target = get_repo(session, repo_name)
+        target = get_repo(session, repo_name, caller)
         require_room(session, target, {digest: size}, state.settings)
         blobs.lease_blob(session, digest=digest, size=size, repo_id=target.id)
         return size

@@ -57,9 +57,10 @@ def _caller(request: Request, state: State, repo: str, action: str) -> Caller:
     return who.require(f"repository:{repo}", action)
 
 
-def _repo_exists(state: State, repo: str) -> None:
+def _repo_exists(state: State, repo: str, caller: Caller) -> None:
+    """NotFound unless ``repo`` exists and ``caller`` may read it (the same 404 both ways)."""
     with state.db.read() as session:
-        get_repo(session, repo)
+        get_repo(session, repo, caller)
 
 
 # -- base and token ---------------------------------------------------------------------------
@@ -85,8 +86,8 @@ def token(
 
 @router.get("/_catalog")
 def catalog(request: Request, state: State, n: PageN = None, last: PageLast = None) -> JSONResponse:
-    auth.oci_caller(request, state).require(auth.CATALOG, "*")
-    names, more = manifests.catalog(state, n=n, last=last)
+    caller = auth.oci_caller(request, state).require(auth.CATALOG, "*")
+    names, more = manifests.catalog(state, n=n, last=last, caller=caller)
     headers = _headers()
     if more and names:
         headers["Link"] = f'</v2/_catalog?n={len(names)}&last={quote(names[-1])}>; rel="next"'
@@ -161,7 +162,7 @@ def _unsigned_tag(state: AppState, repo: str, tag: str, digest: str, caller: Cal
     from modelward.registry.domains.audit.service import append
 
     with state.db.write() as session:
-        alias = get_alias(session, repo, tag)
+        alias = get_alias(session, repo, tag, caller)
         if alias.get("digest") != digest or alias.get("signed"):
             return None
         append(
@@ -258,7 +259,7 @@ def get_blob(
     repo = f"{org}/{name}"
     caller = _caller(request, state, repo, "pull")
     check_digest(digest)
-    _repo_exists(state, repo)
+    _repo_exists(state, repo, caller)
     base = _headers(
         **{"Docker-Content-Digest": digest, "Accept-Ranges": "bytes", "ETag": f'"{digest}"'}
     )

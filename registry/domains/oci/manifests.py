@@ -49,6 +49,7 @@ from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.oci.errors import OciError
 from modelward.registry.domains.quarantine.service import readable_digest, require_readable
+from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.domains.repos.service import get_repo, repo_policy
 from modelward.registry.errors import Refused
 from modelward.registry.models import (
@@ -140,7 +141,7 @@ def get(state: AppState, *, repo_name: str, reference: str, caller: Caller) -> M
     referrer, its subject: a digest quarantined through any repository raises
     Quarantined (403 DENIED) unless ``caller`` is an admin or reviewer."""
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         digest = reference
         if not DIGEST_RE.fullmatch(reference):
             if reference.startswith("sha256:") or ":" in reference:
@@ -182,7 +183,7 @@ def attestation_blob(
     if digest == mt.EMPTY_CONFIG_DIGEST:
         return mt.EMPTY_JSON
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         row = session.execute(
             select(Attestation.data, Bundle.digest)
             .join(Bundle, Bundle.id == Attestation.bundle_id)
@@ -203,7 +204,7 @@ def referrers(
     Quarantined when ``digest`` is quarantined (``require_readable``)."""
     out: list[dict[str, Any]] = []
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         require_readable(session, digest, caller)
         retracted = select(Attestation.id).where(Attestation.retracted_at.is_not(None))
         pushed = (
@@ -279,7 +280,7 @@ def tags(
     a quarantined digest are left out (``readable_digest``; admins and reviewers see them)."""
     limit = MAX_PAGE if n is None else min(n, MAX_PAGE)
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         query = (
             select(Alias.name)
             .where(Alias.repo_id == repo.id, readable_digest(Alias.digest, caller))
@@ -291,12 +292,14 @@ def tags(
     return _page(names, n)
 
 
-def catalog(state: AppState, *, n: int | None, last: str | None) -> tuple[list[str], bool]:
-    """Repository names after ``last`` (every authenticated principal may read every
-    repository: docs/registry.md)."""
+def catalog(
+    state: AppState, *, n: int | None, last: str | None, caller: Caller
+) -> tuple[list[str], bool]:
+    """The names of the repositories ``caller`` may read after ``last``
+    (``repos.listing.readable_repos``: a private one he may not read is not listed)."""
     limit = MAX_PAGE if n is None else min(n, MAX_PAGE)
     with state.db.read() as session:
-        query = select(Repository.name).order_by(Repository.name)
+        query = readable_repos(caller).with_only_columns(Repository.name).order_by(Repository.name)
         if last:
             query = query.where(Repository.name > last)
         names = list(session.execute(query.limit(limit + 1)).scalars())
@@ -365,7 +368,7 @@ def put(
         )
     doc = _parse_json(state, body)
     with state.db.read() as session:
-        get_repo(session, repo_name)
+        get_repo(session, repo_name, caller)
     if "subject" in doc:
         # (2): an attestation as a referrer.
         if tag is not None:
@@ -394,7 +397,7 @@ def put(
     if tag is not None:
         if out.state == PENDING:
             with state.db.read() as session:
-                row = _oci_row(session, get_repo(session, repo_name), digest)
+                row = _oci_row(session, get_repo(session, repo_name, caller), digest)
                 reasons = json.loads(row.reasons) if row is not None else []
             raise OciError(
                 403,
@@ -412,7 +415,7 @@ def move_tag(state: AppState, *, repo_name: str, tag: str, digest: str, caller: 
     from modelward.registry.domains.aliases.service import set_alias
 
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         row = session.execute(
             select(Alias).where(Alias.repo_id == repo.id, Alias.name == tag)
         ).scalar_one_or_none()
@@ -454,7 +457,7 @@ def _store_bundle(
     state: AppState, *, repo_name: str, digest: str, body: bytes, caller: Caller
 ) -> ManifestOut:
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         existing = session.execute(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
         ).scalar_one_or_none()
@@ -480,7 +483,7 @@ def _store_bundle(
             state, repo_name=repo_name, digest=digest, body=body, reasons=reasons, caller=caller
         )
         return ManifestOut(digest, mt.IMAGE_MANIFEST, body, PENDING)
-    _accepted(state, repo_name=repo_name, digest=digest)
+    _accepted(state, repo_name=repo_name, digest=digest, caller=caller)
     return ManifestOut(digest, mt.IMAGE_MANIFEST, body, "bundle")
 
 
@@ -512,7 +515,7 @@ def _record_pending(
     state: AppState, *, repo_name: str, digest: str, body: bytes, reasons: list[str], caller: Caller
 ) -> None:
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         row = _oci_row(session, repo, digest)
         if row is None:
             session.add(
@@ -541,11 +544,11 @@ def _record_pending(
             row.reasons = json.dumps(reasons)
 
 
-def _accepted(state: AppState, *, repo_name: str, digest: str) -> None:
+def _accepted(state: AppState, *, repo_name: str, digest: str, caller: Caller) -> None:
     """A pending manifest became a bundle: it and its held referrers point at the bundle's
     stored attestations."""
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         row = _oci_row(session, repo, digest)
         if row is None:
             return
@@ -670,7 +673,7 @@ def attach_referrer(
             f"{' or '.join(sorted(mt.KINDS_BY_ARTIFACT_TYPE[art]))}",
         )
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         existing = _oci_row(session, repo, digest)
         if existing is not None:
             return ManifestOut(
@@ -707,7 +710,7 @@ def attach_referrer(
     assert pending is not None  # noqa: S101 - checked above
     manifest = parse_manifest(pending.manifest)
     with state.db.read() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         authz.require_may_attach_some(session, repo, caller)
         policy = repo_policy(repo, state.default_policy_yaml)
         trust = verdict.trust_for(session, repo, policy, state)
@@ -715,7 +718,7 @@ def attach_referrer(
     stmt = verdict.verify_attachment(state, manifest=manifest, data=data, trust=trust).statement
     with state.db.read() as session:
         authz.require_may_attach(
-            session, get_repo(session, repo_name), caller, stmt.predicate_type, stmt.kind
+            session, get_repo(session, repo_name, caller), caller, stmt.predicate_type, stmt.kind
         )
     _record_referrer(
         state,
@@ -751,7 +754,7 @@ def _record_referrer(
     caller: Caller,
 ) -> None:
     with state.db.write() as session:
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         if _oci_row(session, repo, digest) is not None:
             return
         session.add(

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 from modelward.attest.policy import PolicyFloor
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
-from modelward.registry.domains.orgs import service
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.orgs import members, service
 from modelward.registry.models import Org
 
 router = APIRouter(prefix="/v1/orgs", tags=["orgs"])
@@ -35,8 +36,16 @@ class OwnerIn(BaseModel):
     principal: str = Field(max_length=200)
 
 
-def _out(session: Session, org: Org) -> dict[str, Any]:
-    return {**service.org_summary(session, org), "created_at": iso(org.created_at)}
+class MemberIn(BaseModel):
+    principal: str = Field(max_length=200)
+
+
+class PrivateDefaultIn(BaseModel):
+    private_by_default: bool
+
+
+def _out(session: Session, org: Org, caller: Caller) -> dict[str, Any]:
+    return {**service.org_summary(session, org, caller), "created_at": iso(org.created_at)}
 
 
 @router.put(
@@ -60,7 +69,7 @@ def put_org(
             caller=caller,
             default_policy_yaml=state.default_policy_yaml,
         )
-        out = _out(session, row)
+        out = _out(session, row, caller)
     if not created:
         response.status_code = 200
     return out
@@ -69,20 +78,20 @@ def put_org(
 @router.get("")
 def list_orgs(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
     with state.db.read() as session:
-        return [_out(session, org) for org in service.list_orgs(session)]
+        return [_out(session, org, caller) for org in service.list_orgs(session)]
 
 
 @router.get("/{org}")
 def get_org(org: OrgName, caller: AnyCaller, state: State) -> dict[str, Any]:
     with state.db.read() as session:
-        return _out(session, service.get_org(session, org))
+        return _out(session, service.get_org(session, org), caller)
 
 
 @router.post("/{org}/owners", status_code=201)
 def add_owner(org: OrgName, body: OwnerIn, caller: Admin, state: State) -> dict[str, Any]:
     with state.db.write() as session:
         row = service.add_owner(session, name=org, principal=body.principal, caller=caller)
-        return _out(session, row)
+        return _out(session, row, caller)
 
 
 @router.delete("/{org}/owners/{principal}")
@@ -91,4 +100,58 @@ def remove_owner(
 ) -> dict[str, Any]:
     with state.db.write() as session:
         row = service.remove_owner(session, name=org, principal=principal, caller=caller)
-        return _out(session, row)
+        return _out(session, row, caller)
+
+
+@router.get("/{org}/members")
+def list_members(org: OrgName, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """The org's members (they read its private repositories; so do its owners): its
+    owners and admins."""
+    with state.db.read() as session:
+        row = members.managed_org(session, org, caller)
+        return {
+            "org": row.name,
+            "owners": service.owners(session, row),
+            "members": members.members(session, row),
+        }
+
+
+@router.post("/{org}/members", status_code=201)
+def add_member(org: OrgName, body: MemberIn, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """Make a principal a member (the org's owners and admins; idempotent; audited
+    ``org.member.add``); returns the members."""
+    with state.db.write() as session:
+        row = members.add_member(session, name=org, principal=body.principal, caller=caller)
+        return {
+            "org": row.name,
+            "owners": service.owners(session, row),
+            "members": members.members(session, row),
+        }
+
+
+@router.delete("/{org}/members/{principal}")
+def remove_member(
+    org: OrgName, principal: PrincipalName, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Take a principal off the members (the org's owners and admins; audited
+    ``org.member.remove``); 404 when it is not one."""
+    with state.db.write() as session:
+        row = members.remove_member(session, name=org, principal=principal, caller=caller)
+        return {
+            "org": row.name,
+            "owners": service.owners(session, row),
+            "members": members.members(session, row),
+        }
+
+
+@router.put("/{org}/private-by-default")
+def set_private_by_default(
+    org: OrgName, body: PrivateDefaultIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Whether the org's new repositories are private (the org's owners and admins; audited
+    ``org.update``); returns the org."""
+    with state.db.write() as session:
+        row = members.set_private_by_default(
+            session, name=org, private=body.private_by_default, caller=caller
+        )
+        return _out(session, row, caller)

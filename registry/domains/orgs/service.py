@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from modelward.attest.policy import PolicyFloor, floor_shortfalls
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.authz import Action, allows
+from modelward.registry.domains.auth.authz import Action, allows, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.errors import BadRequest, Forbidden, NotFound
 from modelward.registry.models import Org, OrgOwner, Principal, Repository
@@ -82,16 +82,21 @@ def owners(session: Session, org: Org) -> list[str]:
     )
 
 
-def org_summary(session: Session, org: Org) -> dict[str, Any]:
+def org_summary(session: Session, org: Org, caller: Caller) -> dict[str, Any]:
+    """The org as ``GET /v1/orgs/{org}`` shows it; ``repositories`` counts those ``caller``
+    may read (``auth.authz`` ``READ``: a private one he may not read is not counted)."""
     floor = load_floor(org.floor)
     count = session.execute(
-        select(func.count()).select_from(Repository).where(Repository.org_id == org.id)
+        select(func.count())
+        .select_from(Repository)
+        .where(Repository.org_id == org.id, may_clause(caller, Action.READ))
     ).scalar_one()
     return {
         "name": org.name,
         "owners": owners(session, org),
         "floor": None if floor is None else floor.model_dump(mode="json"),
         "repositories": count,
+        "private_by_default": org.private_by_default,
     }
 
 

@@ -269,12 +269,7 @@ def quarantine(
         raise Forbidden("only admins and reviewers may quarantine bundles")
     if not reason.strip():
         raise BadRequest("a quarantine needs a reason")
-    repo = get_repo(session, repo_name)
-    held = session.execute(
-        select(Bundle.id).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
-    ).first()
-    if held is None and _pending_copy(session, repo, digest) is None:
-        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
+    repo = _holding_repo(session, repo_name, digest, caller)
     existing = quarantine_of(session, digest)
     if existing is not None:
         raise Conflict(
@@ -332,6 +327,18 @@ def _blobs_of(session: Session, digest: str) -> set[str]:
     ).scalars():
         out |= named_blobs(bytes(manifest))
     return out
+
+
+def _holding_repo(session: Session, repo_name: str, digest: str, caller: Caller) -> Repository:
+    """The repository ``repo_name`` when it holds ``digest`` as a bundle (deleted ones too) or
+    a ``/v2`` pending manifest; NotFound otherwise (and when ``caller`` may not read it)."""
+    repo = get_repo(session, repo_name, caller)
+    held = session.execute(
+        select(Bundle.id).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
+    ).first()
+    if held is None and _pending_copy(session, repo, digest) is None:
+        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
+    return repo
 
 
 def _pending_copy(session: Session, repo: Repository, digest: str) -> OciManifest | None:
@@ -410,12 +417,7 @@ def require_liftable(
         raise Forbidden("only admins and reviewers may lift a quarantine")
     if not reason.strip():
         raise BadRequest("lifting a quarantine needs a reason")
-    repo = get_repo(session, repo_name)
-    held = session.execute(
-        select(Bundle.id).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
-    ).first()
-    if held is None and _pending_copy(session, repo, digest) is None:
-        raise NotFound(f"no bundle or pending manifest {digest} in {repo.name}")
+    _holding_repo(session, repo_name, digest, caller)
     row = quarantine_of(session, digest)
     if row is None:
         raise NotFound(

@@ -6,11 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 
 from modelward.attest.policy import MAX_POLICY_BYTES
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
-from modelward.registry.domains.repos import listing, service
+from modelward.registry.domains.repos import access, listing, service
 from modelward.registry.models import Repository
 from modelward.registry.tuf.keys import tuf_keys
 from modelward.registry.tuf.service import row_seals
@@ -21,6 +22,17 @@ router = APIRouter(prefix="/v1/repos", tags=["repositories"])
 class RepoIn(BaseModel):
     name: str = Field(max_length=201)
     policy_yaml: str | None = Field(default=None, max_length=MAX_POLICY_BYTES)
+    private: bool | None = Field(
+        default=None, description="readable only by its readers; null: the org's default"
+    )
+
+
+class VisibilityIn(BaseModel):
+    private: bool
+
+
+class ReaderIn(BaseModel):
+    principal: str = Field(max_length=200)
 
 
 class PolicyIn(BaseModel):
@@ -38,6 +50,14 @@ def _out(repo: Repository, publishers: list[str]) -> dict[str, Any]:
         "policy_yaml": repo.policy_yaml,
         "created_at": iso(repo.created_at),
         "publishers": publishers,
+        "private": repo.private,
+    }
+
+
+def _full(session: Session, repo: Repository) -> dict[str, Any]:
+    return {
+        **_out(repo, service.publishers(session, repo)),
+        "readers": access.readers(session, repo),
     }
 
 
@@ -53,8 +73,9 @@ def create_repo(body: RepoIn, caller: Publisher, state: State) -> dict[str, Any]
             caller=caller,
             default_policy_yaml=state.default_policy_yaml,
             seals=seals,
+            private=body.private,
         )
-        return _out(repo, service.publishers(session, repo))
+        return _full(session, repo)
 
 
 @router.get("")
@@ -83,8 +104,8 @@ def get_repo(org: str, name: str, caller: AnyCaller, state: State) -> dict[str, 
     (its own, else the operator's, else the packaged default): ``push`` checks against it
     before uploading."""
     with state.db.read() as session:
-        repo = service.get_repo(session, f"{org}/{name}")
-        out = _out(repo, service.publishers(session, repo))
+        repo = service.get_repo(session, f"{org}/{name}", caller)
+        out = _full(session, repo)
     default = state.default_policy_yaml or service.builtin_default_policy()
     out["effective_policy_yaml"] = out["policy_yaml"] or default
     return out
@@ -97,7 +118,7 @@ def set_policy(org: str, name: str, body: PolicyIn, caller: Admin, state: State)
         repo = service.set_policy(
             session, name=f"{org}/{name}", policy_yaml=body.policy_yaml, caller=caller, seals=seals
         )
-        return _out(repo, service.publishers(session, repo))
+        return _full(session, repo)
 
 
 @router.post("/{org}/{name}/publishers", status_code=201)
@@ -109,8 +130,8 @@ def add_publisher(
         service.add_publisher(
             session, name=f"{org}/{name}", principal=body.principal, caller=caller, seals=seals
         )
-        repo = service.get_repo(session, f"{org}/{name}")
-        return _out(repo, service.publishers(session, repo))
+        repo = service.get_repo(session, f"{org}/{name}", caller)
+        return _full(session, repo)
 
 
 @router.delete("/{org}/{name}/publishers/{principal}")
@@ -123,5 +144,44 @@ def remove_publisher(
     next move or refresh); returns the repository."""
     with state.db.write() as session:
         service.remove_publisher(session, name=f"{org}/{name}", principal=principal, caller=caller)
-        repo = service.get_repo(session, f"{org}/{name}")
-        return _out(repo, service.publishers(session, repo))
+        repo = service.get_repo(session, f"{org}/{name}", caller)
+        return _full(session, repo)
+
+
+@router.put("/{org}/{name}/visibility")
+def set_visibility(
+    org: str, name: str, body: VisibilityIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Make the repository private (readable only by admins, reviewers, its org's owners
+    and members, its publishers and the principals granted read) or public (every
+    authenticated principal); the org's owners and admins; audited ``repo.visibility``.
+    A caller who may not read it gets the 404 of a missing repository."""
+    with state.db.write() as session:
+        repo = access.set_visibility(
+            session, name=f"{org}/{name}", private=body.private, caller=caller
+        )
+        return _full(session, repo)
+
+
+@router.post("/{org}/{name}/readers", status_code=201)
+def grant_read(
+    org: str, name: str, body: ReaderIn, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Grant a principal read on the repository (the org's owners and admins; idempotent;
+    audited ``repo.grant``); returns the repository."""
+    with state.db.write() as session:
+        repo = access.grant_read(
+            session, name=f"{org}/{name}", principal=body.principal, caller=caller
+        )
+        return _full(session, repo)
+
+
+@router.delete("/{org}/{name}/readers/{principal}")
+def revoke_read(
+    org: str, name: str, principal: str, caller: AnyCaller, state: State
+) -> dict[str, Any]:
+    """Take back a principal's read grant (the org's owners and admins; audited
+    ``repo.revoke``); 404 when it holds none. Returns the repository."""
+    with state.db.write() as session:
+        repo = access.revoke_read(session, name=f"{org}/{name}", principal=principal, caller=caller)
+        return _full(session, repo)

@@ -3,9 +3,10 @@
 Authorization is in the query: ``readable_repos`` is the one place that says which
 repositories a caller may see, and every listing (repositories here, a repository's bundles
 in ``bundles.service``, its aliases in ``aliases.service``) starts from it, so a row the caller
-may not read never comes back. Today every authenticated principal reads every repository
-(docs/registry.md#model); whether the caller may *publish* to each one is computed in the
-same query (``may_publish``) and can filter it (``publishable``).
+may not read never comes back. Who reads what is ``auth.authz``'s ``READ`` (public
+repositories: everybody; private ones: docs/registry.md#private-repositories); whether
+the caller may *publish* to each one is computed in the same query (``may_publish``) and
+can filter it (``publishable``).
 
 Pages are keyset pages: ``limit`` rows (1 … ``MAX_PAGE``) after an opaque ``cursor``; the
 answer's ``next`` is the cursor of the following page, null on the last one. A cursor names
@@ -91,14 +92,17 @@ def check_limit(limit: int) -> int:
 
 
 def readable_repos(caller: Caller) -> Select[Repository]:
-    """The repositories ``caller`` may read: every one, for every authenticated principal
-    (docs/registry.md#model). The one place that decides it; listings start from here."""
-    del caller  # every role reads every repository; a narrower rule goes here, once
-    return select(Repository)
+    """The repositories ``caller`` may read (``auth.authz`` ``READ``, in the query). The one
+    place that applies it; listings and single lookups start from here."""
+    return select(Repository).where(may_clause(caller, Action.READ))
 
 
 def readable_repo(session: Session, name: str, caller: Caller) -> Repository:
-    """The repository ``name`` if ``caller`` may read it; NotFound otherwise."""
+    """The repository ``name`` if ``caller`` may read it; NotFound otherwise.
+
+    One query whether the repository is missing or unreadable, and the same NotFound (same
+    message, code and status) for both: to a caller without read a private repository is
+    indistinguishable from a missing one."""
     repo = session.scalars(readable_repos(caller).where(Repository.name == name)).one_or_none()
     if repo is None:
         raise NotFound(f"no repository {name}")

@@ -20,6 +20,7 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import GRANTS, Action, allows, may, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs.service import creatable_org
+from modelward.registry.domains.repos.listing import readable_repo
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import (
     Identity,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "add_publisher",
     "all_registered_trust",
+    "authorized_repo",
     "builtin_default_policy",
     "create_repo",
     "get_repo",
@@ -77,6 +79,7 @@ def create_repo(
     caller: Caller,
     default_policy_yaml: str | None,
     seals: RowSeals | None = None,
+    private: bool | None = None,
 ) -> Repository:
     """Create ``org/name``; the caller becomes its publisher (a row sealed with ``seals``:
     registry.tuf.seals; None: unsealed, in no TUF delegation). In order:
@@ -87,6 +90,8 @@ def create_repo(
     3. the policy (the repository's own, else the operator's or the packaged default) is
        valid and meets the org's floor (400 ``invalid_policy`` / ``policy_below_floor``);
     4. the name is free (409).
+
+    ``private`` None: the org's ``private_by_default`` (docs/registry.md#private-repositories).
     """
     if not allows(caller.role, Action.OWN):
         raise Forbidden(f"role {caller.role!r} may not create repositories")
@@ -98,7 +103,13 @@ def create_repo(
     require_floor(policy, load_floor(org.floor), source)
     if session.execute(select(Repository.id).where(Repository.name == name)).first():
         raise Conflict(f"repository {name} already exists")
-    repo = Repository(name=name, org_id=org.id, policy_yaml=policy_yaml, created_by=caller.id)
+    repo = Repository(
+        name=name,
+        org_id=org.id,
+        policy_yaml=policy_yaml,
+        created_by=caller.id,
+        private=org.private_by_default if private is None else private,
+    )
     if seals is not None:  # registry.tuf.seals
         repo.seal = seals.policy(name, policy_yaml)
     session.add(repo)
@@ -112,7 +123,7 @@ def create_repo(
         actor=caller.name,
         action="repo.create",
         subject=name,
-        details={"policy_sha256": _sha(policy_yaml), "org": org.name},
+        details={"policy_sha256": _sha(policy_yaml), "org": org.name, "private": repo.private},
     )
     return repo
 
@@ -121,7 +132,19 @@ def org_name(repo_name: str) -> str:
     return repo_name.split("/", 1)[0]
 
 
-def get_repo(session: Session, name: str) -> Repository:
+def get_repo(session: Session, name: str, caller: Caller) -> Repository:
+    """The repository ``name`` if ``caller`` may read it (``listing.readable_repo``: the read
+    rule in the query); the same NotFound whether it is missing or unreadable. Every lookup
+    of a repository by name goes through here or ``readable_repo``
+    (tests/registry/test_private_repos_rule.py)."""
+    return readable_repo(session, name, caller)
+
+
+def authorized_repo(session: Session, name: str) -> Repository:
+    """The repository ``name`` for a write its caller was already authorized for (the
+    alias row a decided move records: ``moves.service.record_move``); NotFound otherwise.
+    Never a read door: those use ``get_repo`` (tests/registry/test_private_repos_rule.py
+    lists the callers)."""
     repo = session.execute(select(Repository).where(Repository.name == name)).scalar_one_or_none()
     if repo is None:
         raise NotFound(f"no repository {name}")
@@ -131,12 +154,12 @@ def get_repo(session: Session, name: str) -> Repository:
 def writable_repo(session: Session, name: str, caller: Caller) -> Repository:
     """The repository if ``caller`` may publish to it; Forbidden or NotFound otherwise."""
     if not allows(caller.role, Action.PUBLISH):
-        get_repo(session, name)
+        get_repo(session, name, caller)  # NotFound when missing or unreadable
         raise Forbidden(f"role {caller.role!r} may not publish to {name}")
     query = select(Repository).where(Repository.name == name, may_clause(caller, Action.PUBLISH))
     repo = session.execute(query).scalar_one_or_none()
     if repo is None:
-        get_repo(session, name)  # NotFound when it does not exist at all
+        get_repo(session, name, caller)  # NotFound when it is missing or unreadable
         raise Forbidden(f"{caller.name} may not publish to {name}")
     return repo
 
@@ -165,7 +188,7 @@ def set_policy(
     (registry.tuf.seals)."""
     if not caller.is_admin:
         raise Forbidden("only an admin may replace a repository's policy")
-    repo = get_repo(session, name)
+    repo = get_repo(session, name, caller)
     source = f"{name} policy"
     policy = parse_stored_policy(policy_yaml, source, name)
     org = session.get(Org, repo.org_id)
@@ -191,7 +214,7 @@ def add_publisher(
     """Make ``principal`` a publisher of ``name``: a row sealed with ``seals``."""
     if not caller.is_admin:
         raise Forbidden("only an admin may add publishers to a repository")
-    repo = get_repo(session, name)
+    repo = get_repo(session, name, caller)
     row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no principal named {principal!r}")
@@ -220,7 +243,7 @@ def remove_publisher(session: Session, *, name: str, principal: str, caller: Cal
     principal is not a publisher of it)."""
     if not caller.is_admin:
         raise Forbidden("only an admin may remove publishers from a repository")
-    repo = get_repo(session, name)
+    repo = get_repo(session, name, caller)
     row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no principal named {principal!r}")

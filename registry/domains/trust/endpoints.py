@@ -14,9 +14,15 @@ from pydantic import BaseModel, Field
 
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
+from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.trust import service
 from modelward.registry.domains.trust.fast_path import authenticate_reader
 from modelward.registry.domains.trust.impact import impact as impact_of
+from modelward.registry.domains.trust.role_access import (
+    may_read_role,
+    proposals_readable,
+    repository_of_role,
+)
 from modelward.registry.errors import BadRequest, NotFound
 from modelward.registry.tuf.served import Missing, etag_matches
 from modelward.registry.tuf.store import parse_file_name
@@ -41,18 +47,25 @@ async def metadata_file(file_name: str, request: Request) -> Response:
     caller, or anyone with ``tuf_public``. Served from memory: the database is read at most
     every ``tuf_freshness_seconds`` and a token at most every ``tuf_token_cache_seconds``
     (docs/tuf.md#serving). What memory answers for a token it knows never reaches this
-    function (domains/trust/fast_path.py answers it the same way); this answers the rest."""
+    function (domains/trust/fast_path.py answers it the same way); this answers the rest,
+    and every repository's role ``N.ORG:NAME@….json``: a private repository's only to its
+    readers, as a missing file to everyone else (domains/trust/role_access.py)."""
     parsed = parse_file_name(file_name)
     if parsed is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")
     role, version = parsed
     state: AppState = request.app.state.registry
-    if not state.settings.tuf_public:
+    caller: Caller | None = None
+    scoped = repository_of_role(role) is not None
+    if not state.settings.tuf_public or (scoped and request.headers.get("authorization")):
         token = bearer_token(request)
         caller = state.tuf_tokens.get(token)
         if caller is None:
             caller = await run_in_threadpool(authenticate_reader, state, token)
         request.state.caller = caller
+    if scoped and not await run_in_threadpool(may_read_role, state, role, caller):
+        # a private repository's role, to a caller who may not read it: as a missing file
+        raise NotFound(f"no TUF metadata file {file_name!r}")
     found = state.tuf_files.peek(role, version)
     if found is None:
         found = await run_in_threadpool(state.tuf_files.load, role, version)
@@ -85,6 +98,7 @@ def proposals(
         items = service.list_proposals(
             session, state, pending_only=pending, repo_name=repository, alias=alias
         )
+        items = proposals_readable(session, caller, items)
     return {"proposals": items}
 
 
@@ -92,7 +106,12 @@ def proposals(
 def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any]:
     """One proposal with its ``payload`` (base64 of the unsigned metadata to sign)."""
     with state.db.read() as session:
-        return service.get_proposal(session, state, proposal_id)
+        found = proposals_readable(
+            session, caller, [service.get_proposal(session, state, proposal_id)]
+        )
+    if not found:  # a private repository's proposal: as a missing one
+        raise NotFound(f"no TUF proposal {proposal_id}")
+    return found[0]
 
 
 @router.post("/v1/tuf/proposals/{proposal_id}/signatures")

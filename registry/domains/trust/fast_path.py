@@ -9,7 +9,9 @@ the app. It answers a request itself only when every step below passes, and othe
 it to the app untouched, where the ``/tuf/{file_name}`` route (domains/trust/endpoints.py)
 gives the same answer or the error, its audit event and its log line, as for any route:
 
-  (1) ``GET /tuf/NAME``, NAME a metadata file name (``store.parse_file_name``), no root path;
+  (1) ``GET /tuf/NAME``, NAME a metadata file name (``store.parse_file_name``), no root path,
+      of a top-level role: a repository's role ``N.ORG:NAME@….json`` goes to the route,
+      which serves a private repository's only to its readers (``role_access``);
   (2) no NUL in the path, the query or any header, and no request body (``refuse_nul``
       would refuse it: the app answers);
   (3) ``tuf_public``, or a bearer token the token cache (``tuf_token_cache_seconds``)
@@ -39,6 +41,7 @@ from fastapi import FastAPI
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.auth.service import Caller, authenticate_until
+from modelward.registry.domains.trust.role_access import repository_of_role
 from modelward.registry.errors import NotAuthenticated
 from modelward.registry.tuf.generation import GENERATION_FILE, SharedGeneration
 from modelward.registry.tuf.served import ServedFile, etag_matches
@@ -99,8 +102,8 @@ class TufFastPath:
         if scope.get("root_path") or "/" in name or "\x00" in path:
             return None
         parsed = parse_file_name(name)
-        if parsed is None:
-            return None
+        if parsed is None or repository_of_role(parsed[0]) is not None:
+            return None  # a repository's role: the route asks who may read it
         # (2) nothing refuse_nul would refuse, no body
         query: bytes = scope.get("query_string", b"")
         if b"\x00" in query or b"%00" in query:

@@ -63,7 +63,7 @@ def quarantine(
         held = quarantine_digest(
             session, repo_name=repo_name, digest=digest, reason=body.reason, caller=caller
         )
-        repo = get_repo(session, repo_name)
+        repo = get_repo(session, repo_name, caller)
         proposal = propose_quarantine(
             session,
             state,

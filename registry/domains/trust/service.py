@@ -586,6 +586,10 @@ def _moves_of(repo: MetadataRepository, proposal: TufProposal) -> list[tuple[str
     target = _alias_of(proposal)
     if target is not None:
         return [(target[0], target[1], proposal.to_digest)] if proposal.to_digest else []
+    # a rollout plan (docs/rollouts.md): its candidate is decided as a move by its proposer
+    repo_name, sep, alias = proposal.target.partition("/rollouts/")
+    if sep and proposal.role != TARGETS_ROLE:
+        return [(repo_name, alias, proposal.to_digest)] if proposal.to_digest else []
     if proposal.target != ADOPT_TARGET or proposal.role == TARGETS_ROLE:
         return []
     # the version it was made from: the role's newest that verifies now (a version whose
@@ -722,7 +726,7 @@ def _excluded(
     repos = {m[0] for m in moves} | ({target[0]} if target is not None else set())
     if not any(_is_protected(p.role, r) for r in repos):
         return {}
-    adoption = target is None
+    adoption = target is None and "/rollouts/" not in p.target  # a plan is one move
     excluded = {
         p.created_by: "the principal who proposed this adoption"
         if adoption
@@ -926,8 +930,11 @@ def propose_resign(
     reused. ``proposals``: what to sign; ``current``: the roles that name the newest keys
     already (nothing to re-sign). Audited as ``tuf.resign``."""
     from modelward.attest.tuf import protected_role
+    from modelward.registry.domains.repos.service import get_repo
 
     with state.db.write() as session:
+        # the read rule first: a name the caller may not read is missing (and never parsed)
+        repo_name = get_repo(session, repo_name, caller).name
         repo = repository(session, state)
         if TARGETS_ROLE not in repo.store.latest_versions():
             raise NotFound("the registry has no top-level targets yet: nothing to re-sign")

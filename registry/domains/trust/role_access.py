@@ -1,0 +1,87 @@
+"""Who is served a repository's delegated TUF role files (docs/tuf.md#private-repositories).
+
+A role that signs one repository's aliases is named ``ORG:NAME@…`` (attest.tuf
+``protected_role``, ``online_role``, ``open_role``); its files ``N.ORG:NAME@….json`` list the
+repository's alias targets and digests. Those of a private repository are served only to
+the callers who may read it (``auth.authz`` ``READ`` through ``repos.listing.readable_repos``),
+and answered as a missing file (the same 404) to everyone else; with ``tuf_public`` and no
+token, only public repositories' roles are served. The top-level roles (root, timestamp,
+snapshot, targets, quarantine) stay readable by every reader: docs/tuf.md says what their
+role names and delegation paths reveal.
+
+``/tuf/`` fast path (domains/trust/fast_path.py) never answers a repository's role from
+memory: it hands them to the route, which asks ``may_read_role``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from modelward.registry.domains._state import AppState
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.repos.listing import readable_repos
+from modelward.registry.models import Repository
+
+__all__ = ["may_read_role", "proposals_readable", "repository_of_role"]
+
+
+def repository_of_role(role: str) -> str | None:
+    """``ORG/NAME`` for a role ``ORG:NAME@…`` that signs one repository's aliases; None for
+    every other role (the top-level ones, ``quarantine``)."""
+    prefix, at, _ = role.partition("@")
+    org, colon, name = prefix.partition(":")
+    if not at or not colon or not org or not name:
+        return None
+    return f"{org}/{name}"
+
+
+def may_read_role(state: AppState, role: str, caller: Caller | None) -> bool:
+    """Whether ``caller`` (None: anonymous, ``tuf_public``) is served ``role``'s files: every
+    role but a private repository's, and those only to its readers. One query whether the
+    repository is missing, private or public."""
+    repo = repository_of_role(role)
+    if repo is None:
+        return True
+    if caller is None:
+        query = select(Repository.id).where(Repository.name == repo, Repository.private.is_(False))
+    else:
+        query = (
+            readable_repos(caller).with_only_columns(Repository.id).where(Repository.name == repo)
+        )
+    with state.db.read() as session:
+        return session.execute(query).first() is not None
+
+
+def proposals_readable(
+    session: Session, caller: Caller, items: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Those of the proposals (``trust.service.proposal_json``) whose repository (their
+    ``repository``, or their role's) ``caller`` may read: a private repository's proposals
+    are not listed, and one asked for by id is answered as missing."""
+    named = {
+        name
+        for item in items
+        for name in (item.get("repository"), repository_of_role(str(item.get("role", ""))))
+        if isinstance(name, str)
+    }
+    if not named:
+        return items
+    readable = set(
+        session.execute(
+            readable_repos(caller)
+            .with_only_columns(Repository.name)
+            .where(Repository.name.in_(named))
+        ).scalars()
+    )
+    return [
+        item
+        for item in items
+        if all(
+            name in readable
+            for name in (item.get("repository"), repository_of_role(str(item.get("role", ""))))
+            if isinstance(name, str)
+        )
+    ]
