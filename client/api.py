@@ -60,6 +60,7 @@ from modelward.client.errors import (
     UnknownRepository,
 )
 from modelward.client.listing import ListingMixin, repo_path
+from modelward.client.rollouts import RolloutsMixin
 
 __all__ = [
     "APIError",
@@ -98,7 +99,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-class RegistryClient(ListingMixin):
+class RegistryClient(ListingMixin, RolloutsMixin):
     """A synchronous registry client. Thread-safe (one pooled ``httpx.Client``).
 
     Raises ``TransportError`` when a request gets no answer and an ``APIError`` subclass when
@@ -206,12 +207,28 @@ class RegistryClient(ListingMixin):
         return self._json("GET", "/v1/identities")
 
     # -- repositories ----------------------------------------------------------------------
-    def create_repo(self, name: str, policy_yaml: str | None = None) -> Any:
-        """POST /v1/repos."""
+    def create_repo(
+        self, name: str, policy_yaml: str | None = None, *, private: bool | None = None
+    ) -> Any:
+        """POST /v1/repos (``private`` None: the org's default)."""
         body: JSON = {"name": parse_repo(name)}
         if policy_yaml is not None:
             body["policy_yaml"] = policy_yaml
+        if private is not None:
+            body["private"] = private
         return self._json("POST", "/v1/repos", json_body=body)
+
+    def set_repo_visibility(self, name: str, *, private: bool) -> Any:
+        """PUT /v1/repos/{org}/{name}/visibility {private} (the org's owners, admins)."""
+        return self._json("PUT", f"{repo_path(name)}/visibility", json_body={"private": private})
+
+    def grant_read(self, name: str, principal: str) -> Any:
+        """POST /v1/repos/{org}/{name}/readers {principal} (the org's owners, admins)."""
+        return self._json("POST", f"{repo_path(name)}/readers", json_body={"principal": principal})
+
+    def revoke_read(self, name: str, principal: str) -> Any:
+        """DELETE /v1/repos/{org}/{name}/readers/{principal} (the org's owners, admins)."""
+        return self._json("DELETE", f"{repo_path(name)}/readers/{quote(principal, safe='')}")
 
     def get_repo(self, name: str) -> Any:
         """GET /v1/repos/{org}/{name}."""
@@ -686,6 +703,29 @@ class RegistryClient(ListingMixin):
         """POST /v1/orgs/{org}/owners {principal} (admins) -> the org."""
         path = f"/v1/orgs/{quote(org, safe='')}/owners"
         result: JSON = self._json("POST", path, json_body={"principal": principal})
+        return result
+
+    def org_members(self, org: str) -> JSON:
+        """GET /v1/orgs/{org}/members (the org's owners, admins) -> {org, owners, members}."""
+        result: JSON = self._json("GET", f"/v1/orgs/{quote(org, safe='')}/members")
+        return result
+
+    def add_org_member(self, org: str, principal: str) -> JSON:
+        """POST /v1/orgs/{org}/members {principal} -> {org, owners, members}."""
+        path = f"/v1/orgs/{quote(org, safe='')}/members"
+        result: JSON = self._json("POST", path, json_body={"principal": principal})
+        return result
+
+    def remove_org_member(self, org: str, principal: str) -> JSON:
+        """DELETE /v1/orgs/{org}/members/{principal} -> {org, owners, members}."""
+        path = f"/v1/orgs/{quote(org, safe='')}/members/{quote(principal, safe='')}"
+        result: JSON = self._json("DELETE", path)
+        return result
+
+    def set_org_private_by_default(self, org: str, *, private: bool) -> JSON:
+        """PUT /v1/orgs/{org}/private-by-default {private_by_default} -> the org."""
+        path = f"/v1/orgs/{quote(org, safe='')}/private-by-default"
+        result: JSON = self._json("PUT", path, json_body={"private_by_default": private})
         return result
 
     def remove_org_owner(self, org: str, principal: str) -> JSON:

@@ -87,6 +87,7 @@ def pull_bundle(
     progress: Progress | None = None,
     on_total: Callable[[int], None] | None = None,
     repair: bool = False,
+    worker_keyid: str | None = None,
 ) -> PulledBundle:
     """Pull, verify and materialize ``reference`` (``org/name@alias`` or ``@sha256:...``).
 
@@ -94,6 +95,9 @@ def pull_bundle(
     the same flags mean in every command). ``repair`` re-hashes the cached blobs first,
     downloads again the ones that do not match (``PulledBundle.repaired`` names them) and
     rebuilds the materialized tree.
+    ``worker_keyid``: the worker's key id, its identity in a rollout's cohorts (boot's
+    ``--worker-key``; None: the stable digest until the candidate has 100%,
+    docs/rollouts.md#cohorts).
 
     Raises ``BundleQuarantined``, ``DigestMismatch``, ``RefusedError`` (policy denied,
     with every failed check), ``PolicyError`` (bad trust flags), attest errors (bad
@@ -107,6 +111,7 @@ def pull_bundle(
         online_aliases=flags.online_aliases,
         unsigned=flags.unsigned_aliases,
         metadata_url=flags.metadata_url,
+        worker_keyid=worker_keyid,
     ).with_policy(policy, flags.policy)
     digest = resolve_reference(client, ref, cache.root, alias_trust)
     # (2): quarantined or tombstoned bundles are unloadable everywhere.

@@ -61,6 +61,7 @@ from modelward.client.api import NotFoundError
 from modelward.client.suggest import alias_suggestions, did_you_mean
 from modelward.client.tuf import MirrorFetcher
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
+from modelward.loader.rollout import RolloutResolution, resolve_rollout
 
 if TYPE_CHECKING:
     from modelward.attest.policy import Policy
@@ -157,6 +158,7 @@ class AliasResolution:
     alias: str
     digest: str
     length: int
+    rollout: RolloutResolution | None = None  # the rollout that chose ``digest`` (docs/rollouts.md)
 
 
 def load_root(path: Path, source: str = "--trust-root") -> GivenRoot:
@@ -354,6 +356,7 @@ def resolve_alias(
     online_aliases: Sequence[str] = (),
     fetcher: FetcherInterface | None = None,
     config: UpdaterConfig | None = None,
+    worker_keyid: str | None = None,
 ) -> AliasResolution:
     """Resolve ``repo@alias`` through TUF from ``metadata_url``; refuse a quarantined digest.
 
@@ -363,6 +366,8 @@ def resolve_alias(
     online key signed them (``ORG:NAME@online``); none by default.
     ``fetcher``: how to reach the registry (``RegistryClient.tuf_fetcher()`` sends the
     worker's token); python-tuf's default fetcher otherwise.
+    ``worker_keyid``: this worker's key id, its identity in a rollout's cohorts
+    (``loader.rollout``; None: the stable digest until the candidate has 100%).
     """
     what = f"{repo}@{alias}"
     updater = _updater(
@@ -402,8 +407,23 @@ def resolve_alias(
     if hexdigest is None:
         raise TrustMetadataRefused(f"{what}: the signed target has no sha256")
     digest = f"sha256:{hexdigest}"
+    # a rollout of the alias chooses this worker's digest (docs/rollouts.md)
+    try:
+        rollout = resolve_rollout(
+            updater,
+            cache_dir,
+            repo=repo,
+            alias=alias,
+            alias_digest=digest,
+            worker_keyid=worker_keyid,
+        )
+    except RepositoryError as exc:
+        raise _refused(what, exc, fetcher) from exc
+    length = target.length
+    if rollout is not None and rollout.digest != digest:
+        digest, length = rollout.digest, -1  # the candidate: no length is signed for it
     _check_quarantine(updater, cache_dir, digest, what, fetcher)
-    return AliasResolution(repo=repo, alias=alias, digest=digest, length=target.length)
+    return AliasResolution(repo=repo, alias=alias, digest=digest, length=length, rollout=rollout)
 
 
 def check_not_quarantined(
@@ -440,6 +460,7 @@ class AliasTrust:
     root_source: str = "--trust-root"  # what gave ``root``, for messages
     metadata_url: str | None = None  # a mirror of the registry's /tuf/ (docs/tuf.md#mirrors)
     metadata_url_source: str = "--metadata-url"
+    worker_keyid: str | None = None  # this worker's identity in rollouts (docs/rollouts.md)
 
     def with_policy(self, policy: Policy, policy_file: Path | None) -> AliasTrust:
         """Fill what the flags left out from the worker policy (paths relative to it)."""
@@ -459,6 +480,7 @@ class AliasTrust:
             root_source=source,
             metadata_url=url,
             metadata_url_source=url_source,
+            worker_keyid=self.worker_keyid,
         )
 
     def fetcher(self, client: RegistrySource) -> tuple[str, FetcherInterface]:
@@ -551,6 +573,7 @@ def resolve_reference(
                 trust_root=root,
                 online_aliases=trust.online_aliases,
                 fetcher=fetcher,
+                worker_keyid=trust.worker_keyid,
             )
         finally:
             _note_fallbacks(fetcher, f"{ref.repo}@{ref.alias}")

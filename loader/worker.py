@@ -154,6 +154,7 @@ def boot_bundle(
     (``DigestMismatch``: bytes that do not match their digest) and registry client errors;
     a refused boot is reported before raising.
     """
+    from modelward.attest.keys import keyid
     from modelward.attest.manifest import verify_tree
 
     # (1): extra engine arguments and the KV-cache setting.
@@ -161,8 +162,17 @@ def boot_bundle(
     # (2): the audit checkpoint this boot saw, then pull and verify.
     seen = _witness(client, options, log=log)
     clock = time.monotonic()
+    worker_keyid = (  # its identity in a rollout's cohorts (docs/rollouts.md#cohorts)
+        keyid(options.worker_key.key.public_key()) if options.worker_key is not None else None
+    )
     pulled = pull_bundle(
-        client, reference, cache, trust, workers=options.workers, progress=progress
+        client,
+        reference,
+        cache,
+        trust,
+        workers=options.workers,
+        progress=progress,
+        worker_keyid=worker_keyid,
     )
     result = BootResult(pulled=pulled, audit_checkpoint=seen)
     result.timings["pull"] = time.monotonic() - clock

@@ -471,7 +471,7 @@ def _domain_collectors(app: FastAPI, metrics: CollectorRegistry) -> None:
     metrics.register(app.state.tuf_mirror.collector())
 
 
-def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
+def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  # noqa: PLR0915 - one import per router
     """Build the app; ``state`` defaults to ``build_state(settings)``."""
     from modelward.registry.domains.aliases.endpoints import router as aliases
     from modelward.registry.domains.aliases.gates_view import router as gates
@@ -486,6 +486,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
     from modelward.registry.domains.orgs.endpoints import router as orgs
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
+    from modelward.registry.domains.rollouts.endpoints import router as rollouts
     from modelward.registry.domains.trust.endpoints import router as trust
     from modelward.registry.domains.trust.quarantine_endpoint import router as quarantine
     from modelward.registry.domains.uploads.endpoints import router as uploads
@@ -523,7 +524,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:
         aliases,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (gates, audit, boots, storage, trust):
+    for router in (gates, audit, boots, storage, trust, rollouts):
         app.include_router(router, responses=ERROR_RESPONSES)
     app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 

@@ -38,11 +38,15 @@ __all__ = [
     "OciManifest",
     "OciToken",
     "Org",
+    "OrgMember",
     "OrgOwner",
     "Principal",
     "QuarantinedDigest",
     "RepoPublisher",
+    "RepoReader",
     "Repository",
+    "Rollout",
+    "RolloutStepRow",
     "SigningKey",
     "Token",
     "TufMetadata",
@@ -115,12 +119,24 @@ class Org(Base):
     floor: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the ``private`` of the org's new repositories (docs/registry.md#private-repositories)
+    private_by_default: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class OrgOwner(Base):
     __tablename__ = "org_owners"
     org_id: Mapped[int] = mapped_column(ForeignKey("orgs.id"), primary_key=True)
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), primary_key=True)
+
+
+class OrgMember(Base):
+    """A member of an org: reads its private repositories (owners do too, without a row)."""
+
+    __tablename__ = "org_members"
+    org_id: Mapped[int] = mapped_column(ForeignKey("orgs.id"), primary_key=True)
+    principal_id: Mapped[int] = mapped_column(
+        ForeignKey("principals.id"), primary_key=True, index=True
+    )
 
 
 class Repository(Base):
@@ -137,6 +153,18 @@ class Repository(Base):
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # the registry's HMAC over (name, policy_yaml): registry.tuf.seals (docs/tuf.md#keys)
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # readable only by those auth.authz's READ names (docs/registry.md#private-repositories)
+    private: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RepoReader(Base):
+    """A principal granted read on one (private) repository (``repo grant``)."""
+
+    __tablename__ = "repo_readers"
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"), primary_key=True)
+    principal_id: Mapped[int] = mapped_column(
+        ForeignKey("principals.id"), primary_key=True, index=True
+    )
 
 
 class RepoPublisher(Base):
@@ -424,3 +452,50 @@ class TufProposal(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Rollout(Base):
+    """A rollout of an alias to a candidate bundle (docs/rollouts.md). The signed plan is
+    ``plan_json`` (its canonical bytes; ``plan_sha256`` names it); ``analysis_text`` the
+    analysis document as the caller gave it. ``state`` mirrors the signed step (``planned``
+    until the first step; ``running``, ``paused``, ``aborted``, ``completed``); the registry
+    decides from the signed metadata, never from this row."""
+
+    __tablename__ = "rollouts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[str] = mapped_column(String(32), unique=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"), index=True)
+    alias: Mapped[str] = mapped_column(String(100))
+    stable: Mapped[str] = mapped_column(String(DIGEST))
+    candidate: Mapped[str] = mapped_column(String(DIGEST))
+    plan_json: Mapped[bytes] = mapped_column(LargeBinary)
+    plan_sha256: Mapped[str] = mapped_column(String(64))
+    analysis_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    state: Mapped[str] = mapped_column(String(20), default="planned")
+    step_index: Mapped[int] = mapped_column(Integer, default=-1)
+    proposal_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RolloutStepRow(Base):
+    """One step a rollout took (started, advanced, aborted, completed), in order (``seq``);
+    ``tuf_version``: the version of ``ORG:NAME@=rollout`` that signed it. ``verdict``: the
+    step's analysis verdict (pass, fail, inconclusive; NULL: not judged, as every step of a
+    manually advanced rollout)."""
+
+    __tablename__ = "rollout_steps"
+    __table_args__ = (UniqueConstraint("rollout_pk", "seq", name="uq_rollout_steps_seq"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_pk: Mapped[int] = mapped_column(ForeignKey("rollouts.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    step_index: Mapped[int] = mapped_column(Integer)
+    weight: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    tuf_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    verdict: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -218,6 +218,24 @@ COMMANDS: dict[str, Entry] = {
                 "may push to and move aliases in).",
                 f"{_LISTING}:repo_list",
             ),
+            "private": Entry(
+                "Make a repository private: readable only by admins, reviewers, its org's "
+                "owners and members, its publishers and the principals granted read (its "
+                "org's owners, admins).",
+                "modelward.cli.repos:repo_private",
+            ),
+            "public": Entry(
+                "Make a repository public: readable by every principal (its org's owners, admins).",
+                "modelward.cli.repos:repo_public",
+            ),
+            "grant": Entry(
+                "Grant a principal read on a (private) repository (its org's owners, admins).",
+                "modelward.cli.repos:repo_grant",
+            ),
+            "revoke": Entry(
+                "Take back a principal's read grant on a repository (its org's owners, admins).",
+                "modelward.cli.repos:repo_revoke",
+            ),
             "quota": Entry(
                 "A repository's storage quota in bytes (set by admins).",
                 "modelward.cli.garbage:quota_app",
@@ -263,6 +281,10 @@ COMMANDS: dict[str, Entry] = {
     ),
     "baseline": Entry("Determinism baselines recorded at boot.", f"{_LOADER}:baseline_app"),
     "trust": Entry("The registry's TUF keys and metadata (docs/tuf.md).", f"{_TRUST}:trust_app"),
+    "rollout": Entry(
+        "Canary rollouts of an alias: a signed plan, signed steps (docs/rollouts.md).",
+        "modelward.cli.rollout:rollout_app",
+    ),
 }
 
 # Exit codes (docs/cli.md#exit-codes): the one table of what an error means to a script.

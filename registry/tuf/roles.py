@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from securesystemslib.signer import Key
 from tuf.api.metadata import DelegatedRole, Delegations
 
+from modelward.attest.rollout.paths import rollout_paths, rollout_role, step_paths
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, open_role, protected_role
 
 __all__ = ["ProtectedRule", "RepositoryTrust", "RoleNameCollision", "delegations"]
@@ -100,7 +101,7 @@ def delegations(
                     protected_role(trust.repo, rule.pattern),
                     reviewer_keys,
                     rule.approvals,
-                    [alias_path(trust.repo, rule.pattern)],
+                    [alias_path(trust.repo, rule.pattern), rollout_paths(trust.repo, rule.pattern)],
                 )
             )
         if trust.online_patterns:
@@ -115,12 +116,21 @@ def delegations(
                     online_role(trust.repo),
                     [online_key],
                     1,
-                    [alias_path(trust.repo, p) for p in trust.online_patterns],
+                    [alias_path(trust.repo, p) for p in trust.online_patterns]
+                    + [rollout_paths(trust.repo, p) for p in trust.online_patterns],
                 )
             )
+        if online_key is not None:  # the rollout steps (docs/rollouts.md#signed-state)
+            keys[online_key.keyid] = online_key
+            roles.append(_role(rollout_role(trust.repo), [online_key], 1, [step_paths(trust.repo)]))
         keys.update({key.keyid: key for key in trust.publisher_keys})
         roles.append(
-            _role(open_role(trust.repo), trust.publisher_keys, 1, [alias_path(trust.repo, "*")])
+            _role(
+                open_role(trust.repo),
+                trust.publisher_keys,
+                1,
+                [alias_path(trust.repo, "*"), rollout_paths(trust.repo, "*")],
+            )
         )
     return Delegations(keys=keys, roles=_by_name(roles))
 

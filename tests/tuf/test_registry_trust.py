@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from tuf.api.metadata import Metadata, TargetFile
 
 from modelward.attest.keys import generate_private_key, keyid, public_key_pem
+from modelward.attest.rollout.paths import rollout_role
 from modelward.attest.tuf import alias_path, open_role, protected_role, tuf_signer
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
 from modelward.registry.db import Database, make_engine, upgrade
@@ -97,7 +98,13 @@ def test_the_embedded_bootstrap_publishes_root_once_with_0600_online_keys(
     roles = targets.delegations.roles
     # quarantine first: delegated before it has metadata (workers read its absence from
     # the snapshot as "nothing is quarantined")
-    assert list(roles) == ["quarantine", protected_role(REPO, "prod"), open_role(REPO)]
+    # ... and the rollout steps' role, the online key's (docs/rollouts.md#signed-state)
+    assert list(roles) == [
+        "quarantine",
+        protected_role(REPO, "prod"),
+        rollout_role(REPO),
+        open_role(REPO),
+    ]
     reviewers = sorted(keyid(people[n].public_key()) for n in ("bob", "carol"))
     assert roles[protected_role(REPO, "prod")].keyids == reviewers
     assert roles[protected_role(REPO, "prod")].threshold == 1  # the default policy's approvals

@@ -1,0 +1,50 @@
+"""Where rollouts live in the TUF repository (docs/rollouts.md#signed-state). Pure.
+
+- ``ORG/NAME/rollouts/ALIAS``: the plan, a target in the role that decides the alias (its
+  reviewers, publishers or the online key sign it as they sign a move); the target's bytes
+  are the plan's canonical JSON, so its sha256 *is* the plan's sha256, and its signed
+  ``custom`` carries ``{"plan": <that JSON as a string>}``.
+- ``ORG/NAME/rollout-steps/ALIAS``: the current step, a target in ``ORG:NAME@=rollout``, a
+  role only the registry's online alias key signs; ``custom``: ``{"step": <its JSON>}``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["rollout_path", "rollout_paths", "rollout_role", "step_path", "step_paths"]
+
+
+def _repo_parts(repo: str) -> tuple[str, str]:
+    org, sep, name = repo.partition("/")
+    if not sep or not org or not name or "/" in name:
+        raise ValueError(f"not a repository name: {repo!r} (expected ORG/NAME)")
+    return org, name
+
+
+def rollout_path(repo: str, alias: str) -> str:
+    """The target path of ``repo@alias``'s rollout plan."""
+    _repo_parts(repo)
+    return f"{repo}/rollouts/{alias}"
+
+
+def rollout_paths(repo: str, pattern: str) -> str:
+    """The plan paths a role deciding alias ``pattern`` is delegated too."""
+    return rollout_path(repo, pattern)
+
+
+def step_path(repo: str, alias: str) -> str:
+    """The target path of ``repo@alias``'s current rollout step."""
+    _repo_parts(repo)
+    return f"{repo}/rollout-steps/{alias}"
+
+
+def step_paths(repo: str) -> str:
+    return step_path(repo, "*")
+
+
+def rollout_role(repo: str) -> str:
+    """``ORG:NAME@=rollout``: the role the registry's online key signs the steps in. No
+    alias rule maps to this name (``attest.tuf.protected_role`` writes ``=`` only before
+    ``online``, ``*`` and patterns starting with ``=``, which become ``==...``), so a
+    protected alias named ``rollout`` keeps its own role ``ORG:NAME@rollout``."""
+    org, name = _repo_parts(repo)
+    return f"{org}:{name}@=rollout"

@@ -1,0 +1,222 @@
+"""``modelward rollout start|advance|abort|status|weights``: canary rollouts of an alias as
+signed state (docs/rollouts.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from modelward.cli.remote import (
+    AliasRef,
+    AsJson,
+    PassphraseEnvOpt,
+    emit,
+    registry_client,
+    reported,
+    valid_digest,
+)
+from modelward.client.config import parse_reference
+
+__all__ = [
+    "rollout_abort",
+    "rollout_advance",
+    "rollout_app",
+    "rollout_start",
+    "rollout_status",
+    "rollout_weights",
+]
+
+rollout_app = typer.Typer(
+    name="rollout",
+    help="Canary rollouts of an alias: a signed plan, signed steps (docs/rollouts.md).",
+    no_args_is_help=True,
+)
+
+ReasonOpt = Annotated[
+    str, typer.Option("--reason", metavar="TEXT", help="Why (recorded, audited, signed)")
+]
+
+
+def _steps(value: str | None) -> str | None:
+    if value is not None:
+        from modelward.attest.rollout import PlanInvalid, parse_steps
+
+        try:
+            parse_steps(value)
+        except PlanInvalid as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _window(value: str | None) -> str | None:
+    if value is not None:
+        from modelward.attest.rollout import PlanInvalid, parse_duration
+
+        try:
+            parse_duration(value, "--window")
+        except PlanInvalid as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _analysis(path: Path | None) -> str | None:
+    """The analysis file's text, checked here first (the registry checks it again)."""
+    if path is None:
+        return None
+    from modelward.attest.rollout import PlanInvalid, parse_analysis
+
+    try:
+        raw = path.read_bytes()
+        parse_analysis(raw)
+        return raw.decode()
+    except (OSError, UnicodeDecodeError, PlanInvalid) as exc:
+        raise typer.BadParameter(f"{path}: {exc}", param_hint="--analysis") from exc
+
+
+def _plan_lines(state: Any) -> str:
+    plan = state.get("plan") or {}
+    ref = f"{state.get('repository')}@{state.get('alias')}"
+    lines = [
+        f"rollout {state.get('rollout_id')} of {ref}: {state.get('state')}",
+        f"  stable    {plan.get('stable')}",
+        f"  candidate {plan.get('candidate')}",
+        f"  steps     {', '.join(f'{w}%' for w in plan.get('steps', []))}  window "
+        f"{plan.get('window_seconds')}s  min samples {plan.get('min_samples')}",
+        f"  plan sha256 {state.get('plan_sha256')}: "
+        + (
+            "signed by the alias's role"
+            if state.get("plan_signed")
+            else f"NOT SIGNED yet (proposal #{state.get('proposal')}: modelward trust sign "
+            f"{state.get('proposal')} --key KEY)"
+        ),
+    ]
+    step = state.get("signed_step")
+    if step and "refused" in step:
+        lines.append(f"  signed step REFUSED: {step['refused']}")
+    elif step:
+        lines.append(
+            f"  signed step {step.get('index')} ({step.get('weight')}% candidate), "
+            f"{step.get('state')} (v{step.get('tuf_version')})"
+        )
+    else:
+        lines.append("  no step signed yet: every worker runs the stable digest")
+    for h in state.get("history", []):
+        why = f"  ({h['reason']})" if h.get("reason") else ""
+        lines.append(
+            f"  {h.get('at')}  {h.get('actor')}  step {h.get('index')}  "
+            f"{h.get('weight')}%  {h.get('state')}{why}"
+        )
+    return "\n".join(lines)
+
+
+@rollout_app.command("start")
+def rollout_start(
+    ref: AliasRef,
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", metavar="DIGEST", help="The candidate, sha256:<hex>", callback=valid_digest
+        ),
+    ],
+    *,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            metavar="W,W,...",
+            help="Percents, increasing to 100 (default 5,20,50,100)",
+            callback=_steps,
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION", help="Observation window per step (90s, 10m, 1h)", callback=_window
+        ),
+    ] = None,
+    min_samples: Annotated[
+        int, typer.Option(metavar="N", min=0, help="Minimum samples per step")
+    ] = 0,
+    analysis: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="Thresholds and triggers, YAML or JSON (docs/rollouts.md#analysis)"
+        ),
+    ] = None,
+    reason: Annotated[str | None, typer.Option(metavar="TEXT", help="Recorded")] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Sign the plan with your key (publishers' aliases)"),
+    ] = None,
+    passphrase_env: PassphraseEnvOpt = None,
+    as_json: AsJson = False,
+) -> None:
+    """Propose a rollout plan of REPO@ALIAS to a candidate; the alias's signers sign it."""
+    from modelward.attest.rollout import parse_duration, parse_steps
+    from modelward.cli.trust import load_key, sign_proposal
+
+    r = parse_reference(ref, require="alias")
+    text = _analysis(analysis)
+    private = load_key(key, passphrase_env) if key is not None else None
+    with reported(as_json), registry_client() as client:
+        state = client.start_rollout(
+            r.repo,
+            str(r.alias),
+            to,
+            steps=parse_steps(steps) if steps else None,
+            window_seconds=parse_duration(window, "--window") if window else 0,
+            min_samples=min_samples,
+            analysis=text,
+            reason=reason,
+        )
+        if private is not None and not state.get("plan_signed"):
+            sign_proposal(
+                client,
+                int(state["proposal"]),
+                private,
+                expect_target=f"{r.repo}/rollouts/{r.alias}",
+                expect_digest=f"sha256:{state['plan_sha256']}",
+            )
+            state = client.rollout_status(r.repo, str(r.alias))
+    emit(state, as_json, _plan_lines)
+
+
+@rollout_app.command("advance")
+def rollout_advance(ref: AliasRef, reason: ReasonOpt, *, as_json: AsJson = False) -> None:
+    """Sign the plan's next step (one step at a time)."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        state = client.advance_rollout(r.repo, str(r.alias), reason)
+    emit(state, as_json, _plan_lines)
+
+
+@rollout_app.command("abort")
+def rollout_abort(ref: AliasRef, reason: ReasonOpt, *, as_json: AsJson = False) -> None:
+    """Abort toward the stable digest, for good (a new rollout needs a new plan)."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        state = client.abort_rollout(r.repo, str(r.alias), reason)
+    emit(state, as_json, _plan_lines)
+
+
+@rollout_app.command("status")
+def rollout_status(ref: AliasRef, *, as_json: AsJson = False) -> None:
+    """The alias's latest rollout: plan, signed step, state, history of steps with times."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        state = client.rollout_status(r.repo, str(r.alias))
+    emit(state, as_json, _plan_lines)
+
+
+@rollout_app.command("weights")
+def rollout_weights(ref: AliasRef, *, as_json: AsJson = False) -> None:
+    """The signed step's weights for request-level routers (docs/rollouts.md#weights)."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        state = client.rollout_weights(r.repo, str(r.alias))
+    emit(
+        state,
+        as_json,
+        lambda s: "\n".join(f"{b['weight']:>3}%  {b['digest']}" for b in s.get("backends", [])),
+    )

@@ -1,0 +1,1 @@
+"""Rollouts: a signed plan and online-signed steps (docs/rollouts.md)."""

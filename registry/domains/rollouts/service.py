@@ -1,0 +1,632 @@
+"""Rollouts: start (a plan through the alias decision and the alias's TUF role), advance
+one step at a time, abort toward the stable digest, status and weights
+(docs/rollouts.md). Every decision reads the signed state (``rollouts.signed``); the
+``rollouts`` and ``rollout_steps`` rows are the record of it.
+
+Authority (docs/rollouts.md#authority): the registry's online key signs the steps, and this
+module signs only
+
+1. the plan's first step (index 0), once the plan is signed by the alias's role;
+2. the signed step's next index (never a skip), the weight the plan names there;
+3. an abort at any time (weight 0: every worker on the stable digest), after which the
+   plan is done: a new rollout needs a new plan, with a new rollout id and its signatures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from tuf.api.metadata import Metadata, Targets
+
+from modelward.attest.alias_decision import MoveRequest
+from modelward.attest.names import ALIAS_RE
+from modelward.attest.rollout import (
+    PlanInvalid,
+    RolloutPlan,
+    SeenStep,
+    StepRefused,
+    make_plan,
+    make_step,
+    parse_analysis,
+    verify_step,
+)
+from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
+from modelward.attest.tuf import online_role
+from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.audit.service import append
+from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.moves import repository as moves
+from modelward.registry.domains.moves.service import decide, require_move_allowed
+from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
+from modelward.registry.domains.trust.service import (
+    repository,
+    signed_aliases,
+    sync,
+    trust_of,
+)
+from modelward.registry.errors import BadRequest, Conflict, NotFound
+from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
+from modelward.registry.tuf.keys import ALIAS_KEY
+from modelward.registry.tuf.proposals import add_signature, delegated_role_for, propose_target
+from modelward.registry.tuf.repository import MetadataRepository
+from modelward.registry.tuf.service import delegated_as_wanted
+
+__all__ = ["abort", "advance", "start", "status", "weights"]
+
+ACTIVE = ("planned", "running", "paused")
+MAX_REASON = 2000
+
+
+class RolloutRefused(Conflict):
+    """A rollout action the signed state does not allow (``detail`` says what it holds)."""
+
+    code = "rollout_refused"
+
+
+def _plan_error(exc: PlanInvalid) -> BadRequest:
+    return BadRequest(str(exc), code="invalid_rollout_plan", detail={"field": exc.field})
+
+
+def _active(session: Session, repo_id: int, alias: str) -> Rollout | None:
+    return session.scalars(
+        select(Rollout)
+        .where(Rollout.repo_id == repo_id, Rollout.alias == alias, Rollout.state.in_(ACTIVE))
+        .order_by(Rollout.id.desc())
+        .limit(1)
+    ).first()
+
+
+def _latest(session: Session, repo_id: int, alias: str) -> Rollout | None:
+    return session.scalars(
+        select(Rollout)
+        .where(Rollout.repo_id == repo_id, Rollout.alias == alias)
+        .order_by(Rollout.id.desc())
+        .limit(1)
+    ).first()
+
+
+def _tuf(session: Session, state: AppState, repo_name: str, caller: Caller) -> MetadataRepository:
+    """The TUF repository, its delegations made for ``repo_name`` (the plan paths and the
+    rollout role included) first when they are not yet as the database asks."""
+    repo = repository(session, state)
+    keys = trust_of(state.settings).keys
+    if not keys.has(ALIAS_KEY):
+        raise RolloutRefused(
+            "this registry has no online alias key (tuf_keys_dir/aliases.key): nobody could "
+            "sign the rollout's steps (docs/rollouts.md#signed-state)",
+            detail={"missing": "aliases.key"},
+        )
+    if not delegated_as_wanted(session, repo, keys, state.default_policy_yaml, repo_name):
+        sync(session, state, repo, proposer_id=caller.id)
+    return repo
+
+
+def _sign_online(
+    session: Session, state: AppState, repo: MetadataRepository, proposal: TufProposal
+) -> None:
+    signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
+    signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload).signed_bytes)
+    add_signature(session, repo, proposal, keyid=signature.keyid, signature_hex=signature.signature)
+
+
+def _supersede(session: Session, target: str) -> None:
+    for old in session.scalars(
+        select(TufProposal).where(TufProposal.target == target, TufProposal.state == "pending")
+    ):
+        old.state, old.decided_at = "superseded", utcnow()
+
+
+def start(
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    candidate: str,
+    steps: tuple[int, ...],
+    window_seconds: int,
+    min_samples: int,
+    analysis_text: str | None,
+    reason: str | None,
+    caller: Caller,
+) -> dict[str, Any]:
+    """Propose the plan of a rollout of ``repo_name@alias`` to ``candidate``.
+
+    1. the alias name and the analysis document (400 ``invalid_rollout_plan``, naming the
+       field);
+    2. the alias's stable digest is the one its TUF role signs (409 when none);
+    3. the candidate passes steps (1) to (5) of the alias decision for ``caller`` (the
+       reviewers' signatures on the plan are step (6), the approvals);
+    4. no other rollout of the alias is under way, nor a completed one still in force (its
+       candidate becomes stable by a move of the alias) (409 ``rollout_refused``);
+    5. the plan is proposed in the alias's role (signed at once when the online key signs
+       the alias); the rollout is recorded ``planned`` and audited ``rollout.start``.
+    """
+    # (1): names and the analysis
+    if not ALIAS_RE.fullmatch(alias):
+        raise BadRequest(f"invalid alias name {alias!r}")
+    analysis, analysis_sha = None, None
+    if analysis_text is not None:
+        raw = analysis_text.encode()
+        try:
+            analysis = parse_analysis(raw)
+        except PlanInvalid as exc:
+            raise _plan_error(exc) from exc
+        analysis_sha = hashlib.sha256(raw).hexdigest()
+    # (2): the stable digest, as signed
+    with state.db.read() as session:
+        get_repo(session, repo_name, caller)
+        stable = signed_aliases(session, repo_name).get(alias)
+    if stable is None:
+        raise RolloutRefused(
+            f"{repo_name}@{alias} has no signed target: a rollout starts from a signed "
+            "stable digest (move the alias first, docs/tuf.md#proposals)",
+            detail={"alias": alias},
+        )
+    # (3): the alias decision, steps (1) to (5), for the candidate
+    require_move_allowed(state, repo_name=repo_name, alias=alias, digest=candidate, mover=caller)
+    try:
+        plan = make_plan(
+            rollout_id=uuid.uuid4().hex,
+            repository=repo_name,
+            alias=alias,
+            stable=stable,
+            candidate=candidate,
+            steps=steps,
+            window_seconds=window_seconds,
+            min_samples=min_samples,
+            analysis=analysis,
+            analysis_sha256=analysis_sha,
+        )
+    except PlanInvalid as exc:
+        raise _plan_error(exc) from exc
+    with state.db.write() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        # (4): one rollout at a time
+        running = _active(session, repo_row.id, alias)
+        if running is not None:
+            raise RolloutRefused(
+                f"{repo_name}@{alias} has a rollout under way ({running.rollout_id}, "
+                f"{running.state}): abort it first (modelward rollout abort)",
+                detail={"rollout_id": running.rollout_id, "state": running.state},
+            )
+        repo = _tuf(session, state, repo_name, caller)
+        _refuse_over_completed(
+            session, repo, repo_id=repo_row.id, repo_name=repo_name, alias=alias, stable=stable
+        )
+        # (5): the plan, proposed in the alias's role
+        path = rollout_path(repo_name, alias)
+        try:
+            role = delegated_role_for(repo, path)
+        except NotFound as exc:
+            raise RolloutRefused(
+                f"no TUF role is delegated {path} yet (a targets proposal waits for the "
+                "admins: modelward trust pending)",
+                detail={"path": path},
+            ) from exc
+        _supersede(session, path)
+        proposal = propose_target(
+            session,
+            repo,
+            path=path,
+            data=plan.raw,
+            proposer_id=caller.id,
+            reason=reason,
+            from_digest=stable,
+            to_digest=candidate,
+            delegated_role=role,
+            custom={"plan": plan.raw.decode()},
+        )
+        if role.name == online_role(repo_name):
+            _sign_online(session, state, repo, proposal)
+        row = Rollout(
+            rollout_id=plan.rollout_id,
+            repo_id=repo_row.id,
+            alias=alias,
+            stable=stable,
+            candidate=candidate,
+            plan_json=plan.raw,
+            plan_sha256=plan.sha256,
+            analysis_text=analysis_text,
+            state="planned",
+            step_index=-1,
+            proposal_id=proposal.id,
+            reason=reason,
+            created_by=caller.id,
+        )
+        session.add(row)
+        session.flush()
+        append(
+            session,
+            actor=caller.name,
+            action="rollout.start",
+            subject=f"{repo_name}@{alias}",
+            details={
+                "rollout_id": plan.rollout_id,
+                "plan_sha256": plan.sha256,
+                "stable": stable,
+                "candidate": candidate,
+                "steps": list(plan.steps),
+                "proposal": proposal.id,
+            },
+        )
+        return _json(session, repo, repo_name, row, proposal)
+
+
+def _refuse_over_completed(
+    session: Session,
+    repo: MetadataRepository,
+    *,
+    repo_id: int,
+    repo_name: str,
+    alias: str,
+    stable: str,
+) -> None:
+    """A completed rollout whose plan is still in force runs every worker on its candidate;
+    a new plan from the same stable digest would send them back. Its candidate becomes the
+    stable digest by a move of the alias (signed as any), which ends the plan."""
+    latest = _latest(session, repo_id, alias)
+    plan = signed_plan(repo, repo_name, alias)
+    if (
+        latest is not None
+        and latest.state == "completed"
+        and plan is not None
+        and plan.sha256 == latest.plan_sha256
+        and plan.stable == stable
+    ):
+        raise RolloutRefused(
+            f"{repo_name}@{alias}: rollout {latest.rollout_id} completed and every worker runs "
+            f"{latest.candidate}; move the alias there first (modelward alias set "
+            f"{repo_name}@{alias} {latest.candidate}), which ends its plan",
+            detail={"rollout_id": latest.rollout_id, "candidate": latest.candidate},
+        )
+
+
+def _publish_step(
+    session: Session,
+    state: AppState,
+    repo: MetadataRepository,
+    row: Rollout,
+    plan: RolloutPlan,
+    *,
+    index: int,
+    step_state: str,
+    reason: str,
+    seen: SeenStep | None,
+    caller: Caller,
+) -> int:
+    """Sign and publish ``plan``'s step ``index`` in ``step_state`` with the online key,
+    checked first as a worker will check it (``verify_step``); records the history row."""
+    step = make_step(plan, index=index, state=step_state, reason=reason)
+    try:
+        verify_step(plan, step, seen)
+    except StepRefused as exc:  # the registry refuses what a worker would
+        raise RolloutRefused(str(exc), detail={"check": exc.check}) from exc
+    repo_name = plan.repository
+    path = step_path(repo_name, plan.alias)
+    role = delegated_role_for(repo, path)
+    if role.name != rollout_role(repo_name):
+        raise RolloutRefused(f"{path} is delegated to {role.name}, not the rollout role")
+    _supersede(session, path)
+    proposal = propose_target(
+        session,
+        repo,
+        path=path,
+        data=step.raw,
+        proposer_id=caller.id,
+        reason=reason or None,
+        from_digest=plan.stable,
+        to_digest=plan.candidate,
+        delegated_role=role,
+        custom={"step": step.raw.decode()},
+    )
+    _sign_online(session, state, repo, proposal)
+    seq = len(
+        list(session.scalars(select(RolloutStepRow.id).where(RolloutStepRow.rollout_pk == row.id)))
+    )
+    session.add(
+        RolloutStepRow(
+            rollout_pk=row.id,
+            seq=seq,
+            step_index=index,
+            weight=step.weight,
+            state=step_state,
+            reason=reason or None,
+            actor=caller.name,
+            tuf_version=proposal.version,
+        )
+    )
+    row.state, row.step_index = step_state, index
+    if step_state in ("aborted", "completed"):
+        row.finished_at = utcnow()
+    return step.weight
+
+
+def _signed_or_refused(repo: MetadataRepository, row: Rollout, repo_name: str) -> RolloutPlan:
+    plan = signed_plan(repo, repo_name, row.alias)
+    if plan is None or plan.sha256 != row.plan_sha256:
+        raise RolloutRefused(
+            f"{repo_name}@{row.alias}: rollout {row.rollout_id}'s plan is not signed by the "
+            f"alias's role yet (proposal #{row.proposal_id}: modelward trust sign)",
+            code="rollout_plan_unsigned",
+            detail={"rollout_id": row.rollout_id, "proposal": row.proposal_id},
+        )
+    return plan
+
+
+def advance(
+    state: AppState, *, repo_name: str, alias: str, reason: str, caller: Caller
+) -> dict[str, Any]:
+    """The next step of the rollout under way, one at a time.
+
+    1. a rollout of the alias is under way, and its plan is the one the alias's role signs;
+    2. the step signed now (not the database row) decides the next index: 0 when none is
+       signed for this plan, else its index + 1; an aborted or completed one ends it;
+    3. the candidate passes steps (1) to (5) of the alias decision again for ``caller``
+       (a quarantine since the start refuses);
+    4. the step is signed with the online key (``completed`` at the plan's last step),
+       recorded and audited ``rollout.advance``.
+    """
+    # (1) and (3) first, outside the write transaction (it judges the bundle): the
+    # candidate judged is the signed plan's, never the row's
+    with state.db.read() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        row = _active(session, repo_row.id, alias)
+        if row is None:
+            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        plan = _signed_or_refused(repository(session, state), row, repo_name)
+    require_move_allowed(
+        state, repo_name=repo_name, alias=alias, digest=plan.candidate, mover=caller
+    )
+    with state.db.write() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        row = _active(session, repo_row.id, alias)
+        if row is None or row.plan_sha256 != plan.sha256:
+            raise RolloutRefused(
+                f"{repo_name}@{alias}: the rollout changed while its candidate was judged; "
+                "advance again",
+            )
+        repo = _tuf(session, state, repo_name, caller)
+        # (1): the signed plan, read again in the transaction that acts on it
+        if _signed_or_refused(repo, row, repo_name).sha256 != plan.sha256:
+            raise RolloutRefused(f"{repo_name}@{alias}: the signed plan changed; advance again")
+        # (2): the signed step decides the next index
+        current = signed_step(repo, repo_name, alias)
+        seen = None
+        if current is not None and current[0].rollout_id == plan.rollout_id:
+            try:
+                step = verify_step(plan, current[0])
+            except StepRefused as exc:  # a step the online key signed out of the plan
+                raise RolloutRefused(
+                    f"the signed step does not follow the plan ({exc}): abort the rollout",
+                    detail={"check": exc.check},
+                ) from exc
+            if step.state in ("aborted", "completed"):
+                raise RolloutRefused(
+                    f"rollout {plan.rollout_id} is {step.state}: start a new rollout",
+                    detail={"state": step.state},
+                )
+            seen = SeenStep(step.rollout_id, step.index, step.state)
+        index = 0 if seen is None else seen.index + 1
+        last = len(plan.steps) - 1
+        # (4): sign it
+        weight = _publish_step(
+            session,
+            state,
+            repo,
+            row,
+            plan,
+            index=index,
+            step_state="completed" if index == last else "running",
+            reason=reason,
+            seen=seen,
+            caller=caller,
+        )
+        append(
+            session,
+            actor=caller.name,
+            action="rollout.advance",
+            subject=f"{repo_name}@{alias}",
+            details={
+                "rollout_id": plan.rollout_id,
+                "index": index,
+                "weight": weight,
+                "reason": reason,
+            },
+        )
+        return _json(session, repo, repo_name, row, None)
+
+
+def abort(
+    state: AppState, *, repo_name: str, alias: str, reason: str, caller: Caller
+) -> dict[str, Any]:
+    """Abort the rollout under way toward the stable digest: an ``aborted`` step (weight 0)
+    signed with the online key, at the signed step's index (0 before the first). A plan
+    not yet signed is withdrawn instead (nothing signed names it). Who may move the alias
+    may abort (step (1) of the alias decision, for the stable digest); audited
+    ``rollout.abort`` with the reason."""
+    if not reason.strip():
+        raise BadRequest("an abort needs a --reason", code="reason_required")
+    with state.db.read() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        row = _active(session, repo_row.id, alias)
+        if row is None:
+            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        stable = row.stable
+    _may_move(state, repo_name, alias, stable, caller)
+    with state.db.write() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        row = _active(session, repo_row.id, alias)
+        if row is None:
+            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        repo = _tuf(session, state, repo_name, caller)
+        plan = signed_plan(repo, repo_name, alias)
+        if plan is None or plan.sha256 != row.plan_sha256:
+            _supersede(session, rollout_path(repo_name, alias))
+            row.state, row.finished_at, row.reason = "aborted", utcnow(), reason
+            session.add(
+                RolloutStepRow(
+                    rollout_pk=row.id, seq=0, step_index=-1, weight=0, state="aborted",
+                    reason=reason, actor=caller.name, tuf_version=None,
+                )
+            )  # fmt: skip
+        else:
+            # at the signed step's index (an abort is taken at any index: even a step
+            # signed out of the plan is aborted, never a reason to refuse the abort)
+            current = signed_step(repo, repo_name, alias)
+            index = 0
+            if current is not None and current[0].rollout_id == plan.rollout_id:
+                index = min(current[0].index, len(plan.steps) - 1)
+            _publish_step(
+                session,
+                state,
+                repo,
+                row,
+                plan,
+                index=index,
+                step_state="aborted",
+                reason=reason,
+                seen=None,
+                caller=caller,
+            )
+        append(
+            session,
+            actor=caller.name,
+            action="rollout.abort",
+            subject=f"{repo_name}@{alias}",
+            details={"rollout_id": row.rollout_id, "reason": reason},
+        )
+        return _json(session, repo, repo_name, row, None)
+
+
+def _may_move(state: AppState, repo_name: str, alias: str, digest: str, caller: Caller) -> None:
+    """Step (1) of the alias decision: ``caller`` may move ``repo_name@alias``."""
+    with state.db.read() as session:
+        rule = moves.read_rule(session, state, repo_name=repo_name, alias=alias, caller=caller)
+    decide(
+        MoveRequest(
+            repo=repo_name,
+            alias=alias,
+            digest=digest,
+            rule=rule.rule,
+            statements=(),
+            evidence=lambda _signer: "not judged: an abort only needs step (1)",
+            mover=rule.mover,
+            judged=frozenset({"1"}),
+        )
+    )
+
+
+def _history(session: Session, row: Rollout) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": h.step_index,
+            "weight": h.weight,
+            "state": h.state,
+            "reason": h.reason,
+            "actor": h.actor,
+            "tuf_version": h.tuf_version,
+            "verdict": h.verdict,
+            "at": iso(h.at),
+        }
+        for h in session.scalars(
+            select(RolloutStepRow)
+            .where(RolloutStepRow.rollout_pk == row.id)
+            .order_by(RolloutStepRow.seq)
+        )
+    ]
+
+
+def _when(value: datetime | None) -> str | None:
+    return iso(value) if value is not None else None
+
+
+def _json(
+    session: Session,
+    repo: MetadataRepository,
+    repo_name: str,
+    row: Rollout,
+    proposal: TufProposal | None,
+) -> dict[str, Any]:
+    plan = signed_plan(repo, repo_name, row.alias)
+    plan_signed = plan is not None and plan.sha256 == row.plan_sha256
+    current = signed_step(repo, repo_name, row.alias)
+    step = None
+    if current is not None and current[0].rollout_id == row.rollout_id and plan_signed:
+        assert plan is not None  # noqa: S101 - plan_signed says so
+        try:
+            verified = verify_step(plan, current[0])
+            step = {
+                "index": verified.index,
+                "weight": verified.weight,
+                "state": verified.state,
+                "reason": verified.reason,
+                "tuf_version": current[1],
+            }
+        except StepRefused as exc:
+            step = {"refused": str(exc)}
+    answer: dict[str, Any] = {
+        "repository": repo_name,
+        "alias": row.alias,
+        "rollout_id": row.rollout_id,
+        "state": row.state,
+        "plan": json.loads(row.plan_json),
+        "plan_sha256": row.plan_sha256,
+        "plan_signed": plan_signed,
+        "proposal": row.proposal_id,
+        "signed_step": step,
+        "history": _history(session, row),
+        "created_at": iso(row.created_at),
+        "finished_at": _when(row.finished_at),
+        "analysis": row.analysis_text,
+    }
+    if proposal is not None:
+        answer["proposal_state"] = proposal.state
+    return answer
+
+
+def status(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
+    """The alias's latest rollout: plan, whether it is signed, the signed step, history."""
+    with state.db.read() as session:
+        repo_row = get_repo(session, repo_name, caller)
+        row = _latest(session, repo_row.id, alias)
+        if row is None:
+            raise NotFound(f"{repo_name}@{alias} has never had a rollout")
+        return _json(session, repository(session, state), repo_name, row, None)
+
+
+def weights(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
+    """The signed step's weights, for request-level routers (docs/rollouts.md#weights):
+    ``backends``, each ``{digest, weight}`` summing to 100; the stable digest at 100 when no
+    rollout is under way, before its first step and after an abort."""
+    with state.db.read() as session:
+        get_repo(session, repo_name, caller)
+        stable = signed_aliases(session, repo_name).get(alias)
+        repo = repository(session, state)
+        plan = signed_plan(repo, repo_name, alias)
+        current = signed_step(repo, repo_name, alias)
+    answer: dict[str, Any] = {"repository": repo_name, "alias": alias, "rollout_id": None}
+    weight, step_state, index = 0, None, None
+    if plan is not None and plan.stable == stable:
+        answer.update(rollout_id=plan.rollout_id, plan_sha256=plan.sha256)
+        if current is not None and current[0].rollout_id == plan.rollout_id:
+            try:
+                step = verify_step(plan, current[0])
+            except StepRefused:
+                step = None
+            if step is not None:
+                weight, step_state, index = step.weight, step.state, step.index
+        answer["backends"] = [
+            {"digest": plan.stable, "weight": 100 - weight},
+            {"digest": plan.candidate, "weight": weight},
+        ]
+    else:
+        answer["backends"] = [{"digest": stable, "weight": 100}] if stable else []
+    answer.update(state=step_state, index=index)
+    return answer
