@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -236,7 +237,10 @@ def oras_client(reg: Registry | Peer, name: str | None = None, token: str | None
     host = reg.host if isinstance(reg, Peer) else host_of(reg)
     client = oras.provider.Registry(host, insecure=True, tls_verify=False)
     if name is not None and token is not None:
-        client.login(username=name, password=token, hostname=host)
+        # oras writes the login into a docker config file: one per test process, never the
+        # shared ~/.docker/config.json that another xdist worker may be writing meanwhile
+        config = Path(tempfile.gettempdir()) / f"mw-oras-{os.getpid()}" / "config.json"
+        client.login(username=name, password=token, hostname=host, config_path=str(config))
     return client
 
 

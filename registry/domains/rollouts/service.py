@@ -64,7 +64,7 @@ ACTIVE = ("planned", "running", "paused")
 MAX_REASON = 2000
 
 
-class RolloutRefused(Conflict):
+class RolloutConflict(Conflict):
     """A rollout action the signed state does not allow (``detail`` says what it holds)."""
 
     code = "rollout_refused"
@@ -98,7 +98,7 @@ def _tuf(session: Session, state: AppState, repo_name: str, caller: Caller) -> M
     repo = repository(session, state)
     keys = trust_of(state.settings).keys
     if not keys.has(ALIAS_KEY):
-        raise RolloutRefused(
+        raise RolloutConflict(
             "this registry has no online alias key (tuf_keys_dir/aliases.key): nobody could "
             "sign the rollout's steps (docs/rollouts.md#signed-state)",
             detail={"missing": "aliases.key"},
@@ -164,7 +164,7 @@ def start(
         get_repo(session, repo_name, caller)
         stable = signed_aliases(session, repo_name).get(alias)
     if stable is None:
-        raise RolloutRefused(
+        raise RolloutConflict(
             f"{repo_name}@{alias} has no signed target: a rollout starts from a signed "
             "stable digest (move the alias first, docs/tuf.md#proposals)",
             detail={"alias": alias},
@@ -191,7 +191,7 @@ def start(
         # (4): one rollout at a time
         running = _active(session, repo_row.id, alias)
         if running is not None:
-            raise RolloutRefused(
+            raise RolloutConflict(
                 f"{repo_name}@{alias} has a rollout under way ({running.rollout_id}, "
                 f"{running.state}): abort it first (modelward rollout abort)",
                 detail={"rollout_id": running.rollout_id, "state": running.state},
@@ -205,7 +205,7 @@ def start(
         try:
             role = delegated_role_for(repo, path)
         except NotFound as exc:
-            raise RolloutRefused(
+            raise RolloutConflict(
                 f"no TUF role is delegated {path} yet (a targets proposal waits for the "
                 "admins: modelward trust pending)",
                 detail={"path": path},
@@ -280,7 +280,7 @@ def _refuse_over_completed(
         and plan.sha256 == latest.plan_sha256
         and plan.stable == stable
     ):
-        raise RolloutRefused(
+        raise RolloutConflict(
             f"{repo_name}@{alias}: rollout {latest.rollout_id} completed and every worker runs "
             f"{latest.candidate}; move the alias there first (modelward alias set "
             f"{repo_name}@{alias} {latest.candidate}), which ends its plan",
@@ -307,12 +307,12 @@ def _publish_step(
     try:
         verify_step(plan, step, seen)
     except StepRefused as exc:  # the registry refuses what a worker would
-        raise RolloutRefused(str(exc), detail={"check": exc.check}) from exc
+        raise RolloutConflict(str(exc), detail={"check": exc.check}) from exc
     repo_name = plan.repository
     path = step_path(repo_name, plan.alias)
     role = delegated_role_for(repo, path)
     if role.name != rollout_role(repo_name):
-        raise RolloutRefused(f"{path} is delegated to {role.name}, not the rollout role")
+        raise RolloutConflict(f"{path} is delegated to {role.name}, not the rollout role")
     _supersede(session, path)
     proposal = propose_target(
         session,
@@ -351,7 +351,7 @@ def _publish_step(
 def _signed_or_refused(repo: MetadataRepository, row: Rollout, repo_name: str) -> RolloutPlan:
     plan = signed_plan(repo, repo_name, row.alias)
     if plan is None or plan.sha256 != row.plan_sha256:
-        raise RolloutRefused(
+        raise RolloutConflict(
             f"{repo_name}@{row.alias}: rollout {row.rollout_id}'s plan is not signed by the "
             f"alias's role yet (proposal #{row.proposal_id}: modelward trust sign)",
             code="rollout_plan_unsigned",
@@ -388,14 +388,14 @@ def advance(
         repo_row = get_repo(session, repo_name, caller)
         row = _active(session, repo_row.id, alias)
         if row is None or row.plan_sha256 != plan.sha256:
-            raise RolloutRefused(
+            raise RolloutConflict(
                 f"{repo_name}@{alias}: the rollout changed while its candidate was judged; "
                 "advance again",
             )
         repo = _tuf(session, state, repo_name, caller)
         # (1): the signed plan, read again in the transaction that acts on it
         if _signed_or_refused(repo, row, repo_name).sha256 != plan.sha256:
-            raise RolloutRefused(f"{repo_name}@{alias}: the signed plan changed; advance again")
+            raise RolloutConflict(f"{repo_name}@{alias}: the signed plan changed; advance again")
         # (2): the signed step decides the next index
         current = signed_step(repo, repo_name, alias)
         seen = None
@@ -403,12 +403,12 @@ def advance(
             try:
                 step = verify_step(plan, current[0])
             except StepRefused as exc:  # a step the online key signed out of the plan
-                raise RolloutRefused(
+                raise RolloutConflict(
                     f"the signed step does not follow the plan ({exc}): abort the rollout",
                     detail={"check": exc.check},
                 ) from exc
             if step.state in ("aborted", "completed"):
-                raise RolloutRefused(
+                raise RolloutConflict(
                     f"rollout {plan.rollout_id} is {step.state}: start a new rollout",
                     detail={"state": step.state},
                 )
