@@ -30,9 +30,9 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The OCI tests' real clients and peer (docs/oci.md#tests): Debian's skopeo and docker-registry
-# (CNCF distribution 2.8), and nginx (the TUF metadata mirror's static server:
-# tests/tuf/test_metadata_mirror.py), installed with apt-get when missing (root, or sudo when
-# there is one).
+# (CNCF distribution 2.8), nginx (the TUF metadata mirror's static server:
+# tests/tuf/test_metadata_mirror.py), and chromium with chromium-driver (the console's browser
+# tests, tests/ui/), installed with apt-get when missing (root, or sudo when there is one).
 oci-tools:
 	@missing=""; \
 	command -v skopeo >/dev/null 2>&1 || missing="$$missing skopeo"; \
