@@ -50,6 +50,9 @@ class PredicateType:
     APPROVAL: Final = "https://modelward.dev/approval/v1"
     EVALUATION: Final = "https://modelward.dev/evaluation/v1"
     RELEASE_RECORD: Final = "https://modelward.dev/release-record/v1"
+    # a serving worker's fleet report (docs/rollouts.md#fleet-reports): sent to the
+    # registry, never attached to a bundle, so not in ALL (the attestation types)
+    ROLLOUT_REPORT: Final = "https://modelward.dev/rollout-report/v1"
 
     ALL: Final = (PROVENANCE, BASELINE, REPLAY, APPROVAL, EVALUATION, RELEASE_RECORD)
 

@@ -61,6 +61,7 @@ from modelward.client.errors import (
 )
 from modelward.client.listing import ListingMixin, repo_path
 from modelward.client.rollouts import RolloutsMixin
+from modelward.client.webhooks import WebhooksMixin
 
 __all__ = [
     "APIError",
@@ -99,7 +100,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-class RegistryClient(ListingMixin, RolloutsMixin):
+class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
     """A synchronous registry client. Thread-safe (one pooled ``httpx.Client``).
 
     Raises ``TransportError`` when a request gets no answer and an ``APIError`` subclass when

@@ -71,7 +71,30 @@ class RolloutsMixin(Connection):
         result: JSON = self._json("GET", _path(repo, alias))
         return result
 
+    def send_report(self, repo: str, alias: str, envelope: bytes) -> JSON:
+        """POST a fleet report (its DSSE envelope, signed by this principal's worker key):
+        ``{id, assigned, cohort}`` (docs/rollouts.md#fleet-reports)."""
+        result: JSON = self._json(
+            "POST",
+            f"{_path(repo, alias)}/reports",
+            content=envelope,
+            headers={"Content-Type": "application/json"},
+        )
+        return result
+
+    def analyze_rollout(self, repo: str, alias: str) -> JSON:
+        """POST: judge the current step now and act on it as the rollout controller would
+        (``verdict``, ``reasons``, ``metrics``, ``action``; docs/rollouts.md#analysis)."""
+        result: JSON = self._json("POST", f"{_path(repo, alias)}/analyze")
+        return result
+
     def rollout_weights(self, repo: str, alias: str) -> JSON:
         """GET the signed step's weights (``backends``: ``{digest, weight}``)."""
         result: JSON = self._json("GET", f"{_path(repo, alias)}/weights")
+        return result
+
+    def rollout_history(self, repo: str, alias: str) -> JSON:
+        """GET every rollout of the alias, oldest first (``rollouts``: each as
+        ``rollout_status`` shows one)."""
+        result: JSON = self._json("GET", f"{_path(repo, alias)}/history")
         return result

@@ -414,6 +414,14 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
         daemon=True,
     )
     refresher.start()
+    # signed webhooks: this process's delivery loop (docs/webhooks.md#delivery)
+    from modelward.registry.domains.webhooks.delivery import start_delivery
+
+    start_delivery(app.state.registry, stop)
+    # the rollout controller: judges the rollouts under way (docs/rollouts.md#analysis)
+    from modelward.registry.domains.rollouts.controller import start_controller
+
+    start_controller(app.state.registry, stop)
     try:
         yield
     finally:
@@ -487,9 +495,11 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
     from modelward.registry.domains.principals.endpoints import router as principals
     from modelward.registry.domains.repos.endpoints import router as repos
     from modelward.registry.domains.rollouts.endpoints import router as rollouts
+    from modelward.registry.domains.rollouts.report_endpoints import router as rollout_reports
     from modelward.registry.domains.trust.endpoints import router as trust
     from modelward.registry.domains.trust.quarantine_endpoint import router as quarantine
     from modelward.registry.domains.uploads.endpoints import router as uploads
+    from modelward.registry.domains.webhooks.endpoints import router as webhooks
 
     app = FastAPI(
         title="modelward registry",
@@ -524,8 +534,9 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
         aliases,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (gates, audit, boots, storage, trust, rollouts):
+    for router in (gates, audit, boots, storage, trust, rollouts, rollout_reports):
         app.include_router(router, responses=ERROR_RESPONSES)
+    app.include_router(webhooks, responses=ERROR_RESPONSES)
     app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
 
     @app.exception_handler(RegistryError)

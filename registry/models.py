@@ -9,7 +9,9 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     DateTime,
+    Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     SmallInteger,
@@ -46,12 +48,17 @@ __all__ = [
     "RepoReader",
     "Repository",
     "Rollout",
+    "RolloutReport",
     "RolloutStepRow",
     "SigningKey",
     "Token",
     "TufMetadata",
     "TufProposal",
     "UploadSession",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookMessage",
     "utcnow",
 ]
 
@@ -478,6 +485,14 @@ class Rollout(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the observable rollback (migration 0015; docs/rollouts.md): when the failure was
+    # detected (the first failing report's received_at), decided (the abort signed), the
+    # route converged, the stable cohort recovered; ``figures`` the computed figures (JSON)
+    detected_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    converged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    recovered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    figures: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class RolloutStepRow(Base):
@@ -499,3 +514,103 @@ class RolloutStepRow(Base):
     tuf_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     verdict: Mapped[str | None] = mapped_column(String(20), nullable=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the judgement's evidence beside ``verdict`` (JSON; migration 0015)
+    analysis: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class RolloutReport(Base):
+    """One fleet report a serving worker signed (docs/rollouts.md#fleet-reports), kept as
+    received (``envelope``, verbatim) with the verified predicate (``predicate``, JSON) and
+    the figures the analysis reads. ``received_at`` is the registry's clock: windows are
+    judged by it. ``assigned``: the digest the signed step assigned the signing key when the
+    report arrived; ``rollout_pk``: the rollout it reports on (NULL: none). ``seq`` strictly
+    increases per worker key (a replay is refused; unique with ``worker_keyid``)."""
+
+    __tablename__ = "rollout_reports"
+    __table_args__ = (
+        UniqueConstraint("worker_keyid", "seq", name="uq_rollout_reports_worker_seq"),
+        Index("ix_rollout_reports_window", "repo_id", "alias", "received_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"))
+    alias: Mapped[str] = mapped_column(String(100))
+    rollout_pk: Mapped[int | None] = mapped_column(ForeignKey("rollouts.id"), nullable=True)
+    worker_keyid: Mapped[str] = mapped_column(String(64))
+    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    digest: Mapped[str] = mapped_column(String(DIGEST))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    interval_seconds: Mapped[float] = mapped_column(Float)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    errors: Mapped[int] = mapped_column(BigInteger)
+    retries: Mapped[int] = mapped_column(BigInteger)
+    predicate: Mapped[str] = mapped_column(Text)
+    envelope: Mapped[bytes] = mapped_column(LargeBinary)
+    assigned: Mapped[str] = mapped_column(String(DIGEST))
+
+
+class WebhookEndpoint(Base):
+    """A receiver of signed webhooks (docs/webhooks.md): ``url``, the event types it takes
+    (``events``, a JSON list: names or ``rollout.*``), its signing secret sealed with
+    AES-GCM under the registry's webhook key (``secret_sealed``, never the secret itself),
+    ``state``: ``enabled``, ``failing`` (its last delivery used up every attempt; it still
+    gets new events), ``disabled`` or ``removed`` (its secret erased)."""
+
+    __tablename__ = "webhook_endpoints"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    events: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    state: Mapped[str] = mapped_column(String(20), default="enabled")
+    created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    secret_rotated_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookMessage(Base):
+    """One event, written in the transaction of the decision it reports (the outbox):
+    ``id`` is the ``webhook-id`` every attempt sends; ``payload`` the exact bytes signed
+    and sent."""
+
+    __tablename__ = "webhook_messages"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    event_type: Mapped[str] = mapped_column(String(100))
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One message to one endpoint. ``state``: ``pending`` (due at ``next_attempt_at``),
+    ``delivering`` (claimed by ``claim`` until ``claimed_until``: a conditional UPDATE, so
+    two server processes never send it at once), ``delivered``, ``failed`` (every attempt
+    used) or ``cancelled`` (its endpoint was removed). ``attempts``: since it was last
+    queued (a redelivery starts again); each attempt is a ``WebhookAttempt``."""
+
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    message_id: Mapped[str] = mapped_column(ForeignKey("webhook_messages.id"), index=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("webhook_endpoints.id"), index=True)
+    state: Mapped[str] = mapped_column(String(20), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    claim: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookAttempt(Base):
+    """The delivery log: one row per attempt, when it began, the HTTP status or the error
+    (its type and a short message; never the payload or the secret), how long it took."""
+
+    __tablename__ = "webhook_attempts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id"), index=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)

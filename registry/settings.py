@@ -98,6 +98,28 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=8, ge=0, le=1000)  # opened beyond that, then closed
     # the reviewer console (/ui/, docs/console.md): a login session ends this long after it began
     ui_session_seconds: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
+    # a serving worker with no fleet report for this long is ``silent`` in rollout status
+    # (docs/rollouts.md#fleet-reports): three 10-second report intervals by default
+    rollout_silent_after_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    # the rollout controller judges the rollouts under way this often and acts on them
+    # (docs/rollouts.md#analysis); 0: this process runs no controller
+    rollout_analysis_seconds: float = Field(default=10.0, ge=0, le=3600)
+    # signed webhooks (docs/webhooks.md): the waits between a failed attempt and the next
+    # (comma-separated durations: ms, s, m, h; the Standard Webhooks recommendation after the
+    # first, immediate attempt), at most this many attempts per delivery, each given this
+    # long, the delivery loop's poll interval (0: this process delivers nothing) and how many
+    # deliveries one process sends at once
+    webhook_retry_schedule: str = "5s,5m,30m,2h,5h,10h"
+    webhook_max_attempts: int = Field(default=7, ge=1, le=50)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    webhook_poll_seconds: float = Field(default=1.0, ge=0, le=3600)
+    webhook_concurrency: int = Field(default=4, ge=1, le=64)
+
+    @field_validator("webhook_retry_schedule")
+    @classmethod
+    def _retry_schedule(cls, value: str) -> str:
+        retry_schedule(value)  # ValueError naming the bad part
+        return value
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -127,6 +149,9 @@ class Settings(BaseSettings):
     def resolved_tuf_metadata_dir(self) -> Path:
         return (self.tuf_metadata_dir or self.data_dir / "mirror" / "tuf").resolve()
 
+    def resolved_webhook_retry_schedule(self) -> tuple[float, ...]:
+        return retry_schedule(self.webhook_retry_schedule)
+
     def resolved_workers(self) -> int:
         """Server processes: ``workers`` if set; else 1 on SQLite (one writer at a time, so
         more processes only queue on its lock) and ``min(4, cpu_count)`` on PostgreSQL."""
@@ -135,6 +160,31 @@ class Settings(BaseSettings):
         if self.resolved_database_url().startswith("sqlite"):
             return 1
         return min(4, os.cpu_count() or 1)
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def retry_schedule(text: str) -> tuple[float, ...]:
+    """``"5s,5m,30m"`` as seconds; raises ValueError naming the part that is not a
+    duration (a number and a unit: ms, s, m, h; at most 1 day each; empty: no retries)."""
+    waits: list[float] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        unit = next((u for u in ("ms", "s", "m", "h") if part.endswith(u)), None)
+        try:
+            number = float(part[: -len(unit)]) if unit else float("nan")
+        except ValueError:
+            number = float("nan")
+        if unit is None or not 0 <= number * _UNITS[unit] <= 86_400:
+            raise ValueError(
+                f"{part!r} is not a duration (a number and ms, s, m or h; at most 24h)"
+            )
+        waits.append(number * _UNITS[unit])
+    if len(waits) > 49:
+        raise ValueError("more than 49 retries")
+    return tuple(waits)
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

@@ -5,12 +5,25 @@
 - ``parse_analysis``: the plan's thresholds and triggers, validated;
 - ``parse_step`` / ``make_step``: the step the registry's online key signs;
 - ``verify_step``: a step against its plan and the worker's memory (StepRefused);
-- ``bucket`` / ``in_candidate_cohort`` / ``resolve_digest``: which digest a worker runs.
+- ``bucket`` / ``in_candidate_cohort`` / ``resolve_digest``: which digest a worker runs;
+- ``parse_report_predicate`` / ``open_report`` / ``verify_report``: a worker's signed
+  fleet report (ReportInvalid naming the field, ReportUntrusted);
+- ``judge_step`` / ``capacity_check``: a step's analysis over a window of reports
+  (pass, fail, inconclusive) and the known-good pool's capacity before a step.
 """
 
 from modelward.attest.rollout._analysis import METRICS, parse_analysis, parse_duration
 from modelward.attest.rollout._cohort import BUCKETS, bucket, in_candidate_cohort
 from modelward.attest.rollout._errors import PlanInvalid, RolloutError, StepRefused
+from modelward.attest.rollout._judge import (
+    Capacity,
+    Judgement,
+    WindowReport,
+    capacity_check,
+    inside_thresholds,
+    judge_step,
+    newcombe_difference,
+)
 from modelward.attest.rollout._plan import (
     DEFAULT_STEPS,
     PLAN_FORMAT,
@@ -19,6 +32,19 @@ from modelward.attest.rollout._plan import (
     make_plan,
     parse_plan,
     parse_steps,
+)
+from modelward.attest.rollout._report import (
+    MAX_REPORT_BYTES,
+    REPORT_FORMAT,
+    REPORT_PREDICATE,
+    FleetReport,
+    OpenedReport,
+    ReportInvalid,
+    ReportUntrusted,
+    make_report_predicate,
+    open_report,
+    parse_report_predicate,
+    verify_report,
 )
 from modelward.attest.rollout._step import (
     STATES,
@@ -34,26 +60,44 @@ from modelward.attest.rollout._step import (
 __all__ = [
     "BUCKETS",
     "DEFAULT_STEPS",
+    "MAX_REPORT_BYTES",
     "METRICS",
     "PLAN_FORMAT",
+    "REPORT_FORMAT",
+    "REPORT_PREDICATE",
     "STATES",
     "STEP_FORMAT",
+    "Capacity",
+    "FleetReport",
+    "Judgement",
+    "OpenedReport",
     "PlanInvalid",
+    "ReportInvalid",
+    "ReportUntrusted",
     "RolloutError",
     "RolloutPlan",
     "RolloutStep",
     "SeenStep",
     "StepRefused",
+    "WindowReport",
     "bucket",
     "canonical_json",
+    "capacity_check",
     "in_candidate_cohort",
+    "inside_thresholds",
+    "judge_step",
     "make_plan",
+    "make_report_predicate",
     "make_step",
+    "newcombe_difference",
+    "open_report",
     "parse_analysis",
     "parse_duration",
     "parse_plan",
+    "parse_report_predicate",
     "parse_step",
     "parse_steps",
     "resolve_digest",
+    "verify_report",
     "verify_step",
 ]

@@ -15,6 +15,7 @@ triggers:              # abort at once when one fires
     metric: error_rate
     above: 0.05
     for: 2m
+manual: [50]           # optional: the controller pauses before these steps (rollout advance)
 ```
 """
 
@@ -140,9 +141,22 @@ def _bad_for(value: object, field: str) -> int:
     raise PlanInvalid(field, f"{value!r} is not a duration (90s, 10m, 1h30m)")
 
 
+def _manual(doc: object) -> list[int]:
+    if not isinstance(doc, list) or not doc:
+        raise PlanInvalid("manual", "must be a non-empty list of step weights")
+    for i, weight in enumerate(doc):
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise PlanInvalid(f"manual[{i}]", f"{weight!r} is not a step weight (1..100)")
+    if len(set(doc)) != len(doc):
+        raise PlanInvalid("manual", f"a weight is named twice: {doc}")
+    return sorted(doc)
+
+
 def parse_analysis(raw: bytes) -> dict[str, Any]:
     """The canonical form of an analysis document: ``{"thresholds": {...}, "triggers":
-    [...]}``. Raises PlanInvalid (``analysis``, or the field at fault)."""
+    [...]}``, plus ``"manual": [weights]`` when the document names any (the steps the
+    controller pauses before, for ``rollout advance``; each must be a step of the plan,
+    which ``parse_plan`` checks). Raises PlanInvalid (``analysis``, or the field at fault)."""
     if len(raw) > MAX_ANALYSIS_BYTES:
         raise PlanInvalid("analysis", f"{len(raw)} bytes, more than {MAX_ANALYSIS_BYTES}")
     try:
@@ -151,10 +165,13 @@ def parse_analysis(raw: bytes) -> dict[str, Any]:
         raise PlanInvalid("analysis", f"not YAML or JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise PlanInvalid("analysis", "must be a mapping with thresholds and/or triggers")
-    _keys(doc, {"thresholds", "triggers"}, "analysis")
+    _keys(doc, {"thresholds", "triggers", "manual"}, "analysis")
     if not doc:
         raise PlanInvalid("analysis", "is empty: give thresholds and/or triggers")
-    return {
+    out: dict[str, Any] = {
         "thresholds": _thresholds(doc.get("thresholds", {})),
         "triggers": _triggers(doc.get("triggers", [])),
     }
+    if "manual" in doc:
+        out["manual"] = _manual(doc["manual"])
+    return out

@@ -188,8 +188,11 @@ def parse_plan(raw: bytes) -> RolloutPlan:
     if stable == candidate:
         raise PlanInvalid("candidate", f"is the stable digest {stable}: nothing to roll out")
     analysis = doc["analysis"]
-    if not isinstance(analysis, dict) or set(analysis) != {"thresholds", "triggers"}:
-        raise PlanInvalid("analysis", "must hold thresholds and triggers")
+    if not isinstance(analysis, dict) or set(analysis) - {"manual"} != {"thresholds", "triggers"}:
+        raise PlanInvalid("analysis", "must hold thresholds and triggers (and manual)")
+    manual = analysis.get("manual", [])
+    if not isinstance(manual, list) or any(w not in steps[1:] for w in manual):
+        raise PlanInvalid("analysis.manual", f"{manual!r}: each must be a later step of {steps}")
     analysis_sha = doc["analysis_sha256"]
     if analysis_sha is not None and not (
         isinstance(analysis_sha, str) and _SHA_RE.fullmatch(analysis_sha)

@@ -285,6 +285,10 @@ COMMANDS: dict[str, Entry] = {
         "Canary rollouts of an alias: a signed plan, signed steps (docs/rollouts.md).",
         "modelward.cli.rollout:rollout_app",
     ),
+    "webhook": Entry(
+        "Signed webhooks for rollout events, Standard Webhooks (docs/webhooks.md); admins.",
+        "modelward.cli.webhooks:webhook_app",
+    ),
 }
 
 # Exit codes (docs/cli.md#exit-codes): the one table of what an error means to a script.

@@ -108,7 +108,32 @@ def _plan_lines(state: Any) -> str:
             f"  {h.get('at')}  {h.get('actor')}  step {h.get('index')}  "
             f"{h.get('weight')}%  {h.get('state')}{why}"
         )
+    lines.extend(_fleet_lines(state.get("fleet")))
     return "\n".join(lines)
+
+
+def _fleet_lines(fleet: Any) -> list[str]:
+    """Which workers run which digest, per cohort (``rollout status``: the fleet reports)."""
+    if not fleet:
+        return []
+    workers = fleet.get("workers", [])
+    if not workers:
+        return ["  fleet: no worker has reported since the rollout began"]
+    lines = []
+    for name, totals in fleet.get("cohorts", {}).items():
+        lines.append(
+            f"  fleet {name}: {totals.get('workers')} workers ({totals.get('silent')} silent), "
+            f"capacity {totals.get('capacity')}, last reports {totals.get('requests')} "
+            f"requests, {totals.get('errors')} errors"
+        )
+    for w in workers:
+        off = "" if w.get("digest") == w.get("assigned") else f"  (assigned {w.get('assigned')})"
+        silent = "  SILENT" if w.get("silent") else ""
+        lines.append(
+            f"    {str(w.get('keyid'))[:16]}  {w.get('principal')}  {w.get('cohort')}  "
+            f"{w.get('digest')}  last {w.get('last_report_at')}{silent}{off}"
+        )
+    return lines
 
 
 @rollout_app.command("start")
@@ -198,6 +223,27 @@ def rollout_abort(ref: AliasRef, reason: ReasonOpt, *, as_json: AsJson = False) 
     with reported(as_json), registry_client() as client:
         state = client.abort_rollout(r.repo, str(r.alias), reason)
     emit(state, as_json, _plan_lines)
+
+
+def _analysis_lines(answer: Any) -> str:
+    lines = [
+        f"{answer.get('repository')}@{answer.get('alias')} rollout {answer.get('rollout_id')}: "
+        f"{answer.get('verdict') or '-'} -> {answer.get('action')}"
+    ]
+    lines += [f"  {reason}" for reason in answer.get("reasons") or []]
+    if answer.get("why"):
+        lines.append(f"  ({answer['why']})")
+    return "\n".join(lines)
+
+
+@rollout_app.command("analyze")
+def rollout_analyze(ref: AliasRef, *, as_json: AsJson = False) -> None:
+    """Judge the current step now and act as the controller would: pass advances, fail
+    aborts with the reason, inconclusive holds (docs/rollouts.md#analysis)."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        answer = client.analyze_rollout(r.repo, str(r.alias))
+    emit(answer, as_json, _analysis_lines)
 
 
 @rollout_app.command("status")

@@ -13,7 +13,7 @@ from modelward.attest.rollout import DEFAULT_STEPS
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller
 from modelward.registry.domains.blobs.streaming import check_digest
-from modelward.registry.domains.rollouts import service
+from modelward.registry.domains.rollouts import analysis, service, views
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
 
@@ -76,13 +76,28 @@ def abort(
     )
 
 
+@router.post("/{alias}/analyze")
+def analyze(org: str, name: str, alias: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """Judge the current step now and act on it as the rollout controller would: pass
+    advances (or pauses where the analysis's ``manual`` says), fail aborts, inconclusive
+    holds (docs/rollouts.md#analysis)."""
+    return analysis.analyze(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)
+
+
 @router.get("/{alias}")
 def status(org: str, name: str, alias: str, caller: AnyCaller, state: State) -> dict[str, Any]:
     """The alias's latest rollout: plan, signed step, history with times."""
-    return service.status(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)
+    return views.status(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)
 
 
 @router.get("/{alias}/weights")
 def weights(org: str, name: str, alias: str, caller: AnyCaller, state: State) -> dict[str, Any]:
     """The signed step's weights for request-level routers (docs/rollouts.md#weights)."""
-    return service.weights(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)
+    return views.weights(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)
+
+
+@router.get("/{alias}/history")
+def history(org: str, name: str, alias: str, caller: AnyCaller, state: State) -> dict[str, Any]:
+    """Every rollout of the alias, oldest first, each as ``GET .../rollouts/{alias}`` shows
+    one (``rollouts``; empty when none): what a release record gathers (docs/release.md)."""
+    return views.history(state, repo_name=f"{org}/{name}", alias=alias, caller=caller)

@@ -1,7 +1,7 @@
 """Rollouts: start (a plan through the alias decision and the alias's TUF role), advance
-one step at a time, abort toward the stable digest, status and weights
-(docs/rollouts.md). Every decision reads the signed state (``rollouts.signed``); the
-``rollouts`` and ``rollout_steps`` rows are the record of it.
+one step at a time, abort toward the stable digest (docs/rollouts.md); what they answer,
+and status, weights and history, are ``views``. Every decision reads the signed state
+(``rollouts.signed``); the ``rollouts`` and ``rollout_steps`` rows are the record of it.
 
 Authority (docs/rollouts.md#authority): the registry's online key signs the steps, and this
 module signs only
@@ -15,9 +15,9 @@ module signs only
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -38,19 +38,22 @@ from modelward.attest.rollout import (
 )
 from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
 from modelward.attest.tuf import online_role
-from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.moves import repository as moves
 from modelward.registry.domains.moves.service import decide, require_move_allowed
 from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
+from modelward.registry.domains.rollouts.views import rollout_json
 from modelward.registry.domains.trust.service import (
     repository,
     signed_aliases,
     sync,
     trust_of,
 )
+from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
 from modelward.registry.tuf.keys import ALIAS_KEY
@@ -58,9 +61,8 @@ from modelward.registry.tuf.proposals import add_signature, delegated_role_for, 
 from modelward.registry.tuf.repository import MetadataRepository
 from modelward.registry.tuf.service import delegated_as_wanted
 
-__all__ = ["abort", "advance", "start", "status", "weights"]
+__all__ = ["JudgedStep", "StepTaken", "abort", "advance", "start"]
 
-ACTIVE = ("planned", "running", "paused")
 MAX_REASON = 2000
 
 
@@ -70,26 +72,55 @@ class RolloutConflict(Conflict):
     code = "rollout_refused"
 
 
+class StepTaken(RolloutConflict):
+    """The signed step is no longer the one the analysis judged: another registry process
+    (or a person) acted first. The rollout controller does nothing then."""
+
+
+@dataclass(frozen=True)
+class JudgedStep:
+    """What the rollout controller acts on (registry/domains/rollouts/analysis.py): the
+    rollout and the signed step index it judged (None: no step yet), whether to pause there
+    instead of advancing (the analysis's ``manual``), and what to record in the same write
+    transaction as the signed step (the verdict, the rollback figures)."""
+
+    rollout_id: str
+    index: int | None
+    pause: bool = False
+    record: Callable[[Session, Rollout], None] | None = None
+
+
+def _require_judged(row: Rollout, seen: SeenStep | None, judged: JudgedStep) -> None:
+    index = None if seen is None else seen.index
+    if row.rollout_id != judged.rollout_id or index != judged.index:
+        raise StepTaken(
+            f"rollout {judged.rollout_id} step {judged.index} was judged, the signed step is "
+            f"{row.rollout_id} {index}: acted on already"
+        )
+    if judged.pause and (seen is None or seen.state == "paused"):
+        raise StepTaken(f"rollout {judged.rollout_id} is already paused at step {index}")
+
+
+def _require_passed(session: Session, row: Rollout, index: int) -> None:
+    """A plan with an analysis advances past ``index`` only after that step's analysis
+    passed (docs/rollouts.md#analysis)."""
+    verdict = session.scalar(
+        select(RolloutStepRow.verdict)
+        .where(RolloutStepRow.rollout_pk == row.id, RolloutStepRow.step_index == index)
+        .order_by(RolloutStepRow.seq.desc())
+        .limit(1)
+    )
+    if verdict != "pass":
+        raise RolloutConflict(
+            f"rollout {row.rollout_id}: step {index}'s analysis has not passed (verdict "
+            f"{verdict or 'none yet'}); the plan advances only after it passes "
+            "(modelward rollout analyze)",
+            detail={"index": index, "verdict": verdict},
+        )
+
+
 def _plan_error(exc: PlanInvalid) -> BadRequest:
     return BadRequest(str(exc), code="invalid_rollout_plan", detail={"field": exc.field})
-
-
-def _active(session: Session, repo_id: int, alias: str) -> Rollout | None:
-    return session.scalars(
-        select(Rollout)
-        .where(Rollout.repo_id == repo_id, Rollout.alias == alias, Rollout.state.in_(ACTIVE))
-        .order_by(Rollout.id.desc())
-        .limit(1)
-    ).first()
-
-
-def _latest(session: Session, repo_id: int, alias: str) -> Rollout | None:
-    return session.scalars(
-        select(Rollout)
-        .where(Rollout.repo_id == repo_id, Rollout.alias == alias)
-        .order_by(Rollout.id.desc())
-        .limit(1)
-    ).first()
 
 
 def _tuf(session: Session, state: AppState, repo_name: str, caller: Caller) -> MetadataRepository:
@@ -189,7 +220,7 @@ def start(
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
         # (4): one rollout at a time
-        running = _active(session, repo_row.id, alias)
+        running = active_rollout(session, repo_row.id, alias)
         if running is not None:
             raise RolloutConflict(
                 f"{repo_name}@{alias} has a rollout under way ({running.rollout_id}, "
@@ -256,7 +287,8 @@ def start(
                 "proposal": proposal.id,
             },
         )
-        return _json(session, repo, repo_name, row, proposal)
+        _notify(session, "rollout.started", repo_name, row, at=(None, 0), why=reason, caller=caller)
+        return rollout_json(session, repo, repo_name, row, proposal)
 
 
 def _refuse_over_completed(
@@ -271,7 +303,7 @@ def _refuse_over_completed(
     """A completed rollout whose plan is still in force runs every worker on its candidate;
     a new plan from the same stable digest would send them back. Its candidate becomes the
     stable digest by a move of the alias (signed as any), which ends the plan."""
-    latest = _latest(session, repo_id, alias)
+    latest = latest_rollout(session, repo_id, alias)
     plan = signed_plan(repo, repo_name, alias)
     if (
         latest is not None
@@ -361,7 +393,13 @@ def _signed_or_refused(repo: MetadataRepository, row: Rollout, repo_name: str) -
 
 
 def advance(
-    state: AppState, *, repo_name: str, alias: str, reason: str, caller: Caller
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    reason: str,
+    caller: Caller,
+    judged: JudgedStep | None = None,
 ) -> dict[str, Any]:
     """The next step of the rollout under way, one at a time.
 
@@ -372,12 +410,17 @@ def advance(
        (a quarantine since the start refuses);
     4. the step is signed with the online key (``completed`` at the plan's last step),
        recorded and audited ``rollout.advance``.
+
+    A plan with an analysis advances past a step only after its analysis passed (or the
+    controller paused it for a person); ``judged``: the controller's action, taken only if
+    the signed step is still the one it judged (else StepTaken), ``paused`` at the same
+    index when ``judged.pause``.
     """
     # (1) and (3) first, outside the write transaction (it judges the bundle): the
     # candidate judged is the signed plan's, never the row's
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = _active(session, repo_row.id, alias)
+        row = active_rollout(session, repo_row.id, alias)
         if row is None:
             raise NotFound(f"{repo_name}@{alias} has no rollout under way")
         plan = _signed_or_refused(repository(session, state), row, repo_name)
@@ -386,7 +429,7 @@ def advance(
     )
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = _active(session, repo_row.id, alias)
+        row = active_rollout(session, repo_row.id, alias)
         if row is None or row.plan_sha256 != plan.sha256:
             raise RolloutConflict(
                 f"{repo_name}@{alias}: the rollout changed while its candidate was judged; "
@@ -413,7 +456,12 @@ def advance(
                     detail={"state": step.state},
                 )
             seen = SeenStep(step.rollout_id, step.index, step.state)
-        index = 0 if seen is None else seen.index + 1
+        if judged is not None:
+            _require_judged(row, seen, judged)
+        elif plan.analysis_sha256 is not None and seen is not None and seen.state != "paused":
+            _require_passed(session, row, seen.index)
+        pause = judged is not None and judged.pause and seen is not None
+        index = 0 if seen is None else seen.index + (0 if pause else 1)
         last = len(plan.steps) - 1
         # (4): sign it
         weight = _publish_step(
@@ -423,15 +471,17 @@ def advance(
             row,
             plan,
             index=index,
-            step_state="completed" if index == last else "running",
+            step_state="paused" if pause else "completed" if index == last else "running",
             reason=reason,
             seen=seen,
             caller=caller,
         )
+        if judged is not None and judged.record is not None:
+            judged.record(session, row)
         append(
             session,
             actor=caller.name,
-            action="rollout.advance",
+            action="rollout.pause" if pause else "rollout.advance",
             subject=f"{repo_name}@{alias}",
             details={
                 "rollout_id": plan.rollout_id,
@@ -440,31 +490,44 @@ def advance(
                 "reason": reason,
             },
         )
-        return _json(session, repo, repo_name, row, None)
+        done = "rollout.completed" if index == last else "rollout.advanced"
+        _notify(session, done, repo_name, row, at=(index, weight), why=reason, caller=caller)
+        return rollout_json(session, repo, repo_name, row, None)
 
 
 def abort(
-    state: AppState, *, repo_name: str, alias: str, reason: str, caller: Caller
+    state: AppState,
+    *,
+    repo_name: str,
+    alias: str,
+    reason: str,
+    caller: Caller,
+    judged: JudgedStep | None = None,
 ) -> dict[str, Any]:
     """Abort the rollout under way toward the stable digest: an ``aborted`` step (weight 0)
     signed with the online key, at the signed step's index (0 before the first). A plan
     not yet signed is withdrawn instead (nothing signed names it). Who may move the alias
     may abort (step (1) of the alias decision, for the stable digest); audited
-    ``rollout.abort`` with the reason."""
+    ``rollout.abort`` with the reason. ``judged``: the rollout controller's abort of a
+    failed analysis (the online key may always abort; StepTaken when that rollout is no
+    longer under way), with what it records in the same transaction."""
     if not reason.strip():
         raise BadRequest("an abort needs a --reason", code="reason_required")
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = _active(session, repo_row.id, alias)
+        row = active_rollout(session, repo_row.id, alias)
         if row is None:
             raise NotFound(f"{repo_name}@{alias} has no rollout under way")
         stable = row.stable
-    _may_move(state, repo_name, alias, stable, caller)
+    if judged is None:
+        _may_move(state, repo_name, alias, stable, caller)
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = _active(session, repo_row.id, alias)
+        row = active_rollout(session, repo_row.id, alias)
         if row is None:
             raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        if judged is not None and row.rollout_id != judged.rollout_id:
+            raise StepTaken(f"rollout {judged.rollout_id} is no longer under way")
         repo = _tuf(session, state, repo_name, caller)
         plan = signed_plan(repo, repo_name, alias)
         if plan is None or plan.sha256 != row.plan_sha256:
@@ -495,6 +558,8 @@ def abort(
                 seen=None,
                 caller=caller,
             )
+        if judged is not None and judged.record is not None:
+            judged.record(session, row)
         append(
             session,
             actor=caller.name,
@@ -502,7 +567,39 @@ def abort(
             subject=f"{repo_name}@{alias}",
             details={"rollout_id": row.rollout_id, "reason": reason},
         )
-        return _json(session, repo, repo_name, row, None)
+        at = row.step_index if row.step_index >= 0 else None
+        _notify(session, "rollout.aborted", repo_name, row, at=(at, 0), why=reason, caller=caller)
+        return rollout_json(session, repo, repo_name, row, None)
+
+
+def _notify(
+    session: Session,
+    event_type: str,
+    repo_name: str,
+    row: Rollout,
+    *,
+    at: tuple[int | None, int],
+    why: str | None,
+    caller: Caller,
+) -> None:
+    """The signed webhook of this decision, in its transaction (docs/webhooks.md#events):
+    ``at`` is the step's (index, weight)."""
+    index, weight = at
+    enqueue(
+        session,
+        event_type,
+        {
+            "repository": repo_name,
+            "alias": row.alias,
+            "rollout_id": row.rollout_id,
+            "plan_sha256": row.plan_sha256,
+            "index": index,
+            "weight": weight,
+            "state": row.state,
+            "reason": why,
+            "actor": caller.name,
+        },
+    )
 
 
 def _may_move(state: AppState, repo_name: str, alias: str, digest: str, caller: Caller) -> None:
@@ -521,112 +618,3 @@ def _may_move(state: AppState, repo_name: str, alias: str, digest: str, caller: 
             judged=frozenset({"1"}),
         )
     )
-
-
-def _history(session: Session, row: Rollout) -> list[dict[str, Any]]:
-    return [
-        {
-            "index": h.step_index,
-            "weight": h.weight,
-            "state": h.state,
-            "reason": h.reason,
-            "actor": h.actor,
-            "tuf_version": h.tuf_version,
-            "verdict": h.verdict,
-            "at": iso(h.at),
-        }
-        for h in session.scalars(
-            select(RolloutStepRow)
-            .where(RolloutStepRow.rollout_pk == row.id)
-            .order_by(RolloutStepRow.seq)
-        )
-    ]
-
-
-def _when(value: datetime | None) -> str | None:
-    return iso(value) if value is not None else None
-
-
-def _json(
-    session: Session,
-    repo: MetadataRepository,
-    repo_name: str,
-    row: Rollout,
-    proposal: TufProposal | None,
-) -> dict[str, Any]:
-    plan = signed_plan(repo, repo_name, row.alias)
-    plan_signed = plan is not None and plan.sha256 == row.plan_sha256
-    current = signed_step(repo, repo_name, row.alias)
-    step = None
-    if current is not None and current[0].rollout_id == row.rollout_id and plan_signed:
-        assert plan is not None  # noqa: S101 - plan_signed says so
-        try:
-            verified = verify_step(plan, current[0])
-            step = {
-                "index": verified.index,
-                "weight": verified.weight,
-                "state": verified.state,
-                "reason": verified.reason,
-                "tuf_version": current[1],
-            }
-        except StepRefused as exc:
-            step = {"refused": str(exc)}
-    answer: dict[str, Any] = {
-        "repository": repo_name,
-        "alias": row.alias,
-        "rollout_id": row.rollout_id,
-        "state": row.state,
-        "plan": json.loads(row.plan_json),
-        "plan_sha256": row.plan_sha256,
-        "plan_signed": plan_signed,
-        "proposal": row.proposal_id,
-        "signed_step": step,
-        "history": _history(session, row),
-        "created_at": iso(row.created_at),
-        "finished_at": _when(row.finished_at),
-        "analysis": row.analysis_text,
-    }
-    if proposal is not None:
-        answer["proposal_state"] = proposal.state
-    return answer
-
-
-def status(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
-    """The alias's latest rollout: plan, whether it is signed, the signed step, history."""
-    with state.db.read() as session:
-        repo_row = get_repo(session, repo_name, caller)
-        row = _latest(session, repo_row.id, alias)
-        if row is None:
-            raise NotFound(f"{repo_name}@{alias} has never had a rollout")
-        return _json(session, repository(session, state), repo_name, row, None)
-
-
-def weights(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
-    """The signed step's weights, for request-level routers (docs/rollouts.md#weights):
-    ``backends``, each ``{digest, weight}`` summing to 100; the stable digest at 100 when no
-    rollout is under way, before its first step and after an abort."""
-    with state.db.read() as session:
-        get_repo(session, repo_name, caller)
-        stable = signed_aliases(session, repo_name).get(alias)
-        repo = repository(session, state)
-        plan = signed_plan(repo, repo_name, alias)
-        current = signed_step(repo, repo_name, alias)
-    answer: dict[str, Any] = {"repository": repo_name, "alias": alias, "rollout_id": None}
-    weight, step_state, index = 0, None, None
-    if plan is not None and plan.stable == stable:
-        answer.update(rollout_id=plan.rollout_id, plan_sha256=plan.sha256)
-        if current is not None and current[0].rollout_id == plan.rollout_id:
-            try:
-                step = verify_step(plan, current[0])
-            except StepRefused:
-                step = None
-            if step is not None:
-                weight, step_state, index = step.weight, step.state, step.index
-        answer["backends"] = [
-            {"digest": plan.stable, "weight": 100 - weight},
-            {"digest": plan.candidate, "weight": weight},
-        ]
-    else:
-        answer["backends"] = [{"digest": stable, "weight": 100}] if stable else []
-    answer.update(state=step_state, index=index)
-    return answer
