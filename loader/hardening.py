@@ -106,6 +106,7 @@ _ALLOWED: Mapping[str, tuple[bool, str | None]] = {
     "--api-key": (True, None),
     "--root-path": (True, None),
     "--disable-log-requests": (False, None),
+    "--shutdown-timeout": (True, None),  # how long SIGTERM drains (boot --follow sets it)
 }
 _INT_KWARGS = frozenset({"max_num_seqs", "max_num_batched_tokens", "block_size"})
 _FLOAT_KWARGS = frozenset({"gpu_memory_utilization"})

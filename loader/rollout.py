@@ -71,6 +71,7 @@ class RolloutResolution:
     weight: int
     state: str  # planned, running, paused, aborted, completed
     candidate: bool  # whether this worker is in the candidate cohort
+    stable: str = ""  # the plan's stable digest (the known-good bundle a worker keeps warm)
 
 
 def _custom(target: TargetFile, key: str, what: str) -> bytes:
@@ -195,4 +196,5 @@ def resolve_rollout(
         weight=step.weight if step is not None else 0,
         state=step.state if step is not None else "planned",
         candidate=digest == plan.candidate,
+        stable=plan.stable,
     )

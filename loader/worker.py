@@ -80,6 +80,10 @@ class BootOptions:
     audit_key: str | None = None  # the registry's checkpoint verifier key (NAME+ID+KEY)
     worker_key_path: Path | None = None  # where worker_key came from (named in hints)
     cpu_kvcache_gib: int | None = None  # --cpu-kvcache-space (None: env var, else default)
+    # --serve: what runs while the server serves (its return is the exit status); None:
+    # wait for the server to exit. ``boot --follow``/``--report-interval`` hand it to
+    # ``loader.follow.Follower`` (docs/loader.md#following-a-rollout)
+    serving_loop: Callable[[ServedEngine, PulledBundle, ServingConfig], int] | None = None
 
 
 @dataclass
@@ -370,7 +374,10 @@ def _serve(
     try:
         if options.ready_file is not None:
             _write_ready_file(options.ready_file, pulled, result)
-        result.exit_code = served.wait()
+        if options.serving_loop is not None:
+            result.exit_code = options.serving_loop(served, pulled, config)
+        else:
+            result.exit_code = served.wait()
     except BaseException:
         served.stop()
         raise

@@ -18,6 +18,7 @@ fraction of a second.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -384,12 +385,54 @@ def boot(
         ),
     ] = None,
     cpu_kvcache_space: KvCacheOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="--serve: follow the alias's assignment for this --worker-key (rollout "
+            "cohorts), switching bundles safely (docs/loader.md#following-a-rollout)",
+        ),
+    ] = False,
+    poll: Annotated[
+        float | None,
+        typer.Option(
+            "--poll",
+            metavar="SECONDS",
+            min=0.1,
+            max=3600,
+            help="--follow: seconds between assignment checks (default 10)",
+        ),
+    ] = None,
+    report_interval: Annotated[
+        float | None,
+        typer.Option(
+            "--report-interval",
+            metavar="SECONDS",
+            min=0.1,
+            max=3600,
+            help="--serve: send a signed fleet report of the engine's metrics every SECONDS",
+        ),
+    ] = None,
+    drain_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--drain-seconds",
+            metavar="SECONDS",
+            min=0,
+            max=86400,
+            help="--follow: on a switch, seconds the old server may finish requests in "
+            "flight before they are cancelled (default 30)",
+        ),
+    ] = None,
 ) -> None:
     """Pull, verify and boot a bundle with its pinned, hardened vLLM configuration.
 
     Extra vLLM arguments go after --; any not on the allowlist, or that would weaken the
     pinning, are refused before vLLM is loaded (docs/loader.md#hardening). The trust flags
-    are the worker's policy. Exit 0 when the boot counts (also when the registry refused the
+    are the worker's policy. With --serve and --worker-key: --report-interval sends signed
+    fleet reports of the server's metrics, and --follow switches the served bundle as the
+    alias's rollout assigns this worker (docs/loader.md#following-a-rollout). Exit 0 when the
+    boot counts (also when the registry refused the
     signed baseline: it is then kept locally and the report says baseline_attached false),
     1 refused or failed, 2 usage; with --serve, the server's exit status.
     """
@@ -397,7 +440,21 @@ def boot(
         fail("--ready-file needs --serve", code=2)
     if ready_file is not None and not ready_file.parent.is_dir():
         fail(f"--ready-file {ready_file}: {ready_file.parent} is not a directory", code=2)
+    _check_follow_flags(
+        reference,
+        serve=serve,
+        worker_key=worker_key,
+        follow=follow,
+        poll=poll,
+        report_interval=report_interval,
+        drain_seconds=drain_seconds,
+        unsigned_aliases=trust.flags.unsigned_aliases,
+    )
     extra_args = tuple(ctx.args)
+    if follow and not any(a.split("=")[0] == "--shutdown-timeout" for a in extra_args):
+        # vLLM drains on SIGTERM only this long (docs/loader.md#following-a-rollout)
+        drain = 30 if drain_seconds is None else math.ceil(drain_seconds)
+        extra_args = (*extra_args, "--shutdown-timeout", str(drain))
     _check_boot_input(extra_args, serve=serve, kvcache=cpu_kvcache_space)
 
     from modelward.attest.errors import DigestMismatch, TreeRuleError
@@ -423,6 +480,19 @@ def boot(
     with stdout_reserved(trust.json_output):
         require_vllm()
         with usage_errors(), _client() as client, _progress("pull") as (advance, _total):
+            if key is not None and (follow or report_interval is not None):
+                options = _with_follower(
+                    options,
+                    client,
+                    reference,
+                    cache=_cache(trust.cache_dir),
+                    flags=flags,
+                    key=key,
+                    follow=follow,
+                    poll=poll,
+                    report_interval=report_interval,
+                    drain_seconds=drain_seconds,
+                )
             try:
                 result = boot_bundle(
                     client,
@@ -440,6 +510,89 @@ def boot(
     else:
         _print_boot(result, timings)
     raise typer.Exit(result.exit_code)
+
+
+def _check_follow_flags(
+    reference: str,
+    *,
+    serve: bool,
+    worker_key: Path | None,
+    follow: bool,
+    poll: float | None,
+    report_interval: float | None,
+    drain_seconds: float | None,
+    unsigned_aliases: bool,
+) -> None:
+    """Refuse a misused --follow, --poll, --report-interval or --drain-seconds (exit 2)."""
+    from modelward.client.api import parse_reference
+    from modelward.loader.follow import follow_flags_problem
+
+    problem = follow_flags_problem(
+        serve=serve,
+        worker_key=worker_key is not None,
+        follow=follow,
+        given=[
+            ("--follow", follow),
+            ("--poll", poll is not None),
+            ("--report-interval", report_interval is not None),
+            ("--drain-seconds", drain_seconds is not None),
+        ],
+        reference_is_alias=parse_reference(reference).alias is not None,
+        unsigned_aliases=unsigned_aliases,
+    )
+    if problem is not None:
+        fail(problem, code=2)
+
+
+def _with_follower(
+    options: Any,
+    client: Any,
+    reference: str,
+    *,
+    cache: Cache,
+    flags: Any,
+    key: Any,
+    follow: bool,
+    poll: float | None,
+    report_interval: float | None,
+    drain_seconds: float | None,
+) -> Any:
+    """``options`` whose serving loop is a ``loader.follow.Follower`` over the server that
+    ``boot --serve`` started (it reports, and with --follow switches bundles)."""
+    import dataclasses
+
+    from modelward.loader.follow import Follower, FollowOptions, VllmLauncher
+
+    launcher = VllmLauncher(
+        host=options.host,
+        port=options.port,
+        extra_args=options.extra_args,
+        ready_timeout=options.ready_timeout,
+    )
+    follower = Follower(
+        client,
+        reference,
+        cache=cache,
+        flags=flags,
+        worker_key=key,
+        launcher=launcher,
+        options=FollowOptions(
+            follow=follow,
+            poll_seconds=poll if poll is not None else 10.0,
+            report_interval=report_interval,
+            drain_seconds=drain_seconds if drain_seconds is not None else 30.0,
+            ready_file=options.ready_file,
+        ),
+        log=_log,
+    )
+
+    def serving_loop(served: Any, pulled: Any, config: Any) -> int:
+        # later switches start the server as boot did, with the KV-cache size it chose
+        follower.launcher = dataclasses.replace(launcher, kv_cache=served.kv_cache)
+        follower.adopt(pulled.digest, pulled.directory, config, launcher.adopt(served))
+        return follower.run()
+
+    return dataclasses.replace(options, serving_loop=serving_loop)
 
 
 def baseline_entry(item: Any) -> dict[str, Any]:

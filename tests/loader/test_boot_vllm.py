@@ -459,6 +459,8 @@ def _start_serving(world: World, port: int, log_path: Path) -> subprocess.Popen[
                 str(port),
                 "--ready-file",
                 str(log_path.with_suffix(".ready")),
+                "--report-interval",  # signed fleet reports (docs/loader.md#following-a-rollout)
+                "2",
                 "--",
                 "--enforce-eager",
             ],
@@ -466,6 +468,40 @@ def _start_serving(world: World, port: int, log_path: Path) -> subprocess.Popen[
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def _wait_for_report(world: World, deadline: float) -> dict[str, Any]:
+    """The first fleet report in the registry's database signed by the worker key with
+    requests in it, its envelope verified with the worker key's public half."""
+    import time
+
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from modelward.attest.keys import keyid
+    from modelward.attest.rollout import open_report, verify_report
+    from modelward.registry.models import RolloutReport
+
+    engine = create_engine(world.reg.database_url)
+    try:
+        while time.monotonic() < deadline:
+            with Session(engine) as session:
+                rows = session.scalars(
+                    select(RolloutReport)
+                    .where(RolloutReport.worker_keyid == keyid(world.worker_private.public_key()))
+                    .order_by(RolloutReport.id)
+                ).all()
+            for row in rows:
+                if row.requests >= 1:
+                    envelope = bytes(row.envelope)
+                    opened = open_report(envelope)
+                    verified = verify_report(envelope, opened, world.worker_private.public_key())
+                    assert verified.worker_keyid == row.worker_keyid
+                    return dict(json.loads(row.predicate))
+            time.sleep(1)
+    finally:
+        engine.dispose()
+    raise AssertionError("no fleet report with requests reached the registry")
 
 
 def _served_baselines(world: World) -> list[dict[str, Any]]:
@@ -522,6 +558,14 @@ def test_serve_records_baseline_then_serves_and_forwards_sigterm(
             json={"model": model_id, "prompt": "hello world", "max_tokens": 4, "temperature": 0},
         )
         assert completion.status_code == 200, completion.text
+        # a signed report of the server's /metrics reached the registry
+        report = _wait_for_report(world, deadline)
+        assert report["digest"] == world.digest
+        assert report["rollout_id"] is None  # no rollout of canary
+        assert report["requests"] >= 1, report  # the baseline's probes and the completion
+        assert report["errors"] == 0, report
+        assert report["ttft_ms"]["p95"] is not None, report
+        assert report["capacity"] == 256, report  # vLLM's default max_num_seqs, no flag given
         proc.send_signal(signal.SIGTERM)
         proc.wait(180)
         with pytest.raises(httpx.HTTPError):

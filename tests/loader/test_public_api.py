@@ -43,6 +43,34 @@ EXPECTED = {
         "running_vllm_version",
     ],
     "loader.server": ["ServedEngine"],
+    "loader.follow": [
+        "EngineLauncher",
+        "FollowOptions",
+        "FollowRefused",
+        "FollowSource",
+        "Follower",
+        "KILL_AFTER_DRAIN_SECONDS",
+        "RunningEngine",
+        "VLLM_DEFAULT_CAPACITY",
+        "VllmEngine",
+        "VllmLauncher",
+        "follow_flags_problem",
+    ],
+    "loader.reporting": [
+        "Figures",
+        "MAX_METRICS_BYTES",
+        "ReportSender",
+        "ReportSetupError",
+        "Reporter",
+        "Scrape",
+        "SeqFile",
+        "Serving",
+        "VLLM",
+        "capacity_from_args",
+        "diff_scrapes",
+        "histogram_quantile",
+        "parse_metrics",
+    ],
     "loader.baseline": [
         "Baseline",
         "Comparison",
@@ -107,7 +135,7 @@ def test_importing_the_loader_does_not_import_vllm() -> None:
     import subprocess
     import sys
 
-    modules = ["cli.worker", "cli.replay", "loader.worker", "loader.server"]
+    modules = ["cli.worker", "cli.replay", "loader.worker", "loader.server", "loader.follow"]
     code = "import sys; " + "; ".join(f"import modelward.{m}" for m in modules)
     code += "; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

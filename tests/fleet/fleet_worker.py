@@ -1,0 +1,123 @@
+"""A serving worker of the fleet tests: ``loader.follow.Follower`` with the stand-in engine
+(``standin_engine.py``) instead of vLLM. A real process: real TUF resolution from the pinned
+root, real pulls and verification into its own cache, real signed reports.
+
+``python -m tests.fleet.fleet_worker REPO@ALIAS --cache-dir D --trust-root ROOT --public-key
+PEM --worker-key KEY --ready-file F [--poll S] [--report-interval S] [--drain-seconds S]``
+with ``MODELWARD_URL`` and ``MODELWARD_TOKEN`` in the environment. SIGTERM: drain, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from modelward.attest.policy import TrustFlags
+from modelward.client.api import RegistryClient
+from modelward.loader.cache import Cache
+from modelward.loader.errors import EngineFailed
+from modelward.loader.follow import Follower, FollowOptions, RunningEngine
+from modelward.loader.hardening import ServingConfig
+from modelward.loader.statements import load_worker_key
+
+STANDIN = Path(__file__).with_name("standin_engine.py")
+CAPACITY = 8  # what each stand-in admits at once (vLLM's max_num_seqs)
+
+
+class StandinEngine:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int) -> None:
+        self.proc = proc
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.metrics_url = f"{self.base_url}/metrics"
+        self.capacity = CAPACITY
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, drain_seconds: float) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # drain
+            try:
+                self.proc.wait(drain_seconds)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # cancel
+                self.proc.wait()
+
+
+class StandinLauncher:
+    def start(self, bundle_dir: Path, config: ServingConfig) -> RunningEngine:
+        proc = subprocess.Popen(
+            [sys.executable, str(STANDIN), "--bundle-dir", str(bundle_dir)],
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode().split()
+        if len(line) != 2 or line[0] != "PORT":
+            proc.kill()
+            raise EngineFailed(f"the stand-in engine said {line!r}, not PORT <n>")
+        engine = StandinEngine(proc, int(line[1]))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{engine.base_url}/v1/models", timeout=2).status_code == 200:
+                    return engine
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        engine.stop(0)
+        raise EngineFailed("the stand-in engine did not answer /v1/models")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("reference")
+    parser.add_argument("--cache-dir", type=Path, required=True)
+    parser.add_argument("--trust-root", type=Path, required=True)
+    parser.add_argument("--public-key", type=Path, required=True)
+    parser.add_argument("--worker-key", type=Path, required=True)
+    parser.add_argument("--ready-file", type=Path, required=True)
+    parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--report-interval", type=float, default=1.0)
+    parser.add_argument("--drain-seconds", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    client = RegistryClient(os.environ["MODELWARD_URL"], os.environ["MODELWARD_TOKEN"], timeout=30)
+    follower = Follower(
+        client,
+        args.reference,
+        cache=Cache(args.cache_dir),
+        flags=TrustFlags(public_keys=(args.public_key,), tuf_root=args.trust_root),
+        worker_key=load_worker_key(args.worker_key),
+        launcher=StandinLauncher(),
+        options=FollowOptions(
+            follow=True,
+            poll_seconds=args.poll,
+            report_interval=args.report_interval,
+            drain_seconds=args.drain_seconds,
+            ready_file=args.ready_file,
+            workers=2,
+        ),
+        log=lambda message: print(f"{time.time():.3f} {message}", file=sys.stderr, flush=True),
+    )
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        follower.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    follower.start()
+    try:
+        return follower.run()
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
