@@ -186,9 +186,11 @@ def _audit(
     digest: str,
     rows: set[int],
     role_subject: str,
+    rollout_ids: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The audit events around the promotion (``rows``: the registry's alias-history versions
-    shown as its context), and the registry's approvals from them."""
+    shown as its context; ``rollout_ids``: the release's rollouts, whose ``rollout.*`` events
+    it holds too), and the registry's approvals from them."""
     events: list[dict[str, Any]] = []
     approvals: dict[str, dict[str, Any]] = {}
     try:
@@ -200,7 +202,12 @@ def _audit(
             )
             about_bundle = subject == f"{repo}@{digest}"
             about_role = subject == role_subject
-            if not (about_alias or about_bundle or about_role):
+            about_rollout = (
+                subject == f"{repo}@{alias}"
+                and str(event.get("action", "")).startswith("rollout.")
+                and details.get("rollout_id") in rollout_ids
+            )
+            if not (about_alias or about_bundle or about_role or about_rollout):
                 continue
             events.append(event)
             if about_bundle and details.get("alias") == alias:
@@ -227,6 +234,59 @@ def _audit(
             ) from None
         raise
     return events, list(approvals.values())
+
+
+def _rollouts(
+    client: RegistryClient, repo: str, alias: str, version: int, role_versions: list[bytes]
+) -> dict[str, dict[str, Any]]:
+    """For each rollout of signed move ``version`` (``attest.release.signed_plans`` of the
+    alias's role versions: the plans it signed since the previous move), by rollout id: the
+    versions of ``ORG:NAME@=rollout`` from the first to the last that the registry says
+    signed one of its steps (consecutive: ``release verify`` holds them to it), and the
+    registry's status of it (unsigned context: times, verdicts, the rollback figures)."""
+    from tuf.api.metadata import Metadata, Targets
+
+    from modelward.attest.release import signed_moves, signed_plans
+    from modelward.attest.rollout.paths import rollout_role
+    from modelward.attest.tuf import alias_path
+
+    mds = [Metadata[Targets].from_bytes(data) for data in role_versions]
+    moves = signed_moves(alias_path(repo, alias), mds)
+    plans = signed_plans(repo, alias, mds, moves, version)
+    if not plans:
+        return {}
+    try:
+        statuses = {
+            str(r["rollout_id"]): r for r in client.rollout_history(repo, alias)["rollouts"]
+        }
+    except NotFoundError as exc:
+        raise ReleaseInputError(
+            f"{repo}@{alias}: the alias's role signed rollout plans "
+            f"({', '.join(p.plan.rollout_id for p in plans)}) but the registry lists no "
+            f"rollout history ({exc})"
+        ) from None
+    role = rollout_role(repo)
+    out: dict[str, dict[str, Any]] = {}
+    for signed in plans:
+        status = statuses.get(signed.plan.rollout_id)
+        signed_at = sorted(
+            int(h["tuf_version"])
+            for h in (status or {}).get("history") or []
+            if h.get("tuf_version") is not None
+        )
+        if signed_at and signed_at[-1] - signed_at[0] >= MAX_ROLE_VERSIONS:
+            raise ReleaseInputError(
+                f"rollout {signed.plan.rollout_id}: its steps span versions {signed_at[0]} to "
+                f"{signed_at[-1]} of TUF role {role}, more than a record holds "
+                f"({MAX_ROLE_VERSIONS})"
+            )
+        versions = (
+            [client.tuf_file(f"{v}.{role}.json") for v in range(signed_at[0], signed_at[-1] + 1)]
+            if signed_at
+            else []
+        )
+        out[signed.plan.rollout_id] = {"role_versions": versions, "registry": status}
+    return out
 
 
 def collect_release(
@@ -263,6 +323,7 @@ def collect_release(
         for h in history
         if h.get("to_digest") == digest or h.get("from_digest") == digest
     }
+    rollouts = _rollouts(client, repo, alias, version, tuf["role_versions"])
     events, approvals = _audit(
         client,
         repo,
@@ -270,6 +331,7 @@ def collect_release(
         digest=digest,
         rows=rows,
         role_subject=f"{tuf['role']} v{role_md.signed.version}",
+        rollout_ids=frozenset(rollouts),
     )
     try:
         checkpoint: dict[str, Any] | None = client.audit_checkpoint()
@@ -291,4 +353,5 @@ def collect_release(
         "approvals": approvals,
         "audit_events": events,
         "audit_checkpoint": checkpoint,
+        "rollouts": rollouts,
     }

@@ -13,15 +13,21 @@ history of the promotion and the audit events around it.
   states; ``make_record_statement`` and ``write_record`` make the signed file (``_build``).
 - ``signed_moves`` is the alias's history as its TUF role versions make it, the only history
   a record claims (``_moves``); the registry's alias-history rows are unsigned context.
-- ``verify_record`` is the one decision about a record file, offline, in five checks in the
-  order of the spec: file, tuf, signature, envelopes, digests (``_verify``, ``_digests``);
+- ``signed_plans`` and ``signed_steps`` are the release's rollouts as the alias's role and
+  ``ORG:NAME@=rollout`` sign them (``_rollouts``): the plans of the alias signed between the
+  previous move and this one, and each one's steps; the registry's times, verdicts and
+  rollback figures are unsigned context.
+- ``verify_record`` is the one decision about a record file, offline, in six checks in the
+  order of the spec: file, tuf, signature, envelopes, digests, rollouts (``_verify``,
+  ``_digests``, ``_rollouts``);
   ``verify_record_key`` applies its signer rule before a record is signed.
-- ``render_markdown`` and ``render_html`` are readable renderings (``_render``).
+- ``render_markdown`` and ``render_html`` are readable renderings, ``rollout_lines`` their
+  rollouts section (``_render``).
 
 Errors (the tree of attest.errors, one branch added)::
 
     VerificationError
-    └── ReleaseRecordInvalid   check (1-5 and its name), field, message
+    └── ReleaseRecordInvalid   check (1-6 and its name), field, message
 
     ValueError (the caller's input, not a finding about a record)
     ├── PinnedRootError        the --trust-root given is not a self-signed TUF root
@@ -49,7 +55,8 @@ from modelward.attest.release._model import (
     VerifiedRecord,
 )
 from modelward.attest.release._moves import signed_moves
-from modelward.attest.release._render import render_html, render_markdown
+from modelward.attest.release._render import render_html, render_markdown, rollout_lines
+from modelward.attest.release._rollouts import SignedPlan, signed_plans, signed_steps
 from modelward.attest.release._verify import verify_record, verify_record_key
 
 __all__ = [
@@ -59,6 +66,7 @@ __all__ = [
     "RecordKeyRefused",
     "RecordLimits",
     "ReleaseRecordInvalid",
+    "SignedPlan",
     "VerifiedRecord",
     "build_predicate",
     "classify_files",
@@ -66,7 +74,10 @@ __all__ = [
     "make_record_statement",
     "render_html",
     "render_markdown",
+    "rollout_lines",
     "signed_moves",
+    "signed_plans",
+    "signed_steps",
     "verify_record",
     "verify_record_key",
     "write_record",

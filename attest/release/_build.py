@@ -21,6 +21,7 @@ from modelward.attest.dsse import sign_envelope
 from modelward.attest.errors import AttestError
 from modelward.attest.release._model import ATTESTATION_SECTIONS, PREDICATE_TYPE, blob, sha256
 from modelward.attest.release._moves import signed_moves
+from modelward.attest.release._rollouts import build_rollouts, signed_plans
 from modelward.attest.statement import PredicateType, make_statement, strict_json_loads
 from modelward.attest.tuf import alias_path
 
@@ -242,13 +243,17 @@ def build_predicate(
     approvals: Sequence[Mapping[str, Any]],
     audit_events: Sequence[Mapping[str, Any]],
     audit_checkpoint: Mapping[str, Any] | None,
+    rollouts: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The release-record predicate from the bytes the caller fetched; every digest in it is
     computed here. ``version``: the alias's signed move (``attest.release.signed_moves`` of
     ``role_versions``, the alias's TUF role versions 1, 2, ... through the move after it or
     the current one); ``targets``: top-level targets versions delegating them;
     ``attestations``: the registry's listing entries (``data`` base64); ``history``: the
-    registry's alias-history rows, kept only as unsigned context.
+    registry's alias-history rows, kept only as unsigned context; ``rollouts``: for each
+    rollout of the release (``signed_plans``) by rollout id, ``role_versions`` (the versions
+    of ``ORG:NAME@=rollout`` that signed its steps, consecutive) and ``registry`` (its status
+    from the registry, kept as unsigned context).
 
     Raises ValueError when ``version`` is not a move of ``role_versions`` to a bundle, or the
     manifest is not that bundle's."""
@@ -331,6 +336,13 @@ def build_predicate(
         "registry_history": {"signed": False, "entries": context},
         "rollback": rollback,
         "audit": {"events": list(audit_events), "checkpoint": audit_checkpoint},
+        "rollouts": build_rollouts(
+            repository=repository,
+            alias=alias,
+            digest=parsed.digest,
+            plans=signed_plans(repository, alias, role_mds, moves, version),
+            fetched=rollouts or {},
+        ),
     }
 
 

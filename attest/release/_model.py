@@ -13,12 +13,19 @@ from typing import Any, Final
 from modelward.attest.errors import VerificationError
 
 PREDICATE_TYPE: Final = "https://modelward.dev/release-record/v1"  # == PredicateType.RELEASE_RECORD
-CHECKS: Final = {1: "file", 2: "tuf", 3: "signature", 4: "envelopes", 5: "digests"}
+CHECKS: Final = {
+    1: "file",
+    2: "tuf",
+    3: "signature",
+    4: "envelopes",
+    5: "digests",
+    6: "rollouts",
+}
 ATTESTATION_SECTIONS: Final = ("evaluations", "baselines", "replays")
 
 
 class ReleaseRecordInvalid(VerificationError):  # noqa: N818 - the name is the finding
-    """A release record fails ``check`` (1-5, named in CHECKS) at ``field``; the evidence is
+    """A release record fails ``check`` (1-6, named in CHECKS) at ``field``; the evidence is
     in the message."""
 
     def __init__(self, check: int, field_name: str, message: str) -> None:

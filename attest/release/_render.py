@@ -6,6 +6,7 @@ never embedded bytes, policy keys or payloads. Every value in the HTML is escape
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from typing import Any
 
 from modelward.attest.release._model import ATTESTATION_SECTIONS
 
-__all__ = ["render_html", "render_markdown"]
+__all__ = ["render_html", "render_markdown", "rollout_lines"]
 
 
 def _pinned_inputs(bundle: Mapping[str, Any]) -> list[str]:
@@ -121,6 +122,7 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
             f"{rollback.get('reason')}"
         )
     out.append(("Alias history", lines))
+    out.append(("Rollouts", rollout_lines(predicate)))
     audit = predicate["audit"]
     lines = [
         f"#{e['seq']} {e['at']} {e['actor']} {e['action']} {e['subject']} {e['hash']}"
@@ -134,6 +136,43 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         )
     out.append(("Audit events", lines or ["(none)"]))
     return out
+
+
+def rollout_lines(predicate: Mapping[str, Any]) -> list[str]:
+    """The rollouts of the release as plain-text lines: each plan's digests and steps, each
+    signed step with its version, the signed abort reason; then the registry's times,
+    verdicts and rollback figures, labelled unsigned."""
+    lines: list[str] = []
+    for item in predicate.get("rollouts") or []:
+        plan = json.loads(base64.b64decode(item["plan"]["data"]))
+        role = item["rollout_role"]["name"]
+        lines.append(
+            f"rollout {item['rollout_id']} ({item['outcome']}): {plan['stable']} -> "
+            f"{plan['candidate']}, steps {','.join(str(w) for w in plan['steps'])}, plan "
+            f"{item['plan']['sha256']} signed by the alias's role version "
+            f"{item['plan']['role_version']}"
+        )
+        for entry in item["steps"]:
+            step = json.loads(base64.b64decode(entry["data"]))
+            lines.append(
+                f"  step {step['index']} at {step['weight']}% {step['state']} ({role} version "
+                f"{entry['tuf_version']})" + (f": {step['reason']}" if step["reason"] else "")
+            )
+        if item.get("abort_reason") is not None:
+            lines.append(f"  abort reason (signed): {item['abort_reason']}")
+        registry = item.get("registry") or {}
+        for row in registry.get("history") or []:
+            lines.append(
+                f"  registry (unsigned): {row.get('state')} at {row.get('weight')}% by "
+                f"{row.get('actor')} at {row.get('at')}, verdict {row.get('verdict') or '-'}"
+            )
+        rollback = registry.get("rollback")
+        if rollback:
+            lines.append(
+                "  rollback figures (the registry's measurements, unsigned): "
+                + json.dumps(rollback, sort_keys=True)
+            )
+    return lines or ["(no rollout of the alias between the previous move and this one)"]
 
 
 def render_markdown(predicate: Mapping[str, Any]) -> str:

@@ -21,7 +21,12 @@ check that verifies it.
    this record (the top-level targets' or the alias role's) or one the caller gave;
 4. envelopes: every embedded envelope is about the subject and verifies (attest.dsse)
    where a key of the verified metadata, or one the caller gave, claims a signature;
-5. digests: every digest the record states matches the embedded bytes it names.
+5. digests: every digest the record states matches the embedded bytes it names;
+6. rollouts: the rollouts of the release (``_rollouts``) are exactly the plans the alias's
+   verified role signed between the previous move and this one, each with the steps
+   ``ORG:NAME@=rollout`` signed for it (verified by the top-level targets' delegation), in
+   an order the plan allows, and the signed abort reason; the registry's times, verdicts
+   and rollback figures are noted as unsigned.
 
 Expiry is not checked: a record is about the past (docs/release.md#what-it-does-not-prove).
 """
@@ -60,6 +65,7 @@ from modelward.attest.release._model import (
     get,
 )
 from modelward.attest.release._moves import signed_moves
+from modelward.attest.release._rollouts import check_rollouts
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Subject, TrustedKey, TrustSet, VerifiedStatement
 from modelward.attest.tuf import alias_path, online_role, public_key_of
@@ -87,6 +93,8 @@ class _Chain:
     targets_version: int  # the newest embedded top-level targets: the record is as of it
     record_keys: dict[str, PublicKeyTypes]  # may sign the record: top-level targets, the role
     metadata_keys: dict[str, PublicKeyTypes]  # every key the verified root and targets hold
+    role_versions: tuple[Metadata[Targets], ...] = ()  # the alias's role, 1 on, verified
+    targets: tuple[Metadata[Targets], ...] = ()  # the top-level targets, oldest first, verified
 
 
 def verify_record(
@@ -96,7 +104,7 @@ def verify_record(
     limits: RecordLimits = RecordLimits(),
 ) -> VerifiedRecord:
     """Verify a release record file offline against ``trust_root`` (root.json bytes) and
-    ``public_keys`` the caller trusts besides the chain's. Checks 1-5 in order
+    ``public_keys`` the caller trusts besides the chain's. Checks 1-6 in order
     (docs/release.md#modelward-release-verify); returns what was established.
 
     Raises ReleaseRecordInvalid naming the check and the field at fault; PinnedRootError
@@ -129,6 +137,17 @@ def verify_record(
     _check_envelopes(predicate, statement.digest, {**chain.metadata_keys, **extra}, notes)
     # (5): digests: every digest the record states matches the bytes it names.
     check_digests(predicate, statement.digest, statement.version, notes)
+    # (6): rollouts: the plans and steps of this release, as the verified chain signs them.
+    check_rollouts(
+        predicate,
+        repository=statement.repository,
+        alias=statement.alias,
+        version=statement.version,
+        digest=statement.digest,
+        role_versions=chain.role_versions,
+        targets=chain.targets,
+        notes=notes,
+    )
     return VerifiedRecord(
         repository=statement.repository,
         alias=statement.alias,
@@ -358,6 +377,8 @@ def _check_tuf(statement: _Statement, pinned: Metadata[Root]) -> _Chain:
     return _Chain(
         role=role_name,
         targets_version=int(newest.signed.version),
+        role_versions=tuple(role_mds),
+        targets=tuple(all_targets),
         record_keys=record_signing_keys(trusted, newest, role_name, statement.repository),
         metadata_keys={
             **_usable(root.keys, root.keys),

@@ -103,6 +103,7 @@ def record(
         build_predicate,
         make_record_statement,
         render_markdown,
+        rollout_lines,
         verify_record_key,
         write_record,
     )
@@ -163,6 +164,15 @@ def record(
             "baselines": len(predicate["baselines"]),
             "replays": len(predicate["replays"]),
             "audit_events": len(predicate["audit"]["events"]),
+            "rollouts": [
+                {
+                    "rollout_id": r["rollout_id"],
+                    "outcome": r["outcome"],
+                    "steps": len(r["steps"]),
+                    "abort_reason": r["abort_reason"],
+                }
+                for r in predicate["rollouts"]
+            ],
             "markdown": str(markdown) if markdown else None,
             "html": str(html_out) if html_out else None,
         }
@@ -172,6 +182,9 @@ def record(
         f"wrote the release record of {rec['repository']}@{rec['alias']} version "
         f"{rec['version']} ({rec['digest']}) to {out}"
     )
+    if predicate["rollouts"]:
+        for line in rollout_lines(predicate):
+            typer.echo(f"  {line}")
 
 
 @release_app.command("verify")

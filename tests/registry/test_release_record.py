@@ -484,6 +484,7 @@ def test_public_surface_of_attest_release() -> None:
         "RecordKeyRefused",
         "RecordLimits",
         "ReleaseRecordInvalid",
+        "SignedPlan",
         "VerifiedRecord",
         "build_predicate",
         "classify_files",
@@ -491,12 +492,22 @@ def test_public_surface_of_attest_release() -> None:
         "make_record_statement",
         "render_html",
         "render_markdown",
+        "rollout_lines",
         "signed_moves",
+        "signed_plans",
+        "signed_steps",
         "verify_record",
         "verify_record_key",
         "write_record",
     ]
-    assert release.CHECKS == {1: "file", 2: "tuf", 3: "signature", 4: "envelopes", 5: "digests"}
+    assert release.CHECKS == {
+        1: "file",
+        2: "tuf",
+        3: "signature",
+        4: "envelopes",
+        5: "digests",
+        6: "rollouts",
+    }
 
 
 def test_record_signed_by_the_registry_online_alias_key_is_refused(
