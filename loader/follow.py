@@ -25,9 +25,12 @@ OpenAI server in production, a stand-in in the fleet tests) and, every tick:
    c. removes the readiness file, sends the old engine's last report, and drains it: SIGTERM
       (the server stops accepting and finishes the requests in flight) for up to
       ``drain_seconds``, then SIGKILL, which cancels whatever is still running;
-   d. re-hashes the new tree right before the engine opens it, starts it, and writes the
-      readiness file again. When the new engine does not start, the old bundle is started
-      again (it is verified in the cache); when that fails too, ``EngineFailed``.
+   d. re-hashes the new tree right before the engine opens it, starts it, records the
+      load's determinism baseline (``on_loaded``: ``boot --follow`` records and compares it
+      as a first boot does, ``loader.worker.record_load``; an enforced divergence refuses
+      the switch) and writes the readiness file again. When the new engine does not start
+      (or its baseline is refused), the old bundle is started again (it is verified in the
+      cache); when that fails too, ``EngineFailed``.
 
 Errors: ``FollowRefused`` (an ``InputError``) for a worker that cannot follow (no TUF root
 to verify assignments from); what ``pull_bundle`` and the launcher raise at the first start.
@@ -272,6 +275,9 @@ class Follower:
         self.refusals = 0
         self._stop = threading.Event()
         self.reporter: Reporter | None = None
+        # called on each engine a switch started (boot --follow: loader.worker.record_load,
+        # the baseline every load records); raising refuses the switch
+        self.on_loaded: Callable[[PulledBundle, ServingConfig, RunningEngine], None] | None = None
         if options.report_interval is not None:
             self.reporter = Reporter(
                 client,
@@ -446,11 +452,16 @@ class Follower:
         self._report()
         old.engine.stop(self.options.drain_seconds)
         # (d): re-hash, start the new one (the old one again when it cannot start)
+        engine = None
         try:
             verify_tree(pulled.directory, pulled.manifest)
             engine = self.launcher.start(pulled.directory, config)
+            if self.on_loaded is not None:  # every load records its baseline
+                self.on_loaded(pulled, config, engine)
         except (*_REFUSALS, EngineFailed) as exc:
             self.refusals += 1
+            if engine is not None:
+                engine.stop(0)
             self.log(f"REFUSED: {pulled.digest} did not start ({exc}); starting {old.digest} again")
             engine = self.launcher.start(old.directory, old.config)
             self._serve(_Current(old.digest, old.directory, old.config, engine))
@@ -490,7 +501,7 @@ class Follower:
             "digest": self.current.digest,
             "rollout_id": self.serving.rollout_id,
             "stable_warm": self.serving.stable_warm,
-            "baseline": None,  # recorded by the first boot only
+            "baseline": None,  # boot --follow records it (on_loaded); not in this file
         }
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(detail, sort_keys=True) + "\n")

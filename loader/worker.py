@@ -61,6 +61,7 @@ __all__ = [
     "boot_report",
     "check_boot_input",
     "load_bundle_spec",
+    "record_load",
 ]
 
 Log = Callable[[str], None]
@@ -355,18 +356,22 @@ def _serve(
     try:
         served.wait_ready(options.ready_timeout)
         result.timings["engine_boot"] = time.monotonic() - clock
-        fingerprint = collect_fingerprint(config, os.environ, entrypoint="openai-server")
-        baseline = _baseline(
-            served, fingerprint, pulled, spec, config, options=options, result=result
-        )
-        _compare_and_record(
-            client, pulled, baseline, options=options, result=result, cache=cache, log=log
+        baseline = _baseline_on_server(
+            client,
+            served,
+            pulled,
+            spec,
+            config,
+            options=options,
+            result=result,
+            cache=cache,
+            log=log,
         )
     except BaseException:
         served.stop()
         raise
     result.outcome = "serving"
-    _report(client, pulled, fingerprint, outcome="serving", detail=_detail(result), log=log)
+    _report(client, pulled, result.fingerprint, outcome="serving", detail=_detail(result), log=log)
     log(
         f"baseline {baseline.aggregate} {baseline_state(result)}; serving "
         f"{pulled.repo}@{pulled.digest} at {served.base_url}"
@@ -384,6 +389,70 @@ def _serve(
     finally:
         if options.ready_file is not None:
             options.ready_file.unlink(missing_ok=True)
+    return result
+
+
+def _baseline_on_server(
+    client: Any,
+    served: ServedEngine,
+    pulled: PulledBundle,
+    spec: Any,
+    config: ServingConfig,
+    *,
+    options: BootOptions,
+    result: BootResult,
+    cache: Cache,
+    log: Log,
+) -> Baseline:
+    """Step 7 on a ready server: record the baseline over HTTP, compare and attach it."""
+    fingerprint = collect_fingerprint(config, os.environ, entrypoint="openai-server")
+    baseline = _baseline(served, fingerprint, pulled, spec, config, options=options, result=result)
+    _compare_and_record(
+        client, pulled, baseline, options=options, result=result, cache=cache, log=log
+    )
+    return baseline
+
+
+def record_load(
+    client: Any,
+    served: ServedEngine,
+    pulled: PulledBundle,
+    config: ServingConfig,
+    *,
+    options: BootOptions,
+    cache: Cache,
+    log: Log,
+) -> BootResult:
+    """Steps 7 and 8 for a bundle a following worker switched to (``boot --follow``): every
+    load records a baseline on the server now serving ``pulled`` (verified by the caller),
+    compares it with the trusted ones and reports the boot, ``serving`` or ``refused``. An
+    enforced divergence raises ``BaselineDivergence``: the caller stops that server."""
+    result = BootResult(pulled=pulled, outcome="serving")
+    spec = load_bundle_spec(pulled.directory)
+    try:
+        baseline = _baseline_on_server(
+            client,
+            served,
+            pulled,
+            spec,
+            config,
+            options=options,
+            result=result,
+            cache=cache,
+            log=log,
+        )
+    except (LoaderError, AttestError) as exc:
+        _report(
+            client,
+            pulled,
+            result.fingerprint,
+            outcome="refused",
+            detail={"reason": str(exc)},
+            log=log,
+        )
+        raise
+    _report(client, pulled, result.fingerprint, outcome="serving", detail=_detail(result), log=log)
+    log(f"baseline {baseline.aggregate} {baseline_state(result)} for {pulled.repo}@{pulled.digest}")
     return result
 
 

@@ -562,6 +562,7 @@ def _with_follower(
     import dataclasses
 
     from modelward.loader.follow import Follower, FollowOptions, VllmLauncher
+    from modelward.loader.worker import record_load
 
     launcher = VllmLauncher(
         host=options.host,
@@ -586,9 +587,14 @@ def _with_follower(
         log=_log,
     )
 
+    def record(pulled: Any, config: Any, engine: Any) -> None:
+        record_load(client, engine.served, pulled, config, options=options, cache=cache, log=_log)
+
     def serving_loop(served: Any, pulled: Any, config: Any) -> int:
-        # later switches start the server as boot did, with the KV-cache size it chose
+        # later switches start the server as boot did, with the KV-cache size it chose, and
+        # record each load's baseline as boot did
         follower.launcher = dataclasses.replace(launcher, kv_cache=served.kv_cache)
+        follower.on_loaded = record
         follower.adopt(pulled.digest, pulled.directory, config, launcher.adopt(served))
         return follower.run()
 
