@@ -30,7 +30,8 @@ OpenAI server in production, a stand-in in the fleet tests) and, every tick:
       as a first boot does, ``loader.worker.record_load``; an enforced divergence refuses
       the switch) and writes the readiness file again. When the new engine does not start
       (or its baseline is refused), the old bundle is started again (it is verified in the
-      cache); when that fails too, ``EngineFailed``.
+      cache), and that digest is not switched to again until the worker restarts; when the
+      old one fails too, ``EngineFailed``.
 
 Errors: ``FollowRefused`` (an ``InputError``) for a worker that cannot follow (no TUF root
 to verify assignments from); what ``pull_bundle`` and the launcher raise at the first start.
@@ -273,6 +274,10 @@ class Follower:
         self.current: _Current | None = None
         self.switches = 0
         self.refusals = 0
+        # digests whose load failed here (the engine did not start, or its baseline was
+        # refused): not switched to again until the worker restarts, so a bad bundle does
+        # not cost an engine restart at every poll
+        self.failed_loads: set[str] = set()
         self._stop = threading.Event()
         self.reporter: Reporter | None = None
         # called on each engine a switch started (boot --follow: loader.worker.record_load,
@@ -426,8 +431,15 @@ class Follower:
             )
             return
         self._note(resolution)
-        if self.current is not None and resolution.digest != self.current.digest:
-            self._switch(resolution.digest)
+        if self.current is None or resolution.digest == self.current.digest:
+            return
+        if resolution.digest in self.failed_loads:
+            self.log(
+                f"REFUSED: {self.reference}: {resolution.digest} failed to load here before; "
+                f"still serving {self.current.digest} (restart the worker to try it again)"
+            )
+            return
+        self._switch(resolution.digest)
 
     def _switch(self, target: str) -> None:
         assert self.current is not None  # noqa: S101 - run() checked
@@ -460,6 +472,7 @@ class Follower:
                 self.on_loaded(pulled, config, engine)
         except (*_REFUSALS, EngineFailed) as exc:
             self.refusals += 1
+            self.failed_loads.add(pulled.digest)
             if engine is not None:
                 engine.stop(0)
             self.log(f"REFUSED: {pulled.digest} did not start ({exc}); starting {old.digest} again")

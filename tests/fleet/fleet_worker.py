@@ -10,6 +10,7 @@ with ``MODELWARD_URL`` and ``MODELWARD_TOKEN`` in the environment. SIGTERM: drai
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -24,9 +25,10 @@ import httpx
 from modelward.attest.policy import TrustFlags
 from modelward.client.api import RegistryClient
 from modelward.loader.cache import Cache
-from modelward.loader.errors import EngineFailed
+from modelward.loader.errors import BaselineDivergence, EngineFailed
 from modelward.loader.follow import Follower, FollowOptions, RunningEngine
 from modelward.loader.hardening import ServingConfig
+from modelward.loader.pull import PulledBundle
 from modelward.loader.statements import load_worker_key
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
@@ -76,6 +78,15 @@ class StandinLauncher:
         raise EngineFailed("the stand-in engine did not answer /v1/models")
 
 
+def stand_in_baseline(pulled: PulledBundle, config: ServingConfig, engine: RunningEngine) -> None:
+    """What ``boot --follow`` does on each load (``loader.worker.record_load``: the baseline),
+    for the stand-in: a bundle whose ``standin.json`` says ``baseline_diverges`` is refused
+    as an enforced divergence would be."""
+    override = pulled.directory / "standin.json"
+    if override.is_file() and json.loads(override.read_text()).get("baseline_diverges"):
+        raise BaselineDivergence(f"{pulled.digest}: the stand-in's baseline diverges")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("reference")
@@ -111,6 +122,7 @@ def main(argv: list[str]) -> int:
     def stop(_signum: int, _frame: FrameType | None) -> None:
         follower.request_stop()
 
+    follower.on_loaded = stand_in_baseline
     signal.signal(signal.SIGTERM, stop)
     follower.start()
     try:

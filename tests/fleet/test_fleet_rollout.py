@@ -418,3 +418,32 @@ def test_worker_that_saw_an_abort_refuses_the_restarted_plan_and_keeps_serving(
     )
     assert worker.proc.poll() is None
     assert worker.digest() == lone.stable
+
+
+def test_a_bundle_whose_load_is_refused_is_not_switched_to_and_the_old_one_serves_again(
+    lone: Fleet, tmp_path: Path
+) -> None:
+    """A switch whose new engine is refused at load (here its baseline diverges, as an
+    enforced divergence refuses it) starts the old bundle again, and the worker does not
+    retry that digest at every poll: it keeps serving, and reporting, the stable digest."""
+    candidate = _push(lone.publisher, lone.repo, tmp_path, {**GOOD, "baseline_diverges": 1})
+    started = lone.client.start_rollout(lone.repo, "prod", candidate, steps=[100])
+    assert sign(lone.reviewer, int(started["proposal"]))["state"] == "published"
+    lone.client.advance_rollout(lone.repo, "prod", "all at once")  # 100%: every worker
+    (worker,) = lone.workers
+    lone.wait_for(
+        lambda: "failed to load here before" in worker.log.read_text(), "the second refusal"
+    )
+    log = worker.log.read_text()
+    assert f"REFUSED: {candidate} did not start" in log
+    assert "the stand-in's baseline diverges" in log
+    assert log.count("switching ") == 1  # one attempt, not one per poll
+    lone.wait_for(lambda: worker.digest() == lone.stable, "the stable bundle serving again")
+    lone.wait_for(
+        lambda: (
+            [(w["digest"], w["assigned"]) for w in lone.status()["fleet"]["workers"]]
+            == [(lone.stable, candidate)]
+        ),
+        "a report of the stable digest under the candidate's step",
+        timeout=30,
+    )
