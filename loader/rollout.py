@@ -32,7 +32,6 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tuf.api.metadata import Metadata, Snapshot, TargetFile
 from tuf.ngclient import Updater
@@ -48,7 +47,7 @@ from modelward.attest.rollout import (
     resolve_digest,
     verify_step,
 )
-from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
+from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
 from modelward.loader.errors import RefusedError
 
 __all__ = ["RolloutRefused", "RolloutResolution", "resolve_rollout"]
@@ -76,14 +75,8 @@ class RolloutResolution:
 
 def _custom(target: TargetFile, key: str, what: str) -> bytes:
     """``custom[key]`` of a verified target, as the bytes the target's hash names."""
-    custom: Any = target.unrecognized_fields.get("custom")
-    value = custom.get(key) if isinstance(custom, dict) else None
-    data = value.encode() if isinstance(value, str) else b""
-    if (
-        not data
-        or len(data) != target.length
-        or hashlib.sha256(data).hexdigest() != target.hashes.get("sha256")
-    ):
+    data = signed_custom(target, key)
+    if not data:
         raise RolloutRefused(
             f"{what}: the signed target's custom.{key} is not the bytes its sha256 names"
         )

@@ -17,7 +17,6 @@ Pure: no network, no database, no environment.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from modelward.attest.rollout import (
     parse_step,
     verify_step,
 )
-from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
+from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
 
 __all__ = [
     "CHECK",
@@ -61,23 +60,6 @@ class SignedPlan:
 
     plan: RolloutPlan
     role_version: int
-
-
-def _custom(target: TargetFile | None, key: str) -> bytes | None:
-    """``custom[key]`` of a signed target as bytes, when they are the bytes its sha256 and
-    length name (what the signature covers); None otherwise."""
-    if target is None:
-        return None
-    custom: Any = target.unrecognized_fields.get("custom")
-    value = custom.get(key) if isinstance(custom, dict) else None
-    if not isinstance(value, str):
-        return None
-    data = value.encode()
-    if len(data) != target.length or hashlib.sha256(data).hexdigest() != target.hashes.get(
-        "sha256"
-    ):
-        return None
-    return data
 
 
 def _hash(target: TargetFile | None) -> str | None:
@@ -106,7 +88,7 @@ def signed_plans(
         target = md.signed.targets.get(path)
         current = _hash(target)
         if current != previous and current is not None and md.signed.version >= first:
-            data = _custom(target, "plan")
+            data = signed_custom(target, "plan")
             plan = _plan(data) if data is not None else None
             if (
                 plan is not None
@@ -138,7 +120,7 @@ def signed_steps(
         target = md.signed.targets.get(path)
         current = _hash(target)
         if current != previous and current is not None:
-            data = _custom(target, "step")
+            data = signed_custom(target, "step")
             step = _step(data) if data is not None else None
             if step is not None and step.rollout_id == rollout_id:
                 found.append((step, int(md.signed.version)))

@@ -6,11 +6,45 @@
   ``custom`` carries ``{"plan": <that JSON as a string>}``.
 - ``ORG/NAME/rollout-steps/ALIAS``: the current step, a target in ``ORG:NAME@=rollout``, a
   role only the registry's online alias key signs; ``custom``: ``{"step": <its JSON>}``.
+
+``signed_custom`` is the one reader of those ``custom`` bytes (the registry, every worker
+and ``release verify`` use it, so they cannot disagree on what a target signs).
 """
 
 from __future__ import annotations
 
-__all__ = ["rollout_path", "rollout_paths", "rollout_role", "step_path", "step_paths"]
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tuf.api.metadata import TargetFile
+
+__all__ = [
+    "rollout_path",
+    "rollout_paths",
+    "rollout_role",
+    "signed_custom",
+    "step_path",
+    "step_paths",
+]
+
+
+def signed_custom(target: TargetFile | None, key: str) -> bytes | None:
+    """The string ``custom[key]`` of a signed target as bytes, when they are the bytes the
+    target's sha256 and length name (what the signature covers, both ways); None otherwise
+    (no target, no such string, or other bytes)."""
+    if target is None:
+        return None
+    custom: Any = target.unrecognized_fields.get("custom")
+    value = custom.get(key) if isinstance(custom, dict) else None
+    if not isinstance(value, str):
+        return None
+    data = value.encode()
+    if len(data) != target.length or hashlib.sha256(data).hexdigest() != target.hashes.get(
+        "sha256"
+    ):
+        return None
+    return data
 
 
 def _repo_parts(repo: str) -> tuple[str, str]:

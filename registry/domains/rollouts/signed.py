@@ -9,9 +9,6 @@ therefore moves nothing.
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
-
 from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import TargetFile
 
@@ -22,27 +19,12 @@ from modelward.attest.rollout import (
     parse_plan,
     parse_step,
 )
-from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
+from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
 from modelward.registry.errors import NotFound
 from modelward.registry.tuf.proposals import delegated_role_for
 from modelward.registry.tuf.repository import MetadataRepository
 
-__all__ = ["custom_bytes", "signed_plan", "signed_step"]
-
-
-def custom_bytes(target: TargetFile, key: str) -> bytes | None:
-    """The string ``custom[key]`` of a signed target as bytes, when they hash to the
-    target's sha256 and length (what the signature covers both ways); None otherwise."""
-    custom: Any = target.unrecognized_fields.get("custom")
-    value = custom.get(key) if isinstance(custom, dict) else None
-    if not isinstance(value, str):
-        return None
-    data = value.encode()
-    if len(data) != target.length or hashlib.sha256(data).hexdigest() != target.hashes.get(
-        "sha256"
-    ):
-        return None
-    return data
+__all__ = ["signed_plan", "signed_step"]
 
 
 def _target(repo: MetadataRepository, role: str, path: str) -> TargetFile | None:
@@ -64,7 +46,7 @@ def signed_plan(repo: MetadataRepository, repo_name: str, alias: str) -> Rollout
     except NotFound:
         return None
     target = _target(repo, role.name, path)
-    data = custom_bytes(target, "plan") if target is not None else None
+    data = signed_custom(target, "plan") if target is not None else None
     if data is None:
         return None
     try:
@@ -85,7 +67,7 @@ def signed_step(
         return None
     if md is None or path not in md.signed.targets:
         return None
-    data = custom_bytes(md.signed.targets[path], "step")
+    data = signed_custom(md.signed.targets[path], "step")
     if data is None:
         return None
     try:
