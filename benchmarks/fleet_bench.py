@@ -147,7 +147,7 @@ class Tally:
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection: GET and read the answer (Content-Length only)."""
+    """One keep-alive HTTP/1.1 connection: a request and its answer (Content-Length only)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
@@ -155,13 +155,20 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def get(self, path: str, headers: str) -> tuple[int, dict[str, str], bytes]:
+        return await self.request("GET", path, headers)
+
+    async def request(
+        self, method: str, path: str, headers: str, body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(
                 self.fleet.host, self.fleet.port
             )
         assert self.reader is not None
+        if body:
+            headers += f"Content-Length: {len(body)}\r\n"
         self.writer.write(
-            f"GET {path} HTTP/1.1\r\nHost: {self.fleet.host}\r\n{headers}\r\n".encode()
+            f"{method} {path} HTTP/1.1\r\nHost: {self.fleet.host}\r\n{headers}\r\n".encode() + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")

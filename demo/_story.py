@@ -29,6 +29,14 @@ PRINCIPALS = (
     ("dave", "reviewer", "$DAVE_TOKEN", "second reviewer: prod needs two signatures"),
     ("worker-1", "reader", "$WORKER_TOKEN", "serving worker: pulls, verifies, boots vLLM"),
 )
+ANALYSIS = """\
+thresholds:
+  error_rate: {max: 0.01}
+  ttft_p95_ms: {max: 800}
+triggers:
+  - {name: sustained-errors, metric: error_rate, above: 0.05, for: 2m}
+"""
+CANARY_ABORT = "canary TTFT p95 1240 ms, over the 800 ms threshold"
 SOURCE_REVISION = "0123456789abcdef0123456789abcdef01234567"
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 FLIP_BYTE = (
@@ -76,6 +84,7 @@ class Story:
         self.skip_vllm = skip_vllm
         self.v1 = ""
         self.v2 = ""
+        self.v3 = ""
         self.v1_dir: Path | None = None
         self._commands: dict[tuple[str, ...], bool] = {}
 
@@ -265,6 +274,19 @@ class Story:
                 "bob proposes rolling prod back to v1, both reviewers sign; "
                 "the history records the rollback and workers pull v1 again.",
                 self.rollback,
+            ),
+            (
+                "Canary rollout",
+                "alice pushes v3; bob proposes rolling prod out to it in signed steps "
+                "(5, 20, 50, 100%) under an analysis with thresholds and triggers; carol and "
+                "dave sign the plan; the registry signs the first step: 5% of the workers.",
+                self.canary,
+            ),
+            (
+                "Canary aborted",
+                "the canary's TTFT is over the plan's threshold: bob aborts; the registry "
+                "signs the abort, every worker is back on v1, and the status records why.",
+                self.abort_canary,
             ),
             (
                 "Audit",
@@ -661,6 +683,69 @@ class Story:
             listed = self.r.run(["bundle", "list", REPO], env=self.as_("carol"))
             _expect(listed.stdout, "quarantined", "prod")
         return "prod -> v1 again (recorded as a rollback); the worker pulls v1"
+
+    def canary(self) -> str:
+        self.need("rollout", "start")
+        model = str(self.workdir / "model-v3")
+        self.r.run(["-m", "demo.make_model", model, "--seed", "2"], python=True, timeout=600)
+        self.r.run(["bundle", "init", model])
+        pushed = self.r.run(
+            ["push", model, REPO, "--sign", "--key", str(self.keys / "alice.key")],
+            env=self.as_("alice"),
+        )
+        self.v3 = _digest(pushed.stdout, "push")
+        analysis = self.workdir / "analysis.yaml"
+        analysis.write_text(ANALYSIS)
+        self.note(f"$DEMO/analysis.yaml: {ANALYSIS.strip()}")
+        ref = f"{REPO}@prod"
+        started = self.r.run(
+            [
+                "rollout",
+                "start",
+                ref,
+                "--to",
+                self.v3,
+                "--steps",
+                "5,20,50,100",
+                "--window",
+                "10m",
+                "--min-samples",
+                "500",
+                "--analysis",
+                str(analysis),
+                "--reason",
+                "release 3, canary first",
+            ],
+            env=self.as_("bob"),
+        )
+        proposal = re.search(r"proposal #(\d+)", started.stdout)
+        if proposal is None:
+            raise StepFailedError("rollout start did not name the plan's proposal")
+        for name in ("carol", "dave"):
+            self.r.run(
+                ["trust", "sign", proposal.group(1), "--key", str(self.keys / f"{name}.key")],
+                env=self.as_(name),
+            )
+        advanced = self.r.run(
+            ["rollout", "advance", ref, "--reason", "canary: 5% of the workers"],
+            env=self.as_("bob"),
+        )
+        _expect(advanced.stdout, "signed by the alias's role", "5% candidate")
+        weights = self.r.run(["rollout", "weights", ref], env=self.as_("worker-1"))
+        _expect(weights.stdout, f" 95%  {self.v1}", f"  5%  {self.v3}")
+        return f"bundle v3 = {self.v3[:19]}...; prod at step 1 of 4: 5% of the workers run v3"
+
+    def abort_canary(self) -> str:
+        self.need("rollout", "abort")
+        ref = f"{REPO}@prod"
+        self.r.run(["rollout", "abort", ref, "--reason", CANARY_ABORT], env=self.as_("bob"))
+        status = self.r.run(["rollout", "status", ref], env=self.as_("carol"))
+        _expect(status.stdout, "aborted", CANARY_ABORT)
+        weights = self.r.run(["rollout", "weights", ref], env=self.as_("worker-1"))
+        _expect(weights.stdout, f"100%  {self.v1}")
+        pulled = self.r.run(["pull", ref, *self.trust("cache-2")], env=self.as_("worker-1"))
+        _expect(pulled.stdout, self.v1)
+        return "rollout aborted (signed step, weight 0): prod's workers run v1; the reason is kept"
 
     def audit(self) -> str:
         self.need("audit", "verify")

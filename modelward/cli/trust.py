@@ -405,9 +405,23 @@ def trust_sign(
             expect_target=str(proposal["target"])
             if single and proposal.get("to_digest") is not None
             else None,
-            expect_digest=proposal.get("to_digest"),
+            expect_digest=_expected_digest(client, proposal),
         )
     emit(answer, as_json, signed_line)
+
+
+def _expected_digest(client: RegistryClient, proposal: dict[str, Any]) -> str | None:
+    """The digest the proposal's target must be set to: its ``to_digest``, except for a
+    rollout plan (``ORG/NAME/rollouts/ALIAS``), whose target is the plan's bytes and whose
+    ``to_digest`` is the candidate: there it is the sha256 of the plan ``rollout status``
+    shows for this proposal (docs/rollouts.md#the-plan), as ``rollout start --key`` expects."""
+    repo, sep, alias = str(proposal.get("target")).rpartition("/rollouts/")
+    if not sep:
+        return proposal.get("to_digest")
+    state = client.rollout_status(repo, alias)
+    if state.get("proposal") != proposal.get("id") or not state.get("plan_sha256"):
+        fail(f"proposal {proposal.get('id')} is not the plan of {repo}@{alias}'s latest rollout")
+    return f"sha256:{state['plan_sha256']}"
 
 
 def _refuse_unsigning(

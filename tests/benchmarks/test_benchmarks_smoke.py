@@ -78,6 +78,10 @@ SMOKE: dict[str, Smoke] = {
         ],
         ["| poll latency p99, ms |", "| time until 99% saw it, s |"],
     ),
+    "rollout_bench.py": Smoke(
+        ["--quick", "--out", "{out}"],
+        ["| route convergence p50 / p95 / max, s |", "| report ingest p50 / p95, ms |"],
+    ),
     "boot_bench.py": Smoke(
         ["--repeat", "1"], ["| - engine_boot", "| ratio modelward / bare |"], 600, ["vllm"]
     ),

@@ -42,6 +42,8 @@ STEPS = (
     "Release v2",
     "Quarantine",
     "prod rolled back",
+    "Canary rollout",
+    "Canary aborted",
     "Audit",
 )
 VLLM_STEPS = {"Boot vLLM and record a baseline", "Generate a reply"}
@@ -58,6 +60,15 @@ class DemoRun:
         return [
             line.strip()[2:] for line in self.output.splitlines() if line.strip().startswith("$ ")
         ]
+
+
+def audit_actions(demo: DemoRun) -> list[str]:
+    """The actions of the audit log the demo left behind, in order."""
+    db = sqlite3.connect(demo.workdir / "data" / "registry.db")
+    try:
+        return [row[0] for row in db.execute("SELECT action FROM audit_events ORDER BY seq")]
+    finally:
+        db.close()
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +163,7 @@ def test_tampered_blob_refused(demo: DemoRun) -> None:
 def test_quarantine_and_rollback(demo: DemoRun) -> None:
     assert "reviewer found an unexpected weight change" in demo.output
     assert "listed by the signed quarantine role" in demo.output
-    db = sqlite3.connect(demo.workdir / "data" / "registry.db")
-    try:
-        actions = [row[0] for row in db.execute("SELECT action FROM audit_events ORDER BY seq")]
-    finally:
-        db.close()
+    actions = audit_actions(demo)
     for action in (
         "repo.create",
         "bundle.quarantine",
@@ -166,6 +173,24 @@ def test_quarantine_and_rollback(demo: DemoRun) -> None:
         "alias.rollback",
         "denied",
     ):
+        assert action in actions, action
+
+
+def test_canary_step_then_abort(demo: DemoRun) -> None:
+    """A rollout of prod: the plan signed by both reviewers, one 5% step, then an abort that
+    sends every worker back to the stable bundle (issue 26)."""
+    commands = demo.commands()
+    for expected in (
+        "modelward rollout start acme/tiny-llama@prod",
+        "modelward trust sign",
+        "modelward rollout advance acme/tiny-llama@prod",
+        "modelward rollout abort acme/tiny-llama@prod",
+    ):
+        assert any(expected in c for c in commands), expected
+    assert "signed step 0 (5% candidate), running" in demo.output
+    assert "signed step 0 (0% candidate), aborted" in demo.output
+    actions = audit_actions(demo)
+    for action in ("rollout.start", "rollout.advance", "rollout.abort"):
         assert action in actions, action
 
 
