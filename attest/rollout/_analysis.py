@@ -3,8 +3,8 @@
 Pure. ``parse_analysis`` reads YAML or JSON (the strict reader: no anchors, no duplicate
 keys) and returns its canonical form, refusing anything it does not know with
 ``PlanInvalid`` naming the field. The registry stores the document verbatim; the plan
-carries the canonical form and the sha256 of the verbatim bytes. This slice only stores
-and signs them; judging a step against them is the analysis of a later slice.
+carries the canonical form and the sha256 of the verbatim bytes; ``judge_step``
+(``_judge.py``) judges a step against them.
 
 ```yaml
 thresholds:            # the candidate cohort must stay inside these over the window
