@@ -416,3 +416,53 @@ def test_the_webhook_commands(registry: Registry, receiver: Receiver) -> None:
     gone = registry.cli("webhook", "test", str(hook["id"]))
     assert gone.returncode == 1
     assert "no webhook endpoint" in gone.stderr
+
+
+def test_a_held_step_is_delivered_with_the_event_data_and_its_reasons(
+    registry: Registry, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The analysis holding a step (inconclusive: too few samples) sends ``rollout.held``
+    with the nine keys of every rollout event, its actor the controller, and the reasons."""
+    url = receiver.endpoint()
+    hook = registry.admin.add_webhook(url, ["rollout.held"])
+    publisher = new_publisher(registry)
+    repo = registry.repo(publisher, policy_yaml=ONLINE_POLICY)
+    client = publisher.actor.client
+    stable = push_new(publisher, repo, tmp_path)
+    client.set_alias(repo, "dev-a", stable)
+    candidate = push_new(publisher, repo, tmp_path)
+    started = client.start_rollout(
+        repo,
+        "dev-a",
+        candidate,
+        window_seconds=1,
+        min_samples=10_000,
+        analysis="thresholds:\n  error_rate: {max: 0.05}\n",
+    )
+    rollout_id = str(started["rollout_id"])
+    client.advance_rollout(repo, "dev-a", "first step")
+    time.sleep(1.5)  # the step's first window is over: only the samples are short
+    answer = client.analyze_rollout(repo, "dev-a")
+    assert answer["verdict"] == "inconclusive", answer
+
+    def held() -> list[Any]:
+        bodies = [verify(hook["secret"], got) for got in receiver.of(url)]
+        return [b for b in bodies if b["data"]["rollout_id"] == rollout_id]
+
+    (event,) = wait_for(lambda: held() or None, "the rollout.held delivery")
+    data = event["data"]
+    assert event["type"] == "rollout.held"
+    assert set(data) == {
+        "repository", "alias", "rollout_id", "plan_sha256", "index", "weight", "state",
+        "reason", "actor", "reasons",
+    }  # fmt: skip
+    assert (data["repository"], data["alias"], data["index"], data["weight"]) == (
+        repo,
+        "dev-a",
+        0,
+        5,
+    )
+    assert (data["state"], data["actor"]) == ("running", "rollout-controller")
+    assert data["plan_sha256"] == started["plan_sha256"]
+    assert any("fewer than the 10000" in r for r in data["reasons"]), data
+    assert "fewer than the 10000" in data["reason"]

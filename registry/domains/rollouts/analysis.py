@@ -239,10 +239,21 @@ def _hold(state: AppState, seen: _Seen, judgement: Judgement, doc: str) -> None:
             subject=f"{seen.repo_name}@{seen.alias}",
             details=details,
         )
-        enqueue(
+        enqueue(  # the data of every rollout event (docs/webhooks.md#events), and reasons
             session,
             "rollout.held",
-            {"repository": seen.repo_name, "alias": seen.alias, **details},
+            {
+                "repository": seen.repo_name,
+                "alias": seen.alias,
+                "rollout_id": seen.rollout_id,
+                "plan_sha256": seen.plan.sha256,
+                "index": details["index"],
+                "weight": seen.step.weight if seen.step is not None else 0,
+                "state": row.state,
+                "reason": "; ".join(judgement.reasons),
+                "actor": CONTROLLER,
+                "reasons": details["reasons"],
+            },
         )
 
 
