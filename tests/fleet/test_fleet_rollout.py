@@ -225,8 +225,10 @@ class Fleet:
         that move (``modelward release record``) and return its ``rollouts``."""
         proposal = self.client.set_alias(self.repo, "prod", digest, propose=True)["pending"]
         assert sign(self.reviewer, int(proposal["id"]))["state"] == "published"
-        key, out = self.tmp / "reviewer.key", self.tmp / "record.dsse.json"
-        save_private_key(self.reviewer.key, key)
+        self.stable = digest  # the alias names it now: every worker goes (or stays) there
+        key, out = self.tmp / "reviewer.key", self.tmp / f"{unique('record')}.dsse.json"
+        if not key.exists():  # the fleet, and its reviewer, serve several tests
+            save_private_key(self.reviewer.key, key)
         self.reg.cli(
             "release",
             "record",
@@ -257,10 +259,21 @@ def _serving(reg: Registry, tmp_path: Path, count: int) -> Iterator[Fleet]:
         f.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_fleet(reg: Registry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """20 workers serving ``prod``, booted once for the module (twenty processes cost)."""
+    yield from _serving(reg, tmp_path_factory.mktemp("fleet20"), FLEET)
+
+
 @pytest.fixture
-def fleet(reg: Registry, tmp_path: Path) -> Iterator[Fleet]:
-    """20 workers serving ``prod``."""
-    yield from _serving(reg, tmp_path, FLEET)
+def fleet(shared_fleet: Fleet) -> Fleet:
+    """The 20 workers, each serving ``prod``'s stable digest (the one the last test promoted,
+    whichever ran before: tests do not depend on their order)."""
+    shared_fleet.wait_for(
+        lambda: all(d == shared_fleet.stable for d in shared_fleet.fleet_digests().values()),
+        "every worker on the stable digest",
+    )
+    return shared_fleet
 
 
 @pytest.fixture

@@ -392,7 +392,7 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
 RETRYABLE = ("missing_blobs", "blob_collected", "garbage-collected")
 
 
-def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 4) -> None:
+def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 2) -> None:
     """``pushers`` threads push ``per_pusher`` bundles each through the CLI, and upload an
     orphan before each push, while GC runs again and again through the CLI with a tiny window.
     A push the GC outran (its blobs older than the window before its manifest committed) is
