@@ -458,16 +458,31 @@ def _keep_signing(state: AppState, stop: threading.Event, mirror: MetadataMirror
         first = False
 
 
+# What an anonymous scrape (``metrics_public``) gets: an allow-list, so that a metric added
+# later is for token holders until someone lists it here (docs/registry.md#metrics).
+PUBLIC_METRICS = frozenset({"modelward_http_requests", "modelward_http_request_seconds"})
+
+
+class _Listed(Collector):
+    """The families of ``metrics`` named in ``names``, nothing else."""
+
+    def __init__(self, metrics: CollectorRegistry, names: frozenset[str]) -> None:
+        self.metrics, self.names = metrics, names
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in self.metrics.collect() if family.name in self.names)
+
+
 def _metrics_text(request: Request, st: AppState, metrics: CollectorRegistry) -> bytes:
-    """``/metrics``: the HTTP metrics (any token, or none when ``metrics_public``) and, for a
-    caller with a token, the domain gauges (registry/domain_metrics.py; docs/registry.md)."""
+    """``/metrics``: for a caller with a token, every metric of this process and the domain
+    gauges (registry/domain_metrics.py); without one (``metrics_public``), only those
+    ``PUBLIC_METRICS`` lists (docs/registry.md#metrics)."""
     from modelward.registry.domain_metrics import domain_metrics
 
-    caller = None
-    if not st.settings.metrics_public or "authorization" in request.headers:
-        caller = caller_from_request(request, st)
-    body = generate_latest(metrics)
-    return body + domain_metrics(st, caller) if caller is not None else body
+    if st.settings.metrics_public and "authorization" not in request.headers:
+        return generate_latest(_Listed(metrics, PUBLIC_METRICS))
+    caller = caller_from_request(request, st)
+    return generate_latest(metrics) + domain_metrics(st, caller)
 
 
 def _domain_collectors(app: FastAPI, metrics: CollectorRegistry) -> None:
