@@ -18,6 +18,10 @@ import sys
 # Plain (click) help: it honours metavars and starts without importing rich's renderer.
 os.environ.setdefault("TYPER_USE_RICH", "0")
 
+from typing import Annotated, Any
+
+import typer
+
 from modelward.cli._lazy import Entry, LazyGroup
 
 __all__ = ["COMMANDS", "app", "is_modelward_error", "main"]
@@ -317,6 +321,41 @@ _EXIT_CODES: tuple[tuple[str, str, int], ...] = (
 )
 
 
+def _print_version(ctx: typer.Context, value: bool) -> None:
+    """``--version``: the installed package's version (its metadata), then exit 0."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("modelward")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from modelward import __version__ as installed
+    typer.echo(f"modelward {installed}")
+    raise typer.Exit(0)
+
+
+def _root_options() -> list[Any]:
+    """The root command's own options (``--version``), built as Typer builds any option."""
+    options = typer.Typer()
+
+    @options.command()
+    def _root(
+        _version: Annotated[
+            bool,
+            typer.Option(
+                "--version",
+                callback=_print_version,
+                is_eager=True,
+                expose_value=False,
+                help="Print modelward's version (the installed package's) and exit.",
+            ),
+        ] = False,
+    ) -> None: ...
+
+    return list(typer.main.get_command(options).params)
+
+
 app = LazyGroup(
     name="modelward",
     help=(
@@ -328,6 +367,7 @@ app = LazyGroup(
     ),
     table=COMMANDS,
     no_args_is_help=True,
+    params=_root_options(),
 )
 
 

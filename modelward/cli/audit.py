@@ -14,11 +14,32 @@ from modelward.cli.common import console, err_console, fail
 from modelward.cli.remote import AsJson, emit, print_json, registry_client, reported
 
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
-    pass
+    from modelward.attest.audit.signed_note import NoteVerifier
 
 __all__ = ["audit_app"]
 
 audit_app = typer.Typer(name="audit", help="Read and verify the audit log.", no_args_is_help=True)
+
+
+def _verifier_key(text: str) -> NoteVerifier:
+    """``--key``: the registry's checkpoint verifier key, or exit 2 saying what one looks
+    like and which file of the registry it is read from."""
+    from modelward.attest.audit.signed_note import MalformedKey, parse_verifier_key
+
+    try:
+        return parse_verifier_key(text)
+    except MalformedKey as exc:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        detail = "not three fields joined by '+'" if text.strip().count("+") < 2 else str(exc)
+        fail(
+            f"--key {shown!r} is not a checkpoint verifier key ({detail}): a verifier key is one "
+            "line NAME+ID+KEY, e.g. registry.example+1a2b3c4d+Af3q...= (the log's name, 8 hex "
+            "digits of key id, base64 of 0x01 and a 32-byte Ed25519 public key)",
+            hint="`modelward audit key --data-dir D` on the registry host prints it, read from "
+            "the registry's checkpoint key file (D/audit-checkpoint.key, or its "
+            "audit_checkpoint_key setting); pass the line it prints, not a file name",
+            code=2,
+        )
 
 
 @audit_app.command("log")
@@ -77,7 +98,6 @@ def audit_verify(
     """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from modelward.attest.audit.signed_note import MalformedKey, parse_verifier_key
     from modelward.attest.errors import AuditVerificationError, BrokenChain
     from modelward.client.audit import verify_through_api
     from modelward.registry.domains.audit.offline import verify_database
@@ -90,10 +110,7 @@ def audit_verify(
             hint="`modelward audit key` on the registry host prints it",
             code=2,
         )
-    try:
-        verifier = parse_verifier_key(key) if key else None
-    except MalformedKey as exc:
-        fail(f"--key: {exc}", code=2)
+    verifier = _verifier_key(key) if key else None
     saved = since.read_bytes() if since is not None else None
     try:
         if database_url:
@@ -166,14 +183,10 @@ def audit_checkpoint(
     --key KEY` proves the log only grew since.
     """
     from modelward.attest.audit.checkpoint import open_checkpoint, unsafe_read_checkpoint
-    from modelward.attest.audit.signed_note import MalformedKey, parse_verifier_key
     from modelward.attest.errors import AuditVerificationError
     from modelward.client.audit import checkpoint_from_answer
 
-    try:
-        verifier = parse_verifier_key(key) if key else None
-    except MalformedKey as exc:
-        fail(f"--key: {exc}", code=2)
+    verifier = _verifier_key(key) if key else None
     with reported(), registry_client() as client:
         answer = client.audit_checkpoint()
     try:

@@ -355,7 +355,10 @@ def quarantine_lift(
     def line(a: dict[str, Any]) -> str:
         where = f"{a['repository']}@{a['digest']}"
         if a.get("lifted"):
-            return f"lifted the quarantine of {where}: {a['reason']}"
+            return (
+                f"{where} is no longer quarantined ({a['reason']}); no alias was moved: a lift "
+                "never puts a bundle back on an alias (`modelward alias set` does)"
+            )
         return (
             f"proposed lifting the quarantine of {where} (proposal {a['proposal']}): it holds "
             f"until a reviewer signs: modelward quarantine lift {where} --reason TEXT --key KEY "

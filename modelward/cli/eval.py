@@ -195,7 +195,7 @@ def attach(
     try:
         tally = load_results(results)
     except EvaluationError as exc:
-        fail(str(exc))
+        fail(str(exc), code=2)  # a malformed --results file is bad input (exit 2)
     target = parse_reference(ref)
     with reported(), registry_client() as client:
         digest = client.resolve(target)

@@ -13,8 +13,8 @@ Each is a usage error: exit 2, stderr names the thing at fault, and no traceback
 commands run in one process (tests/registry/cli_batch.py), as the installed entry point runs
 them. The cases the issue named (a private key given to ``pull --public-key``, a public key to
 ``approve --key``, a missing or non-root ``--trust-root``, ``serve --port 99999``, ``--role
-superuser``) and the other two codes (1: refused; 3: the registry unreachable) are checked by
-name below.
+superuser``), issue 39's (a malformed ``eval attach --results`` file: 2; ``--version``: 0) and
+the other two codes (1: refused; 3: the registry unreachable) are checked by name below.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version as installed
 from pathlib import Path
 from typing import Any, get_args
 
@@ -266,6 +267,8 @@ def test_the_issue_cases_and_the_other_codes(registry: Registry, tmp_path: Path)
     reject = tmp_path / "not-root.json"
     reject.write_text(json.dumps({"signed": {"_type": "targets"}, "signatures": []}))
     missing_root = tmp_path / "missing-root.json"
+    bad_results = tmp_path / "results.jsonl"  # a malformed eval attach --results file
+    bad_results.write_text('{"case": "a", "candidate": true, "baseline": true}\nnot json\n')
     digest_ref = f"{world.repo}@{world.digest}"
     cache = str(tmp_path / "cache")
     cases = [
@@ -281,14 +284,19 @@ def test_the_issue_cases_and_the_other_codes(registry: Registry, tmp_path: Path)
         (["serve", "--port", "99999", "--data-dir", str(tmp_path / "d")], EXIT_USAGE, "port"),
         (["admin", "principal", "create", "bob", "--role", "superuser"], EXIT_USAGE,
          "superuser"),
+        (["eval", "attach", f"{world.repo}@dev", "--results", str(bad_results), "--key",
+          str(world.key)], EXIT_USAGE, str(bad_results)),
         # refused by the registry: 1
         (["alias", "get", f"{world.repo}@nothing-here"], EXIT_FAILED, "nothing-here"),
         (["bundle", "delete", f"{world.repo}@{GONE}", "--reason", "x"], EXIT_FAILED, GONE),
     ]  # fmt: skip
-    results = _run_batch(registry, tmp_path, [args for args, _, _ in cases])
-    for (args, code, named), result in zip(cases, results, strict=True):
+    results = _run_batch(registry, tmp_path, [*(args for args, _, _ in cases), ["--version"]])
+    for (args, code, named), result in zip(cases, results[:-1], strict=True):
         assert result["traceback"] is None, (args, result["traceback"])
         assert (result["code"], named in result["stderr"]) == (code, True), (args, result)
+    # --version: done (0), the installed package's version on stdout
+    version = results[-1]
+    assert (version["code"], version["stdout"]) == (0, f"modelward {installed('modelward')}\n")
 
 
 def test_an_unreachable_registry_exits_3() -> None:
