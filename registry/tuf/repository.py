@@ -46,30 +46,12 @@ from tuf.api.serialization import DeserializationError
 from tuf.repository import Repository
 
 from modelward.attest.errors import StaleProposal
-from modelward.registry.errors import RegistryError
-from modelward.registry.tuf.store import MetadataStore
+from modelward.registry.tuf.store import MetadataRowRefused, MetadataStore
 
 __all__ = ["Expiries", "MetadataRepository", "MetadataRowRefused", "new_root", "row_refusal"]
 
 TOP_LEVEL = (Root.type, Targets.type, Snapshot.type, Timestamp.type)
 MAX_UNVERIFIED = 64  # the default of ``MetadataRepository(max_unverified=)``
-
-
-class MetadataRowRefused(RegistryError):  # noqa: N818 - named after what it says
-    """A stored ``tuf_metadata`` row the registry will not build on, serve as current or
-    show as signed: it does not parse, or its signatures do not meet its delegation (a
-    database writer's garbage or forgery). The registry passes over it and signs the next
-    version over it; it is named in ``trust status``."""
-
-    status = 503
-    code = "tuf_metadata_refused"
-
-    def __init__(self, role: str, version: int, why: str) -> None:
-        super().__init__(
-            f"TUF metadata {role} v{version} refused: {why}",
-            detail={"role": role, "version": version, "why": why},
-        )
-        self.role, self.version, self.why = role, version, why
 
 
 def row_refusal(role: str, version: int, data: bytes) -> MetadataRowRefused | None:

@@ -19,16 +19,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from modelward.attest._fileio import write_output
+from modelward.registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 __all__ = [
+    "MAX_VERSION",
     "CommitListener",
     "DirectoryStore",
+    "MetadataRowRefused",
     "MetadataStore",
     "SessionStore",
     "add_commit_listener",
+    "beyond_refusal",
     "committed_writes",
     "export_metadata",
     "file_name",
@@ -37,6 +41,11 @@ __all__ = [
 
 TIMESTAMP = "timestamp"
 _VERSIONED = re.compile(r"([1-9][0-9]{0,17})\.(.+)\.json")
+# The largest version: what a file name carries (18 digits), below the 64-bit columns'
+# 2**63 - 1. A stored row past it is no version at all (a database writer's row): every read
+# of "the latest version" passes over it, and ``beyond_versions`` names it (``trust
+# status``: refused). A role at MAX_VERSION has no next version: the publish is refused.
+MAX_VERSION = 10**18 - 1
 _WRITTEN = "modelward.tuf_written"
 _commits = itertools.count(1)
 _commits_seen = 0
@@ -83,10 +92,39 @@ def add_commit_listener(listener: CommitListener) -> Callable[[], None]:
     return remove
 
 
+class MetadataRowRefused(RegistryError):  # noqa: N818 - named after what it says
+    """A stored ``tuf_metadata`` row the registry will not build on, serve as current or
+    show as signed: it does not parse, its signatures do not meet its delegation, or its
+    version leaves none to follow it (a database writer's garbage or forgery). The registry
+    passes over it and signs the next version over it; it is named in ``trust status``.
+    (Re-exported by ``registry.tuf.repository``, which decides most of them.)"""
+
+    status = 503
+    code = "tuf_metadata_refused"
+
+    def __init__(self, role: str, version: int, why: str) -> None:
+        super().__init__(
+            f"TUF metadata {role} v{version} refused: {why}",
+            detail={"role": role, "version": version, "why": why},
+        )
+        self.role, self.version, self.why = role, version, why
+
+
+def beyond_refusal(role: str, version: int) -> MetadataRowRefused:
+    """The refusal of a stored row that no next version can follow (at or past
+    ``MAX_VERSION``)."""
+    return MetadataRowRefused(
+        role, version, f"no version can follow it (the largest is {MAX_VERSION})"
+    )
+
+
 def file_name(role: str, version: int) -> str:
-    """The file a TUF client fetches for ``role`` at ``version`` (consistent snapshots)."""
+    """The file a TUF client fetches for ``role`` at ``version`` (consistent snapshots).
+    Raises ``MetadataRowRefused`` (naming the row it would follow) past ``MAX_VERSION``."""
     if "/" in role or role in ("", ".", ".."):
         raise ValueError(f"not a TUF role name: {role!r}")
+    if version > MAX_VERSION:
+        raise beyond_refusal(role, version - 1)
     if role == TIMESTAMP:
         return "timestamp.json"
     return f"{version}.{role}.json"
@@ -154,7 +192,8 @@ class DirectoryStore:
             if match is None:
                 continue
             role, version = match.group(2), int(match.group(1))
-            latest[role] = max(version, latest.get(role, 0))
+            if version <= MAX_VERSION:
+                latest[role] = max(version, latest.get(role, 0))
         marker = self.root / ".timestamp-version"
         if marker.exists():
             latest[TIMESTAMP] = int(marker.read_text())
@@ -186,6 +225,7 @@ class SessionStore:
 
         query = select(TufMetadata.data).where(TufMetadata.role == role)
         if version is None:
+            query = query.where(TufMetadata.version <= MAX_VERSION)
             query = query.order_by(TufMetadata.version.desc()).limit(1)
         else:
             query = query.where(TufMetadata.version == version)
@@ -214,7 +254,9 @@ class SessionStore:
         from modelward.registry.models import TufMetadata
 
         found = self.session.scalar(
-            select(func.max(TufMetadata.version)).where(TufMetadata.role == role)
+            select(func.max(TufMetadata.version)).where(
+                TufMetadata.role == role, TufMetadata.version <= MAX_VERSION
+            )
         )
         return None if found is None else int(found)
 
@@ -224,7 +266,23 @@ class SessionStore:
         from modelward.registry.models import TufMetadata
 
         rows = self.session.execute(
-            select(TufMetadata.role, func.max(TufMetadata.version)).group_by(TufMetadata.role)
+            select(TufMetadata.role, func.max(TufMetadata.version))
+            .where(TufMetadata.version <= MAX_VERSION)
+            .group_by(TufMetadata.role)
+        )
+        return {role: int(version) for role, version in rows}
+
+    def beyond_versions(self) -> dict[str, int]:
+        """Rows no next version can follow (``MAX_VERSION`` or past it): role -> the newest
+        such version. Passed over by every other read; ``trust status`` names them."""
+        from sqlalchemy import func, select
+
+        from modelward.registry.models import TufMetadata
+
+        rows = self.session.execute(
+            select(TufMetadata.role, func.max(TufMetadata.version))
+            .where(TufMetadata.version > MAX_VERSION)
+            .group_by(TufMetadata.role)
         )
         return {role: int(version) for role, version in rows}
 
@@ -233,7 +291,9 @@ class SessionStore:
 
         from modelward.registry.models import TufMetadata
 
-        query = select(TufMetadata.role, func.max(TufMetadata.version).label("v"))
+        query = select(TufMetadata.role, func.max(TufMetadata.version).label("v")).where(
+            TufMetadata.version <= MAX_VERSION
+        )
         if prefix is not None:
             query = query.where(
                 or_(

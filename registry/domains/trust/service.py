@@ -95,7 +95,7 @@ from modelward.registry.tuf.service import (
     sync_delegations,
 )
 from modelward.registry.tuf.service import row_seals as tuf_row_seals
-from modelward.registry.tuf.store import SessionStore
+from modelward.registry.tuf.store import SessionStore, beyond_refusal
 
 __all__ = [
     "DB_WRITER_OFFLINE",
@@ -1054,7 +1054,8 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
     stored row refused (``MetadataRowRefused``: it does not parse, or snapshot/timestamp not
     signed by root's key), and how this process's re-signing went (``refresh``). Reads
     only: it answers even while a key file is unusable (what ``refresh`` then reports)."""
-    repo = MetadataRepository(SessionStore(session), {}, expiries=trust_of(state.settings).expiries)
+    store = SessionStore(session)
+    repo = MetadataRepository(store, {}, expiries=trust_of(state.settings).expiries)
     now = repo.clock()
     chain = repo.root_chain()
 
@@ -1100,6 +1101,10 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
                 "refused": str(refused),
             }
         )
+    for role, version in sorted(store.beyond_versions().items()):  # no version can follow
+        refusal = str(beyond_refusal(role, version))
+        roles.append({"role": role, "version": version, "expires": None, "refused": refusal})
+        roles[-1].update(expires_soon=False, expired=False)
     keys = trust_of(state.settings).keys
     held = [r for r in ("root", "targets", "snapshot", "timestamp", ALIAS_KEY) if keys.has(r)]
     pending = session.scalar(
