@@ -42,7 +42,6 @@ __all__ = [
     "QUARANTINE_ROLE",
     "TargetChange",
     "alias_path",
-    "delegation_changes",
     "online_role",
     "open_role",
     "proposal_changes",
@@ -181,36 +180,6 @@ def proposal_changes(payload: bytes, previous: bytes | None) -> list[TargetChang
         for path in sorted(set(before) | set(after))
         if before.get(path) != after.get(path)
     ]
-
-
-def delegation_changes(payload: bytes, previous: bytes | None) -> list[str]:
-    """What a proposed top-level targets changes in its delegations against ``previous``:
-    one line per role added, removed or given other keys, threshold or paths."""
-
-    def roles(data: bytes | None) -> dict[str, tuple[list[str], int, list[str]]]:
-        if data is None:
-            return {}
-        delegations = Metadata[Targets].from_bytes(data).signed.delegations
-        return {
-            name: (sorted(r.keyids), r.threshold, list(r.paths or []))
-            for name, r in ((delegations.roles or {}) if delegations else {}).items()
-        }
-
-    before, after = roles(previous), roles(payload)
-    lines = []
-    for name in sorted(set(before) | set(after)):
-        if before.get(name) == after.get(name):
-            continue
-        if name not in after:
-            lines.append(f"role {name}: removed")
-            continue
-        keys, threshold, paths = after[name]
-        verb = "added" if name not in before else "changed"
-        lines.append(
-            f"role {name}: {verb}: {threshold} of {len(keys)} key(s) "
-            f"{', '.join(k[:12] for k in keys) or '(none)'}; paths {', '.join(paths)}"
-        )
-    return lines
 
 
 def sign_proposal_payload(payload: bytes, private_key: PrivateKeyTypes) -> Signature:

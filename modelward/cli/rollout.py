@@ -3,6 +3,7 @@ signed state (docs/rollouts.md)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -196,12 +197,25 @@ def rollout_start(
             reason=reason,
         )
         if private is not None and not state.get("plan_signed"):
+            # what this signer asked for; the plan is read from the bytes to be signed
+            asked: dict[str, Any] = {
+                "repository": r.repo,
+                "alias": str(r.alias),
+                "candidate": to,
+                "min_samples": min_samples,
+                "analysis_sha256": hashlib.sha256(text.encode()).hexdigest() if text else None,
+            }
+            if steps:
+                asked["steps"] = list(parse_steps(steps))
+            if window:
+                asked["window_seconds"] = parse_duration(window, "--window")
             sign_proposal(
                 client,
                 int(state["proposal"]),
                 private,
                 expect_target=f"{r.repo}/rollouts/{r.alias}",
-                expect_digest=f"sha256:{state['plan_sha256']}",
+                expect_digest=None,
+                expect_plan=asked,
             )
             state = client.rollout_status(r.repo, str(r.alias))
     emit(state, as_json, _plan_lines)

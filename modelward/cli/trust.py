@@ -13,6 +13,9 @@ the signature is made here: the private key never leaves this machine.
 from __future__ import annotations
 
 import base64
+import json
+import os
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,7 +35,11 @@ from modelward.cli.remote import (
 from modelward.cli.worker import trust_pin
 
 if TYPE_CHECKING:
+    from modelward.attest.rollout import RolloutPlan
+    from modelward.attest.signed_change import ProposedVersion
     from modelward.client.api import RegistryClient
+    from modelward.loader.signer_view import VerifiedRole
+    from modelward.loader.tuf_resolve import GivenRoot
 
 __all__ = [
     "alias_pending",
@@ -66,50 +73,6 @@ def load_key(path: Path, passphrase_env: str | None) -> Any:
         fail(str(exc), code=2)
 
 
-def _published(client: RegistryClient, role: str) -> bytes | None:
-    """``role`` as a worker reads it now, which is what a proposal of its next version is
-    made from: top-level targets as the current snapshot lists it; a delegated role at its
-    newest version, from the one the snapshot lists down, whose signatures meet that
-    targets' delegation (a version signed only by a key since revoked is passed over, as
-    the registry passes it over: its aliases are not what the signers sign again). None
-    when there is none: every target of the proposal is then shown as new."""
-    from securesystemslib.exceptions import UnverifiedSignatureError
-    from tuf.api.exceptions import UnsignedMetadataError
-    from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
-    from tuf.api.serialization import DeserializationError
-
-    from modelward.registry.tuf.repository import MAX_UNVERIFIED
-
-    timestamp = Metadata[Timestamp].from_bytes(client.tuf_file("timestamp.json"))
-    snapshot = Metadata[Snapshot].from_bytes(
-        client.tuf_file(f"{timestamp.signed.snapshot_meta.version}.snapshot.json")
-    )
-    meta = snapshot.signed.meta
-    if "targets.json" not in meta:
-        return None
-    targets = client.tuf_file(f"{meta['targets.json'].version}.targets.json")
-    if role == "targets":
-        return targets
-    listed = meta.get(f"{role}.json")
-    if listed is None:
-        return None
-    delegator = Metadata[Targets].from_bytes(targets).signed
-    for version in range(listed.version, max(0, listed.version - MAX_UNVERIFIED), -1):
-        data = client.tuf_file(f"{version}.{role}.json")
-        try:
-            md = Metadata[Targets].from_bytes(data)
-            delegator.verify_delegate(role, md.signed_bytes, md.signatures)
-        except (
-            DeserializationError,
-            UnsignedMetadataError,
-            UnverifiedSignatureError,
-            ValueError,
-        ):
-            continue
-        return data
-    return None
-
-
 def describe(proposal: dict[str, Any]) -> str:
     """One line for a proposal: what, from -> to, role version, signatures so far."""
     what = (
@@ -139,6 +102,120 @@ def describe(proposal: dict[str, Any]) -> str:
     )
 
 
+def _signer_root() -> GivenRoot | None:
+    """The root a signer gives on this machine: ``MODELWARD_TRUST_ROOT`` (a root.json),
+    checked against the cache's pin like a worker's ``--trust-root``; None: the pin."""
+    from modelward.loader.tuf_resolve import load_root
+
+    path = os.environ.get("MODELWARD_TRUST_ROOT")
+    return load_root(Path(path), "MODELWARD_TRUST_ROOT") if path else None
+
+
+def _verified_here(client: RegistryClient, role: str) -> VerifiedRole:
+    """``role`` as this machine verifies it now, from the signer's pinned root."""
+    from modelward.loader.cache import default_cache_dir
+    from modelward.loader.signer_view import verified_role
+
+    return verified_role(client, default_cache_dir(os.environ), _signer_root(), role)
+
+
+def verified_change(
+    client: RegistryClient, proposal: dict[str, Any]
+) -> tuple[ProposedVersion, VerifiedRole]:
+    """What signing ``proposal`` changes, computed on this machine from its bytes and the
+    version of its role verified from the signer's pinned root (docs/tuf.md#what-a-signer-
+    checks); exit 1 naming the check a proposal fails."""
+    from modelward.attest.signed_change import ProposalRefused, proposed_change
+
+    role = str(proposal["role"])
+    view = _verified_here(client, role)
+    if view.note:
+        err_console.print(f"note: {view.note}", markup=False)
+    try:
+        change = proposed_change(
+            base64.b64decode(proposal["payload"]),
+            view.data,
+            role=role,
+            delegation=view.delegation,
+            now=datetime.now(UTC),
+        )
+    except ProposalRefused as exc:
+        fail(f"proposal {proposal.get('id')} was not signed: {exc}")
+    return change, view
+
+
+def _plan_lines(path: str, plan: RolloutPlan) -> list[str]:
+    analysis = json.dumps(plan.analysis, sort_keys=True) if plan.analysis else "none"
+    return [
+        f"rollout plan {path} (plan sha256:{plan.sha256}, rollout {plan.rollout_id}):",
+        f"  stable     {plan.stable}",
+        f"  candidate  {plan.candidate}",
+        f"  steps      {', '.join(f'{w}%' for w in plan.steps)}",
+        f"  window     {plan.window_seconds} s per step; at least {plan.min_samples} samples",
+        f"  analysis   {analysis}",
+    ]
+
+
+_PLAN_FIELDS = ("repository", "alias", "stable", "candidate", "steps", "window_seconds",
+                "min_samples", "analysis", "analysis_sha256", "rollout_id")  # fmt: skip
+
+
+def _plan_disagreements(plan: RolloutPlan, other: Mapping[str, Any], whose: str) -> list[str]:
+    """Each field where ``other`` (the registry's description, or what the signer asked
+    for) says something else than the plan read from the bytes to be signed."""
+    signed = json.loads(plan.raw)
+    return [
+        f"{field}: the bytes to sign say {json.dumps(signed.get(field))}, {whose} "
+        f"{json.dumps(other[field])}"
+        for field in _PLAN_FIELDS
+        if field in other and other[field] != signed.get(field)
+    ]
+
+
+def _check_description(
+    client: RegistryClient, proposal: dict[str, Any], change: ProposedVersion
+) -> None:
+    """Refuse (exit 1, naming both) when the registry's description of the proposal says
+    something else than its bytes: the digest it sets its target to, a rollout plan."""
+    from modelward.client.errors import APIError
+
+    disagree: list[str] = []
+    target, to_digest = proposal.get("target"), proposal.get("to_digest")
+    by_path = {c.path: c for c in change.targets}
+    plan_target = isinstance(target, str) and "/rollouts/" in target
+    if isinstance(target, str) and to_digest and not plan_target and target in by_path:
+        after = by_path[target].after
+        if after != to_digest:
+            disagree.append(
+                f"{target}: the bytes to sign set it to {after}, the registry says {to_digest}"
+            )
+    for path, plan in change.plans.items():
+        repo, _, alias = path.partition("/rollouts/")
+        try:
+            state = client.rollout_status(repo, alias)
+        except APIError as exc:
+            disagree.append(f"{path}: the registry describes no rollout of it ({exc})")
+            continue
+        if path == target and state.get("proposal") != proposal.get("id"):
+            disagree.append(f"it is not the plan of {repo}@{alias}'s latest rollout")
+        elif isinstance(state.get("plan"), dict):
+            disagree += _plan_disagreements(plan, state["plan"], "the registry shows")
+            if state.get("plan_sha256") != plan.sha256:
+                disagree.append(
+                    f"plan sha256: the bytes to sign hash to {plan.sha256}, the registry "
+                    f"shows {state.get('plan_sha256')}"
+                )
+        if plan_target and to_digest and to_digest != plan.candidate:
+            disagree.append(
+                f"candidate: the bytes to sign say {plan.candidate}, the proposal says {to_digest}"
+            )
+    if disagree:
+        fail(
+            f"proposal {proposal.get('id')} was not signed: the registry's description "
+            "disagrees with the bytes to be signed: " + "; ".join(disagree)
+        )
+
+
 def sign_proposal(
     client: RegistryClient,
     proposal_id: int,
@@ -146,71 +223,114 @@ def sign_proposal(
     *,
     expect_target: str | None,
     expect_digest: str | None,
+    expect_plan: Mapping[str, Any] | None = None,
+    several: bool = True,
+    accept_signer_changes: bool = False,
 ) -> dict[str, Any]:
     """Sign proposal ``proposal_id`` with ``key`` here and send the signature.
 
-    Refuses (exit 1) a payload that changes any target other than ``expect_target``, or
-    sets it to anything but ``expect_digest``. A payload that changes nothing is not signed
-    and is a success: the answer is the proposal with ``unchanged`` true. ``expect_target``
-    None: every change is shown and signed as it is (``trust sign --yes``: top-level
-    targets, adoptions)."""
+    What it changes is computed on this machine (``verified_change``) and printed; the
+    registry's description of it must agree (``_check_description``). Refuses (exit 1) a
+    payload that changes any target other than ``expect_target``, or sets it to anything
+    but ``expect_digest`` (None: any digest), or carries a plan other than ``expect_plan``
+    (the fields the signer asked for). A change to who may sign that lets other keys, or
+    fewer, sign (``attest.signed_change.WEAKENING``) needs ``accept_signer_changes``; a
+    proposal of several changes needs ``several`` (exit 2 otherwise, once shown). A payload
+    that changes nothing is not signed and is a success: the answer is the proposal with
+    ``unchanged`` true. ``expect_target`` None: every change is shown and signed as it is
+    (``trust sign --yes``: top-level targets, adoptions)."""
     from modelward.attest.keys import keyid
-    from modelward.attest.tuf import (
-        delegation_changes,
-        proposal_changes,
-        sign_proposal_payload,
-    )
+    from modelward.attest.signed_change import describe_signer_change
+    from modelward.attest.tuf import sign_proposal_payload
 
     proposal = client.tuf_proposal(proposal_id)
-    payload = base64.b64decode(proposal["payload"])
-    role, version = str(proposal["role"]), int(proposal["version"])
-    if role == "targets":
-        previous = _published(client, role)
-        for line in delegation_changes(payload, previous) or ["no delegation changes"]:
-            err_console.print(f"signing targets v{version}: {line}", markup=False)
-    else:
-        changes = proposal_changes(payload, _published(client, role))
-        if proposal.get("target") == "resign":
-            # a re-signing changes nothing, read from the bytes to be signed: one that
-            # changes anything is not a re-signing and is refused
-            if changes:
-                fail(
-                    f"proposal {proposal_id} is a re-signing of {role} but changes "
-                    + ", ".join(f"{c.path} ({c.before} -> {c.after})" for c in changes)
-                    + "; nothing was signed",
-                )
-            err_console.print(
-                f"signing {role} v{version}: its targets as they are, with key "
-                f"{keyid(key.public_key())} (re-signing; expires {proposal.get('expires')})",
-                markup=False,
-            )
-        elif not changes:
-            # nothing to do is a success (a retried job): the role already signs all of it
-            what = f"{expect_target} already names {expect_digest}" if expect_target else ""
-            err_console.print(
-                f"proposal {proposal_id} changes nothing"
-                + (f": {what}" if what else "")
-                + "; nothing to sign",
-                markup=False,
-            )
-            unchanged = {k: v for k, v in proposal.items() if k != "payload"}
-            unchanged["unchanged"] = True
-            return unchanged
-        unexpected = [c for c in changes if c.path != expect_target or c.after != expect_digest]
-        if expect_target is not None and unexpected:
+    change, view = verified_change(client, proposal)
+    role, version = change.role, change.version
+    since = (
+        f"against v{change.previous_version} verified here"
+        if change.previous_version
+        else "no earlier version verified here"
+    )
+    err_console.print(
+        f"signing {role} v{version} ({since} from root v{view.root_version}; expires "
+        f"{change.expires.isoformat()}):",
+        markup=False,
+    )
+    lines = [describe_signer_change(c) for c in change.signers]
+    lines += [
+        f"{c.path}: {c.before or '(unset)'} -> {c.after or '(removed)'}" for c in change.targets
+    ]
+    lines += [f"{path}: reason {reason!r}" for path, reason in change.reasons.items()]
+    for path, plan in change.plans.items():
+        lines += _plan_lines(path, plan)
+    for line in lines or ["no changes"]:
+        err_console.print(f"  {line}", markup=False)
+    _check_description(client, proposal, change)
+    several_things = role == "targets" or proposal.get("adopts") is not None
+    if several_things and not several:
+        fail(
+            f"proposal {proposal_id} ({proposal.get('target')}) changes several things; "
+            "read them (above, or `modelward trust pending`) and sign with --yes",
+            code=2,
+        )
+    weakening = change.needs_confirmation
+    if weakening and not accept_signer_changes:
+        fail(
+            f"proposal {proposal_id} was not signed: it changes who may sign ("
+            + "; ".join(describe_signer_change(c) for c in weakening)
+            + ")",
+            hint="read each change (above); sign with --accept-signer-changes if you mean it",
+        )
+    if several_things:
+        pass  # every change shown is signed as it is (checked above)
+    elif proposal.get("target") == "resign":
+        # a re-signing changes nothing, read from the bytes to be signed: one that changes
+        # anything is not a re-signing and is refused
+        if change.targets:
             fail(
-                f"proposal {proposal_id} does not only set {expect_target} to {expect_digest}: "
-                "it changes "
-                + (", ".join(f"{c.path} ({c.before} -> {c.after})" for c in changes) or "nothing")
+                f"proposal {proposal_id} is a re-signing of {role} but changes "
+                + ", ".join(f"{c.path} ({c.before} -> {c.after})" for c in change.targets)
                 + "; nothing was signed",
             )
-        for change in changes:
-            err_console.print(
-                f"signing {role} v{version}: {change.path}: {change.before or '(unset)'} -> "
-                f"{change.after} (expires {proposal.get('expires')})",
-                markup=False,
+        err_console.print(
+            f"  its targets as they are, with key {keyid(key.public_key())} (re-signing)",
+            markup=False,
+        )
+    elif not change.targets:
+        # nothing to do is a success (a retried job): the role already signs all of it
+        what = f"{expect_target} already names {expect_digest}" if expect_target else ""
+        err_console.print(
+            f"proposal {proposal_id} changes nothing"
+            + (f": {what}" if what else "")
+            + "; nothing to sign",
+            markup=False,
+        )
+        unchanged = {k: v for k, v in proposal.items() if k != "payload"}
+        unchanged["unchanged"] = True
+        return unchanged
+    else:
+        unexpected = [
+            c
+            for c in change.targets
+            if c.path != expect_target or (expect_digest is not None and c.after != expect_digest)
+        ]
+        if expect_target is not None and unexpected:
+            fail(
+                f"proposal {proposal_id} does not only set {expect_target} to "
+                f"{expect_digest or 'a new plan'}: it changes "
+                + ", ".join(f"{c.path} ({c.before} -> {c.after})" for c in change.targets)
+                + "; nothing was signed",
             )
-    signature = sign_proposal_payload(payload, key)
+        if expect_plan is not None:
+            asked = change.plans.get(str(expect_target))
+            differ = (
+                _plan_disagreements(asked, expect_plan, "you asked for")
+                if asked is not None
+                else ["the proposal carries no plan"]
+            )
+            if differ:
+                fail(f"proposal {proposal_id} was not signed: " + "; ".join(differ))
+    signature = sign_proposal_payload(base64.b64decode(proposal["payload"]), key)
     answer: dict[str, Any] = client.tuf_sign(proposal_id, signature.keyid, signature.signature)
     return answer
 
@@ -366,62 +486,41 @@ def trust_sign(
             "that would leave signed aliases without valid signatures (previewed)",
         ),
     ] = False,
+    accept_signer_changes: Annotated[
+        bool,
+        typer.Option(
+            "--accept-signer-changes",
+            help="Sign a change to who may sign (a key added, removed or replaced, a lower "
+            "threshold, wider paths, a role added or removed), each shown first",
+        ),
+    ] = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
-    """Sign one pending proposal with your key (admins: top-level targets). A targets
-    proposal that would leave signed aliases without valid signatures is previewed and
-    needs --yes; one that changes nothing is not signed (exit 0)."""
+    """Sign one pending proposal with your key (admins: top-level targets). What it changes
+    is computed here, from its bytes and the metadata verified from your pinned root (`trust
+    pin`, or MODELWARD_TRUST_ROOT), and shown; the registry's description must agree. A
+    change to who may sign needs --accept-signer-changes; a targets proposal that would
+    leave signed aliases without valid signatures is previewed and needs --yes; one that
+    changes nothing is not signed (exit 0)."""
     private = load_key(key, passphrase_env)
     with reported(), registry_client() as client:
         proposal = client.tuf_proposal(proposal_id)
-        single = proposal.get("to_digest") is not None or proposal.get("target") == "resign"
+        target = str(proposal.get("target"))
+        single = proposal.get("to_digest") is not None or target == "resign"
         if proposal["role"] == "targets":
             _refuse_unsigning(client, proposal_id, yes=yes, as_json=as_json)
-        if not single and not yes:
-            from modelward.attest.tuf import delegation_changes, proposal_changes
-
-            payload = base64.b64decode(proposal["payload"])
-            previous = _published(client, str(proposal["role"]))
-            lines = (
-                delegation_changes(payload, previous)
-                if proposal["role"] == "targets"
-                else [
-                    f"{c.path}: {c.before or '(unset)'} -> {c.after}"
-                    for c in proposal_changes(payload, previous)
-                ]
-            )
-            for line in lines:
-                err_console.print(f"  {line}", markup=False)
-            fail(
-                f"proposal {proposal_id} ({proposal['target']}) changes several things; "
-                "read them (above, or `modelward trust pending`) and sign with --yes",
-                code=2,
-            )
+        plan = "/rollouts/" in target
         answer = sign_proposal(
             client,
             proposal_id,
             private,
-            expect_target=str(proposal["target"])
-            if single and proposal.get("to_digest") is not None
-            else None,
-            expect_digest=_expected_digest(client, proposal),
+            expect_target=target if single and proposal.get("to_digest") is not None else None,
+            expect_digest=None if plan else proposal.get("to_digest"),
+            several=single or yes,
+            accept_signer_changes=accept_signer_changes,
         )
     emit(answer, as_json, signed_line)
-
-
-def _expected_digest(client: RegistryClient, proposal: dict[str, Any]) -> str | None:
-    """The digest the proposal's target must be set to: its ``to_digest``, except for a
-    rollout plan (``ORG/NAME/rollouts/ALIAS``), whose target is the plan's bytes and whose
-    ``to_digest`` is the candidate: there it is the sha256 of the plan ``rollout status``
-    shows for this proposal (docs/rollouts.md#the-plan), as ``rollout start --key`` expects."""
-    repo, sep, alias = str(proposal.get("target")).rpartition("/rollouts/")
-    if not sep:
-        return proposal.get("to_digest")
-    state = client.rollout_status(repo, alias)
-    if state.get("proposal") != proposal.get("id") or not state.get("plan_sha256"):
-        fail(f"proposal {proposal.get('id')} is not the plan of {repo}@{alias}'s latest rollout")
-    return f"sha256:{state['plan_sha256']}"
 
 
 def _refuse_unsigning(
@@ -611,9 +710,11 @@ def _next_root(
 
     from modelward.attest.tuf import tuf_key, tuf_signer
 
-    version = _root_version(client)
-    md = Metadata[Root].from_bytes(client.tuf_file(f"{version}.root.json"))
+    # the next root is made from the root this machine verified (from the signer's pinned
+    # root, through signed rotations), never from bytes the registry hands over
+    md = Metadata[Root].from_bytes(_verified_here(client, "targets").root)
     root = md.signed
+    version = root.version
     for role, keys, threshold in (
         ("root", root_keys, root_threshold),
         ("targets", targets_keys, targets_threshold),

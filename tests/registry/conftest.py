@@ -290,6 +290,22 @@ class Registry:
     def client(self, token: str | None, **options: Any) -> RegistryClient:
         return RegistryClient(self.url, token, timeout=60, options=TransferOptions(**options))
 
+    def client_env(self) -> dict[str, str]:
+        """What a person's machine holds for this registry: its URL, and its TUF root v1
+        (saved once, checked out of band in real life) as ``MODELWARD_TRUST_ROOT``, with a
+        cache of this registry's own (``XDG_CACHE_HOME``) where signing commands keep the
+        metadata they verified from it (docs/tuf.md#what-a-signer-checks)."""
+        base = self.server.data_dir.parent / "client"
+        root = base / "root.json"
+        if not root.exists():
+            base.mkdir(parents=True, exist_ok=True)
+            root.write_bytes(self.admin.tuf_file("1.root.json"))
+        return {
+            "MODELWARD_URL": self.url,
+            "MODELWARD_TRUST_ROOT": str(root),
+            "XDG_CACHE_HOME": str(base / "cache"),
+        }
+
     def actor(self, role: str, name: str | None = None) -> Actor:
         name = name or unique(role[:3])
         self.admin.create_principal(name, role)
@@ -315,7 +331,7 @@ class Registry:
     ) -> subprocess.CompletedProcess[str]:
         full_env = {
             **os.environ,
-            "MODELWARD_URL": self.url,
+            **self.client_env(),
             "MODELWARD_TOKEN": token or self.server.admin_token,
             **(env or {}),
         }

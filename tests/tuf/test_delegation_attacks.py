@@ -213,7 +213,7 @@ def test_a_db_writers_key_signs_nothing_once_targets_is_offline(
     for pending in reg.admin.tuf_proposals(pending=True):
         if pending["role"] == "targets":
             reg.cli("trust", "sign", str(pending["id"]), "--key", str(targets_key), "--yes",
-                    check=True)  # fmt: skip
+                    "--accept-signer-changes", check=True)  # fmt: skip
     digest = push_new(pub, repo, tmp_path)
     before = delegated_roles(reg)[protected_role(repo, "prod")]["keyids"]
     rex, _token = _insert_rex(reg)

@@ -145,7 +145,8 @@ def test_offline_targets_sign_previews_what_it_unsigns_and_adopt_names_aliases(
     _ok(reg.cli(*init))
     pending = [p for p in reg.admin.tuf_proposals() if p["role"] == "targets"]
     for proposal in pending:  # the new repository's delegations
-        _ok(reg.cli("trust", "sign", str(proposal["id"]), "--key", str(targets_key), "--yes"))
+        sign_it = ("trust", "sign", str(proposal["id"]), "--key", str(targets_key), "--yes")
+        _ok(reg.cli(*sign_it, "--accept-signer-changes"))
     digest = _released(flow, tmp_path)
     assert digest in _ok(flow.pull("prod")).stdout
 
@@ -155,7 +156,9 @@ def test_offline_targets_sign_previews_what_it_unsigns_and_adopt_names_aliases(
     assert f"{flow.repo}@prod: 1 of 2 signatures would remain" in refused.stderr
     _ok(flow.cli(flow.rev1, "key", "revoke", flow.rev1.keyid, "--yes"))
     change = next(p for p in reg.admin.tuf_proposals() if p["role"] == "targets")
-    sign = ("trust", "sign", str(change["id"]), "--key", str(targets_key))
+    sign = (
+        "trust", "sign", str(change["id"]), "--key", str(targets_key), "--accept-signer-changes"
+    )  # fmt: skip
     unsigned = reg.cli(*sign)
     assert unsigned.returncode == 1, unsigned.stdout + unsigned.stderr
     line = f"{flow.repo}@prod: 1 of 2 signatures would remain; workers will refuse it"

@@ -164,13 +164,18 @@ def test_trust_init_takes_root_and_targets_offline_and_old_workers_follow(
     unconfirmed = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(targets))
     assert unconfirmed.returncode == 2
     assert "sign with --yes" in unconfirmed.stderr
-    wrong = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(roots[0]), "--yes")
+    unaccepted = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(targets), "--yes")
+    assert unaccepted.returncode == 1
+    assert f"role {repo2.replace('/', ':')}@*: role added" in unaccepted.stderr
+    assert "--accept-signer-changes" in unaccepted.stderr
+    accept = ("--yes", "--accept-signer-changes")
+    wrong = fresh.cli("trust", "sign", str(proposal["id"]), "--key", str(roots[0]), *accept)
     assert wrong.returncode == 1
     assert "is not one of the keys role targets is delegated to" in wrong.stderr
     signed = json.loads(
         _ok(
             fresh.cli(
-                "trust", "sign", str(proposal["id"]), "--key", str(targets), "--yes", "--json"
+                "trust", "sign", str(proposal["id"]), "--key", str(targets), *accept, "--json"
             )
         ).stdout
     )
