@@ -100,8 +100,8 @@ class Story:
                 env[var] = os.environ[var]
         return env
 
-    def cli(self, user: str, *args: str, token: str) -> str:
-        env = {**self.env(user), "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": token}
+    def cli(self, user: str, *args: str, token: str, **extra: str) -> str:
+        env = {**self.env(user, **extra), "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": token}
         proc = subprocess.run(
             [MODELWARD, *args],
             cwd=self.user_dir(user),
@@ -178,6 +178,11 @@ def _carol_signs_release_1(story: Story) -> None:
     )
     digest = pending[0]["to_digest"]
     key = story.user_dir("carol") / "home" / ".config" / "modelward" / "carol.key"
+    # signing verifies from a pinned root; carol pins hers in reviewers.md, so here she signs
+    # with the registry's root handed to her and a cache of this step's own
+    root = story.base / "carol-setup" / "root.json"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    root.write_bytes(story.reg.admin.tuf_file("1.root.json"))
     story.cli(
         "carol",
         "approve",
@@ -187,6 +192,8 @@ def _carol_signs_release_1(story: Story) -> None:
         "--key",
         str(key),
         token=story.tokens["carol"],
+        MODELWARD_TRUST_ROOT=str(root),
+        XDG_CACHE_HOME=str(root.parent / "cache"),
     )
 
 
