@@ -1,5 +1,11 @@
 """The wire under ``RegistryClient``: one pooled ``httpx.Client``, bounded reads, errors mapped.
 
+Every request is one operation with a deadline for the whole of it (``client.deadline``;
+docs/loader.md#deadlines): ``TransferOptions.deadline`` to connect, send, wait for and read
+an answer, plus the time a body of known length takes at ``TransferOptions.min_rate``
+(the body sent, from its length or ``Content-Length``; the body received, from the answer's
+``Content-Length`` once it arrives). Each read still stops at the per-read timeout.
+
 ``Connection`` is what the transfer helpers (``client.blobs``, ``client.tuf``) need of a client
 and all they import, so the client's modules import one way: ``api`` → ``admin``, ``blobs``,
 ``bundles``, ``tuf`` → ``connection`` → ``errors``.
@@ -15,6 +21,7 @@ from typing import Any, Self
 
 import httpx
 
+from modelward.client.deadline import bounded, deadline, extend
 from modelward.client.errors import (
     ResponseTooLarge,
     TransportError,
@@ -34,6 +41,9 @@ class TransferOptions:
 
     ``max_response_bytes`` bounds every answer the client reads into memory (JSON answers such
     as ``list_attestations``, ``get_blob``): 64 MiB, room for thousands of attestations.
+    ``deadline`` (seconds) bounds a whole request, and ``min_rate`` (bytes a second) adds the
+    time its bodies of known length take at that rate: a 64 MiB chunk gets 64 s more, a
+    10 GiB blob download about 2 h 50 min (each resumed attempt of ``max_retries`` anew).
     """
 
     chunk_threshold: int = 64 * 2**20
@@ -44,6 +54,8 @@ class TransferOptions:
     retry_backoff: float = 0.5
     state_dir: Path | None = None
     max_response_bytes: int = 64 * 2**20
+    deadline: float = 120.0
+    min_rate: int = 1 * 2**20
 
 
 class Connection:
@@ -67,13 +79,15 @@ class Connection:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         limits = httpx.Limits(max_connections=max(8, options.workers * 2))
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
-            transport=transport,
-            limits=limits,
-            follow_redirects=True,
+        self._http = bounded(
+            httpx.Client(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(timeout),
+                transport=transport,
+                limits=limits,
+                follow_redirects=True,
+            )
         )
         self.options = options
 
@@ -131,20 +145,36 @@ class Connection:
         headers: dict[str, str] | None = None,
         params: dict[str, Any] | None = None,
     ) -> Iterator[httpx.Response]:
-        """Send one request; yield the response with its body unread (error answers raise)."""
-        try:
-            with self._http.stream(
-                method, path, json=json_body, content=content, headers=headers, params=params
-            ) as response:
-                if response.status_code >= 400:
-                    raise api_error_from_response(response, _read_error_body(response))
-                yield response
-        except httpx.HTTPError as exc:  # names the URL; https:// against plain HTTP says so
-            raise transport_error(exc, method, self.base_url + path) from exc
+        """Send one request; yield the response with its body unread (error answers raise).
+
+        The whole of it, reading the body included, ends within its deadline (the module's
+        docstring) or raises ``TransportError`` (timed out) naming the deadline."""
+        rate = self.options.min_rate
+        with deadline(self.options.deadline + _sent_size(content, headers) / rate):
+            try:
+                with self._http.stream(
+                    method, path, json=json_body, content=content, headers=headers, params=params
+                ) as response:
+                    if response.status_code >= 400:
+                        raise api_error_from_response(response, _read_error_body(response))
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit():
+                        extend(int(declared) / rate)
+                    yield response
+            except httpx.HTTPError as exc:  # names the URL; https:// against plain HTTP says so
+                raise transport_error(exc, method, self.base_url + path) from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._request(method, path, **kwargs)
         return response.json() if response.content else None
+
+
+def _sent_size(content: bytes | Iterator[bytes] | None, headers: dict[str, str] | None) -> int:
+    """How many bytes a request's body holds: its length, else its ``Content-Length``."""
+    if isinstance(content, bytes):
+        return len(content)
+    declared = {k.lower(): v for k, v in (headers or {}).items()}.get("content-length", "")
+    return int(declared) if declared.isdigit() else 0
 
 
 def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:

@@ -14,7 +14,8 @@ the updater two questions and turns its answers into a decision:
 The updater keeps its trusted metadata in the cache directory, one per registry, so rollback
 protection survives restarts. A metadata mirror (``--metadata-url``, the policy's
 ``tuf.metadata_url``; docs/tuf.md#mirrors) is read first, file by file, with the registry
-behind it when the mirror cannot answer (``client.tuf.MirrorFetcher``); the mirror is
+behind it when the mirror cannot answer (``client.tuf.MirrorFetcher``: unreachable, an HTTP
+error, oversized, or not within ``AliasTrust.fetch_limits``, a mirror that drips); the mirror is
 untrusted, verified from the same pinned root into the same cache directory (the registry's),
 so a worker never goes back in version by switching between them, and metadata from the
 mirror that fails a check is refused naming the mirror, never read again from the registry.
@@ -46,7 +47,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,7 @@ from modelward.attest._fileio import read_bounded
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
 from modelward.client.api import NotFoundError
 from modelward.client.suggest import alias_suggestions, did_you_mean
-from modelward.client.tuf import MirrorFetcher
+from modelward.client.tuf import FetchLimits, MirrorFetcher
 from modelward.loader.errors import BundleQuarantined, InputError, RefusedError
 from modelward.loader.rollout import RolloutResolution, resolve_rollout
 
@@ -461,6 +462,9 @@ class AliasTrust:
     metadata_url: str | None = None  # a mirror of the registry's /tuf/ (docs/tuf.md#mirrors)
     metadata_url_source: str = "--metadata-url"
     worker_keyid: str | None = None  # this worker's identity in rollouts (docs/rollouts.md)
+    # how long fetching one metadata file may take (docs/tuf.md#mirrors): the mirror's, and
+    # the registry's after the mirror could not answer
+    fetch_limits: FetchLimits = field(default_factory=FetchLimits)
 
     def with_policy(self, policy: Policy, policy_file: Path | None) -> AliasTrust:
         """Fill what the flags left out from the worker policy (paths relative to it)."""
@@ -481,6 +485,7 @@ class AliasTrust:
             metadata_url=url,
             metadata_url_source=url_source,
             worker_keyid=self.worker_keyid,
+            fetch_limits=self.fetch_limits,
         )
 
     def fetcher(self, client: RegistrySource) -> tuple[str, FetcherInterface]:
@@ -495,7 +500,8 @@ class AliasTrust:
                 f"{self.metadata_url_source} {url!r}: not an http:// or https:// URL (the "
                 "directory a static server or bucket serves the registry's /tuf/ files from)"
             )
-        return url.rstrip("/") + "/", MirrorFetcher(url, client.tuf_fetcher(), client.tuf_url)
+        mirror = MirrorFetcher(url, client.tuf_fetcher(), client.tuf_url, limits=self.fetch_limits)
+        return url.rstrip("/") + "/", mirror
 
 
 def resolve_reference(
