@@ -15,8 +15,10 @@ pinned root, snapshot and delegations as the alias:
    registry's online key); none, or one of another rollout: the plan is not started, the
    stable digest;
 3. the step against the plan and against what this worker saw last of the rollout
-   (``attest.rollout.verify_step``: plan sha256, index, weight, no replay, no jump, nothing
-   after an abort); refused: ``RolloutRefused`` naming the check;
+   (``attest.rollout.verify_step``: plan sha256, index, weight, no replay, nothing after an
+   abort); a later step of the same plan is followed however many the worker missed
+   between two polls (TUF's versioning of ``ORG:NAME@=rollout`` keeps an older step from
+   coming back); refused: ``RolloutRefused`` naming the check;
 4. what it saw is kept (``<cache>/rollouts/``), and the digest is the worker's own cohort
    computation from its worker key id (``attest.rollout.resolve_digest``): without a key,
    the stable digest until the candidate has 100%.

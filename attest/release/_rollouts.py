@@ -35,7 +35,7 @@ from modelward.attest.rollout import (
     StepRefused,
     parse_plan,
     parse_step,
-    verify_step,
+    verify_next_step,
 )
 from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
 
@@ -280,7 +280,7 @@ def _check_steps(
 ) -> list[RolloutStep]:
     """(6c) and (6d): the steps the record claims are exactly those the verified versions
     sign, in order, each with its version; each follows the plan and the one before it
-    (``attest.rollout.verify_step``: the first at index 0 or an abort, no step back, none
+    (``attest.rollout.verify_next_step``: the first at index 0 or an abort, no step back, none
     skipped), and nothing follows an abort or the completed last step."""
     claimed = get(entry, "steps", list, CHECK)
     steps: list[RolloutStep] = []
@@ -311,7 +311,7 @@ def _check_steps(
         if seen.state in ("aborted", "completed"):
             raise _fail(at, f"a step signed after the rollout was {seen.state}")
         try:
-            verify_step(plan, step, seen)
+            verify_next_step(plan, step, seen)
         except StepRefused as exc:
             raise _fail(at, str(exc)) from None
         seen = SeenStep(step.rollout_id, step.index, step.state)

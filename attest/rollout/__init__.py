@@ -4,7 +4,9 @@
 - ``parse_plan`` / ``make_plan``: the plan reviewers sign (canonical JSON, its sha256);
 - ``parse_analysis``: the plan's thresholds and triggers, validated;
 - ``parse_step`` / ``make_step``: the step the registry's online key signs;
-- ``verify_step``: a step against its plan and the worker's memory (StepRefused);
+- ``verify_step``: a step against its plan and the worker's memory (StepRefused); a worker
+  that missed steps follows a later one; ``verify_next_step``: what the registry may sign
+  next (no step skipped), checked before it signs and along a release record's chain;
 - ``bucket`` / ``in_candidate_cohort`` / ``resolve_digest``: which digest a worker runs;
 - ``parse_report_predicate`` / ``open_report`` / ``verify_report``: a worker's signed
   fleet report (ReportInvalid naming the field, ReportUntrusted);
@@ -16,6 +18,8 @@ from modelward.attest.rollout._analysis import METRICS, parse_analysis, parse_du
 from modelward.attest.rollout._cohort import BUCKETS, bucket, in_candidate_cohort
 from modelward.attest.rollout._errors import PlanInvalid, RolloutError, StepRefused
 from modelward.attest.rollout._judge import (
+    DEFAULT_MIN_WORKERS,
+    WORKER_CAP,
     Capacity,
     Judgement,
     WindowReport,
@@ -54,11 +58,13 @@ from modelward.attest.rollout._step import (
     make_step,
     parse_step,
     resolve_digest,
+    verify_next_step,
     verify_step,
 )
 
 __all__ = [
     "BUCKETS",
+    "DEFAULT_MIN_WORKERS",
     "DEFAULT_STEPS",
     "MAX_REPORT_BYTES",
     "METRICS",
@@ -67,6 +73,7 @@ __all__ = [
     "REPORT_PREDICATE",
     "STATES",
     "STEP_FORMAT",
+    "WORKER_CAP",
     "Capacity",
     "FleetReport",
     "Judgement",
@@ -98,6 +105,7 @@ __all__ = [
     "parse_step",
     "parse_steps",
     "resolve_digest",
+    "verify_next_step",
     "verify_report",
     "verify_step",
 ]

@@ -16,6 +16,7 @@ triggers:              # abort at once when one fires
     above: 0.05
     for: 2m
 manual: [50]           # optional: the controller pauses before these steps (rollout advance)
+min_workers: 2         # optional: candidate workers a step needs (default 1)
 ```
 """
 
@@ -28,7 +29,14 @@ from typing import Any
 from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
 from modelward.attest.rollout._errors import PlanInvalid
 
-__all__ = ["MAX_ANALYSIS_BYTES", "METRICS", "parse_analysis", "parse_duration"]
+__all__ = [
+    "MAX_ANALYSIS_BYTES",
+    "MAX_MIN_WORKERS",
+    "METRICS",
+    "min_workers",
+    "parse_analysis",
+    "parse_duration",
+]
 
 # what a serving worker will report (docs/rollouts.md#analysis); a name outside this set is
 # refused rather than silently never judged
@@ -45,6 +53,7 @@ METRICS = frozenset(
 )
 MAX_ANALYSIS_BYTES = 64 * 1024
 MAX_TRIGGERS = 32
+MAX_MIN_WORKERS = 10_000  # one worker per bucket
 MAX_DURATION_SECONDS = 7 * 24 * 3600
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _DURATION_RE = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,7})s)?")
@@ -152,11 +161,20 @@ def _manual(doc: object) -> list[int]:
     return sorted(doc)
 
 
+def min_workers(value: object, field: str = "min_workers") -> int:
+    """The candidate workers a step needs: a whole number in 1..MAX_MIN_WORKERS."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MIN_WORKERS:
+        raise PlanInvalid(field, f"{value!r} is not a number of workers (1..{MAX_MIN_WORKERS})")
+    return value
+
+
 def parse_analysis(raw: bytes) -> dict[str, Any]:
     """The canonical form of an analysis document: ``{"thresholds": {...}, "triggers":
     [...]}``, plus ``"manual": [weights]`` when the document names any (the steps the
     controller pauses before, for ``rollout advance``; each must be a step of the plan,
-    which ``parse_plan`` checks). Raises PlanInvalid (``analysis``, or the field at fault)."""
+    which ``parse_plan`` checks) and ``"min_workers": N`` when it names one (the candidate
+    workers a step's analysis needs; absent: 1, and the plan's bytes are as before).
+    Raises PlanInvalid (``analysis``, or the field at fault)."""
     if len(raw) > MAX_ANALYSIS_BYTES:
         raise PlanInvalid("analysis", f"{len(raw)} bytes, more than {MAX_ANALYSIS_BYTES}")
     try:
@@ -165,7 +183,7 @@ def parse_analysis(raw: bytes) -> dict[str, Any]:
         raise PlanInvalid("analysis", f"not YAML or JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise PlanInvalid("analysis", "must be a mapping with thresholds and/or triggers")
-    _keys(doc, {"thresholds", "triggers", "manual"}, "analysis")
+    _keys(doc, {"thresholds", "triggers", "manual", "min_workers"}, "analysis")
     if not doc:
         raise PlanInvalid("analysis", "is empty: give thresholds and/or triggers")
     out: dict[str, Any] = {
@@ -174,4 +192,6 @@ def parse_analysis(raw: bytes) -> dict[str, Any]:
     }
     if "manual" in doc:
         out["manual"] = _manual(doc["manual"])
+    if "min_workers" in doc:
+        out["min_workers"] = min_workers(doc["min_workers"])
     return out

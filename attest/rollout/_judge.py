@@ -2,14 +2,21 @@
 same window (docs/rollouts.md#analysis). Pure: reports in, a ``Judgement`` out; no clock
 (the caller passes ``now``), no I/O.
 
-``judge_step`` checks, in order:
+``judge_step`` first sets aside, as faults, the reports whose digest is not the one the
+signed step assigned their worker key when they arrived (``assigned``): they are evidence
+for no cohort. Each worker's weight is bounded: in any figure, a worker counts at most
+``WORKER_CAP`` times the median worker's trials (the lower median of the per-worker totals
+of both cohorts over the same reports; its events scaled alike), so one key reporting 10^9
+requests weighs as two ordinary workers. Then, in order:
 
 1. the triggers, over the candidate cohort's reports of each trigger's trailing ``for``
    span (the whole input when ``for`` is 0): one whose bound is crossed over a span the
    reports cover fails the step at once, whatever the sample count;
 2. silence: every worker expected in the candidate cohort reported the candidate in the
-   window, and the cohort served at least ``min_samples`` (and at least one) requests;
-   otherwise ``inconclusive``, never ``pass`` (missing evidence makes the gate unknowable);
+   window, the cohort served at least ``min_samples`` (and at least one) requests as
+   counted, and at least the analysis's ``min_workers`` (default 1) candidate workers
+   reported; otherwise ``inconclusive``, never ``pass`` (missing evidence makes the gate
+   unknowable);
 3. every threshold, on the window's reports (``received_at >= now - window``):
    rates (``error_rate``, ``task_check_failure_rate``, ``device_fault_rate``) with the
    Wilson interval of the candidate's rate, and the candidate minus the stable rate with
@@ -29,6 +36,7 @@ when the cohort was silent, short of samples or a threshold is unresolved; else 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,8 +47,10 @@ from modelward.attest.rollout._plan import RolloutPlan
 from modelward.attest.rollout._report import FleetReport
 
 __all__ = [
+    "DEFAULT_MIN_WORKERS",
     "LATENCY_METRICS",
     "RATE_METRICS",
+    "WORKER_CAP",
     "Capacity",
     "Judgement",
     "WindowReport",
@@ -48,17 +58,21 @@ __all__ = [
     "inside_thresholds",
     "judge_step",
     "newcombe_difference",
+    "worker_caps",
 ]
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 RATE_METRICS = ("error_rate", "task_check_failure_rate", "device_fault_rate")
 LATENCY_METRICS = ("ttft_p50_ms", "ttft_p95_ms", "itl_p95_ms", "queue_age_p95_ms")
+WORKER_CAP = 2  # a worker counts at most this many times the median worker's trials
+DEFAULT_MIN_WORKERS = 1  # candidate workers a step needs when the analysis names none
 
 
 @dataclass(frozen=True)
 class WindowReport:
-    """The figures of one verified fleet report (docs/rollouts.md#fleet-reports) and when
-    the registry received it (its clock judges windows)."""
+    """The figures of one verified fleet report (docs/rollouts.md#fleet-reports), when the
+    registry received it (its clock judges windows) and ``assigned``: the digest the signed
+    step assigned the worker key then (None: not known, the report counts by its digest)."""
 
     worker_keyid: str
     digest: str
@@ -77,14 +91,24 @@ class WindowReport:
     capacity: int = 0
     inflight_peak: int = 0
     stable_warm: bool = False
+    assigned: str | None = None
 
     @classmethod
-    def from_report(cls, report: FleetReport, received_at: datetime) -> WindowReport:
-        """A parsed (and, by the caller, verified) report with its time of receipt."""
+    def from_report(
+        cls, report: FleetReport, received_at: datetime, assigned: str | None = None
+    ) -> WindowReport:
+        """A parsed (and, by the caller, verified) report with its time of receipt and the
+        digest the signed step assigned its key then."""
         return cls(
             received_at=received_at,
+            assigned=assigned,
             **{f: getattr(report, f) for f in _FIGURES},
         )
+
+    @property
+    def counted(self) -> bool:
+        """Whether it is evidence: it reports the digest its key was assigned."""
+        return self.assigned is None or self.assigned == self.digest
 
     def rate(self, metric: str) -> tuple[int, int]:
         """(events, trials) of a rate metric in this report."""
@@ -103,7 +127,9 @@ class WindowReport:
         return value
 
 
-_FIGURES = tuple(f for f in WindowReport.__dataclass_fields__ if f != "received_at")
+_FIGURES = tuple(
+    f for f in WindowReport.__dataclass_fields__ if f not in ("received_at", "assigned")
+)
 
 
 @dataclass(frozen=True)
@@ -145,30 +171,81 @@ def newcombe_difference(
     )
 
 
-def _rate(reports: Iterable[WindowReport], metric: str) -> tuple[int, int]:
-    events = trials = 0
+# -- bounded weight per worker ----------------------------------------------------------------
+_WEIGHT = "requests"  # the latencies' weights: a report's requests (at least 1)
+Caps = Mapping[str, int]  # metric (or "requests") -> the most trials one worker counts for
+
+
+def _trials(r: WindowReport, metric: str) -> tuple[int, int]:
+    return (0, max(r.requests, 1)) if metric == _WEIGHT else r.rate(metric)
+
+
+def _per_worker(reports: Iterable[WindowReport], metric: str) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
     for r in reports:
-        e, n = r.rate(metric)
+        e, n = _trials(r, metric)
+        events, trials = totals.get(r.worker_keyid, (0, 0))
+        totals[r.worker_keyid] = (events + e, trials + n)
+    return totals
+
+
+def worker_caps(reports: Iterable[WindowReport]) -> dict[str, int]:
+    """The most trials one worker counts for, per metric (and ``requests``, the latencies'
+    weights), over ``reports`` (both cohorts): ``WORKER_CAP`` times the lower median of the
+    workers' totals (workers with none left out). No trials at all: no cap."""
+    reports = list(reports)
+    caps: dict[str, int] = {}
+    for metric in (*RATE_METRICS, _WEIGHT):
+        totals = [n for _, n in _per_worker(reports, metric).values() if n > 0]
+        if totals:
+            caps[metric] = WORKER_CAP * int(statistics.median_low(totals))
+    return caps
+
+
+def _bounded(
+    reports: Iterable[WindowReport], metric: str, caps: Caps | None
+) -> dict[str, tuple[int, int, float]]:
+    """Per worker: (events, trials) as counted, and the scale its bound applied."""
+    out: dict[str, tuple[int, int, float]] = {}
+    cap = None if caps is None else caps.get(metric)
+    for worker, (events, trials) in _per_worker(reports, metric).items():
+        if cap is not None and trials > cap:
+            out[worker] = (round(events * cap / trials), cap, cap / trials)
+        else:
+            out[worker] = (events, trials, 1.0)
+    return out
+
+
+def _rate(
+    reports: Iterable[WindowReport], metric: str, caps: Caps | None = None
+) -> tuple[int, int]:
+    events = trials = 0
+    for e, n, _ in _bounded(reports, metric, caps).values():
         events, trials = events + e, trials + n
     return events, trials
 
 
-def _latency(reports: Iterable[WindowReport], metric: str) -> float | None:
-    """The request-weighted mean of the reports' percentiles (reports with none skipped)."""
+def _latency(
+    reports: Iterable[WindowReport], metric: str, caps: Caps | None = None
+) -> float | None:
+    """The request-weighted mean of the reports' percentiles (reports with none skipped),
+    each worker's weight bounded by ``caps``."""
+    reports = list(reports)
+    scale = {w: f for w, (_, _, f) in _bounded(reports, _WEIGHT, caps).items()}
     total = weight = 0.0
     for r in reports:
         value = r.latency(metric)
         if value is not None:
-            w = max(r.requests, 1)
+            w = max(r.requests, 1) * scale[r.worker_keyid]
             total, weight = total + value * w, weight + w
     return total / weight if weight else None
 
 
-def _point(reports: Sequence[WindowReport], metric: str) -> float | None:
+def _point(reports: Sequence[WindowReport], metric: str, caps: Caps | None = None) -> float | None:
     if metric in RATE_METRICS:
-        events, trials = _rate(reports, metric)
+        events, trials = _rate(reports, metric, caps)
         return events / trials if trials else None
-    return _latency(reports, metric)
+    return _latency(reports, metric, caps)
 
 
 def _beyond(value: float, bounds: Mapping[str, float]) -> bool:
@@ -199,15 +276,20 @@ class _Fired:
 
 
 def _triggers(
-    triggers: Sequence[Mapping[str, Any]], reports: Sequence[WindowReport], now: datetime
+    triggers: Sequence[Mapping[str, Any]],
+    reports: Sequence[WindowReport],
+    stable: Sequence[WindowReport],
+    now: datetime,
 ) -> tuple[_Fired | None, dict[str, Any]]:
     seen: dict[str, Any] = {}
     for trigger in triggers:
         name, metric, held = trigger["name"], trigger["metric"], int(trigger["for_seconds"])
         side = "above" if "above" in trigger else "below"
         bound = float(trigger[side])
-        span = [r for r in reports if held == 0 or r.received_at >= now - timedelta(seconds=held)]
-        value = _point(span, metric)
+        since = now - timedelta(seconds=held)
+        span = [r for r in reports if held == 0 or r.received_at >= since]
+        caps = worker_caps([*span, *(r for r in stable if held == 0 or r.received_at >= since)])
+        value = _point(span, metric, caps)
         covered = (
             max((now - r.received_at).total_seconds() + r.interval_seconds for r in span)
             if span
@@ -234,12 +316,17 @@ def _threshold(
     bounds: Mapping[str, float],
     cand: Sequence[WindowReport],
     stable: Sequence[WindowReport],
+    caps: Caps,
 ) -> tuple[Verdict, str, dict[str, Any]]:
     shown = " ".join(f"{k} {v:g}" for k, v in sorted(bounds.items()))
+    shown += (
+        f" ({len({r.worker_keyid for r in cand})} candidate, "
+        f"{len({r.worker_keyid for r in stable})} stable worker(s))"
+    )
     out: dict[str, Any] = {"bound": dict(bounds)}
     if metric in RATE_METRICS:
-        events, trials = _rate(cand, metric)
-        s_events, s_trials = _rate(stable, metric)
+        events, trials = _rate(cand, metric, caps)
+        s_events, s_trials = _rate(stable, metric, caps)
         out.update(candidate=[events, trials], stable=[s_events, s_trials])
         if not trials:
             return "inconclusive", f"{metric}: no candidate evidence", out
@@ -268,7 +355,7 @@ def _threshold(
                     out,
                 )
         return "fail", f"{text} outside {shown}", out
-    value, s_value = _latency(cand, metric), _latency(stable, metric)
+    value, s_value = _latency(cand, metric, caps), _latency(stable, metric, caps)
     out.update(observed=value, stable=s_value)
     if value is None:
         return "inconclusive", f"{metric}: no candidate request finished", out
@@ -283,14 +370,31 @@ def _threshold(
     return "fail", f"{text} outside {shown}", out
 
 
-def _cohort(reports: Sequence[WindowReport]) -> dict[str, Any]:
+def _cohort(reports: Sequence[WindowReport], caps: Caps) -> dict[str, Any]:
+    """A cohort's figures: ``requests``/``errors`` as reported, ``counted_requests`` and
+    ``counted_errors`` within each worker's bound, ``capped`` the workers it bounded."""
+    counted = _bounded(reports, "error_rate", caps)
+    workers = sorted({r.worker_keyid for r in reports})
     return {
-        "workers": sorted({r.worker_keyid for r in reports}),
+        "workers": workers,
+        "worker_count": len(workers),
         "reports": len(reports),
         "requests": sum(r.requests for r in reports),
         "errors": sum(r.errors for r in reports),
+        "counted_requests": sum(n for _, n, _ in counted.values()),
+        "counted_errors": sum(e for e, _, _ in counted.values()),
+        "capped": sorted(w for w, (_, _, f) in counted.items() if f < 1),
         "retries": sum(r.retries for r in reports),
-        **{m: _point(reports, m) for m in (*RATE_METRICS, *LATENCY_METRICS)},
+        **{m: _point(reports, m, caps) for m in (*RATE_METRICS, *LATENCY_METRICS)},
+    }
+
+
+def _unassigned(reports: Sequence[WindowReport]) -> dict[str, Any]:
+    """The reports set aside: of a digest their key was not assigned (faults)."""
+    return {
+        "reports": len(reports),
+        "workers": sorted({r.worker_keyid for r in reports}),
+        "digests": sorted({r.digest for r in reports}),
     }
 
 
@@ -309,31 +413,37 @@ def judge_step(
     the module docstring. ``candidate``/``stable`` may reach back further than the window
     (for the triggers' ``for``); ``now`` ends the window. ``step_started_at``: when the
     step was signed; the window starts no earlier, and a step younger than one window is
-    not yet judged ``pass`` (a fail or a trigger still acts at once)."""
+    not yet judged ``pass`` (a fail or a trigger still acts at once). A report whose
+    ``assigned`` digest is not its own is a fault (``metrics["unassigned"]``), counted in
+    neither cohort."""
     since = now - timedelta(seconds=window_seconds)
     young = step_started_at is not None and step_started_at > since
     if step_started_at is not None:
         since = max(since, step_started_at)
-    cand_window = [r for r in candidate if since <= r.received_at <= now]
-    stable_window = [r for r in stable if since <= r.received_at <= now]
+    unassigned = [r for r in (*candidate, *stable) if not r.counted and r.received_at <= now]
+    candidate = [r for r in candidate if r.counted and r.received_at <= now]
+    stable = [r for r in stable if r.counted and r.received_at <= now]
+    cand_window = [r for r in candidate if since <= r.received_at]
+    stable_window = [r for r in stable if since <= r.received_at]
+    caps = worker_caps([*cand_window, *stable_window])
     metrics: dict[str, Any] = {
         "window_seconds": window_seconds,
         "since": since.isoformat(),
         "until": now.isoformat(),
-        "candidate": _cohort(cand_window),
-        "stable": _cohort(stable_window),
+        "candidate": _cohort(cand_window, caps),
+        "stable": _cohort(stable_window, caps),
+        "worker_caps": caps,
+        "unassigned": _unassigned([r for r in unassigned if since <= r.received_at]),
     }
     # (1): triggers, at once
-    fired, seen = _triggers(
-        plan.analysis.get("triggers", []), [r for r in candidate if r.received_at <= now], now
-    )
+    fired, seen = _triggers(plan.analysis.get("triggers", []), candidate, stable, now)
     metrics["triggers"] = seen
     # (3) computed for the record even when (2) holds the verdict
     results: dict[str, Any] = {}
     verdicts: list[tuple[Verdict, str]] = []
     failing: list[tuple[str, Mapping[str, float]]] = []
     for metric, bounds in sorted(plan.analysis.get("thresholds", {}).items()):
-        verdict, text, figures = _threshold(metric, bounds, cand_window, stable_window)
+        verdict, text, figures = _threshold(metric, bounds, cand_window, stable_window, caps)
         results[metric] = {"verdict": verdict, **figures}
         verdicts.append((verdict, text))
         if verdict == "fail":
@@ -351,11 +461,18 @@ def judge_step(
             f"{len(silent)} candidate-cohort worker(s) sent no candidate report in the last "
             f"{window_seconds}s: {', '.join(k[:12] for k in silent[:10])}"
         )
-    requests = metrics["candidate"]["requests"]
+    requests = metrics["candidate"]["counted_requests"]
     if requests < max(plan.min_samples, 1):
         reasons.append(
-            f"{requests} candidate request(s) in the window, fewer than the "
+            f"{requests} candidate request(s) counted in the window, fewer than the "
             f"{max(plan.min_samples, 1)} the plan needs"
+        )
+    workers = metrics["candidate"]["worker_count"]
+    min_workers = int(plan.analysis.get("min_workers", DEFAULT_MIN_WORKERS))
+    if workers < min_workers:
+        reasons.append(
+            f"{workers} candidate worker(s) reported in the window, fewer than the "
+            f"{min_workers} the plan needs (min_workers)"
         )
     if reasons:
         return Judgement("inconclusive", reasons, metrics)
@@ -388,10 +505,12 @@ def inside_thresholds(plan: RolloutPlan, reports: Sequence[WindowReport]) -> boo
     """Whether these reports (the stable cohort after an abort) are back inside every
     threshold of the plan, by point estimate: some request served and each metric known
     and inside its bounds (the recovery of docs/rollouts.md#rollback-figures)."""
+    reports = [r for r in reports if r.counted]
     if sum(r.requests for r in reports) == 0:
         return False
+    caps = worker_caps(reports)
     for metric, bounds in plan.analysis.get("thresholds", {}).items():
-        value = _point(reports, metric)
+        value = _point(reports, metric, caps)
         if value is None or _beyond(value, bounds):
             return False
     return True

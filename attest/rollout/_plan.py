@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelward.attest._json import DuplicateKeyError, reject_duplicates
+from modelward.attest.rollout._analysis import min_workers
 from modelward.attest.rollout._errors import PlanInvalid
 
 __all__ = [
@@ -188,8 +189,11 @@ def parse_plan(raw: bytes) -> RolloutPlan:
     if stable == candidate:
         raise PlanInvalid("candidate", f"is the stable digest {stable}: nothing to roll out")
     analysis = doc["analysis"]
-    if not isinstance(analysis, dict) or set(analysis) - {"manual"} != {"thresholds", "triggers"}:
-        raise PlanInvalid("analysis", "must hold thresholds and triggers (and manual)")
+    optional = {"manual", "min_workers"}
+    if not isinstance(analysis, dict) or set(analysis) - optional != {"thresholds", "triggers"}:
+        raise PlanInvalid("analysis", "must hold thresholds and triggers (and manual, min_workers)")
+    if "min_workers" in analysis:
+        min_workers(analysis["min_workers"], "analysis.min_workers")
     manual = analysis.get("manual", [])
     if not isinstance(manual, list) or any(w not in steps[1:] for w in manual):
         raise PlanInvalid("analysis.manual", f"{manual!r}: each must be a later step of {steps}")

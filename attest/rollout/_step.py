@@ -23,6 +23,7 @@ __all__ = [
     "make_step",
     "parse_step",
     "resolve_digest",
+    "verify_next_step",
     "verify_step",
 ]
 
@@ -114,16 +115,21 @@ def parse_step(raw: bytes) -> RolloutStep:
 
 
 def verify_step(plan: RolloutPlan, step: RolloutStep, seen: SeenStep | None = None) -> RolloutStep:
-    """``step`` if it follows ``plan`` (both already verified as signed by their roles), else
-    StepRefused naming the check. ``seen``: the last step this worker verified, if any.
+    """``step`` if a worker may follow it (``plan`` and ``step`` already verified as signed
+    by their roles), else StepRefused naming the check. ``seen``: the last step this worker
+    verified, if any.
 
     1. the step names this plan: its rollout id and the plan's sha256;
     2. its index is one of the plan's steps;
     3. its weight is the plan's ``steps[index]`` (0 when aborted; 100 when completed, which
        only the last step may be);
-    4. against what the worker saw last of this rollout: no step back (replay), no step
-       skipped (a jump), and nothing after an abort but the abort (a restart needs a new
-       plan, with a new rollout id and new signatures); an abort is taken at any index.
+    4. against what the worker saw last of this rollout: no step back (a replay: a lower
+       index, or the completed last step left), and nothing after an abort but the abort (a
+       restart needs a new plan, with a new rollout id and new signatures); an abort is
+       taken at any index. A later index of the same plan is followed, however many steps
+       the worker missed between two polls (it catches up): the rule against skipping a
+       step binds what the registry signs (``verify_next_step``), not how often a worker
+       polls.
     """
     # (1): this plan
     if step.rollout_id != plan.rollout_id:
@@ -142,12 +148,25 @@ def verify_step(plan: RolloutPlan, step: RolloutStep, seen: SeenStep | None = No
     # (4): against the worker's memory of this rollout; an abort is the safe direction and
     # is taken at any index
     if seen is not None and seen.rollout_id == step.rollout_id and step.state != "aborted":
-        if seen.state == "aborted" and step.state != "aborted":
+        if seen.state == "aborted":
             raise StepRefused("aborted", "aborted (for good)", f"{step.state} at {step.index}")
         if step.index < seen.index:
             raise StepRefused("replay", f"index >= {seen.index}", step.index)
-        if step.index > seen.index + 1:
-            raise StepRefused("jump", f"index <= {seen.index + 1}", step.index)
+        if seen.state == "completed" and step.state != "completed":
+            raise StepRefused("replay", "completed (for good)", f"{step.state} at {step.index}")
+    return step
+
+
+def verify_next_step(plan: RolloutPlan, step: RolloutStep, seen: SeenStep | None) -> RolloutStep:
+    """``step`` if the online key may sign it after ``seen`` (the step signed before it of
+    the same plan; None: none yet), else StepRefused: ``verify_step``, and no step skipped
+    (a ``jump``: the first at index 0, then one index at a time; an abort at any index).
+    The registry checks this before it signs a step and ``release verify`` along the chain
+    of signed steps; workers follow any later step (``verify_step``)."""
+    verify_step(plan, step, seen)
+    last = -1 if seen is None or seen.rollout_id != step.rollout_id else seen.index
+    if step.state != "aborted" and step.index > last + 1:
+        raise StepRefused("jump", f"index <= {last + 1}", step.index)
     return step
 
 

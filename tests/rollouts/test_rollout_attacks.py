@@ -283,22 +283,48 @@ def step_version(att: Attacker, repo: str, doc_changes: dict[str, Any]) -> Metad
     return md
 
 
-def test_the_online_key_jumping_to_100_is_refused_by_a_worker_that_saw_the_step(
+def test_worker_that_missed_two_steps_follows_the_current_step(canary: Canary) -> None:
+    started = canary.start_signed()
+    rid = str(started["rollout_id"])
+    canary.advance()  # 5%: both workers poll
+    late, later = WORKERS[0], WORKERS[1]
+    for w in (late, later):
+        assert canary.resolve(w) in (canary.stable, canary.candidate)
+    canary.advance()  # 20%: nobody polls
+    canary.advance()  # 50%: nobody polls
+    want = canary.candidate if in_candidate_cohort(rid, late, 50) else canary.stable
+    assert canary.resolve(late) == want  # step 2, two after the step it saw
+    assert canary.advance()["signed_step"]["state"] == "completed"
+    # after completion both resolve the alias: the candidate, 100%
+    assert canary.resolve(late) == canary.candidate
+    assert canary.resolve(later) == canary.candidate  # from step 0 straight to the last
+    # an older step, re-signed by the online keys as a newer version, is still refused
+    with attacker(canary.reg) as att:
+        old = step_version(att, canary.repo, {"index": 1, "weight": 20, "state": "running"})
+        publish_with_online_keys(att, canary.reg, rollout_role(canary.repo), old)
+        with pytest.raises(RolloutRefused, match="replay"):
+            canary.resolve(later)
+
+
+def test_the_online_key_skipping_steps_moves_workers_only_to_the_plans_weight(
     canary: Canary,
 ) -> None:
     canary.start_signed()
     canary.advance()  # 5%
     seen = canary.resolve(WORKERS[0])
     with attacker(canary.reg) as att:
+        # a skipped step is the registry's to refuse (it never signs one); a worker that
+        # saw 5% follows a later step of the signed plan: the plan's digests and weights
         jump = step_version(att, canary.repo, {"index": 3, "weight": 100, "state": "completed"})
         publish_with_online_keys(att, canary.reg, rollout_role(canary.repo), jump)
-        with pytest.raises(RolloutRefused, match="jump"):
-            canary.resolve(WORKERS[0])
-        # and a weight the plan does not name at this index is refused by every worker
-        wrong = step_version(att, canary.repo, {"index": 0, "weight": 100})
+        assert canary.resolve(WORKERS[0]) == canary.candidate
+        # but a weight the plan does not name at this index is refused by every worker
+        wrong = step_version(att, canary.repo, {"index": 0, "weight": 100, "state": "running"})
         publish_with_online_keys(att, canary.reg, rollout_role(canary.repo), wrong)
         with pytest.raises(RolloutRefused, match="weight"):
             canary.resolve(WORKERS[1], cache="fresh-worker")
+        with pytest.raises(RolloutRefused, match="weight"):
+            canary.resolve(WORKERS[0])
     assert seen in (canary.stable, canary.candidate)
 
 

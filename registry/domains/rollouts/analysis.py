@@ -9,7 +9,9 @@ analysis document (a plan without one stays manual):
 2. the current signed step is judged (``attest.rollout.judge_step``) from the fleet
    reports of the window (``reports.reports_in_window``, the registry's clock), against
    the workers its cohort should hold (every worker that reported during the rollout and
-   whose bucket is inside the step's weight);
+   whose bucket is inside the step's weight); a report of a digest the signed step did
+   not assign its key when it arrived is a fault, evidence for no cohort, and each
+   worker's weight is bounded (docs/rollouts.md#evidence);
 3. before each step it signs the known-good pool's capacity is checked
    (``attest.rollout.capacity_check``): a pass with too little capacity holds (the first
    step is a person's: ``rollout advance``, as for a plan without analysis);
@@ -182,7 +184,7 @@ def _judge(session: Session, seen: _Seen, now: datetime) -> tuple[Judgement, dic
     since = now - timedelta(seconds=max(window, longest))
     until = now + timedelta(microseconds=1)
     reports = [
-        WindowReport.from_report(s.report, s.received_at)
+        WindowReport.from_report(s.report, s.received_at, s.assigned)
         for s in reports_in_window(session, seen.repo_id, seen.alias, seen.row_id, since, until)
     ]
     in_window = [r for r in reports if r.received_at >= now - timedelta(seconds=window)]
@@ -395,10 +397,10 @@ def _act(state: AppState, row_id: int, now: datetime) -> dict[str, Any]:
 
 
 def _follow_abort(state: AppState, row_id: int, now: datetime) -> None:
-    """(5) after an abort: convergence (every worker that reported the candidate during
-    the rollout has since reported the stable digest), the capacity then, the retries
-    from detection to convergence (or now), and recovery (the end of the first window
-    after the abort in which the stable cohort is inside every threshold)."""
+    """(5) after an abort: convergence (every worker that reported the candidate it was
+    assigned during the rollout has since reported the stable digest), the capacity then,
+    the retries from detection to convergence (or now), and recovery (the end of the first
+    window after the abort in which the stable cohort is inside every threshold)."""
     with state.db.read() as session:
         row = session.get(Rollout, row_id)
         if row is None or row.decided_at is None or row.detected_at is None:
@@ -408,7 +410,11 @@ def _follow_abort(state: AppState, row_id: int, now: datetime) -> None:
         canaries = set(
             session.scalars(
                 select(RolloutReport.worker_keyid)
-                .where(RolloutReport.rollout_pk == row_id, RolloutReport.digest == plan.candidate)
+                .where(
+                    RolloutReport.rollout_pk == row_id,
+                    RolloutReport.digest == plan.candidate,
+                    RolloutReport.assigned == plan.candidate,  # a canary, not a fault
+                )
                 .distinct()
             ).all()
         )
@@ -445,7 +451,7 @@ def _follow_abort(state: AppState, row_id: int, now: datetime) -> None:
             if end > now:
                 break
             stable = [
-                WindowReport.from_report(s.report, s.received_at)
+                WindowReport.from_report(s.report, s.received_at, s.assigned)
                 for s in after
                 if start <= s.received_at < end and s.digest == plan.stable
             ]

@@ -20,7 +20,9 @@ async def send_report(
     *, org: str, name: str, alias: str, request: Request, caller: Worker, state: State
 ) -> JSONResponse:
     """Raw body: the report's DSSE envelope (at most 64 KiB), signed by the caller's own
-    registered worker key. 201 ``{id, assigned, cohort}``; 400 ``invalid_report``
+    registered worker key. 201 ``{id, assigned, cohort, counted}`` (a report of a digest the
+    signed step does not assign the key is kept as a fault: ``counted`` false, ``cohort``
+    null, ``why``); 400 ``invalid_report``
     (``detail.field``), 403 ``report_untrusted``, 409 ``report_refused`` or
     ``report_replayed``: each refusal audited ``rollout.report.refused``."""
     data = bytearray()

@@ -18,8 +18,11 @@ until every check passed (one signature verification, one insert):
 5. its ``seq`` is above the last kept from that key (409 ``report_replayed``; the
    unique (worker key, seq) pair decides a race).
 
-Every refusal is audited ``rollout.report.refused`` with the reason; a kept report is
-not audited (its row keeps the envelope verbatim). ``fleet`` and ``reports_in_window``
+A kept report whose digest is not the one the signed step assigns its key (``assigned``,
+the cohort function workers use) is a fault: the answer says ``"counted": false`` and why,
+and the analysis counts it in no cohort. Every refusal is audited
+``rollout.report.refused`` with the reason; a kept report is not audited (its row keeps
+the envelope verbatim). ``fleet`` and ``reports_in_window``
 read them back for ``rollout status`` and the analysis.
 """
 
@@ -322,8 +325,21 @@ def _keep(
         session.flush()
     except IntegrityError as exc:  # another request kept this seq first
         raise _replayed(report, report.seq) from exc
+    # kept either way (the fleet view shows a worker that has not switched yet), but only a
+    # report of the digest its key is assigned is evidence, and only for that cohort
+    if report.digest != fit.assigned:
+        return {
+            "id": row.id,
+            "assigned": fit.assigned,
+            "cohort": None,
+            "counted": False,
+            "why": (
+                f"the signed step assigns worker key {report.worker_keyid} {fit.assigned}, "
+                f"not {report.digest}: kept as a fault, evidence for no cohort"
+            ),
+        }
     cohort = CANDIDATE if report.digest == fit.candidate else STABLE
-    return {"id": row.id, "assigned": fit.assigned, "cohort": cohort}
+    return {"id": row.id, "assigned": fit.assigned, "cohort": cohort, "counted": True}
 
 
 def _replayed(report: FleetReport, last: int) -> Conflict:
@@ -339,8 +355,9 @@ def ingest(
     state: AppState, *, repo_name: str, alias: str, envelope: bytes, caller: Caller
 ) -> dict[str, Any]:
     """Keep one fleet report (the module's checks (1) to (5), in order): ``{id, assigned,
-    cohort}``. Raises BadRequest ``invalid_report``, Forbidden ``report_untrusted``,
-    ReportRefused, Conflict ``report_replayed`` (each audited ``rollout.report.refused``),
+    cohort, counted}`` (``cohort`` None and ``why`` when the digest is not the assigned
+    one). Raises BadRequest ``invalid_report``, Forbidden ``report_untrusted``, ReportRefused,
+    Conflict ``report_replayed`` (each audited ``rollout.report.refused``),
     NotFound for a repository the caller may not read."""
     keyid: str | None = None
     try:

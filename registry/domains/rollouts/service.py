@@ -34,6 +34,7 @@ from modelward.attest.rollout import (
     make_plan,
     make_step,
     parse_analysis,
+    verify_next_step,
     verify_step,
 )
 from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
@@ -334,10 +335,11 @@ def _publish_step(
     caller: Caller,
 ) -> int:
     """Sign and publish ``plan``'s step ``index`` in ``step_state`` with the online key,
-    checked first as a worker will check it (``verify_step``); records the history row."""
+    checked first as a worker will check it, and as the next step of the chain
+    (``verify_next_step``: no step skipped); records the history row."""
     step = make_step(plan, index=index, state=step_state, reason=reason)
     try:
-        verify_step(plan, step, seen)
+        verify_next_step(plan, step, seen)
     except StepRefused as exc:  # the registry refuses what a worker would
         raise RolloutConflict(str(exc), detail={"check": exc.check}) from exc
     repo_name = plan.repository
