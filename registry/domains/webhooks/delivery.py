@@ -11,21 +11,27 @@ Each round, in order:
    secret, sign ``id.timestamp.payload`` (Standard Webhooks, the ``standardwebhooks``
    package) with the time of this attempt, POST the stored payload bytes with
    ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``; any 2xx is delivered;
-   no redirect is followed;
+   no redirect is followed, the answer's body is not read; the whole attempt (connect,
+   TLS, send, the status line and headers) is cancelled at ``webhook_timeout_seconds``
+   (``asyncio.timeout``: a receiver that drips its answer is cut off there, not only one
+   that stops), on a connection of its own;
 3. record the attempt (when, the HTTP status or the error, how long) and the next one: the
    next wait of ``webhook_retry_schedule``, or, after ``webhook_max_attempts`` (or the
    schedule's end), ``failed`` and the endpoint marked ``failing`` (audited
    ``webhook.failing``; a later delivery to it that succeeds clears it).
 
-A slow or failing endpoint holds one thread for at most the timeout and never delays the
-others. Nothing logged names the secret or the payload.
+A slow or failing endpoint holds one thread for at most the timeout; the others are sent
+on the other threads, never after it (one delivery per endpoint at a time). Nothing logged
+names the secret or the payload.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import ssl
 import threading
 import time
 import uuid
@@ -135,8 +141,9 @@ def claim(
     return claimed
 
 
-def send(item: Claimed, *, sealer: Sealer, client: httpx.Client) -> Outcome:
-    """Step (2): sign and POST one delivery; the outcome, never an exception."""
+def send(item: Claimed, *, sealer: Sealer, timeout: float, tls: ssl.SSLContext) -> Outcome:
+    """Step (2): sign and POST one delivery within ``timeout`` seconds for the whole attempt;
+    the outcome, never an exception."""
     started_at, clock = utcnow(), time.monotonic()
     status_code, error = None, None
     try:
@@ -149,14 +156,34 @@ def send(item: Claimed, *, sealer: Sealer, client: httpx.Client) -> Outcome:
             "webhook-timestamp": str(int(started_at.timestamp())),
             "webhook-signature": signature,
         }
-        response = client.post(item.url, content=item.payload, headers=headers)
-        status_code = response.status_code
+        status_code = asyncio.run(_post(item.url, item.payload, headers, timeout, tls))
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
+    except TimeoutError:
+        error = f"timed out: no answer within {timeout:g} s for the whole attempt"
     except Exception as exc:  # noqa: BLE001 - every failure is an attempt's outcome, logged by type
         error = f"{type(exc).__name__}: {str(exc)[:MAX_ERROR]}"
     duration_ms = int((time.monotonic() - clock) * 1000)
     return Outcome(started_at, duration_ms, status_code, error)
+
+
+async def _post(
+    url: str, payload: bytes, headers: dict[str, str], timeout: float, tls: ssl.SSLContext
+) -> int:
+    """POST ``payload``; the answer's status. Raises ``TimeoutError`` at ``timeout`` seconds
+    for all of it (connect, TLS, send, status line and headers), whatever each read took."""
+    client = httpx.AsyncClient(
+        timeout=timeout,
+        verify=tls,
+        follow_redirects=False,
+        trust_env=False,  # no proxy or .netrc credentials of the server's environment
+    )
+    async with (
+        asyncio.timeout(timeout),
+        client,
+        client.stream("POST", url, content=payload, headers=headers) as answer,
+    ):
+        return answer.status_code
 
 
 def record(
@@ -225,11 +252,8 @@ class DeliveryLoop:
         self.concurrency = settings.webhook_concurrency
         self.lease = settings.webhook_timeout_seconds + CLAIM_MARGIN_SECONDS
         self.sealer = Sealer.of(settings)
-        self.client = httpx.Client(
-            timeout=settings.webhook_timeout_seconds,
-            follow_redirects=False,
-            trust_env=False,  # no proxy or .netrc credentials of the server's environment
-        )
+        self.timeout = settings.webhook_timeout_seconds
+        self.tls = httpx.create_ssl_context()  # made once; each attempt connects anew
         self.busy: set[int] = set()
         self.lock = threading.Lock()
 
@@ -248,7 +272,6 @@ class DeliveryLoop:
                             }
                         )
                     )
-        self.client.close()
 
     def round(self, pool: ThreadPoolExecutor) -> None:
         with self.lock:
@@ -268,7 +291,7 @@ class DeliveryLoop:
             self.busy.discard(endpoint_id)
 
     def deliver(self, item: Claimed) -> None:
-        outcome = send(item, sealer=self.sealer, client=self.client)
+        outcome = send(item, sealer=self.sealer, timeout=self.timeout, tls=self.tls)
         log.info(
             json.dumps(
                 {
