@@ -10,6 +10,10 @@
 3. ``modelward serve --database-url postgresql://... --storage-url s3://modelward/blobs``
    against both, its output on this terminal,
 
+with only modelward's own lines on the terminal (serve's and ``dev-stack:`` lines): moto's
+request log, boto's and the S3 server's library logs go to ``stack.log`` in the work
+directory, named on screen at start (PostgreSQL's log is ``pg/log`` beside it),
+
 and on Ctrl-C (SIGINT) or SIGTERM stops the three and deletes the temporary directory:
 nothing it made outlives it (docs/operations.md#trying-postgresql-and-s3). It is a
 throwaway: the database, the bucket and the registry's keys go with it.
@@ -22,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -109,6 +115,41 @@ def _postgres(base: Path) -> Iterator[str]:
     finally:
         subprocess.run([*pg_ctl, "-m", "fast", "-w", "stop"], capture_output=True, check=False)
         _say("PostgreSQL stopped")
+
+
+# the libraries behind the S3 server: their records go to the stack's log file, not the terminal
+_LIBRARY_LOGGERS = ("werkzeug", "moto", "botocore", "boto3", "urllib3")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Plain(logging.Formatter):
+    """Log records as plain lines (werkzeug colours its request lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _ANSI.sub("", super().format(record))
+
+
+@contextlib.contextmanager
+def _library_logs(path: Path) -> Iterator[None]:
+    """Send the S3 server's libraries' logging to ``path`` instead of the terminal."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(_Plain("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved = []
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level, logger.propagate))
+        logger.addHandler(handler)  # werkzeug adds its own stderr handler only when none is set
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    _say(f"S3 server and library logs: {path} (deleted with the work directory)")
+    try:
+        yield
+    finally:
+        for logger, level, propagate in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        handler.close()
 
 
 @contextlib.contextmanager
@@ -204,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     # a signal before serve runs still cleans up: it becomes KeyboardInterrupt until then
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        with _postgres(base) as database_url, _s3() as env:
+        with _library_logs(base / "stack.log"), _postgres(base) as database_url, _s3() as env:
             return _serve(args, base, database_url, env)
     except StackError as exc:
         sys.stderr.write(f"error: {exc}\n")

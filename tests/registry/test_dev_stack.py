@@ -2,7 +2,8 @@
 ``python -m modelward.cli.dev_stack``: a PostgreSQL cluster from the machine's binaries, an
 S3-compatible server (moto) and ``modelward serve --database-url ... --storage-url s3://...``
 in the foreground. The test starts it, pushes and pulls once through the CLI, stops it with
-Ctrl-C (SIGINT) and checks that nothing it made is left; and ``serve`` names a bad
+Ctrl-C (SIGINT) and checks that nothing it made is left, and (issue 39 item 8) that moto's
+request log went to the log file it named, not the terminal; and ``serve`` names a bad
 ``--database-url`` or ``--storage-url`` (docs/operations.md#trying-postgresql-and-s3)."""
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def test_make_serve_pg_stack_serves_push_and_pull_then_cleans_up_on_ctrl_c(
             worker.resolves(digest)  # and a pull
         finally:
             reg.close()
+
+        # the terminal holds modelward's own lines; moto's request log is in the file it names
+        text = log.read_text()
+        assert f"S3 server and library logs: {work / 'stack.log'}" in text
+        assert '"PUT /modelward/' not in text, text
+        assert "\x1b[" not in text
+        library = (work / "stack.log").read_text()
+        assert '"PUT /modelward/blobs/' in library, library
+        assert "\x1b[" not in library
 
         stack.send_signal(signal.SIGINT)
         assert stack.wait(60) == 0, log.read_text()
