@@ -11,7 +11,9 @@ caller passes in (the registry's blob store, a worker's staged tree, a directory
     (1) the manifest bytes are within the policy's limit, hash to the expected digest,
         and parse strictly (attest.manifest.parse_manifest);
     (2) the manifest is within the policy's size limits, checked before any file is read;
-    (3) every file is scanned by content, through the reader, under the policy's limits;
+    (3) every file is scanned by content, through the reader, under the policy's limits, and
+        the serving configuration is checked against the model's own
+        (attest.scanner.check_serving);
     (4) every attestation is told by its content and verified against the trust set:
         (4a) verified and about this bundle: kept, for the policy to count;
         (4b) no signature even claims a trusted signer: *ignored*, reported with its reason
@@ -64,7 +66,14 @@ from modelward.attest.policy import (
     policy_scan_limits,
     size_checks,
 )
-from modelward.attest.scanner import Finding, ScanLimits, scan_blob
+from modelward.attest.scanner import (
+    MAX_MODEL_CONFIG_BYTES,
+    SERVING_FILES,
+    Finding,
+    ScanLimits,
+    check_serving,
+    scan_blob,
+)
 from modelward.attest.scanner._tree import library_problem
 from modelward.attest.tree import is_excluded, normalize_excludes
 from modelward.attest.trust import TrustSet, VerifiedStatement
@@ -418,7 +427,23 @@ def _scan(limits: ScanLimits, manifest: Manifest, reader: BlobReader) -> list[Fi
             problem = library_problem(local)
             if problem is not None:
                 findings.append(Finding(layer.path, "scan.safetensors", problem))
+    findings.extend(_serving(manifest, reader))
     return sorted(findings, key=lambda f: (f.path.encode(), f.rule))
+
+
+def _serving(manifest: Manifest, reader: BlobReader) -> tuple[Finding, ...]:
+    """The serving configuration against the model's own (``check_serving``), read through
+    the reader (at most ``MAX_MODEL_CONFIG_BYTES`` a file)."""
+    files: dict[str, bytes] = {}
+    for layer in manifest.layers:
+        if layer.path not in SERVING_FILES:
+            continue
+        try:
+            with reader.open(layer) as stream:
+                files[layer.path] = stream.read(MAX_MODEL_CONFIG_BYTES + 1)
+        except (OSError, BundleError) as exc:
+            return (Finding(layer.path, UNREADABLE, f"read failed: {exc}"),)
+    return check_serving(files, [layer.path for layer in manifest.layers])
 
 
 def verify_one_attestation(

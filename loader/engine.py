@@ -7,7 +7,8 @@ pinned, local-only configuration. ``Engine.generate`` returns output token ids o
 
 On a CPU, ``choose_kv_cache`` decides the KV-cache size (``hardening.cpu_kv_cache``) and
 ``apply_kv_cache`` sets it as ``VLLM_CPU_KVCACHE_SPACE`` for the engine and the server
-child; an engine failure then names the size and the setting.
+child; an engine failure about memory then names the size and the setting (any other
+failure, such as a configuration vLLM refuses, gets no advice about the cache).
 
 vLLM's start-up spawns processes: a script that calls ``boot_engine`` needs an
 ``if __name__ == "__main__":`` guard (the ``modelward`` console script has one).
@@ -281,6 +282,6 @@ def boot_engine(
     try:
         llm = vllm.LLM(**kwargs)
     except Exception as exc:  # vLLM raises anything; report it as ours
-        hint = f"; {kv_cache.failure_hint()}" if kv_cache is not None else ""
+        hint = kv_cache.hint_for(exc) if kv_cache is not None else ""
         raise EngineFailed(f"vLLM failed to start from {config.model_dir}: {exc}{hint}") from exc
     return Engine(llm, config)

@@ -16,6 +16,7 @@ else the variable, else ``min(4 GiB, 25% of available memory)`` (at least 1 GiB)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,8 +332,23 @@ class KvCacheChoice:
             f"memory, lower it with --cpu-kvcache-space GIB or {CPU_KVCACHE_ENV}=GIB"
         )
 
+    def hint_for(self, failure: BaseException) -> str:
+        """``failure_hint`` as "; HINT" when ``failure`` is about memory (an allocation, the
+        KV cache), else "": a refused configuration gets no advice about the cache."""
+        about_memory = isinstance(failure, MemoryError) or _MEMORY_FAILURE.search(str(failure))
+        return f"; {self.failure_hint()}" if about_memory else ""
+
     def as_dict(self) -> dict[str, Any]:
         return {"device": "cpu", "gib": self.gib, "source": self.source, "env": CPU_KVCACHE_ENV}
+
+
+# what vLLM and the OS say when memory, or the KV cache carved out of it, runs short
+_MEMORY_FAILURE = re.compile(
+    r"out of memory|outofmemory|memoryerror|(?:can't|cannot|unable to|failed to) allocate"
+    r"|not enough memory"
+    r"|insufficient memory|kv[ _]cache|cache blocks|\boom\b",
+    re.IGNORECASE,
+)
 
 
 def cpu_kv_cache(

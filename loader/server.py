@@ -100,7 +100,9 @@ class ServedEngine:
         while True:
             code = self.child.poll()
             if code is not None:
-                hint = f"; {self.kv_cache.failure_hint()}" if self.kv_cache else ""
+                # its own log says why; killed (the OOM killer's SIGKILL): likely memory
+                killed = code == -signal.SIGKILL
+                hint = f"; {self.kv_cache.failure_hint()}" if self.kv_cache and killed else ""
                 raise EngineFailed(
                     f"the vLLM server exited with status {code} before it was ready{hint}"
                 )

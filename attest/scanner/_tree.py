@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelward.attest._fileio import open_regular
+from modelward.attest._fileio import open_regular, read_regular
 from modelward.attest.scanner._classify import scan_blob
 from modelward.attest.scanner._model import FileReport, Finding, ScanLimits, ScanReport
+from modelward.attest.scanner._serving import MAX_MODEL_CONFIG_BYTES, SERVING_FILES, check_serving
 from modelward.attest.tree import walk_bundle
 
 
@@ -15,7 +16,8 @@ def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:
 
     Tree violations (docs/bundle-format.md#tree-rules) become findings with the same rule
     ids; files with an executable bit are scanned too. Files are opened without following
-    symlinks and must still be regular files when opened. Raises ``NotADirectoryError``
+    symlinks and must still be regular files when opened. Then the serving configuration
+    is checked against the model's (``check_serving``). Raises ``NotADirectoryError``
     when ``root`` is not a directory.
     """
     files, violations = walk_bundle(root)
@@ -27,8 +29,23 @@ def scan_tree(root: Path, limits: ScanLimits = ScanLimits()) -> ScanReport:
         report = _scan_file(path, abspath, limits)
         reports.append(report)
         findings.extend(report.findings)
+    findings.extend(serving_findings(root, {f.path for f in files}))
     findings.sort(key=lambda f: (f.path.encode(), f.rule))
     return ScanReport(files=tuple(reports), findings=tuple(findings))
+
+
+def serving_findings(root: Path, paths: set[str]) -> tuple[Finding, ...]:
+    """``check_serving`` over the serving files of the directory ``root`` (bounded reads;
+    one that cannot be read is a finding)."""
+    files: dict[str, bytes] = {}
+    for name in SERVING_FILES:
+        if name not in paths:
+            continue
+        data = read_regular(root / name, MAX_MODEL_CONFIG_BYTES + 1)
+        if data is None:
+            return (Finding(name, "tree.unreadable", "cannot open it to check serving"),)
+        files[name] = data
+    return check_serving(files, paths)
 
 
 def _scan_file(path: str, abspath: Path, limits: ScanLimits) -> FileReport:

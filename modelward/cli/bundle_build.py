@@ -1,7 +1,9 @@
 """``modelward bundle init | digest | manifest``: write a spec, name a bundle, show its manifest.
 
 - ``init DIR [--force]`` writes a commented ``modelward.yaml`` (dtype, max_model_len and
-  architecture read from ``config.json`` when present); never overwrites without ``--force``.
+  architecture read from ``config.json`` when present); never overwrites without ``--force``;
+  writes nothing when the model's own configuration refuses it (a tokenizer missing, tensor
+  parallelism against the heads: ``attest.scanner.check_serving``, every field named).
 - ``digest DIR [--ignore-path P] [--json]`` prints only the bundle digest (``--json``: one
   document ``{"digest", "files", "bytes", "excluded"}``, docs/attestations.md#json-output).
 - ``manifest DIR [--config] [--ignore-path P]`` writes the exact manifest bytes (or the
@@ -142,6 +144,30 @@ def _model_config(directory: Path) -> dict[str, Any]:
     return {}
 
 
+def _require_servable(directory: Path, spec_text: str, *, read_config: bool) -> None:
+    """Refuse (exit 1, nothing written) a spec the model's own configuration refuses: the
+    check push and a worker's pull run (attest.scanner.check_serving), every field named.
+    Without ``read_config`` (config.json absent or unusable: warned, defaults used) the spec
+    is checked without it; ``bundle scan`` and push then say what is wrong with it."""
+    from modelward.attest.scanner import MAX_MODEL_CONFIG_BYTES, SERVING_FILES, check_serving
+    from modelward.attest.spec import SPEC_FILENAME
+
+    paths = {p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink()}
+    files = {SPEC_FILENAME: spec_text.encode()}
+    for name in SERVING_FILES:
+        if name != SPEC_FILENAME and name in paths and (read_config or name != "config.json"):
+            with (directory / name).open("rb") as stream:
+                files[name] = stream.read(MAX_MODEL_CONFIG_BYTES + 1)
+    findings = check_serving(files, paths)
+    for finding in findings:
+        err_console.print(f"error: {finding.reason}", markup=False)
+    if findings:
+        fail(
+            f"{directory}: the model cannot be served as configured; {SPEC_FILENAME} not written",
+            hint="fix the model's files (or write modelward.yaml by hand, docs/bundle-format.md)",
+        )
+
+
 def _write_new(target: Path, text: str, *, force: bool) -> None:
     """Write ``target`` atomically; without ``force`` never replace an existing entry."""
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
@@ -192,6 +218,7 @@ def init_command(
         )
     except ValueError as exc:
         fail(str(exc), code=2)
+    _require_servable(directory, text, read_config=bool(hf))
     try:
         _write_new(target, text, force=force)
     except FileExistsError:

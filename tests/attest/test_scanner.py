@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import modelward.attest.scanner
 from modelward.attest.scanner import FileReport, ScanLimits, ScanReport, scan_blob, scan_tree
+from modelward.attest.spec import render_spec_template
 from tests.attest.corpus import Corpus, build_corpus, canary_pickle, zip_with
 
 
@@ -38,8 +39,11 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(modelward.attest.scanner.__all__) == [
         "FileReport",
         "Finding",
+        "MAX_MODEL_CONFIG_BYTES",
+        "SERVING_FILES",
         "ScanLimits",
         "ScanReport",
+        "check_serving",
         "scan_blob",
         "scan_tree",
     ]
@@ -133,7 +137,8 @@ def test_every_allowed_format_passes(tiny_model: Path, tmp_path: Path) -> None:
         "---\nlicense: mit\n---\n# Tiny\n\n```python\nimport torch\nfrom x import y\n"
         "def f():\n    pass\n```\n"
     )
-    (tiny_model / "modelward.yaml").write_text("version: 1\nengine: {name: vllm}\n")
+    # a spec the model's own config admits (a spec it refuses: tests/attest/test_serving_check.py)
+    (tiny_model / "modelward.yaml").write_text(render_spec_template(dtype="float32"))
     (tiny_model / "empty.txt").write_bytes(b"")
     report = scan_tree(tiny_model)
     assert report.findings == ()
