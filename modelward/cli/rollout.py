@@ -1,5 +1,5 @@
-"""``modelward rollout start|advance|abort|status|weights``: canary rollouts of an alias as
-signed state (docs/rollouts.md)."""
+"""``modelward rollout start|advance|abort|analyze|status|history|weights``: canary rollouts
+of an alias as signed state (docs/rollouts.md)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ __all__ = [
     "rollout_abort",
     "rollout_advance",
     "rollout_app",
+    "rollout_history",
     "rollout_start",
     "rollout_status",
     "rollout_weights",
@@ -76,6 +77,44 @@ def _analysis(path: Path | None) -> str | None:
         raise typer.BadParameter(f"{path}: {exc}", param_hint="--analysis") from exc
 
 
+def _analysis_summary(plan: dict[str, Any]) -> list[str]:
+    """The plan's thresholds and triggers, as signed (none: steps advance by hand)."""
+    analysis = plan.get("analysis") or {}
+    thresholds = analysis.get("thresholds") or {}
+    triggers = analysis.get("triggers") or []
+    if not thresholds and not triggers:
+        return ["  analysis  none: each step advances by hand (`rollout advance`)"]
+    bounds = ", ".join(
+        f"{metric} {' '.join(f'{k} {v}' for k, v in sorted(bound.items()))}"
+        for metric, bound in sorted(thresholds.items())
+    )
+    lines = [f"  analysis  thresholds: {bounds or 'none'}"]
+    if triggers:
+        lines.append(
+            "            triggers: "
+            + "; ".join(", ".join(f"{k} {v}" for k, v in sorted(t.items())) for t in triggers)
+        )
+    return lines
+
+
+def _step_lines(history: list[dict[str, Any]]) -> list[str]:
+    """Each signed step with its verdict and reasons (holds included)."""
+    lines = []
+    for h in history:
+        why = f"  ({h['reason']})" if h.get("reason") else ""
+        lines.append(
+            f"  {h.get('at')}  {h.get('actor')}  step {h.get('index')}  "
+            f"{h.get('weight')}%  {h.get('state')}{why}"
+        )
+        analysis = h.get("analysis") or {}
+        verdict = h.get("verdict") or analysis.get("verdict")
+        if verdict:
+            held = "  HELD" if verdict == "inconclusive" else ""
+            lines.append(f"      verdict {verdict}{held}")
+            lines += [f"        {reason}" for reason in analysis.get("reasons") or []]
+    return lines
+
+
 def _plan_lines(state: Any) -> str:
     plan = state.get("plan") or {}
     ref = f"{state.get('repository')}@{state.get('alias')}"
@@ -85,6 +124,7 @@ def _plan_lines(state: Any) -> str:
         f"  candidate {plan.get('candidate')}",
         f"  steps     {', '.join(f'{w}%' for w in plan.get('steps', []))}  window "
         f"{plan.get('window_seconds')}s  min samples {plan.get('min_samples')}",
+        *_analysis_summary(plan),
         f"  plan sha256 {state.get('plan_sha256')}: "
         + (
             "signed by the alias's role"
@@ -103,12 +143,11 @@ def _plan_lines(state: Any) -> str:
         )
     else:
         lines.append("  no step signed yet: every worker runs the stable digest")
-    for h in state.get("history", []):
-        why = f"  ({h['reason']})" if h.get("reason") else ""
-        lines.append(
-            f"  {h.get('at')}  {h.get('actor')}  step {h.get('index')}  "
-            f"{h.get('weight')}%  {h.get('state')}{why}"
-        )
+    lines += _step_lines(state.get("history", []))
+    rollback = state.get("rollback")
+    if rollback:
+        figures = ", ".join(f"{k} {v}" for k, v in rollback.items() if v is not None)
+        lines.append(f"  rollback: {figures}")
     lines.extend(_fleet_lines(state.get("fleet")))
     return "\n".join(lines)
 
@@ -267,6 +306,23 @@ def rollout_status(ref: AliasRef, *, as_json: AsJson = False) -> None:
     with reported(as_json), registry_client() as client:
         state = client.rollout_status(r.repo, str(r.alias))
     emit(state, as_json, _plan_lines)
+
+
+@rollout_app.command("history")
+def rollout_history(ref: AliasRef, *, as_json: AsJson = False) -> None:
+    """Every rollout of the alias, oldest first, aborted ones included: plan, signed steps,
+    verdicts, abort reason, rollback figures."""
+    r = parse_reference(ref, require="alias")
+    with reported(as_json), registry_client() as client:
+        answer = client.rollout_history(r.repo, str(r.alias))
+    emit(
+        answer,
+        as_json,
+        lambda a: (
+            "\n\n".join(_plan_lines(x) for x in a.get("rollouts") or [])
+            or f"{a.get('repository')}@{a.get('alias')} has never had a rollout"
+        ),
+    )
 
 
 @rollout_app.command("weights")

@@ -83,6 +83,10 @@ def describe(proposal: dict[str, Any]) -> str:
     change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
     if proposal.get("role") == "targets":
         change = "new delegations"
+    elif proposal.get("kind") == "rollout plan":
+        change = f"rollout plan from {proposal.get('from_digest') or '(unset)'} to candidate " + (
+            f"{proposal.get('to_digest')}"
+        )
     elif proposal.get("target") == "resign":
         change = "its targets as they are, re-signed with the signers' new keys"
     elif proposal.get("adopts") is not None:
@@ -246,14 +250,10 @@ def sign_proposal(
     proposal = client.tuf_proposal(proposal_id)
     change, view = verified_change(client, proposal)
     role, version = change.role, change.version
-    since = (
-        f"against v{change.previous_version} verified here"
-        if change.previous_version
-        else "no earlier version verified here"
-    )
+    since = f"v{change.previous_version}" if change.previous_version else "no earlier version"
     err_console.print(
-        f"signing {role} v{version} ({since} from root v{view.root_version}; expires "
-        f"{change.expires.isoformat()}):",
+        f"signing {role} v{version}, checked here against {since} verified from root "
+        f"v{view.root_version} (expires {change.expires.isoformat()}):",
         markup=False,
     )
     lines = [describe_signer_change(c) for c in change.signers]

@@ -81,3 +81,18 @@ def test_rollout_commands_from_start_to_abort(registry: Registry, tmp_path: Path
     text = registry.cli("rollout", "status", f"{repo}@{alias}", token=token, check=True).stdout
     assert "aborted" in text
     assert "p95 up" in text
+    assert "analysis  none: each step advances by hand" in text
+    # a second rollout, with thresholds: the text shows them; history lists both rollouts
+    good = tmp_path / "good.yaml"
+    good.write_text("thresholds:\n  error_rate: {max: 0.05}\n")
+    second = registry.cli(
+        "rollout", "start", f"{repo}@{alias}", "--to", candidate, "--analysis", str(good),
+        "--key", str(key), token=token, check=True,
+    )  # fmt: skip
+    assert "analysis  thresholds: error_rate max 0.05" in second.stdout
+    history = registry.cli("rollout", "history", f"{repo}@{alias}", token=token, check=True)
+    assert history.stdout.count(f"of {repo}@{alias}: ") == 2
+    assert status["rollout_id"] in history.stdout
+    assert "p95 up" in history.stdout
+    never = registry.cli("rollout", "history", f"{repo}@{unique('a')}", token=token, check=True)
+    assert "has never had a rollout" in never.stdout

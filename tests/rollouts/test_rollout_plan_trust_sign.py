@@ -6,6 +6,7 @@ same over either database."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ def test_a_reviewer_signs_a_rollout_plan_with_trust_sign(
     candidate = push_new(publisher, repo, tmp_path)
     started = publisher.actor.client.start_rollout(repo, "prod", candidate)
     assert not started["plan_signed"]
+    # the plan waits for the alias's reviewers: `alias pending` lists it with the moves
+    pending = registry.cli("alias", "pending", f"{repo}@prod", "--json", token=reviewer.actor.token)
+    assert pending.returncode == 0, pending.stderr
+    [listed] = json.loads(pending.stdout)
+    assert (listed["id"], listed["kind"], listed["alias"]) == (
+        started["proposal"],
+        "rollout plan",
+        "prod",
+    )
     key = tmp_path / "reviewer.key"
     save_private_key(reviewer.key, key)
     signed = registry.cli(

@@ -39,6 +39,7 @@ from tuf.api.metadata import Delegations, Metadata, Root, Targets
 from tuf.api.serialization import DeserializationError
 
 from modelward.attest.alias_decision import MoveRequest
+from modelward.attest.rollout.paths import rollout_path
 from modelward.attest.tuf import (
     QUARANTINE_ROLE,
     alias_path,
@@ -658,11 +659,15 @@ def proposal_json(
         ).all()
     )
     target = _alias_of(p)
+    plan_repo, plan_sep, plan_alias = p.target.partition("/rollouts/")
+    if target is None and plan_sep and p.role != TARGETS_ROLE:
+        target = (plan_repo, plan_alias)  # a rollout plan of the alias (docs/rollouts.md)
     out: dict[str, Any] = {
         "id": p.id,
         "role": p.role,
         "version": p.version,
         "target": p.target,
+        "kind": _kind(p, plan=bool(plan_sep)),
         "repository": target[0] if target else None,
         "alias": target[1] if target else None,
         "from_digest": p.from_digest,
@@ -688,6 +693,22 @@ def proposal_json(
     return out
 
 
+def _kind(p: TufProposal, *, plan: bool) -> str:
+    """What a proposal is, for display: ``move``, ``rollout plan``, ``quarantine``,
+    ``delegations`` (top-level targets), ``adoption`` or ``resign``."""
+    if p.role == TARGETS_ROLE:
+        return "delegations"
+    if p.target == ADOPT_TARGET:
+        return "adoption"
+    if p.target == "resign":
+        return "resign"
+    if plan:
+        return "rollout plan"
+    if p.role == QUARANTINE_ROLE:
+        return "quarantine"
+    return "move"
+
+
 def list_proposals(
     session: Session,
     state: AppState,
@@ -699,11 +720,18 @@ def list_proposals(
     query = select(TufProposal).order_by(TufProposal.id.desc()).limit(PROPOSAL_PAGE)
     if pending_only:
         query = query.where(TufProposal.state == "pending")
-    if repo_name is not None:
-        prefix = alias_path(repo_name, alias) if alias else f"{repo_name}/aliases/"
-        query = query.where(
-            TufProposal.target == prefix if alias else TufProposal.target.startswith(prefix)
-        )
+    if repo_name is not None:  # its alias moves and its rollout plans
+        if alias:
+            query = query.where(
+                TufProposal.target.in_(
+                    (alias_path(repo_name, alias), rollout_path(repo_name, alias))
+                )
+            )
+        else:
+            query = query.where(
+                TufProposal.target.startswith(f"{repo_name}/aliases/")
+                | TufProposal.target.startswith(f"{repo_name}/rollouts/")
+            )
     repo = repository(session, state)
     return [proposal_json(session, repo, p) for p in session.scalars(query)]
 
