@@ -330,12 +330,14 @@ def sim_process(sim: Sim, out: Any) -> None:
 class Cli:
     """The real ``modelward`` command line against one registry, timed."""
 
-    def __init__(self, work: Path, url: str, token: str) -> None:
+    def __init__(self, work: Path, url: str, token: str, root: Path) -> None:
         self.env = {
             **os.environ,
             "MODELWARD_URL": url,
             "MODELWARD_TOKEN": token,
             "XDG_CONFIG_HOME": str(work / "config"),
+            "XDG_CACHE_HOME": str(work / "cache"),
+            "MODELWARD_TRUST_ROOT": str(root),  # a signer verifies from its pinned root
         }
 
     def __call__(self, *args: str) -> tuple[str, float]:
@@ -389,7 +391,9 @@ def setup_fleet(work: Path, serve: Serve, workers: int, opts: argparse.Namespace
         publisher.push(make_bundle_dir(work / f"{repo}-{n}"), repo, sign=pub.sign).digest
         for n in ("stable", "candidate")
     )
-    cli = Cli(work, serve.url, pub_token)
+    root = work / f"{publisher_name}-root.json"
+    root.write_bytes(admin.tuf_file("1.root.json"))
+    cli = Cli(work, serve.url, pub_token, root)
     cli("alias", "set", f"{repo}@{ALIAS}", stable, "--key", str(key_file))
     started, _ = cli(
         "rollout", "start", f"{repo}@{ALIAS}", "--to", candidate, "--steps",

@@ -326,7 +326,13 @@ class Story:
         self.note(f"export MODELWARD_URL={self.url}")
         proc2 = self.r.run(["login", self.url, "--token", "$ADMIN_TOKEN"], env=self.as_("admin"))
         _expect(proc2.stdout, "admin")
-        return f"registry ready at {self.url}; the admin token works"
+        # every signer verifies what it signs from a pinned root (docs/tuf.md#what-a-signer-
+        # checks); the demo's people share one machine, so one pin serves them all
+        self.note("# each signer pins the registry's root once (check its keys out of band)")
+        root = self.workdir / "root.json"
+        self.r.run(["trust", "root", "--out", str(root)], env=self.as_("admin"))
+        self.r.run(["trust", "pin", "--trust-root", str(root)], env=self.as_("admin"))
+        return f"registry ready at {self.url}; the admin token works; its root is pinned"
 
     def principals(self) -> str:
         self.need("admin", "principal", "create")
