@@ -112,6 +112,31 @@ def _step_lines(history: list[dict[str, Any]]) -> list[str]:
             held = "  HELD" if verdict == "inconclusive" else ""
             lines.append(f"      verdict {verdict}{held}")
             lines += [f"        {reason}" for reason in analysis.get("reasons") or []]
+            lines += _evidence_lines(analysis.get("metrics") or {})
+    return lines
+
+
+def _evidence_lines(metrics: dict[str, Any]) -> list[str]:
+    """What a verdict judged: each cohort's workers and counted requests (each worker's
+    weight bounded: docs/rollouts.md#evidence), and the reports set aside as faults."""
+    lines = []
+    for name in ("candidate", "stable"):
+        cohort = metrics.get(name)
+        if not isinstance(cohort, dict):
+            continue
+        capped = cohort.get("capped") or []
+        lines.append(
+            f"        {name}: {cohort.get('worker_count')} worker(s), "
+            f"{cohort.get('counted_errors')}/{cohort.get('counted_requests')} errors counted "
+            f"of {cohort.get('errors')}/{cohort.get('requests')} reported"
+            + (f"; {len(capped)} worker(s) capped" if capped else "")
+        )
+    unassigned = metrics.get("unassigned") or {}
+    if unassigned.get("reports"):
+        lines.append(
+            f"        not counted: {unassigned['reports']} report(s) from "
+            f"{len(unassigned.get('workers') or [])} worker(s) of a digest not assigned to them"
+        )
     return lines
 
 

@@ -92,6 +92,13 @@ def test_one_stable_key_reporting_the_candidate_digest_cannot_pass_a_failing_can
     assert hostile.keyid not in metrics["candidate"]["workers"]
     assert hostile.keyid in metrics["unassigned"]["workers"]
     assert metrics["thresholds"]["error_rate"]["candidate"] == [60, 200]
+    # the text of `rollout status` says what the verdict judged, and what it set aside
+    text = registry.cli(
+        "rollout", "status", f"{c.repo}@{c.alias}", token=c.publisher.actor.token, check=True
+    ).stdout
+    assert "verdict fail" in text
+    assert "candidate: 2 worker(s), 60/200 errors counted of 60/200 reported" in text
+    assert "not counted: 1 report(s) from 1 worker(s) of a digest not assigned to them" in text
 
 
 def test_one_candidate_key_with_1e9_clean_requests_cannot_pass_a_failing_candidate(
