@@ -158,7 +158,8 @@ def alias_set(
 def _dry_run_lines(report: Any) -> str:
     """A dry run's checks, one line each, and its verdict."""
     lines = [
-        f"{'ok  ' if c.get('passed') else 'FAIL'} ({c.get('step')}) {c.get('check')}: "
+        f"{'ok  ' if c.get('passed') else 'skip' if c.get('skipped') else 'FAIL'} "
+        f"({c.get('step')}) {c.get('check')}: "
         f"{c.get('message')}"
         for c in report.get("checks", [])
     ]
@@ -248,8 +249,10 @@ def alias_rollback(
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
-    """Set an alias back to an earlier digest, recorded as a rollback (a protected alias:
-    proposed, for its reviewers to sign)."""
+    """Set an alias back to an earlier digest, recorded as a rollback and audited as an
+    emergency. Back to a release the alias held under valid signatures (its signed history),
+    and not quarantined, the promotion gates (baseline, replay, release gates) do not apply;
+    the alias's signers still sign it (a protected alias: proposed, for them to sign)."""
     from modelward.cli.trust import load_key
 
     r = parse_reference(ref, require="alias")
@@ -257,7 +260,35 @@ def alias_rollback(
     with reported(as_json), registry_client() as client:
         state = client.rollback(r.repo, str(r.alias), digest, reason=reason, propose=True)
         sign_move(client, state, r.repo, str(r.alias), private)
-    emit(state, as_json, alias_line(r.repo))
+    emit(state, as_json, _rollback_lines(r.repo))
+
+
+def _rollback_lines(repo: str) -> Callable[[Any], str]:
+    """``alias rollback``'s answer: that the promotion gates were skipped, the alias's
+    state, and who must sign a rollback still pending."""
+    line = alias_line(repo)
+
+    def lines(state: Any) -> str:
+        ref = f"{repo}@{state.get('alias')}"
+        target = (state.get("pending") or {}).get("to_digest") or state.get("digest")
+        out = []
+        if state.get("gates_skipped"):
+            out.append(
+                f"rollback: {ref} -> {target}, a release it held under valid signatures; the "
+                "promotion gates (baseline, replay, release gates) do not apply to it"
+            )
+        out.append(line(state))
+        pending = state.get("pending")
+        if isinstance(pending, dict):
+            signed = len(pending.get("signatures") or [])
+            out.append(
+                f"who must sign: the alias's signers, {pending.get('threshold')} signature(s) "
+                f"of the keys of TUF role {pending.get('role')} ({signed} so far), as for "
+                "any move of it"
+            )
+        return "\n".join(out)
+
+    return lines
 
 
 def _sign_with(repo: str, state: dict[str, Any]) -> str | None:

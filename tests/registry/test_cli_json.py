@@ -46,6 +46,10 @@ ALIAS_STATE = _object(
         # a move that changed nothing (a retried push); its pending move signed just now
         "unchanged": {"type": "boolean"},
         "signed_now": {"type": "boolean"},
+        # a move back to an earlier target; the promotion gates it skipped (a rollback to a
+        # release the alias held under valid signatures: docs/operations.md)
+        "rollback": {"type": "boolean"},
+        "gates_skipped": {"type": "array", "items": {"type": "string"}},
     },
 )
 CHECK = _object(

@@ -5,8 +5,9 @@
 under the current policy, every attestation not retracted verified again), and hands it all
 to the one owner of the move's verdict, ``attest.alias_decision.decide_move``: steps (1) rule
 and mover, (2) quarantine, (3) policy, (4) a protected alias's baseline, replay and release
-gates, (5) rollback, (6) approvals (docs/registry.md#aliases). A refusal is answered by
-moves.refusals, the one map from its typed reason to the HTTP error. Then:
+gates, (5) rollback, (6) approvals (docs/registry.md#aliases); a move back to a release the
+alias held under valid signatures is a rollback and skips (4) (moves.rollback). A refusal is
+answered by moves.refusals, the one map from its typed reason to the HTTP error. Then:
 
   (7) compare-and-swap on the version (a conditional UPDATE; 409 with the current state),
       history row and audit event in the same transaction, which decides (2) and (6) again
@@ -49,6 +50,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles.service import find_bundle, live_bundle
 from modelward.registry.domains.moves import repository
 from modelward.registry.domains.moves.refusals import http_error
+from modelward.registry.domains.moves.rollback import PROMOTION_GATES
 from modelward.registry.domains.moves.service import (
     ALIAS_RE,
     decide,
@@ -349,12 +351,23 @@ def _propose(
                 "to": digest,
                 "proposal": proposal.id,
                 "reason": reason,
+                **_rollback_json(request),
             },
         )
         current = _alias_row(session, get_repo(session, repo_name, caller), alias)
         answer = state_json(current, alias)
         answer["pending"] = tuf_json(session, tuf_repository(session, state), proposal)
+        answer.update(_rollback_json(request))
         return answer
+
+
+def _rollback_json(request: MoveRequest) -> dict[str, Any]:
+    """``rollback`` (the move goes back to an earlier target) and ``gates_skipped``: the
+    promotion gates not judged because the alias held the digest under valid signatures
+    (moves.rollback); both absent for any other move."""
+    if not request.rollback:
+        return {}
+    return {"rollback": True, "gates_skipped": sorted(PROMOTION_GATES - request.judged)}
 
 
 def _swap(
@@ -405,6 +418,7 @@ def _swap(
         answer = state_json(row, alias)
         answer["signed"] = proposal is not None and proposal.state == "published"
         answer["proposal"] = proposal.id if proposal is not None else None
+        answer.update(_rollback_json(decision.request))
         return answer
 
 

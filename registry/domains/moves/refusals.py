@@ -35,6 +35,7 @@ from modelward.attest.alias_decision import (
     Status,
 )
 from modelward.attest.evaluation import GatesJudgement, gate_label
+from modelward.registry.domains.moves.rollback import PROMOTION_GATES
 from modelward.registry.errors import (
     BadRequest,
     Forbidden,
@@ -114,6 +115,11 @@ def check_message(
     is_rollback: bool = False,
 ) -> str:
     """The registry's words for one check of the decision of ``req``."""
+    if check.status is Status.SKIPPED and is_rollback and check.step in PROMOTION_GATES:
+        return (
+            f"step ({check.step}) {check.name}: not judged: a rollback to a release "
+            f"{req.ref} held under valid signatures needs no promotion gate"
+        )
     if check.status is Status.SKIPPED:
         return f"step ({check.step}) {check.name}: not judged here"
     if check.failed:

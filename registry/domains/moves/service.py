@@ -18,7 +18,6 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from modelward.attest.alias_decision import (
-    ALL_STEPS,
     AliasDecision,
     AliasMoveRefused,
     MoveRequest,
@@ -35,6 +34,7 @@ from modelward.registry.domains.bundles import verdict
 from modelward.registry.domains.bundles.service import live_bundle
 from modelward.registry.domains.moves import repository
 from modelward.registry.domains.moves.refusals import http_error, report_json
+from modelward.registry.domains.moves.rollback import as_rollback, signed_earlier_targets
 from modelward.registry.domains.repos.service import authorized_repo, get_repo
 from modelward.registry.errors import BadRequest, InvalidManifest, StaleVersion
 from modelward.registry.models import Alias, AliasHistory
@@ -103,6 +103,11 @@ def read_move(
         found = repository.read_facts(
             session, state, rule, alias=alias, digest=digest, caller=caller
         )
+        # (5): an earlier target is a rollback, without the promotion gates, only when a
+        # signed version of the alias's role named it (moves.rollback)
+        signed_earlier: frozenset[str] = frozenset()
+        if digest in found.request["history"] and digest != found.request["current"]:
+            signed_earlier = signed_earlier_targets(session, repo_name, alias)
     # (3): the bundle as it is now, under the current policy (the one bundle verifier).
     try:
         bundle = verify_bundle_result(
@@ -128,7 +133,7 @@ def read_move(
         rollback=rollback,
         **found.request,
     )
-    return request, bytes(found.manifest.raw)
+    return as_rollback(request, signed_earlier), bytes(found.manifest.raw)
 
 
 def decide(request: MoveRequest) -> AliasDecision:
@@ -145,12 +150,13 @@ def require_move_allowed(
 ) -> MoveRequest:
     """Steps (1) to (5) of ``mover`` moving ``repo_name@alias`` to ``digest``: what the
     registry checks again before it publishes a signed move (the reviewers' signatures are
-    its approvals: step (6) is not judged here). Returns the request decided, for
-    ``decide_again`` in the transaction that publishes the move."""
+    its approvals: step (6) is not judged here; nor are the promotion gates of a rollback
+    to a release the alias held under valid signatures, moves.rollback). Returns the
+    request decided, for ``decide_again`` in the transaction that publishes the move."""
     request, _ = read_move(
         state, repo_name=repo_name, alias=alias, digest=digest, rollback=False, caller=mover
     )
-    request = replace(request, approvers=None, judged=ALL_STEPS - {"6"})
+    request = replace(request, approvers=None, judged=request.judged - {"6"})
     decide(request)
     return request
 
@@ -265,6 +271,8 @@ def record_move(
     }
     if signed_by is not None:
         details["signed"] = True
+    if rollback:
+        details["emergency"] = True  # the way back in an incident (docs/operations.md)
     append(
         session,
         actor=actor if signed_by is None else signed_by,
