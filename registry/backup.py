@@ -41,9 +41,16 @@ from typing import Any
 
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from modelward import __version__
-from modelward.registry.db import alembic_config, current_revision, make_engine, schema_state
+from modelward.registry.db import (
+    alembic_config,
+    current_revision,
+    make_engine,
+    masked_url,
+    schema_state,
+)
 from modelward.registry.errors import RegistryError
 from modelward.registry.settings import Settings
 from modelward.registry.writer_lock import sqlite_file
@@ -100,9 +107,12 @@ def _libpq(url: str) -> tuple[str, dict[str, str]]:
 
 
 def _kind(url: str) -> str:
-    backend = make_url(url).get_backend_name()
+    try:
+        backend = make_url(url).get_backend_name()
+    except (ArgumentError, ValueError):
+        backend = "unparsable"
     if backend not in {"sqlite", "postgresql"}:
-        raise BackupError(f"database {url!r}: backups cover sqlite and postgresql only")
+        raise BackupError(f"database {masked_url(url)}: backups cover sqlite and postgresql only")
     return backend
 
 
@@ -225,7 +235,7 @@ def backup(settings: Settings, dest: Path) -> BackupSummary:
 def _sqlite_backup(url: str, target: Path) -> str:
     path = sqlite_file(url)
     if path is None or not path.is_file():
-        raise BackupError(f"no SQLite database at {path or url}")
+        raise BackupError(f"no SQLite database at {path or masked_url(url)}")
     source = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
     copy = sqlite3.connect(target)
     try:
@@ -322,7 +332,7 @@ def _check_target(manifest: dict[str, Any], settings: Settings) -> tuple[str, st
     if manifest.get("database") != kind:
         raise BackupError(
             f"the backup holds a {manifest.get('database')} database, the target "
-            f"{make_url(url).render_as_string(hide_password=True)} is {kind}"
+            f"{masked_url(url)} is {kind}"
         )
     keys_dir = settings.resolved_tuf_keys_dir()
     checkpoint_key = settings.resolved_audit_checkpoint_key()
@@ -350,7 +360,7 @@ def _check_target(manifest: dict[str, Any], settings: Settings) -> tuple[str, st
             engine.dispose()
         if state != "empty":
             raise BackupError(
-                f"the database {make_url(url).render_as_string(hide_password=True)} is not "
+                f"the database {masked_url(url)} is not "
                 "empty: restore into a new database; nothing was written"
             )
     return url, kind
@@ -377,7 +387,7 @@ def _write(
         elif name == "registry.db":
             db_file = sqlite_file(url)
             if db_file is None:
-                raise BackupError(f"database {url!r} is not a SQLite file")
+                raise BackupError(f"database {masked_url(url)} is not a SQLite file")
             targets[name] = db_file
     written: list[Path] = []
     try:

@@ -8,6 +8,7 @@ a transaction-scoped advisory lock. Reads use plain transactions and never block
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -17,8 +18,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 from modelward.registry.errors import ConfigurationError, DatabaseOutOfDate
@@ -28,10 +31,12 @@ __all__ = [
     "SchemaState",
     "alembic_config",
     "current_revision",
+    "describe_revision",
     "downgrade",
     "ensure_schema",
     "head_revision",
     "make_engine",
+    "masked_url",
     "schema_state",
     "upgrade",
 ]
@@ -39,6 +44,7 @@ __all__ = [
 WRITE_LOCK_KEY = 0x6D77_6172  # "mwar": the advisory lock every PostgreSQL write takes
 MIGRATE_LOCK_KEY = 0x6D77_6D67  # "mwmg": held while a process checks or migrates the schema
 SchemaState = Literal["empty", "current", "outdated"]
+EXPECTED_URL = "expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
 
 
 def make_engine(url: str, *, pool_size: int = 8, max_overflow: int = 8) -> Engine:
@@ -49,8 +55,13 @@ def make_engine(url: str, *, pool_size: int = 8, max_overflow: int = 8) -> Engin
     """
     try:
         parsed = make_url(url)
-    except Exception as exc:
-        raise ConfigurationError(f"invalid database URL: {exc}") from exc
+    except (ArgumentError, ValueError, TypeError):
+        # its message would echo the whole value, password included: name it masked
+        raise ConfigurationError(
+            f"invalid database URL {masked_url(url)}: {EXPECTED_URL}"
+        ) from None
+    if parsed.get_backend_name() not in {"sqlite", "postgresql"}:
+        raise ConfigurationError(f"unsupported database URL {masked_url(url)}: {EXPECTED_URL}")
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
@@ -141,6 +152,20 @@ def head_revision() -> str:
     return head
 
 
+def describe_revision(revision: str | None) -> str:
+    """``revision`` as a command names it: its id and the title of its migration
+    (``0014_rollouts (Rollouts)``); ``base (empty: no schema)`` for None."""
+    if revision is None:
+        return "base (empty: no schema)"
+    try:
+        found = ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision)
+    except CommandError:  # a revision this modelward does not know: named as it is
+        return revision
+    doc = (found.module.__doc__ or "") if found is not None else ""
+    title = re.split(r"[:.,]", " ".join(doc.split()), maxsplit=1)[0].strip()
+    return f"{revision} ({title})" if title else revision
+
+
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
@@ -189,10 +214,17 @@ def _ensure_schema(engine: Engine, url: str) -> bool:
         have = current_revision(engine)
         raise DatabaseOutOfDate(
             f"database schema is at revision {have}, this modelward needs {head_revision()}: "
-            f"run `modelward db upgrade --database-url {_redact(url)}` first"
+            f"run `modelward db upgrade --database-url {masked_url(url)}` first"
         )
     return False
 
 
-def _redact(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
+def masked_url(url: str) -> str:
+    """``url`` as every command and log line shows a database URL: its password masked
+    (``***``); a value that does not parse as a URL is shown as its scheme only, since its
+    password could not be found to mask."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError, TypeError):  # unparsable: show none of it
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        return f"{scheme}://(unparsable URL)" if scheme.isidentifier() else "(unparsable URL)"

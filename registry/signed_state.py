@@ -55,6 +55,7 @@ __all__ = [
     "SIGNED_STATE_REVISION",
     "ExportSummary",
     "SignedStateError",
+    "downgrade_crosses",
     "downgrade_drops_signed_state",
     "export_signed_state",
     "import_signed_state",
@@ -103,22 +104,30 @@ def _down(value: Any) -> str | None:
     raise SignedStateError("migrations/ branches: cannot tell what a downgrade drops")
 
 
+def downgrade_crosses(engine: Engine, target: str) -> frozenset[str]:
+    """The revisions a downgrade of ``engine``'s database to ``target`` would undo (empty:
+    an empty database, or ``target`` is where it is). Raises SignedStateError (an unknown
+    revision)."""
+    current = current_revision(engine)
+    if current is None:
+        return frozenset()
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    goal = _target(script, current, target)
+    undone: set[str] = set()
+    at: str | None = current
+    while at is not None and at != goal:
+        undone.add(at)
+        revision = script.get_revision(at)
+        at = None if revision is None else _down(revision.down_revision)
+    return frozenset(undone)
+
+
 def downgrade_drops_signed_state(engine: Engine, target: str) -> int:
     """How many signed metadata rows a downgrade of ``engine``'s database to ``target``
     would drop (0: none, or the downgrade stays at or above 0010)."""
-    current = current_revision(engine)
-    if current is None or "tuf_metadata" not in inspect(engine).get_table_names():
+    if "tuf_metadata" not in inspect(engine).get_table_names():
         return 0
-    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
-    goal = _target(script, current, target)
-    crossed = False
-    at: str | None = current
-    while at is not None and at != goal:
-        if at in {SEALS_REVISION, SIGNED_STATE_REVISION}:
-            crossed = True
-        revision = script.get_revision(at)
-        at = None if revision is None else _down(revision.down_revision)
-    if not crossed:
+    if not downgrade_crosses(engine, target) & {SEALS_REVISION, SIGNED_STATE_REVISION}:
         return 0
     with engine.connect() as conn:
         return int(conn.execute(text("SELECT count(*) FROM tuf_metadata")).scalar_one())

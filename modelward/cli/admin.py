@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from modelward.cli.common import fail
+from modelward.cli.local_database import reaching
 
 __all__ = ["backup", "restore"]
 
@@ -92,7 +93,8 @@ def backup(
 
     settings = _settings(config, data_dir, database_url, blob_store)
     try:
-        summary = take(settings, dest)
+        with reaching(settings.resolved_database_url()):
+            summary = take(settings, dest)
     except BackupToolMissing as exc:
         fail(str(exc), code=EXIT_ENVIRONMENT)
     except BackupError as exc:
@@ -145,7 +147,8 @@ def restore(
     except DataDirInUse as exc:
         fail(str(exc), code=EXIT_ENVIRONMENT)
     try:
-        summary = put_back(src, settings)
+        with reaching(settings.resolved_database_url()):
+            summary = put_back(src, settings)
     except BackupToolMissing as exc:
         fail(str(exc), code=EXIT_ENVIRONMENT)
     except BackupError as exc:

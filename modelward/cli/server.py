@@ -16,7 +16,9 @@ from modelward.cli.local_database import LOCAL_ACTOR as _LOCAL_ACTOR
 from modelward.cli.local_database import database_url as _db_url
 from modelward.cli.local_database import fail as _fail
 from modelward.cli.local_database import missing_sqlite_file as _missing_sqlite_file
+from modelward.cli.local_database import reaching as _reaching
 from modelward.cli.local_database import settings as _settings
+from modelward.cli.local_database import shown as _shown
 
 __all__ = ["register_server"]
 
@@ -234,12 +236,6 @@ def _current_database(url: str) -> Any:
     return Database(engine)
 
 
-def _shown(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def _refuse_while_served(url: str) -> None:
     """``error:`` (exit 3) when a ``serve`` holds the SQLite database ``url`` names."""
     from modelward.registry.writer_lock import DataDirInUse, writer_holding
@@ -266,8 +262,22 @@ def db_upgrade(
     """Migrate the database schema up (to head)."""
     from modelward.registry.db import upgrade
 
-    upgrade(_db_url(config, data_dir, database_url), revision)
-    typer.echo(f"database upgraded to {revision}")
+    url = _db_url(config, data_dir, database_url)
+    with _reaching(url):
+        upgrade(url, revision)
+        now = _revision_now(url)
+    typer.echo(f"database upgraded to {now}")
+
+
+def _revision_now(url: str) -> str:
+    """The revision the database ``url`` names is at, with its migration's title."""
+    from modelward.registry.db import current_revision, describe_revision, make_engine
+
+    engine = make_engine(url)
+    try:
+        return describe_revision(current_revision(engine))
+    finally:
+        engine.dispose()
 
 
 @db_app.command("downgrade")
@@ -295,40 +305,74 @@ def db_downgrade(
     ] = None,
 ) -> None:
     """Migrate the database schema down (one step by default). Below the TUF revisions
-    (0009, 0010) a database holding signed metadata is refused unless --destroy-signed-state
-    and --export-to DIR are given (docs/operations.md#downgrade)."""
-    from modelward.registry.db import Database, downgrade, make_engine
-    from modelward.registry.signed_state import downgrade_drops_signed_state, export_signed_state
+    (0009, 0010) a database holding signed metadata, and below the rollout revisions (0014,
+    0015) a database with a rollout under way, is refused unless --destroy-signed-state and
+    --export-to DIR are given (docs/operations.md#downgrade)."""
+    from modelward.registry.db import downgrade, make_engine
 
     url = _db_url(config, data_dir, database_url)
     missing = _missing_sqlite_file(url)
     if missing is not None:
         _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
     _refuse_while_served(url)
-    engine = make_engine(url)
-    try:
-        drops = downgrade_drops_signed_state(engine, revision)
-        if drops and not (destroy_signed_state and export_to is not None):
-            _fail(
-                f"a downgrade to {revision} drops the registry's signed TUF state ({drops} "
-                "metadata row(s) and the row seals): workers pinned to its root could not "
-                "follow a registry that starts again at root version 1; nothing was changed",
-                hint="export it and confirm: `modelward db downgrade "
-                f"{revision} --destroy-signed-state --export-to DIR` (then after `db upgrade`: "
-                "`modelward db import-signed-state DIR`; docs/operations.md#downgrade)",
-            )
-        if drops and export_to is not None:
-            with Database(engine).write() as session:
-                summary = export_signed_state(session, export_to, actor=_LOCAL_ACTOR)
+    with _reaching(url):
+        engine = make_engine(url)
+        try:
+            _guard_downgrade(engine, revision, destroy=destroy_signed_state, export_to=export_to)
+        finally:
+            engine.dispose()
+        downgrade(url, revision)
+        now = _revision_now(url)
+    typer.echo(f"database downgraded to {now}")
+
+
+def _guard_downgrade(engine: Any, revision: str, *, destroy: bool, export_to: Path | None) -> None:
+    """What a downgrade to ``revision`` would drop that workers depend on (the signed TUF
+    state; the rows of a rollout under way): ``error:`` naming it, exit 1, unless the
+    operator confirmed (``destroy``) and named a directory to export it to, then exported
+    there (registry.signed_state, registry.rollout_downgrade)."""
+    from modelward.registry.db import Database
+    from modelward.registry.rollout_downgrade import export_rollouts, rollouts_under_way
+    from modelward.registry.signed_state import downgrade_drops_signed_state, export_signed_state
+
+    drops = downgrade_drops_signed_state(engine, revision)
+    under_way = rollouts_under_way(engine, revision)
+    confirmed = destroy and export_to is not None
+    if drops and not confirmed:
+        _fail(
+            f"a downgrade to {revision} drops the registry's signed TUF state ({drops} "
+            "metadata row(s) and the row seals): workers pinned to its root could not "
+            "follow a registry that starts again at root version 1; nothing was changed",
+            hint="export it and confirm: `modelward db downgrade "
+            f"{revision} --destroy-signed-state --export-to DIR` (then after `db upgrade`: "
+            "`modelward db import-signed-state DIR`; docs/operations.md#downgrade)",
+        )
+    if under_way and not confirmed:
+        _fail(
+            f"a downgrade to {revision} drops the rows of {len(under_way)} rollout(s) under "
+            f"way: {', '.join(under_way)}. Workers keep following the signed step's weights, "
+            "but `rollout status`, `advance` and `abort` could no longer find it; nothing was "
+            "changed",
+            hint="finish or abort it first (`modelward rollout abort ORG/NAME@ALIAS --reason "
+            "TEXT --key KEY`), or export and confirm: `modelward db downgrade "
+            f"{revision} --destroy-signed-state --export-to DIR` (docs/operations.md#downgrade)",
+        )
+    if not (drops or under_way) or export_to is None:
+        return
+    with Database(engine).write() as session:
+        if drops:
+            summary = export_signed_state(session, export_to, actor=_LOCAL_ACTOR)
             typer.echo(
                 f"exported the signed state ({summary.files} files, root version "
                 f"{summary.root_version}, timestamp version {summary.timestamp_version}) "
                 f"to {export_to}"
             )
-    finally:
-        engine.dispose()
-    downgrade(url, revision)
-    typer.echo(f"database downgraded to {revision}")
+        if under_way:
+            rollouts = export_rollouts(session, export_to, actor=_LOCAL_ACTOR)
+            typer.echo(
+                f"exported the rows of {rollouts.rollouts} rollout(s) ({', '.join(under_way)} "
+                f"under way) to {rollouts.path} ({rollouts.sha256})"
+            )
 
 
 @db_app.command("import-signed-state")
@@ -352,12 +396,13 @@ def db_import_signed_state(
 
     url = _db_url(config, data_dir, database_url)
     _refuse_while_served(url)
-    db = _current_database(url)
-    try:
-        with db.write() as session:
-            summary = import_signed_state(session, directory, actor=_LOCAL_ACTOR)
-    finally:
-        db.dispose()
+    with _reaching(url):
+        db = _current_database(url)
+        try:
+            with db.write() as session:
+                summary = import_signed_state(session, directory, actor=_LOCAL_ACTOR)
+        finally:
+            db.dispose()
     typer.echo(
         f"imported the signed state from {directory}: root version {summary.root_version}, "
         f"timestamp version {summary.timestamp_version}"
@@ -375,12 +420,14 @@ def db_current(
     missing = _missing_sqlite_file(url)
     if missing is not None:
         _fail(f"no database at {missing}; nothing was created", hint=_NEW_DATABASE_HINT)
-    engine = make_engine(url)
-    try:
-        typer.echo(f"current: {current_revision(engine) or '(empty)'}")
-        typer.echo(f"head: {head_revision()}")
-    finally:
-        engine.dispose()
+    with _reaching(url):
+        engine = make_engine(url)
+        try:
+            current = current_revision(engine)
+        finally:
+            engine.dispose()
+    typer.echo(f"current: {current or '(empty)'}")
+    typer.echo(f"head: {head_revision()}")
 
 
 def register_server(app: typer.Typer) -> None:
