@@ -19,7 +19,13 @@ from modelward.attest.audit.tree import leaf_hash
 from modelward.registry.domains.audit.tree import add_leaf
 from modelward.registry.models import AuditRow
 
-__all__ = ["append", "page", "row_to_event"]
+__all__ = ["MAX_SEQ", "append", "page", "row_to_event"]
+
+# The largest seq the next event can follow and still fit the 64-bit column. A row past it
+# (a database writer's, at 2**63 - 1) leaves no seq for the next event: it is passed over
+# when the last event is read, the next event follows the newest row below it, and ``audit
+# verify`` names the row where the chain breaks, instead of every audited write failing.
+MAX_SEQ = 2**63 - 2
 
 
 def _now() -> str:
@@ -44,7 +50,9 @@ def append(
 ) -> AuditEvent:
     """Add the next event to the chain and its leaf to the tree in ``session``'s (write)
     transaction. Raises TreeIncomplete when the stored tree lacks a node it needs."""
-    last = session.execute(select(AuditRow).order_by(AuditRow.seq.desc()).limit(1)).scalar()
+    last = session.execute(
+        select(AuditRow).where(AuditRow.seq <= MAX_SEQ).order_by(AuditRow.seq.desc()).limit(1)
+    ).scalar()
     event = next_event(
         None if last is None else row_to_event(last),
         at=_now(),
