@@ -165,17 +165,23 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         params = {"principal": principal} if principal is not None else None
         return self._json("GET", "/v1/admin/tokens", params=params)
 
-    def set_principal_role(self, principal: str, role: str) -> JSON:
-        """PUT /v1/admin/principals/{name}/role {role}."""
+    def set_principal_role(self, principal: str, role: str, *, force: bool = False) -> JSON:
+        """PUT /v1/admin/principals/{name}/role {role}; ``force``: even if it leaves signed
+        targets short of their threshold (409 ``signers_would_be_short`` without)."""
         path = f"/v1/admin/principals/{quote(principal, safe='')}/role"
-        result: JSON = self._json("PUT", path, json_body={"role": role})
+        result: JSON = self._json("PUT", path, json_body={"role": role}, params=_forced(force))
         return result
 
-    def set_principal_disabled(self, principal: str, disabled: bool) -> JSON:
-        """POST /v1/admin/principals/{name}/disable (or /enable)."""
+    def set_principal_disabled(
+        self, principal: str, disabled: bool, *, force: bool = False
+    ) -> JSON:
+        """POST /v1/admin/principals/{name}/disable (or /enable); ``force``: as
+        ``set_principal_role`` (disabling only)."""
         verb = "disable" if disabled else "enable"
         result: JSON = self._json(
-            "POST", f"/v1/admin/principals/{quote(principal, safe='')}/{verb}"
+            "POST",
+            f"/v1/admin/principals/{quote(principal, safe='')}/{verb}",
+            params=_forced(force and disabled),
         )
         return result
 
@@ -192,9 +198,10 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         """GET /v1/keys."""
         return self._json("GET", "/v1/keys")
 
-    def revoke_key(self, keyid: str) -> None:
-        """DELETE /v1/keys/{keyid}."""
-        self._request("DELETE", f"/v1/keys/{quote(keyid, safe='')}")
+    def revoke_key(self, keyid: str, *, force: bool = False) -> None:
+        """DELETE /v1/keys/{keyid}; ``force``: even if it leaves signed targets short of
+        their threshold (409 ``signers_would_be_short`` without)."""
+        self._request("DELETE", f"/v1/keys/{quote(keyid, safe='')}", params=_forced(force))
 
     def register_identity(self, identity: str, issuer: str, principal: str | None = None) -> Any:
         """POST /v1/identities."""
@@ -254,10 +261,14 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         close = difflib.get_close_matches(name, names, n=MAX_SUGGESTIONS, cutoff=0.6)
         raise UnknownRepository(name, tuple(close))
 
-    def set_policy(self, name: str, policy_yaml: str) -> Any:
-        """PUT /v1/repos/{org}/{name}/policy (admin only)."""
+    def set_policy(self, name: str, policy_yaml: str, *, force: bool = False) -> Any:
+        """PUT /v1/repos/{org}/{name}/policy (admin only); ``force``: even if it leaves
+        signed targets short of their threshold (409 ``signers_would_be_short`` without)."""
         return self._json(
-            "PUT", f"{repo_path(name)}/policy", json_body={"policy_yaml": policy_yaml}
+            "PUT",
+            f"{repo_path(name)}/policy",
+            json_body={"policy_yaml": policy_yaml},
+            params=_forced(force),
         )
 
     def add_publisher(self, name: str, principal: str) -> Any:
@@ -266,9 +277,14 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
             "POST", f"{repo_path(name)}/publishers", json_body={"principal": principal}
         )
 
-    def remove_publisher(self, name: str, principal: str) -> Any:
-        """DELETE /v1/repos/{org}/{name}/publishers/{principal} (admin only)."""
-        return self._json("DELETE", f"{repo_path(name)}/publishers/{quote(principal, safe='')}")
+    def remove_publisher(self, name: str, principal: str, *, force: bool = False) -> Any:
+        """DELETE /v1/repos/{org}/{name}/publishers/{principal} (admin only); ``force``: as
+        ``set_policy``."""
+        return self._json(
+            "DELETE",
+            f"{repo_path(name)}/publishers/{quote(principal, safe='')}",
+            params=_forced(force),
+        )
 
     # -- blobs -----------------------------------------------------------------------------
     def blob_size(self, digest: str) -> int | None:
@@ -574,16 +590,22 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         *,
         revoke_key: str | None = None,
         proposal: int | None = None,
+        change: str | None = None,
+        args: dict[str, str] | None = None,
         refuse_if_lost: bool = False,
     ) -> JSON:
-        """POST /v1/tuf/impact: which aliases would lose their valid signatures if
-        ``revoke_key`` were revoked or top-level targets ``proposal`` published (``lost``);
+        """POST /v1/tuf/impact: what would be left short of its threshold if ``revoke_key``
+        were revoked, top-level targets ``proposal`` published, or ``change`` (a change of
+        who may sign: ``set_role``, ``disable_principal``, ``remove_publisher``,
+        ``remove_member``, ``set_policy``, ``revoke_key``) made with ``args`` (``lost``);
         ``refuse_if_lost``: the caller will not go ahead then (audited, ``refused``)."""
         body: JSON = {"refuse_if_lost": refuse_if_lost}
         if revoke_key is not None:
             body["revoke_key"] = revoke_key
         if proposal is not None:
             body["proposal"] = proposal
+        if change is not None:
+            body["change"], body["args"] = change, dict(args or {})
         result: JSON = self._json("POST", "/v1/tuf/impact", json_body=body)
         return result
 
@@ -717,10 +739,11 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         result: JSON = self._json("POST", path, json_body={"principal": principal})
         return result
 
-    def remove_org_member(self, org: str, principal: str) -> JSON:
-        """DELETE /v1/orgs/{org}/members/{principal} -> {org, owners, members}."""
+    def remove_org_member(self, org: str, principal: str, *, force: bool = False) -> JSON:
+        """DELETE /v1/orgs/{org}/members/{principal} -> {org, owners, members}; ``force``:
+        as ``set_policy``."""
         path = f"/v1/orgs/{quote(org, safe='')}/members/{quote(principal, safe='')}"
-        result: JSON = self._json("DELETE", path)
+        result: JSON = self._json("DELETE", path, params=_forced(force))
         return result
 
     def set_org_private_by_default(self, org: str, *, private: bool) -> JSON:
@@ -734,3 +757,8 @@ class RegistryClient(ListingMixin, RolloutsMixin, WebhooksMixin):
         path = f"/v1/orgs/{quote(org, safe='')}/owners/{quote(principal, safe='')}"
         result: JSON = self._json("DELETE", path)
         return result
+
+
+def _forced(force: bool) -> dict[str, str] | None:
+    """The ``force`` query parameter of a change of who may sign (docs/tuf.md#previews)."""
+    return {"force": "true"} if force else None

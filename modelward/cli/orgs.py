@@ -19,6 +19,7 @@ import typer
 
 from modelward.attest._yaml import StrictYAMLError, load_strict_yaml
 from modelward.cli.common import fail
+from modelward.cli.registry_keys import Force, who_may_sign_previewed
 from modelward.cli.remote import registry_client, reported
 
 __all__ = ["describe_org", "org_app", "register_orgs"]
@@ -208,11 +209,21 @@ def member_add(
 def member_remove(
     org: OrgArg,
     principal: Annotated[str, typer.Argument(help="A member")],
+    force: Force = False,
     as_json: AsJson = False,
 ) -> None:
-    """Take a principal off the org's members."""
+    """Take a principal off the org's members. Like every change of who may sign, first
+    shows what it would leave short of its threshold; with any, nothing is changed
+    without --force."""
     with reported(), registry_client() as client:
-        answer = client.remove_org_member(org, principal)
+        who_may_sign_previewed(
+            client,
+            "remove_member",
+            {"org": org, "principal": principal},
+            force=force,
+            what=f"{principal} is still a member of {org}",
+        )
+        answer = client.remove_org_member(org, principal, force=force)
     _show_members(answer, as_json)
 
 

@@ -295,14 +295,22 @@ def _principal_line(p: dict[str, Any]) -> str:
 
 
 def _change_principal(
-    target: _Target, name: str, *, disabled: bool | None = None, role: str | None = None
+    target: _Target,
+    name: str,
+    *,
+    disabled: bool | None = None,
+    role: str | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Disable/enable ``name`` or set its role, over the API or straight on the database."""
+    """Disable/enable ``name`` or set its role, over the API (a role change and a disable
+    first previewed by the registry's impact check, refused without ``force`` when they
+    would leave signed targets short: docs/operations.md#changing-who-may-sign) or straight
+    on the database (recovery: no TUF state is re-made or checked there)."""
     if target.direct:
         from modelward.registry.domains.principals import service
 
         seals = None
-        if role is not None and (target.data_dir is not None or target.config is not None):
+        if target.data_dir is not None or target.config is not None:
             from modelward.registry.tuf.keys import ROW_KEY, tuf_keys
 
             keys = tuf_keys(_settings(target.config, data_dir=target.data_dir, database_url=None))
@@ -314,25 +322,58 @@ def _change_principal(
                 )
             else:
                 row = service.set_disabled(
-                    session, name=name, disabled=bool(disabled), actor=LOCAL_ACTOR
+                    session, name=name, disabled=bool(disabled), actor=LOCAL_ACTOR, seals=seals
                 )
             return service.principal_json(row)
+    from modelward.cli.registry_keys import who_may_sign_previewed
+
     with _admin_api() as client:
         if role is not None:
-            return dict(client.set_principal_role(name, role))
-        return dict(client.set_principal_disabled(name, bool(disabled)))
+            who_may_sign_previewed(
+                client,
+                "set_role",
+                {"principal": name, "role": role},
+                force=force,
+                what=f"the role of {name} was not changed",
+            )
+            return dict(client.set_principal_role(name, role, force=force))
+        if disabled:
+            who_may_sign_previewed(
+                client,
+                "disable_principal",
+                {"principal": name},
+                force=force,
+                what=f"{name} was not disabled",
+            )
+        return dict(client.set_principal_disabled(name, bool(disabled), force=force))
+
+
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Do it even when it leaves signed aliases, rollout plans or the quarantine short "
+        "of their threshold (workers then refuse them until they are signed again; audited)",
+    ),
+]
 
 
 @principal_app.command("disable")
 def principal_disable(
     name: Annotated[str, typer.Argument(help="principal name")],
+    *,
+    force: ForceOption = False,
     database_url: AdminDbUrl = None,
     data_dir: AdminDataDir = None,
     config: AdminConfig = None,
     as_json: AsJson = False,
 ) -> None:
-    """Disable a principal: every token it holds is refused from its next request on."""
-    p = _change_principal(_Target(config, data_dir, database_url), name, disabled=True)
+    """Disable a principal: every token, /v2 bearer and console session it holds is
+    refused from its next request on, and its keys stop counting in every delegation.
+    First shows what that would leave short of its threshold; with any, nothing is
+    disabled without --force."""
+    target = _Target(config, data_dir, database_url)
+    p = _change_principal(target, name, disabled=True, force=force)
     if as_json:
         _print_json(p)
     else:
@@ -365,13 +406,15 @@ def principal_set_role(
         ),
     ],
     *,
+    force: ForceOption = False,
     database_url: AdminDbUrl = None,
     data_dir: AdminDataDir = None,
     config: AdminConfig = None,
     as_json: AsJson = False,
 ) -> None:
-    """Change a principal's role (the TUF delegations follow its keys)."""
-    p = _change_principal(_Target(config, data_dir, database_url), name, role=role)
+    """Change a principal's role (the TUF delegations follow its keys). First shows what
+    that would leave short of its threshold; with any, nothing is changed without --force."""
+    p = _change_principal(_Target(config, data_dir, database_url), name, role=role, force=force)
     if as_json:
         _print_json(p)
     else:

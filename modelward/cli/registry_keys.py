@@ -13,7 +13,7 @@ from modelward.cli.remote import AsJson, emit, print_json, registry_client, repo
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
     pass
 
-__all__ = ["key_list", "key_register", "key_revoke"]
+__all__ = ["Force", "key_list", "key_register", "key_revoke", "who_may_sign_previewed"]
 
 
 def _key_line(item: Any) -> str:
@@ -44,39 +44,69 @@ def key_list(as_json: AsJson = False) -> None:
     emit(keys, as_json, lambda ks: "\n".join(_key_line(k) for k in ks) or "(no keys)")
 
 
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Do it even when it leaves signed aliases, rollout plans or the quarantine short "
+        "of their threshold (workers then refuse them until they are signed again; audited)",
+    ),
+]
+
+
+def who_may_sign_previewed(
+    client: Any,
+    change: str,
+    args: dict[str, str],
+    *,
+    force: bool,
+    what: str,
+    refused_json: dict[str, Any] | None = None,
+) -> list[Any]:
+    """Show what a change of who may sign would leave short of its threshold, asked of the
+    registry's own check (``POST /v1/tuf/impact``; docs/operations.md#changing-who-may-sign),
+    and exit 1 (nothing changed) when anything would be, unless ``force``: ``what`` says
+    what was not done; ``refused_json`` (``--json``) is printed then, with
+    ``signatures_lost``. Returns the items (each with its ``message``); the registry checks
+    the change itself again when it is made."""
+    preview = client.tuf_impact(change=change, args=args, refuse_if_lost=not force)
+    lost: list[Any] = list(preview.get("lost") or [])
+    for item in lost:
+        err_console.print(
+            f"{'warning' if force else 'would unsign'}: {item.get('message')}", markup=False
+        )
+    if lost and not force:
+        if refused_json is not None:
+            print_json({**refused_json, "signatures_lost": lost})
+        fail(
+            f"{what}: {len(lost)} signed target(s) would be short of their threshold "
+            "(above); nothing was changed",
+            hint="have them signed again first (`modelward trust resign ORG/NAME --key KEY`, "
+            "docs/tuf.md#rotating-a-signers-key), or do it anyway with --force",
+        )
+    return lost
+
+
 def key_revoke(
     keyid: Annotated[str, typer.Argument(metavar="KEYID", help="Key id (hex)")],
-    yes: Annotated[
-        bool,
-        typer.Option(
-            "--yes",
-            help="Revoke it even when aliases signed with it would lose their valid "
-            "signatures (workers then refuse them until they are signed again)",
-        ),
-    ] = False,
+    force: Force = False,
+    yes: Annotated[bool, typer.Option("--yes", hidden=True, help="The same as --force")] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Revoke a registered signing key. First shows which aliases would lose their valid
-    signatures (re-sign them with your new key first: `modelward trust resign`); with
-    any, nothing is revoked without --yes."""
+    """Revoke a registered signing key. First shows which aliases, rollout plans and
+    quarantines would be left short of their threshold (re-sign them with your new key
+    first: `modelward trust resign`); with any, nothing is revoked without --force."""
+    force = force or yes
     with reported(as_json), registry_client() as client:
-        preview = client.tuf_impact(revoke_key=keyid, refuse_if_lost=not yes)
-        lost = preview.get("lost") or []
-        for item in lost:
-            err_console.print(
-                f"{'warning' if yes else 'would unsign'}: {item.get('message')}", markup=False
-            )
-        if lost and not yes:
-            if as_json:
-                print_json({"keyid": keyid, "revoked": False, "signatures_lost": lost})
-            fail(
-                f"key {keyid} was not revoked: {len(lost)} signed target(s) would lose their "
-                "valid signatures (above)",
-                hint="re-sign them with the new key first (`modelward trust resign ORG/NAME "
-                "--key NEW.key`, docs/tuf.md#rotating-a-signers-key), or revoke anyway with "
-                "--yes",
-            )
-        client.revoke_key(keyid)
+        lost = who_may_sign_previewed(
+            client,
+            "revoke_key",
+            {"keyid": keyid},
+            force=force,
+            what=f"key {keyid} was not revoked",
+            refused_json={"keyid": keyid, "revoked": False} if as_json else None,
+        )
+        client.revoke_key(keyid, force=force)
     emit(
         {"keyid": keyid, "revoked": True, "signatures_lost": lost},
         as_json,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.cli.common import fail, read_bounded
+from modelward.cli.registry_keys import Force, who_may_sign_previewed
 from modelward.cli.remote import AsJson, RepoArg, emit, registry_client, reported
 
 if TYPE_CHECKING:  # httpx loads with the client, inside the commands that send requests
@@ -112,11 +113,21 @@ def repo_remove_publisher(
     principal: Annotated[
         str, typer.Argument(metavar="PRINCIPAL", help="The principal who may no longer publish")
     ],
+    force: Force = False,
     as_json: AsJson = False,
 ) -> None:
-    """Stop a principal publishing to a repository (admins only)."""
+    """Stop a principal publishing to a repository (admins only). First shows which signed
+    aliases and rollout plans that would leave short of their threshold; with any,
+    nothing is changed without --force."""
     with reported(), registry_client() as client:
-        repo = client.remove_publisher(name, principal)
+        who_may_sign_previewed(
+            client,
+            "remove_publisher",
+            {"repository": name, "principal": principal},
+            force=force,
+            what=f"{principal} still publishes to {name}",
+        )
+        repo = client.remove_publisher(name, principal, force=force)
     emit(_repo_json(repo), as_json, _repo_lines)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from securesystemslib.exceptions import UnverifiedSignatureError
 from securesystemslib.signer import Key, Signature
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, Targets
@@ -429,10 +429,14 @@ def _owners(session: Session, keyids: list[str]) -> dict[str, int | str]:
 
 
 def _revoked(session: Session, keyids: list[str]) -> set[str]:
+    """Those of ``keyids`` that count nowhere: revoked, or their owner disabled."""
     return set(
         session.scalars(
-            select(SigningKey.keyid).where(
-                SigningKey.keyid.in_(keyids), SigningKey.revoked_at.is_not(None)
+            select(SigningKey.keyid)
+            .join(Principal, Principal.id == SigningKey.principal_id)
+            .where(
+                SigningKey.keyid.in_(keyids),
+                or_(SigningKey.revoked_at.is_not(None), Principal.disabled_at.is_not(None)),
             )
         )
     )

@@ -9,9 +9,13 @@ refuse its aliases. So:
   whose signed version would fall below its threshold by the switch, keeps naming the
   signers' older, still active keys that signed it (``hold_signed_keys``): the role switches
   once its signers re-sign it (``modelward trust resign``). A revoked key is never kept.
-- ``signatures_lost`` is the one answer to "which aliases would lose their valid
-  signatures if the delegations became these": ``key revoke``, ``trust sign`` of a targets
-  proposal and every delegation change preview it (``registry.domains.trust.impact``).
+- ``signatures_lost`` is the one answer to "which aliases, rollout plans and quarantines
+  would lose their valid signatures (and would the quarantine role keep enough keys) if the
+  delegations became these": every change of who may sign (a key revoked, a role changed,
+  a principal disabled, a publisher or member removed, a policy's approvals changed) and
+  ``trust sign`` of a targets proposal check it (``registry.domains.trust.impact``);
+- ``short_of_threshold`` answers "which roles are short of their threshold now"
+  (``GET /v1/tuf/status``).
 
 Both count signatures as a worker does: keys the role names whose signature verifies over
 the version's signed bytes, at least the role's threshold.
@@ -29,14 +33,18 @@ from sqlalchemy.orm import Session
 from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, Targets
 
+from modelward.attest.tuf import QUARANTINE_ROLE
 from modelward.registry.tuf.keys import ALIAS_KEY, OnlineKeys
 from modelward.registry.tuf.repository import MetadataRepository, MetadataRowRefused
 from modelward.registry.tuf.roles import delegations
 from modelward.registry.tuf.state import key_owners, repository_trusts, reviewer_keys
 
 __all__ = [
+    "ShortRole",
     "SignaturesLost",
     "hold_signed_keys",
+    "kind_of",
+    "short_of_threshold",
     "signatures_lost",
     "signed_version",
     "valid_keyids",
@@ -46,10 +54,47 @@ __all__ = [
 SignedVersion = Callable[[str], "Metadata[Targets] | None"]
 
 
+def kind_of(path: str) -> str:
+    """What a target path is, for a person: ``alias``, ``rollout plan``, ``rollout step``,
+    ``quarantine`` (docs/tuf.md#roles, docs/rollouts.md#signed-state)."""
+    for marker, kind in (
+        ("/aliases/", "alias"),
+        ("/rollouts/", "rollout plan"),
+        ("/rollout-steps/", "rollout step"),
+    ):
+        if marker in path:
+            return kind
+    return "quarantine" if path.startswith("quarantine/") else "target"
+
+
+def _what(path: str, digest: str) -> str:
+    """``ORG/NAME@ALIAS``, ``rollout plan of ORG/NAME@ALIAS``, ``rollout step of
+    ORG/NAME@ALIAS``, ``quarantine of sha256:...``, or the path itself."""
+    kind = kind_of(path)
+    if kind == "quarantine":
+        return f"quarantine of {digest}"
+    for marker in ("/aliases/", "/rollouts/", "/rollout-steps/"):
+        repo, sep, alias = path.partition(marker)
+        if sep:
+            return f"{repo}@{alias}" if kind == "alias" else f"{kind} of {repo}@{alias}"
+    return path
+
+
+_CONSEQUENCE = {
+    "alias": "workers will refuse it",
+    "rollout plan": "workers will refuse the rollout's plan (and the alias it rolls out)",
+    "rollout step": "workers will refuse the rollout's step",
+    "quarantine": "workers will no longer see the quarantine",
+    "role": "nothing it decides can be signed until enough signers are back",
+}
+
+
 @dataclass(frozen=True)
 class SignaturesLost:
-    """A target (an alias, a quarantine) whose signed version would no longer verify:
-    ``remaining`` of the ``threshold`` signatures a worker needs."""
+    """A target (an alias, a rollout plan, a quarantine) whose signed version would no
+    longer verify: ``remaining`` of the ``threshold`` signatures a worker needs. Or, with
+    ``path`` empty, a role (the quarantine) that would name fewer keys than its threshold:
+    ``remaining`` keys."""
 
     path: str
     role: str
@@ -59,28 +104,29 @@ class SignaturesLost:
     threshold: int
 
     @property
+    def kind(self) -> str:
+        return kind_of(self.path) if self.path else "role"
+
+    @property
     def name(self) -> str:
-        """``ORG/NAME@ALIAS`` for an alias, ``quarantine of sha256:...`` for a quarantine."""
-        repo, sep, alias = self.path.partition("/aliases/")
-        return f"{repo}@{alias}" if sep else f"quarantine of {self.digest}"
+        """``ORG/NAME@ALIAS`` for an alias, ``rollout plan of ORG/NAME@ALIAS``,
+        ``quarantine of sha256:...``, ``role quarantine`` (module ``_what``)."""
+        return _what(self.path, self.digest) if self.path else f"role {self.role}"
 
     @property
     def line(self) -> str:
         """What a preview prints, e.g. ``acme/tiny@prod: 0 of 1 signatures would remain;
         workers will refuse it``."""
-        consequence = (
-            "workers will refuse it"
-            if "/aliases/" in self.path
-            else "workers will no longer see the quarantine"
-        )
+        counted = "keys" if self.kind == "role" else "signatures"
         return (
-            f"{self.name}: {self.remaining} of {self.threshold} signatures would remain; "
-            f"{consequence}"
+            f"{self.name}: {self.remaining} of {self.threshold} {counted} would remain; "
+            f"{_CONSEQUENCE.get(self.kind, 'workers will refuse it')}"
         )
 
     def as_json(self) -> dict[str, Any]:
         return {
             "target": self.name,
+            "kind": self.kind,
             "path": self.path,
             "role": self.role,
             "version": self.version,
@@ -88,6 +134,31 @@ class SignaturesLost:
             "remaining": self.remaining,
             "threshold": self.threshold,
             "message": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class ShortRole:
+    """A delegated role short of its threshold now: the version workers get (``version``,
+    0: none yet) carries ``valid`` signatures by keys the role names, or the role names
+    only ``keys`` keys, fewer than ``threshold``; ``decides``: what it signs (its targets'
+    names, else its path patterns)."""
+
+    role: str
+    threshold: int
+    valid: int
+    keys: int
+    version: int
+    decides: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "threshold": self.threshold,
+            "valid_signers": self.valid,
+            "keys": self.keys,
+            "version": self.version,
+            "decides": list(self.decides),
         }
 
 
@@ -203,7 +274,60 @@ def signatures_lost(
                 lost.append(
                     SignaturesLost(path, name, md.signed.version, digest, remaining, threshold)
                 )
-    return sorted(lost, key=lambda x: x.path)
+    return sorted(lost, key=lambda x: x.path) + _quarantine_short(current, wanted)
+
+
+def _quarantine_short(current: Delegations, wanted: Delegations) -> list[SignaturesLost]:
+    """The quarantine role, when it names enough keys now and would not: nobody could
+    quarantine a bundle any more (whether or not anything is quarantined now)."""
+    before = (current.roles or {}).get(QUARANTINE_ROLE)
+    after = (wanted.roles or {}).get(QUARANTINE_ROLE)
+    if before is None or after is None or len(before.keyids) < before.threshold:
+        return []
+    if len(after.keyids) >= after.threshold:
+        return []
+    return [SignaturesLost("", QUARANTINE_ROLE, 0, "", len(after.keyids), after.threshold)]
+
+
+def short_of_threshold(repo: MetadataRepository) -> list[ShortRole]:
+    """Every role the published top-level targets delegates that is short of its threshold
+    now, as a worker counts: the version the registry's snapshot lists, signed by fewer of
+    the keys the role names than its threshold, or a role naming fewer keys than its
+    threshold (nothing it decides can be signed). Reads only."""
+    if Targets.type not in repo.store.latest_versions():
+        return []
+    current = repo.targets().delegations
+    if current is None or not current.roles:
+        return []
+    short = []
+    for name, role in current.roles.items():
+        version = repo.accepted_version(name) or 0
+        data = repo.store.read(name, version) if version else None
+        md: Metadata[Targets] | None = None
+        if data is not None:
+            try:
+                md = Metadata[Targets].from_bytes(data)
+            except (ValueError, TypeError, KeyError):  # a stored row that does not parse
+                md = None
+        valid = len(valid_keyids(role, current.keys or {}, md)) if md is not None else 0
+        if md is not None and not md.signed.targets:
+            md = None  # it signs nothing a worker reads: only its keys matter
+        if md is None and len(role.keyids) >= role.threshold:
+            continue
+        if md is not None and valid >= role.threshold:
+            continue
+        decides = (
+            tuple(
+                _what(path, f"sha256:{target.hashes.get('sha256', '')}")
+                for path, target in sorted(md.signed.targets.items())
+            )
+            if md is not None
+            else tuple(role.paths or ())
+        )
+        short.append(
+            ShortRole(name, role.threshold, valid, len(role.keyids), version, decides[:50])
+        )
+    return sorted(short, key=lambda r: r.role)
 
 
 def wanted_delegations(

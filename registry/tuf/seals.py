@@ -12,7 +12,10 @@ added). ``registry.tuf.state`` makes the delegations from sealed rows only.
 
 What a seal covers:
 
-- a principal: its id, name and role (a role edited in the database breaks it);
+- a principal: its id, name and role (a role edited in the database breaks it), and whether
+  it is disabled (an enabled principal's seal is over the first three only, as it always
+  was; a disabled one's also over "disabled": clearing ``disabled_at`` in the database does
+  not bring its keys back into any delegation);
 - a signing key: its keyid, owner, public key and whether it is revoked (so un-revoking a
   key in the database, or moving it to another principal, breaks it);
 - a publisher: the repository's *name* and the principal (renaming a repository in the
@@ -61,7 +64,26 @@ class RowSeals:
         return hmac.new(self._key, message.encode(), hashlib.sha256).hexdigest()
 
     def principal(self, row: Principal) -> str:
+        """Over id, name and role; a disabled principal's also over "disabled" (so a
+        database writer who clears ``disabled_at`` breaks it, and its keys stay out of every
+        delegation: ``disabled_by_seal``). An enabled row's seal is the one it always was."""
+        if row.disabled_at is not None:
+            return self._mac("principal", int(row.id), row.name, row.role, "disabled")
         return self._mac("principal", int(row.id), row.name, row.role)
+
+    def disabled_by_seal(self, row: Principal) -> bool:
+        """Whether ``row`` carries the seal the registry made when it disabled it, whatever
+        its ``disabled_at`` says now."""
+        return self._same(
+            row.seal, self._mac("principal", int(row.id), row.name, row.role, "disabled")
+        )
+
+    def principal_sealed_either_way(self, row: Principal) -> bool:
+        """Whether the registry sealed ``row``'s id, name and role, enabled or disabled (a
+        row disabled before seals covered it carries the enabled form)."""
+        return self.disabled_by_seal(row) or self._same(
+            row.seal, self._mac("principal", int(row.id), row.name, row.role)
+        )
 
     def signing_key(self, row: SigningKey) -> str:
         return self._mac(

@@ -1,8 +1,8 @@
 """What the delegations are made of, read from the registry's database (docs/tuf.md#roles).
 
 - a repository's protected alias rules with ``approvals`` >= 1, from its policy, in order;
-- its publishers' active signing keys;
-- every reviewer's active signing key (reviewers sign protected aliases and quarantine).
+- its publishers' active signing keys (of enabled principals);
+- every enabled reviewer's active signing key (reviewers sign protected aliases and quarantine).
 
 Only rows the registry sealed count (``registry.tuf.seals``): a reviewer whose principal
 row, a key whose ``signing_keys`` row, a publisher whose ``repo_publishers`` row does not
@@ -17,7 +17,9 @@ until its signers re-sign it (``registry.tuf.rotation``, ``modelward trust resig
 
 A protected rule with ``approvals: 0`` (protected only for its baseline or replay gates)
 stays with the publishers' role: the registry checks those gates before it publishes.
-Revoked keys are left out, so revoking a key ends its delegations with the next targets.
+Revoked keys are left out, so revoking a key ends its delegations with the next targets;
+so are a disabled principal's keys (disabling re-makes the delegations in its own
+transaction, as a revocation does).
 A repository whose stored policy is no longer usable gets a role with no keys (fail closed
 for it alone).
 """
@@ -49,6 +51,12 @@ def _unsealed(table: str, row: str) -> None:
     log.warning(json.dumps({"event": "tuf_row_unsealed", "table": table, "row": row}))
 
 
+def _disabled(principal: Principal, seals: RowSeals) -> bool:
+    """A disabled principal's keys count nowhere, exactly as revoked keys (also when a
+    database writer cleared ``disabled_at`` of a row the registry sealed as disabled)."""
+    return principal.disabled_at is not None or seals.disabled_by_seal(principal)
+
+
 def _keys(
     session: Session,
     principal_ids: Sequence[int],
@@ -59,14 +67,15 @@ def _keys(
     ``excluded``: keys about to be revoked, for a preview)."""
     if not principal_ids:
         return []
-    rows = session.scalars(
-        select(SigningKey)
+    rows = session.execute(
+        select(SigningKey, Principal)
+        .join(Principal, Principal.id == SigningKey.principal_id)
         .where(SigningKey.principal_id.in_(principal_ids), SigningKey.revoked_at.is_(None))
         .order_by(SigningKey.principal_id, SigningKey.created_at.desc(), SigningKey.keyid)
-    )
+    ).tuples()
     newest: dict[int, SigningKey] = {}
-    for row in rows:
-        if row.keyid in excluded:
+    for row, owner in rows:
+        if row.keyid in excluded or _disabled(owner, seals):
             continue
         if not seals.signing_key_ok(row):
             _unsealed("signing_keys", row.keyid)
@@ -85,6 +94,8 @@ def reviewer_keys(session: Session, seals: RowSeals, excluded: Collection[str] =
     """Every sealed reviewer's one active signing key (none of ``excluded``)."""
     ids = []
     for principal in session.scalars(select(Principal).where(Principal.role == "reviewer")):
+        if principal.disabled_at is not None:
+            continue  # disabled: signs nothing (nor is it "unsealed")
         if seals.principal_ok(principal):
             ids.append(principal.id)
         else:
@@ -97,8 +108,15 @@ def key_owners(session: Session, seals: RowSeals, excluded: Collection[str] = ()
     of ``excluded``): the keys a delegation may keep naming during a rotation
     (``registry.tuf.rotation``)."""
     owners = {}
-    for row in session.scalars(select(SigningKey).where(SigningKey.revoked_at.is_(None))):
-        if row.keyid not in excluded and seals.signing_key_ok(row):
+    rows = session.execute(
+        select(SigningKey, Principal)
+        .join(Principal, Principal.id == SigningKey.principal_id)
+        .where(SigningKey.revoked_at.is_(None))
+    ).tuples()
+    for row, owner in rows:
+        if row.keyid in excluded or _disabled(owner, seals):
+            continue
+        if seals.signing_key_ok(row):
             owners[row.keyid] = row.principal_id
     return owners
 

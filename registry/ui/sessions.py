@@ -4,7 +4,8 @@ A session id is 256 random bits, sent to the browser only as the ``mw_session`` 
 only its sha256 is stored (``ui_sessions``, migration 0011), so a copy of the database
 opens no session. Each session keeps the API token it was exchanged for: revoking that
 token, or its expiry, ends the session too, since the caller is authenticated through the
-token's row on every request (``auth.service``'s rules, never a copy of them). A session
+token's row on every request (``auth.service``'s one authentication, never a copy of
+it), and so does disabling its principal. A session
 ends at ``ui_session_seconds`` after log in (never later than its token), or at log out.
 
 Every form carries the session's CSRF token (a synchronizer token: random, per session,
@@ -26,7 +27,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from modelward.registry.domains.auth.service import Caller, authenticate_until, hash_token
 from modelward.registry.errors import Forbidden, NotAuthenticated
-from modelward.registry.models import Base, Principal, Token
+from modelward.registry.models import Base, Token
 
 __all__ = [
     "COOKIE",
@@ -96,39 +97,26 @@ def open_session(session: Session, token: str, lifetime: int) -> tuple[str, Logg
 def session_caller(session: Session, sid: str) -> LoggedIn:
     """The principal of a live session; raises NotAuthenticated.
 
-    (1) the session row by the id's hash; (2) not ended, not expired; (3) its token not
-    revoked, not expired (the token's own rules, read now)."""
+    (1) the session row by the id's hash; (2) not ended, not expired; (3) the token it was
+    exchanged for, and its principal, pass the registry's one authentication
+    (``auth.service.authenticate_until``: not revoked, not expired, not disabled)."""
     # (1): the row, by the hash of the id
-    row = session.execute(
-        select(
-            UiSession,
-            Token.revoked_at,
-            Token.expires_at,
-            Principal.name,
-            Principal.role,
-            Principal.disabled_at,
-        )
-        .join(Token, Token.id == UiSession.token_id)
-        .join(Principal, Principal.id == UiSession.principal_id)
-        .where(UiSession.id_hash == hash_token(sid))
-    ).first()
-    if row is None:
+    ui = session.execute(
+        select(UiSession).where(UiSession.id_hash == hash_token(sid))
+    ).scalar_one_or_none()
+    if ui is None:
         raise NotAuthenticated("unknown console session: log in again")
-    ui, revoked_at, token_expires, name, role, disabled_at = row
     now = datetime.now(UTC)
     # (2): the session itself
     if ui.ended_at is not None:
         raise NotAuthenticated("this console session was logged out")
     if _aware(ui.expires_at) <= now:
         raise NotAuthenticated("this console session has expired: log in again")
-    # (3): the token it was exchanged for
-    if revoked_at is not None:
-        raise NotAuthenticated(f"token {ui.token_id} of this console session was revoked")
-    if token_expires is not None and _aware(token_expires) <= now:
-        raise NotAuthenticated(f"token {ui.token_id} of this console session has expired")
-    if disabled_at is not None:  # admin principal disable: its sessions end with its tokens
-        raise NotAuthenticated(f"principal {name} is disabled")
-    return LoggedIn(Caller(id=ui.principal_id, name=name, role=role), ui.csrf, ui.expires_at)
+    # (3): the token it was exchanged for, by the same rules as every other request
+    caller, _ = authenticate_until(session, token_id=ui.token_id, via="this console session's ")
+    if caller.id != ui.principal_id:  # pragma: no cover - open_session stores the owner
+        raise NotAuthenticated("this console session's token belongs to someone else")
+    return LoggedIn(caller, ui.csrf, ui.expires_at)
 
 
 def end_session(session: Session, sid: str) -> bool:

@@ -4,8 +4,9 @@ real CLI against a real ``modelward serve``:
 - a rotation (register the new key, re-sign with ``trust resign``, revoke the old key)
   keeps ``prod`` resolvable by a pinned worker after every step (SQLite and PostgreSQL);
 - ``key revoke`` of a key whose signatures ``prod`` still needs shows
-  ``prod: 1 of 2 signatures would remain; workers will refuse it`` and, without ``--yes``,
-  revokes nothing and exits 1 (audited as ``tuf.unsigning.refused``);
+  ``prod: 1 of 2 signatures would remain; workers will refuse it`` and, without ``--force``
+  (or its older name ``--yes``), revokes nothing and exits 1 (audited as
+  ``tuf.unsigning.refused``);
 - with the targets key offline, ``trust sign`` of the delegation change a revocation
   proposes previews the same and refuses without ``--yes``; ``trust adopt`` then names the
   aliases it adopts.
@@ -67,7 +68,7 @@ def test_a_key_rotation_keeps_prod_resolvable_after_every_step(
     _ok(registry.cli("trust", "sync"))
     resolves("new key registered")
 
-    # revoking the old key now would unsign prod: refused without --yes, and audited
+    # revoking the old key now would unsign prod: refused without --force, and audited
     before = len(_refused_events(registry))
     refused = flow.cli(flow.rev1, "key", "revoke", flow.rev1.keyid)
     assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -75,7 +76,7 @@ def test_a_key_rotation_keeps_prod_resolvable_after_every_step(
         f"{flow.repo}@prod: 1 of 2 signatures would remain; workers will refuse it"
         in refused.stderr
     )
-    assert "--yes" in refused.stderr
+    assert "--force" in refused.stderr
     assert "was not revoked" in refused.stderr
     as_json = flow.cli(flow.rev1, "key", "revoke", flow.rev1.keyid, "--json")
     assert as_json.returncode == 1
@@ -104,7 +105,7 @@ def test_a_key_rotation_keeps_prod_resolvable_after_every_step(
     again = _ok(flow.cli(flow.rev1, "trust", "resign", flow.repo, "--key", str(new_key)))
     assert "nothing to re-sign" in again.stdout  # nothing to do is a success
 
-    # (3) the old key goes: nothing loses its signatures, so no --yes is needed
+    # (3) the old key goes: nothing loses its signatures, so no --force is needed
     revoked = _ok(flow.cli(flow.rev1, "key", "revoke", flow.rev1.keyid))
     assert "would unsign" not in revoked.stderr
     _ok(registry.cli("trust", "sync"))
@@ -150,7 +151,8 @@ def test_offline_targets_sign_previews_what_it_unsigns_and_adopt_names_aliases(
     digest = _released(flow, tmp_path)
     assert digest in _ok(flow.pull("prod")).stdout
 
-    # the revocation is previewed and needs --yes; it proposes the delegations without it
+    # the revocation is previewed and needs --force (--yes, its older name, still works); it
+    # proposes the delegations without it
     refused = flow.cli(flow.rev1, "key", "revoke", flow.rev1.keyid)
     assert refused.returncode == 1
     assert f"{flow.repo}@prod: 1 of 2 signatures would remain" in refused.stderr

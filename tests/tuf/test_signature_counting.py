@@ -114,7 +114,7 @@ def test_a_move_signed_only_by_a_revoked_key_is_not_carried_into_the_next_propos
     evil = push_new(pub, repo, tmp_path)
     # r1 alone signed rel-a -> evil; then r1's key is revoked (stolen, say)
     assert sign(r1, propose(pub, repo, "rel-a", evil))["state"] == "published"
-    registry.admin.revoke_key(r1.keyid)
+    registry.admin.revoke_key(r1.keyid, force=True)  # it unsigns rel-a: meant
     good = push_new(pub, repo, tmp_path)
     proposal = propose(pub, repo, "rel-b", good)
     payload = base64.b64decode(registry.admin.tuf_proposal(proposal)["payload"])

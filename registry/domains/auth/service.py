@@ -102,29 +102,48 @@ def authenticate(session: Session, token: str) -> Caller:
     return authenticate_until(session, token)[0]
 
 
-def authenticate_until(session: Session, token: str) -> tuple[Caller, datetime | None]:
+def authenticate_until(
+    session: Session, token: str | None = None, *, token_id: str | None = None, via: str = ""
+) -> tuple[Caller, datetime | None]:
     """``authenticate``, and when the token expires (None: never); raises
-    NotAuthenticated."""
-    row = session.execute(
-        select(
-            Token.id,
-            Token.revoked_at,
-            Token.expires_at,
-            Principal.id,
-            Principal.name,
-            Principal.role,
-            Principal.disabled_at,
-        )
-        .join(Principal, Principal.id == Token.principal_id)
-        .where(Token.secret_hash == hash_token(token))
-    ).first()
+    NotAuthenticated.
+
+    The one authentication of the registry: ``/v1``, ``/tuf`` (behind its documented
+    token cache), ``/v2`` (a bearer from the token endpoint names the API token it was
+    issued against: ``token_id``) and the console (a session names the API token it was
+    exchanged for: ``token_id``) all end here, so a revoked or expired token and a disabled
+    principal stop every one of them at the next request. ``via`` names what was presented
+    in the error (``"the console session's "``).
+
+    (1) the token's row, by the hash of the secret (or by ``token_id``); (2) not revoked;
+    (3) its principal not disabled; (4) not expired."""
+    if (token is None) == (token_id is None):
+        raise ValueError("authenticate_until: name a token or a token_id, not both")
+    # (1): the row and its principal, read now (no copy of them anywhere)
+    query = select(
+        Token.id,
+        Token.revoked_at,
+        Token.expires_at,
+        Principal.id,
+        Principal.name,
+        Principal.role,
+        Principal.disabled_at,
+    ).join(Principal, Principal.id == Token.principal_id)
+    if token is not None:
+        query = query.where(Token.secret_hash == hash_token(token))
+    else:
+        query = query.where(Token.id == token_id)
+    row = session.execute(query).first()
     if row is None:
         raise NotAuthenticated("unknown token")
-    token_id, revoked_at, expires_at, principal_id, name, role, disabled_at = row.tuple()
+    found_id, revoked_at, expires_at, principal_id, name, role, disabled_at = row.tuple()
+    # (2): revoked
     if revoked_at is not None:
-        raise NotAuthenticated(f"token {token_id} was revoked")
+        raise NotAuthenticated(f"{via}token {found_id} was revoked")
+    # (3): its principal disabled (admin principal disable)
     if disabled_at is not None:
-        raise NotAuthenticated(f"token {token_id}: principal {name} is disabled")
+        raise NotAuthenticated(f"{via}token {found_id}: principal {name} is disabled")
+    # (4): expired
     if expires_at is not None and _aware(expires_at) <= datetime.now(UTC):
-        raise NotAuthenticated(f"token {token_id} has expired")
+        raise NotAuthenticated(f"{via}token {found_id} has expired")
     return Caller(id=principal_id, name=name, role=role), expires_at

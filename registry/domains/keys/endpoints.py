@@ -6,9 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 
-from modelward.registry.domains._state import State
+from modelward.registry.domains._state import AppState, State
+from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import AnyCaller, KeyHolder, Publisher
+from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.keys import service
 from modelward.registry.domains.trust.service import key_revoked, row_seals
 
@@ -46,10 +49,15 @@ def list_keys(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
 
 
 @router.delete("/keys/{keyid}", status_code=204)
-def revoke_key(keyid: str, caller: KeyHolder, state: State) -> Response:
+def revoke_key(keyid: str, caller: KeyHolder, state: State, force: bool = False) -> Response:
+    """Revoke a key (its owner, admins; audited ``key.revoke``). Refused with 409
+    ``signers_would_be_short`` when it would leave a live signed alias, rollout plan or
+    the quarantine short of its threshold, naming each (docs/tuf.md#previews); ``force``
+    revokes it anyway (audited ``tuf.unsigning.forced``)."""
     seals = row_seals(state)
     with state.db.write() as session:
-        service.revoke_key(session, kid=keyid, caller=caller, seals=seals)
+        with who_may_sign(session, state, change=f"revoke key {keyid}", caller=caller, force=force):
+            service.revoke_key(session, kid=keyid, caller=caller, seals=seals)
         # one transaction: the key's signatures stop counting and it leaves the delegations
         key_revoked(session, state, keyid, caller=caller)
     return Response(status_code=204)
@@ -72,3 +80,13 @@ def register_identity(body: IdentityIn, caller: Publisher, state: State) -> dict
 def list_identities(caller: AnyCaller, state: State) -> list[dict[str, Any]]:
     with state.db.read() as session:
         return service.list_identities(session)
+
+
+def _preview_revoke(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``revoke_key`` {keyid}: the revocation as above."""
+    service.revoke_key(session, kid=args["keyid"], caller=caller, seals=row_seals(state))
+
+
+register_change("revoke_key", ("keyid",), _preview_revoke)

@@ -90,7 +90,8 @@ def earlier_targets(session: Session, row: Alias | None) -> frozenset[str]:
 def approvers(session: Session, bundle_id: int, alias: str, exclude: set[int]) -> list[str]:
     """Who approved the bundle for ``alias`` and still counts: not withdrawn, the approver
     one that may approve now (``authz.APPROVER_ROLES``: a principal's current role,
-    whatever token it used), and not in ``exclude`` (the publisher, the mover)."""
+    whatever token it used) and not disabled, and not in ``exclude`` (the publisher, the
+    mover)."""
     rows = session.execute(
         select(Principal.id, Principal.name)
         .join(Approval, Approval.principal_id == Principal.id)
@@ -99,6 +100,7 @@ def approvers(session: Session, bundle_id: int, alias: str, exclude: set[int]) -
             Approval.alias == alias,
             Approval.withdrawn_at.is_(None),
             Principal.role.in_(APPROVER_ROLES),
+            Principal.disabled_at.is_(None),
         )
     ).all()
     return sorted({name for pid, name in rows if pid not in exclude})

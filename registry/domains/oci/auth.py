@@ -13,7 +13,8 @@ It grants each requested action the principal may do (``granted``):
 
 The answer is a bearer token ``mwo_<id>_<secret>`` that lives ``TOKEN_TTL`` seconds. Only
 sha256 of it is stored (``oci_tokens``), with its scopes and the API token it was issued
-against: revoking or expiring that API token ends it at the next request. No anonymous
+against: revoking or expiring that API token, or disabling its principal, ends it at the
+next request (checked by the registry's one authentication, ``auth.service``). No anonymous
 tokens: the registry has no anonymous reads, so a request without credentials is 401.
 
 A ``/v2`` request authenticates with such a token (restricted to its scopes) or with a
@@ -37,11 +38,16 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from modelward.registry.domains._state import AppState, iso
-from modelward.registry.domains.auth.service import Caller, authenticate, hash_token
+from modelward.registry.domains.auth.service import (
+    Caller,
+    authenticate,
+    authenticate_until,
+    hash_token,
+)
 from modelward.registry.domains.oci.errors import OciError
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.errors import Forbidden, NotAuthenticated
-from modelward.registry.models import OciToken, Principal, Repository, Token
+from modelward.registry.models import OciToken, Repository, Token
 
 __all__ = ["TOKEN_TTL", "OciCaller", "granted", "issue", "oci_caller", "parse_scope"]
 
@@ -226,30 +232,26 @@ def _aware(value: datetime) -> datetime:
 
 
 def _from_oci_token(session: Session, token: str) -> OciCaller:
-    row = session.execute(
-        select(OciToken, Token.revoked_at, Token.expires_at, Principal.name, Principal.role)
-        .join(Token, Token.id == OciToken.api_token_id)
-        .join(Principal, Principal.id == OciToken.principal_id)
-        .where(OciToken.secret_hash == hash_token(token))
-    ).first()
-    if row is None:
+    """(1) the bearer's row by the hash of the secret; (2) not expired; (3) the API token
+    it was issued against, and its principal, pass the registry's one authentication
+    (``auth.service.authenticate_until``: not revoked, not expired, not disabled)."""
+    # (1): the row
+    oci = session.execute(
+        select(OciToken).where(OciToken.secret_hash == hash_token(token))
+    ).scalar_one_or_none()
+    if oci is None:
         raise NotAuthenticated("unknown token")
-    oci, revoked_at, api_expires, name, role = row.tuple()
-    now = datetime.now(UTC)
-    if _aware(oci.expires_at) <= now:
+    # (2): the bearer's own lifetime
+    if _aware(oci.expires_at) <= datetime.now(UTC):
         raise NotAuthenticated(f"token {oci.id} has expired: ask the token endpoint again")
-    if revoked_at is not None:
-        raise NotAuthenticated(
-            f"the API token {oci.api_token_id} it was issued against was revoked"
-        )
-    if api_expires is not None and _aware(api_expires) <= now:
-        raise NotAuthenticated(
-            f"the API token {oci.api_token_id} it was issued against has expired"
-        )
+    # (3): the API token behind it, by the same rules as every other request
+    caller, _ = authenticate_until(session, token_id=oci.api_token_id, via=f"bearer {oci.id}: API ")
+    if caller.id != oci.principal_id:  # pragma: no cover - issue() stores the token's owner
+        raise NotAuthenticated(f"token {oci.id} does not belong to {caller.name}")
     scopes = frozenset(
         (resource, action) for resource, actions in json.loads(oci.scopes) for action in actions
     )
-    return OciCaller(Caller(id=oci.principal_id, name=name, role=role), scopes)
+    return OciCaller(caller, scopes)
 
 
 def oci_caller(request: Request, state: AppState) -> OciCaller:

@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from modelward.attest.policy import PolicyFloor
-from modelward.registry.domains._state import State, iso
+from modelward.registry.domains._state import AppState, State, iso
+from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs import members, service
@@ -131,12 +132,16 @@ def add_member(org: OrgName, body: MemberIn, caller: AnyCaller, state: State) ->
 
 @router.delete("/{org}/members/{principal}")
 def remove_member(
-    org: OrgName, principal: PrincipalName, caller: AnyCaller, state: State
+    org: OrgName, principal: PrincipalName, caller: AnyCaller, state: State, force: bool = False
 ) -> dict[str, Any]:
     """Take a principal off the members (the org's owners and admins; audited
-    ``org.member.remove``); 404 when it is not one."""
+    ``org.member.remove``); 404 when it is not one. A change of who may sign like any
+    other: 409 ``signers_would_be_short`` if it would leave a signed target short of its
+    threshold (membership names no signer today, so it never does), ``force`` to go on."""
+    change = f"remove member {principal} from org {org}"
     with state.db.write() as session:
-        row = members.remove_member(session, name=org, principal=principal, caller=caller)
+        with who_may_sign(session, state, change=change, caller=caller, force=force):
+            row = members.remove_member(session, name=org, principal=principal, caller=caller)
         return {
             "org": row.name,
             "owners": service.owners(session, row),
@@ -155,3 +160,13 @@ def set_private_by_default(
             session, name=org, private=body.private_by_default, caller=caller
         )
         return _out(session, row, caller)
+
+
+def _preview_remove_member(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``remove_member`` {org, principal}."""
+    members.remove_member(session, name=args["org"], principal=args["principal"], caller=caller)
+
+
+register_change("remove_member", ("org", "principal"), _preview_remove_member)

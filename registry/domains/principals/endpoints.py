@@ -6,12 +6,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from modelward.registry.domains._state import State, iso
+from modelward.registry.domains._state import AppState, State, iso
+from modelward.registry.domains._who_may_sign import admin_only, register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
-from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME
+from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME, Caller
 from modelward.registry.domains.principals import service
 from modelward.registry.domains.trust import service as trust
+from modelward.registry.models import SigningKey
 from modelward.registry.tuf.keys import tuf_keys
 from modelward.registry.tuf.service import row_seals
 
@@ -54,31 +58,64 @@ def list_principals(caller: Admin, state: State) -> list[dict[str, Any]]:
 
 
 @router.put("/admin/principals/{name}/role")
-def set_role(name: str, body: RoleIn, caller: Admin, state: State) -> dict[str, Any]:
+def set_role(
+    name: str, body: RoleIn, caller: Admin, state: State, force: bool = False
+) -> dict[str, Any]:
     """Change a principal's role (audited ``principal.role``); the TUF delegations follow
-    (a reviewer's keys leave, or join, the roles reviewers sign)."""
+    (a reviewer's keys leave, or join, the roles reviewers sign). Refused with 409
+    ``signers_would_be_short`` when that would leave a live signed alias, rollout plan or
+    the quarantine short of its threshold, naming each; ``force`` does it anyway (audited
+    ``tuf.unsigning.forced``; docs/operations.md#changing-who-may-sign)."""
     seals = row_seals(state.db, tuf_keys(state.settings))
+    change = f"set role of {name} to {body.role}"
     with state.db.write() as session:
-        p = service.set_role(session, name=name, role=body.role, actor=caller.name, seals=seals)
+        with who_may_sign(session, state, change=change, caller=caller, force=force):
+            p = service.set_role(session, name=name, role=body.role, actor=caller.name, seals=seals)
         trust.sync(session, state, trust.repository(session, state), proposer_id=caller.id)
         return service.principal_json(p)
 
 
 @router.post("/admin/principals/{name}/disable")
-def disable_principal(name: str, caller: Admin, state: State) -> dict[str, Any]:
-    """Disable a principal: every token it holds is refused from its next request on
-    (audited ``principal.disable``); 409 for the last enabled admin."""
+def disable_principal(
+    name: str, caller: Admin, state: State, force: bool = False
+) -> dict[str, Any]:
+    """Disable a principal: every API token, ``/v2`` bearer and console session it holds is
+    refused from its next request on, and its keys count in no delegation: its signatures
+    come off pending proposals and the delegations are re-made without them, in this
+    transaction, as a key's revocation does (audited ``principal.disable``). 409 for the
+    last enabled admin; 409 ``signers_would_be_short`` when it would leave a live signed
+    alias, rollout plan or the quarantine short of its threshold, naming each (``force``
+    does it anyway, audited ``tuf.unsigning.forced``)."""
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
-        p = service.set_disabled(session, name=name, disabled=True, actor=caller.name)
+        with who_may_sign(
+            session, state, change=f"disable principal {name}", caller=caller, force=force
+        ):
+            p = service.set_disabled(
+                session, name=name, disabled=True, actor=caller.name, seals=seals
+            )
+        keyids = list(
+            session.scalars(select(SigningKey.keyid).where(SigningKey.principal_id == p.id))
+        )
+        trust.signers_left(
+            session,
+            state,
+            keyids,
+            why=f"principal {name} disabled",
+            refused=f"principal {name} was not disabled",
+            caller=caller,
+        )
         return service.principal_json(p)
 
 
 @router.post("/admin/principals/{name}/enable")
 def enable_principal(name: str, caller: Admin, state: State) -> dict[str, Any]:
-    """Enable a disabled principal again: its unrevoked, unexpired tokens work again
-    (audited ``principal.enable``)."""
+    """Enable a disabled principal again: its unrevoked, unexpired tokens work again and
+    its active keys join the delegations again (audited ``principal.enable``)."""
+    seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
-        p = service.set_disabled(session, name=name, disabled=False, actor=caller.name)
+        p = service.set_disabled(session, name=name, disabled=False, actor=caller.name, seals=seals)
+        trust.sync(session, state, trust.repository(session, state), proposer_id=caller.id)
         return service.principal_json(p)
 
 
@@ -113,3 +150,35 @@ def revoke_token(token_id: str, caller: Admin, state: State) -> Response:
     with state.db.write() as session:
         service.revoke_token(session, token_id=token_id, actor=caller.name)
     return Response(status_code=204)
+
+
+def _preview_set_role(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``set_role`` {principal, role}."""
+    admin_only(caller, "a role change")
+    service.set_role(
+        session,
+        name=args["principal"],
+        role=args["role"],
+        actor=caller.name,
+        seals=row_seals(state.db, tuf_keys(state.settings)),
+    )
+
+
+def _preview_disable(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``disable_principal`` {principal}."""
+    admin_only(caller, "disabling a principal")
+    service.set_disabled(
+        session,
+        name=args["principal"],
+        disabled=True,
+        actor=caller.name,
+        seals=row_seals(state.db, tuf_keys(state.settings)),
+    )
+
+
+register_change("set_role", ("principal", "role"), _preview_set_role)
+register_change("disable_principal", ("principal",), _preview_disable)

@@ -128,19 +128,27 @@ def set_role(
     return principal
 
 
-def set_disabled(session: Session, *, name: str, disabled: bool, actor: str) -> Principal:
-    """Disable ``name`` (every token it holds is refused on its next request, its tokens
-    kept for when it is enabled again) or enable it; audited ``principal.disable`` /
-    ``principal.enable`` (also when nothing changed, with ``changed`` false).
+def set_disabled(
+    session: Session, *, name: str, disabled: bool, actor: str, seals: RowSeals | None = None
+) -> Principal:
+    """Disable ``name`` (every token, ``/v2`` bearer and console session it holds is
+    refused on its next request, its tokens kept for when it is enabled again; its keys
+    count in no delegation) or enable it; audited ``principal.disable`` /
+    ``principal.enable`` (also when nothing changed, with ``changed`` false). Resealed with
+    ``seals`` (registry.tuf.seals: the seal covers the disable) when the registry sealed
+    the row before; a row it did not seal stays unsealed.
 
     Raises NotFound (no such principal), Conflict (the last enabled admin)."""
     principal = get_principal(session, name)
     changed = (principal.disabled_at is None) == disabled
+    sealed = seals is not None and seals.principal_sealed_either_way(principal)
     if disabled and changed:
         _require_an_admin_remains(session, principal, f"disabling {name}")
         principal.disabled_at = datetime.now(UTC)
     elif not disabled:
         principal.disabled_at = None
+    if seals is not None and sealed:
+        principal.seal = seals.principal(principal)
     session.flush()
     append(
         session,

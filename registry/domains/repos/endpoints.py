@@ -9,8 +9,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from modelward.attest.policy import MAX_POLICY_BYTES
-from modelward.registry.domains._state import State, iso
+from modelward.registry.domains._state import AppState, State, iso
+from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
+from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import access, listing, service
 from modelward.registry.models import Repository
 from modelward.registry.tuf.keys import tuf_keys
@@ -112,12 +114,24 @@ def get_repo(org: str, name: str, caller: AnyCaller, state: State) -> dict[str, 
 
 
 @router.put("/{org}/{name}/policy")
-def set_policy(org: str, name: str, body: PolicyIn, caller: Admin, state: State) -> dict[str, Any]:
+def set_policy(
+    org: str, name: str, body: PolicyIn, caller: Admin, state: State, *, force: bool = False
+) -> dict[str, Any]:
+    """Replace the repository's policy (admins; audited ``repo.policy``). A change of who
+    may sign: 409 ``signers_would_be_short`` when its alias rules (approvals, protected
+    aliases) would leave a live signed alias or rollout plan short of its threshold,
+    naming each; ``force`` does it anyway (audited ``tuf.unsigning.forced``)."""
     seals = row_seals(state.db, tuf_keys(state.settings))
+    change = f"replace the policy of {org}/{name}"
     with state.db.write() as session:
-        repo = service.set_policy(
-            session, name=f"{org}/{name}", policy_yaml=body.policy_yaml, caller=caller, seals=seals
-        )
+        with who_may_sign(session, state, change=change, caller=caller, force=force):
+            repo = service.set_policy(
+                session,
+                name=f"{org}/{name}",
+                policy_yaml=body.policy_yaml,
+                caller=caller,
+                seals=seals,
+            )
         return _full(session, repo)
 
 
@@ -136,14 +150,20 @@ def add_publisher(
 
 @router.delete("/{org}/{name}/publishers/{principal}")
 def remove_publisher(
-    org: str, name: str, principal: str, caller: Admin, state: State
+    org: str, name: str, principal: str, caller: Admin, state: State, *, force: bool = False
 ) -> dict[str, Any]:
     """Take a principal off the repository's publishers (admins; audited
     ``repo.publisher.remove``): it may no longer push or move aliases there, and its keys
     leave the repository's alias roles when the delegations are next made (at once on the
-    next move or refresh); returns the repository."""
+    next move or refresh); returns the repository. 409 ``signers_would_be_short`` when
+    that would leave a live signed alias or rollout plan short of its threshold, naming
+    each; ``force`` does it anyway (audited ``tuf.unsigning.forced``)."""
+    change = f"remove publisher {principal} from {org}/{name}"
     with state.db.write() as session:
-        service.remove_publisher(session, name=f"{org}/{name}", principal=principal, caller=caller)
+        with who_may_sign(session, state, change=change, caller=caller, force=force):
+            service.remove_publisher(
+                session, name=f"{org}/{name}", principal=principal, caller=caller
+            )
         repo = service.get_repo(session, f"{org}/{name}", caller)
         return _full(session, repo)
 
@@ -185,3 +205,29 @@ def revoke_read(
     with state.db.write() as session:
         repo = access.revoke_read(session, name=f"{org}/{name}", principal=principal, caller=caller)
         return _full(session, repo)
+
+
+def _preview_remove_publisher(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``remove_publisher`` {repository, principal}."""
+    service.remove_publisher(
+        session, name=args["repository"], principal=args["principal"], caller=caller
+    )
+
+
+def _preview_set_policy(
+    session: Session, state: AppState, caller: Caller, args: dict[str, str]
+) -> None:
+    """``POST /v1/tuf/impact`` change ``set_policy`` {repository, policy_yaml}."""
+    service.set_policy(
+        session,
+        name=args["repository"],
+        policy_yaml=args["policy_yaml"],
+        caller=caller,
+        seals=row_seals(state.db, tuf_keys(state.settings)),
+    )
+
+
+register_change("remove_publisher", ("repository", "principal"), _preview_remove_publisher)
+register_change("set_policy", ("repository", "policy_yaml"), _preview_set_policy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -147,7 +147,21 @@ def sync(caller: Admin, state: State) -> dict[str, Any]:
         }
 
 
+ImpactKind = Literal[
+    "revoke_key",
+    "set_role",
+    "disable_principal",
+    "remove_publisher",
+    "remove_member",
+    "set_policy",
+]
+
+
 class ImpactIn(BaseModel):
+    change: ImpactKind | None = None
+    args: dict[Annotated[str, Field(max_length=40)], Annotated[str, Field(max_length=2**18)]] = (
+        Field(default_factory=dict, max_length=4)
+    )
     revoke_key: str | None = Field(default=None, min_length=1, max_length=128)
     proposal: int | None = Field(default=None, ge=1, le=2**62)
     refuse_if_lost: bool = False
@@ -155,15 +169,28 @@ class ImpactIn(BaseModel):
 
 @router.post("/v1/tuf/impact")
 def impact(body: ImpactIn, caller: AnyCaller, state: State) -> dict[str, Any]:
-    """Which aliases (and quarantines) would lose their valid signatures if ``revoke_key``
-    were revoked, or the top-level targets ``proposal`` published: ``lost``, each with
-    ``remaining`` of ``threshold`` signatures and a ``message``. ``refuse_if_lost``: the
-    caller will not go ahead if anything would be lost, and a non-empty answer is audited
-    as ``tuf.unsigning.refused`` (``refused``). A key's impact: its owner and admins."""
+    """What one change of who may sign would leave short of its threshold, before it is
+    made (the same server-side check the change itself runs; docs/tuf.md#previews):
+    ``change`` (``revoke_key`` {keyid}, ``set_role`` {principal, role},
+    ``disable_principal`` {principal}, ``remove_publisher`` {repository, principal},
+    ``remove_member`` {org, principal}, ``set_policy`` {repository, policy_yaml}) with its
+    ``args``, or ``revoke_key`` (the same as change ``revoke_key``), or a top-level targets
+    ``proposal``. ``lost``: each live signed alias, rollout plan and quarantine (and the
+    quarantine role) that would be short, with ``kind``, ``target``, ``remaining`` of
+    ``threshold`` and a ``message``. ``refuse_if_lost``: the caller will not go ahead if
+    anything would be, and a non-empty answer is audited as ``tuf.unsigning.refused``
+    (``refused``). Each change only for who may make it (a key's: its owner and admins)."""
+    kind: str | None = body.change
+    args = dict(body.args)
+    if body.revoke_key is not None:
+        if kind is not None:
+            raise BadRequest("name one change: change or revoke_key, not both")
+        kind, args = "revoke_key", {"keyid": body.revoke_key}
     return impact_of(
         state,
         caller=caller,
-        revoke_key=body.revoke_key,
+        kind=kind,
+        args=args,
         proposal_id=body.proposal,
         refuse_if_lost=body.refuse_if_lost,
     )

@@ -1,13 +1,13 @@
-"""What a change to the delegations would unsign, before it happens
-(docs/tuf.md#rotating-a-signers-key).
+"""What a change of who may sign would leave short of its threshold, before it happens
+(docs/tuf.md#previews, docs/operations.md#changing-who-may-sign).
 
-``signatures_at_risk`` is the registry's one answer to "which aliases (and quarantines)
-would lose their valid signatures": for a key's revocation (the delegations the database
-asks for without it) or for a pending top-level targets proposal (its delegations), each
-against the signed state as it is now (``registry.tuf.rotation.signatures_lost``).
-``POST /v1/tuf/impact`` answers it; ``key revoke`` and ``trust sign`` show it and go ahead
-only with ``--yes``. A caller that will not go ahead (``refuse_if_lost``) is recorded:
-the audit event ``tuf.unsigning.refused`` names the change and what it would have unsigned.
+``POST /v1/tuf/impact`` answers it for one change of who may sign (``CHANGES``: each
+domain registers how its change is made, ``_who_may_sign.register_change``): the change is
+made in a write transaction, measured by the one check every such change runs
+(``registry.domains._who_may_sign``), and rolled back. And for a pending top-level targets
+proposal: its delegations against the published ones (``signatures_at_risk``).
+``key revoke``, the admin commands and ``trust sign`` show it. A preview the caller will
+not go ahead with (``refuse_if_lost``) is audited as ``tuf.unsigning.refused``.
 """
 
 from __future__ import annotations
@@ -18,62 +18,93 @@ from sqlalchemy.orm import Session
 from tuf.api.metadata import Delegations, Metadata, Targets
 
 from modelward.registry.domains._state import AppState
+from modelward.registry.domains._who_may_sign import CHANGES, who_may_sign
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.trust.service import repository, trust_of
-from modelward.registry.errors import BadRequest, Forbidden, NotFound
-from modelward.registry.models import SigningKey, TufProposal
+from modelward.registry.domains.trust.service import repository
+from modelward.registry.errors import BadRequest, NotFound
+from modelward.registry.models import TufProposal
 from modelward.registry.tuf.proposals import TARGETS_ROLE
 from modelward.registry.tuf.rotation import (
     SignaturesLost,
     signatures_lost,
     signed_version,
-    wanted_delegations,
 )
 
 __all__ = ["impact", "signatures_at_risk"]
 
 
-def _revocable(session: Session, keyid: str, caller: Caller) -> None:
-    row = session.get(SigningKey, keyid)
-    if row is None:
-        raise NotFound(f"no key {keyid}")
-    if not caller.is_admin and row.principal_id != caller.id:
-        raise Forbidden(f"{caller.name} may not revoke key {keyid}")
+class _Measured(Exception):  # noqa: N818 - control flow: roll a preview back
+    def __init__(self, lost: list[SignaturesLost]) -> None:
+        super().__init__("preview")
+        self.lost = lost
+
+
+# -- previews ---------------------------------------------------------------------------
+def describe(kind: str, args: dict[str, str]) -> str:
+    """The words a refusal and the audit use for a change, e.g. ``set role of rev to
+    reader``."""
+    match kind:
+        case "revoke_key":
+            return f"revoke key {args['keyid']}"
+        case "set_role":
+            return f"set role of {args['principal']} to {args['role']}"
+        case "disable_principal":
+            return f"disable principal {args['principal']}"
+        case "remove_publisher":
+            return f"remove publisher {args['principal']} from {args['repository']}"
+        case "remove_member":
+            return f"remove member {args['principal']} from org {args['org']}"
+        case _:
+            return f"replace the policy of {args['repository']}"
+
+
+def _measure(state: AppState, caller: Caller, kind: str, args: dict[str, str]) -> None:
+    """Make the change in a write transaction and measure it; always raises (``_Measured``
+    rolls the transaction back, keeping nothing)."""
+    apply = CHANGES[kind][1]
+    with state.db.write() as session:
+        with who_may_sign(
+            session, state, change=describe(kind, args), caller=caller, force=True
+        ) as lost:
+            apply(session, state, caller, args)
+        raise _Measured(lost)
+
+
+def _preview(state: AppState, caller: Caller, kind: str, args: dict[str, str]) -> list[Any]:
+    """Make the change, measure it (``who_may_sign``), roll it back: what it would leave
+    short. Raises BadRequest (a field missing), and whatever the change itself raises."""
+    missing = [f for f in CHANGES[kind][0] if not args.get(f)]
+    if missing:
+        raise BadRequest(f"change {kind} needs {', '.join(missing)}")
+    try:
+        _measure(state, caller, kind, args)
+    except _Measured as measured:
+        return measured.lost
+    raise AssertionError("unreachable")  # pragma: no cover - _measure always raises
 
 
 def signatures_at_risk(
-    session: Session,
-    state: AppState,
-    *,
-    revoke_key: str | None = None,
-    proposal_id: int | None = None,
+    session: Session, state: AppState, *, proposal_id: int
 ) -> list[SignaturesLost]:
     """Every target signed now whose signatures would fall below its role's threshold if
-    ``revoke_key`` were revoked, or if the top-level targets proposal ``proposal_id`` were
-    published. Raises NotFound, BadRequest (a proposal that is not of top-level targets)."""
+    the top-level targets proposal ``proposal_id`` were published. Raises NotFound,
+    BadRequest (a proposal that is not of top-level targets)."""
     repo = repository(session, state)
     if TARGETS_ROLE not in repo.store.latest_versions():
         return []
     current = repo.targets().delegations
-    wanted: Delegations | None
-    if revoke_key is not None:
-        keys = trust_of(state.settings).keys
-        wanted = wanted_delegations(
-            session, repo, keys, state.default_policy_yaml, excluded={revoke_key}
+    row = session.get(TufProposal, proposal_id)
+    if row is None:
+        raise NotFound(f"no TUF proposal {proposal_id}")
+    if row.role != TARGETS_ROLE:
+        raise BadRequest(
+            f"proposal {proposal_id} is of role {row.role}, not top-level targets: it "
+            "changes no delegation"
         )
-    else:
-        row = session.get(TufProposal, proposal_id)
-        if row is None:
-            raise NotFound(f"no TUF proposal {proposal_id}")
-        if row.role != TARGETS_ROLE:
-            raise BadRequest(
-                f"proposal {proposal_id} is of role {row.role}, not top-level targets: it "
-                "changes no delegation"
-            )
-        wanted = Metadata[Targets].from_bytes(row.payload).signed.delegations
-        if wanted is None:
-            wanted = Delegations(keys={}, roles={})
+    wanted = Metadata[Targets].from_bytes(row.payload).signed.delegations
+    if wanted is None:
+        wanted = Delegations(keys={}, roles={})
     return signatures_lost(current, wanted, lambda role: signed_version(repo, role))
 
 
@@ -81,21 +112,28 @@ def impact(
     state: AppState,
     *,
     caller: Caller,
-    revoke_key: str | None,
+    kind: str | None,
+    args: dict[str, str],
     proposal_id: int | None,
     refuse_if_lost: bool,
 ) -> dict[str, Any]:
-    """``POST /v1/tuf/impact``: ``signatures_at_risk`` for one change, ``lost`` (each with
-    its ``message``). With ``refuse_if_lost`` the caller goes ahead only if nothing would be
-    lost: a non-empty answer is audited as ``tuf.unsigning.refused`` (``refused`` true).
-    A key's impact is for its owner and admins only (Forbidden otherwise)."""
-    if (revoke_key is None) == (proposal_id is None):
-        raise BadRequest("name one change: revoke_key or proposal")
-    change = f"revoke key {revoke_key}" if revoke_key else f"sign proposal {proposal_id}"
-    with state.db.read() as session:
-        if revoke_key is not None:
-            _revocable(session, revoke_key, caller)
-        lost = signatures_at_risk(session, state, revoke_key=revoke_key, proposal_id=proposal_id)
+    """``POST /v1/tuf/impact``: what one change of who may sign (``kind``, one of
+    ``CHANGES``, with ``args``), or the top-level targets proposal ``proposal_id``, would
+    leave short: ``lost``, each with its ``kind``, ``target`` and ``message``. With
+    ``refuse_if_lost`` the caller goes ahead only if nothing would be: a non-empty answer is
+    audited as ``tuf.unsigning.refused`` (``refused`` true). Raises BadRequest, NotFound,
+    Forbidden (a change the caller may not make)."""
+    if (kind is None) == (proposal_id is None):
+        raise BadRequest("name one change: a change of who may sign, or a proposal")
+    if kind is not None and kind not in CHANGES:
+        raise BadRequest(f"unknown change {kind!r}; changes are {', '.join(CHANGES)}")
+    if kind is not None:
+        change = describe(kind, args) if all(args.get(f) for f in CHANGES[kind][0]) else kind
+        lost = _preview(state, caller, kind, args)
+    else:
+        change = f"sign proposal {proposal_id}"
+        with state.db.read() as session:
+            lost = signatures_at_risk(session, state, proposal_id=int(proposal_id or 0))
     refused = refuse_if_lost and bool(lost)
     if refused:
         with state.db.write() as session:
@@ -104,6 +142,9 @@ def impact(
                 actor=caller.name,
                 action="tuf.unsigning.refused",
                 subject=change,
-                details={"lost": [item.line for item in lost][:100], "needs": "--yes"},
+                details={
+                    "lost": [item.line for item in lost][:100],
+                    "needs": "--force" if kind is not None else "--yes",
+                },
             )
     return {"change": change, "lost": [item.as_json() for item in lost], "refused": refused}

@@ -86,7 +86,11 @@ from modelward.registry.tuf.repository import (
     MetadataRowRefused,
     row_refusal,
 )
-from modelward.registry.tuf.rotation import signed_version, wanted_delegations
+from modelward.registry.tuf.rotation import (
+    short_of_threshold,
+    signed_version,
+    wanted_delegations,
+)
 from modelward.registry.tuf.seals import RowSeals
 from modelward.registry.tuf.service import (
     bootstrap_embedded,
@@ -117,6 +121,7 @@ __all__ = [
     "row_seals",
     "sign_proposal",
     "signed_aliases",
+    "signers_left",
     "status",
     "trust_of",
     "withdraw_approval_signatures",
@@ -515,14 +520,38 @@ def key_revoked(session: Session, state: AppState, keyid: str, *, caller: Caller
     (409 ``revocation_failed``, the reason) when they cannot be re-made, TufKeyUnavailable
     (503) when this replica holds no TUF keys; the caller's transaction then keeps nothing.
     """
-    unsigned = withdraw_signatures(session, [keyid])
+    signers_left(
+        session,
+        state,
+        [keyid],
+        why="key revoked",
+        refused=f"key {keyid} was not revoked",
+        caller=caller,
+    )
+
+
+def signers_left(
+    session: Session,
+    state: AppState,
+    keyids: list[str],
+    *,
+    why: str,
+    refused: str,
+    caller: Caller,
+) -> None:
+    """``key_revoked`` for every key of ``keyids`` at once (a revocation, a principal
+    disabled): their signatures come off pending proposals (audited as
+    ``tuf.signature.withdraw``, with ``why``) and the delegations are re-made without them,
+    in the caller's transaction. Raises RevocationFailed (``refused``: what was not done)
+    or TufKeyUnavailable."""
+    unsigned = withdraw_signatures(session, keyids)
     if unsigned:
         append(
             session,
             actor=caller.name,
             action="tuf.signature.withdraw",
-            subject=keyid,
-            details={"proposals": [p.id for p in unsigned], "why": "key revoked"},
+            subject=", ".join(keyids)[:500],
+            details={"proposals": [p.id for p in unsigned], "why": why},
         )
     repo = repository(session, state)
     try:
@@ -535,9 +564,10 @@ def key_revoked(session: Session, state: AppState, keyid: str, *, caller: Caller
         )
     except (RegistryError, ValueError, RepositoryError) as exc:
         raise RevocationFailed(
-            f"key {keyid} was not revoked: the TUF delegations could not be re-made without "
-            f"it ({type(exc).__name__}: {str(exc)[:500]}); nothing was changed",
-            detail={"keyid": keyid, "reason": type(exc).__name__},
+            f"{refused}: the TUF delegations could not be re-made without "
+            f"{'it' if len(keyids) == 1 else 'its keys'} ({type(exc).__name__}: "
+            f"{str(exc)[:500]}); nothing was changed",
+            detail={"keyids": keyids, "reason": type(exc).__name__},
         ) from exc
 
 
@@ -1078,8 +1108,10 @@ def _signed_aliases(repo: MetadataRepository, repo_name: str, roles: list[str]) 
 
 
 def status(session: Session, state: AppState) -> dict[str, Any]:
-    """Every role's latest version and expiry, which expire soon, the keys held online, any
-    stored row refused (``MetadataRowRefused``: it does not parse, or snapshot/timestamp not
+    """Every role's latest version and expiry, which expire soon, the keys held online, every
+    delegated role short of its threshold now (``short_of_threshold``: role, threshold,
+    valid_signers, keys, version, decides; ``registry.tuf.rotation``), any stored row refused
+    (``MetadataRowRefused``: it does not parse, or snapshot/timestamp not
     signed by root's key), and how this process's re-signing went (``refresh``). Reads
     only: it answers even while a key file is unusable (what ``refresh`` then reports)."""
     store = SessionStore(session)
@@ -1140,8 +1172,14 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
     )
     online_targets = "targets" in held
     health = refresh_health()
+    try:
+        short = [role.as_json() for role in short_of_threshold(repo)]
+    except (RepositoryError, RegistryError) as exc:  # a refused row: named in ``roles``
+        _log_failure("tuf_status_short_unknown", exc)
+        short = []
     return {
         "roles": roles,
+        "short_of_threshold": short,
         "online_keys": held,
         "embedded": "root" in held,
         "targets_key": "online" if online_targets else "offline",
