@@ -19,12 +19,13 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.errors import BadRequest, Forbidden
-from modelward.registry.ui import release_view, views
+from modelward.registry.ui import api_view, proposal_view, release_view, rollout_view, views
 from modelward.registry.ui.release_page import shown
 from modelward.registry.ui.release_view import MAX_ROLE_VERSIONS
 from modelward.registry.ui.sessions import (
@@ -46,6 +47,8 @@ _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
 def _visible(value: Any) -> Any:
+    if isinstance(value, Markup):  # a macro's output: its values were shown one by one
+        return value
     if isinstance(value, str):
         return _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", value)
     return value
@@ -61,6 +64,18 @@ TEMPLATES = Environment(
 TEMPLATES.filters["short"] = lambda d: (str(d)[:19] + "…") if d and len(str(d)) > 20 else d
 TEMPLATES.filters["q"] = lambda s: quote(str(s), safe="")
 TEMPLATES.filters["shown"] = shown
+
+
+def _num(value: Any) -> Any:
+    """A figure as the gates table shows it: 4 decimals at most, never "-0.0"."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{round(value, 4) + 0.0:g}"
+    return value
+
+
+TEMPLATES.filters["num"] = _num
 LOGIN_COOKIE = "mw_login"
 MAX_FORM_BYTES = 8192
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -192,6 +207,12 @@ def _close(request: Request, csrf: str) -> Response:
     return response
 
 
+@router.get("/api")
+def api(request: Request) -> Response:
+    """The API reference, public as /openapi.json is (no session needed)."""
+    return render("api.html", me=None, csrf="", **api_view.api_page(request.app.openapi()))
+
+
 @router.get("/")
 async def home(request: Request) -> Response:
     return await _page(request, "home.html", views.home)
@@ -220,6 +241,13 @@ async def release(
     )
 
 
+@router.get("/repos/{org}/{name}/aliases/{alias}/rollouts/{rollout_id}")
+async def rollout(request: Request, org: str, name: str, alias: str, rollout_id: str) -> Response:
+    return await _page(
+        request, "rollout.html", rollout_view.rollout_page, f"{org}/{name}", alias, rollout_id
+    )
+
+
 @router.get("/repos/{org}/{name}/bundles/{digest}")
 async def bundle(request: Request, org: str, name: str, digest: str) -> Response:
     return await _page(request, "bundle.html", views.bundle_page, f"{org}/{name}", digest)
@@ -236,7 +264,7 @@ async def attestations(request: Request, org: str, name: str, digest: str) -> Re
 async def proposal(
     request: Request, proposal_id: Annotated[int, Path(ge=1, le=2**31 - 1)]
 ) -> Response:
-    return await _page(request, "proposal.html", views.proposal_page, proposal_id)
+    return await _page(request, "proposal.html", proposal_view.proposal_page, proposal_id)
 
 
 @router.get("/audit")

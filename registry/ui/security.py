@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-__all__ = ["CSP", "ConsoleHeaders", "error_page", "install", "is_console_path"]
+__all__ = ["API_PAGE", "CSP", "ConsoleHeaders", "error_page", "install", "is_console_path"]
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -26,15 +26,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-DOCS_OFF = {
-    "error": {
-        "code": "docs_off",
-        "message": "the interactive API pages are off: Swagger UI and ReDoc load from a CDN, "
-        "and the registry serves nothing from elsewhere. Read docs/reference/http-api.md, "
-        "or /openapi.json with any OpenAPI viewer",
-        "detail": {"openapi": "/openapi.json", "reference": "docs/reference/http-api.md"},
-    }
-}
+API_PAGE = "/ui/api"  # the API reference, rendered from the app's OpenAPI schema (pages.api)
 
 
 def is_console_path(path: str) -> bool:
@@ -79,8 +71,9 @@ def error_page(request: Request, status: int, code: str, message: str) -> Respon
 
 
 def install(app: FastAPI) -> FastAPI:
-    """Mount the console (routes, static files, headers) and turn the CDN docs pages off;
-    returns ``app``. Its header middleware wraps every other one."""
+    """Mount the console (routes, static files, headers) and send ``/docs`` and ``/redoc``
+    to the console's own API reference (no CDN); returns ``app``. Its header middleware
+    wraps every other one."""
     from pathlib import Path
 
     from modelward.registry.ui.pages import router
@@ -99,8 +92,9 @@ def install(app: FastAPI) -> FastAPI:
 
     @app.get("/docs", include_in_schema=False)
     @app.get("/redoc", include_in_schema=False)
-    def docs_off() -> JSONResponse:
-        return JSONResponse(DOCS_OFF, status_code=404)
+    def docs() -> Response:
+        # Swagger UI and ReDoc load from a CDN: the registry's own page instead
+        return RedirectResponse(API_PAGE, status_code=307)
 
     app.add_middleware(ConsoleHeaders)
     return app

@@ -15,11 +15,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelward.attest.alias_decision import decide_move_result
 from modelward.attest.audit.checkpoint import open_checkpoint
-from modelward.attest.bundle_diff import diff_bundles
 from modelward.attest.errors import AttestError
-from modelward.attest.evaluation import GatesJudgement, gate_label
+from modelward.attest.provenance import DEFAULT_BUILDER_ID
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.aliases import service as aliases
 from modelward.registry.domains.attestations import service as attestations
@@ -31,22 +29,22 @@ from modelward.registry.domains.auth.deps import require
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles.verdict import trust_for, verify_attachment
-from modelward.registry.domains.moves.refusals import report_json
-from modelward.registry.domains.moves.service import read_move
 from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.trust import service as trust
 from modelward.registry.domains.trust.role_access import proposals_readable
-from modelward.registry.errors import NotFound, RegistryError
+from modelward.registry.errors import RegistryError
 from modelward.registry.models import Principal, SigningKey
 from modelward.registry.policy import repo_policy
 from modelward.registry.ui.bundle_view import (
     file_views,
     parsed_manifest,
     pinned_inputs,
-    read_text,
 )
+from modelward.registry.ui.proposal_view import subject_of
+from modelward.registry.ui.rollout_view import rollouts_of
+from modelward.registry.ui.vouch import alias_signature, quarantine_signature
 
 __all__ = [
     "AUDIT_WINDOW",
@@ -55,7 +53,6 @@ __all__ = [
     "audit_view",
     "bundle_page",
     "home",
-    "proposal_page",
     "repo_page",
 ]
 
@@ -67,26 +64,33 @@ def home(state: AppState, caller: Caller) -> dict[str, Any]:
         repos = listing.list_repos(
             session, caller, limit=listing.MAX_PAGE, cursor=None, org=None, publishable=False
         )
-        pending = trust.list_proposals(
-            session, state, pending_only=True, repo_name=None, alias=None
-        )
-        pending = proposals_readable(session, caller, pending)  # a private repository's: not
-    return {"repos": repos.items, "pending": [p for p in pending if p["repository"]]}
+        pending = _pending(session, state, caller, repo_name=None)
+    return {"repos": repos.items, "pending": pending}
+
+
+def _pending(
+    session: Session, state: AppState, caller: Caller, *, repo_name: str | None
+) -> list[dict[str, Any]]:
+    """The pending alias moves and rollout plans (``proposal_view.subject_of``) the caller
+    may read, of one repository or all."""
+    listed = trust.list_proposals(session, state, pending_only=True, repo_name=None, alias=None)
+    readable = proposals_readable(session, caller, listed)  # a private repository's: not
+    subjects = [subject_of(p) for p in readable]
+    return [p for p in subjects if p["subject"] != "other" and repo_name in (None, p["repository"])]
 
 
 def repo_page(state: AppState, caller: Caller, repo_name: str) -> dict[str, Any]:
     with state.db.read() as session:
         names = aliases.list_aliases(session, caller, repo_name, limit=listing.MAX_PAGE)
         listed = bundles.list_bundles(session, caller, repo_name, limit=listing.MAX_PAGE)
-        pending = trust.list_proposals(
-            session, state, pending_only=True, repo_name=repo_name, alias=None
-        )
+        pending = _pending(session, state, caller, repo_name=repo_name)
+        rollouts = rollouts_of(session, listing.readable_repo(session, repo_name, caller).id, None)
     return {
+        "rollouts": rollouts,
         "repository": repo_name,
         "aliases": names.items,
         "bundles": listed.items,
         "pending": pending,
-        "rollouts": None,  # issue 26: rollouts in progress, once that work has landed
     }
 
 
@@ -107,12 +111,16 @@ def alias_page(state: AppState, caller: Caller, repo_name: str, alias: str) -> d
         proposals = trust.list_proposals(
             session, state, pending_only=False, repo_name=repo_name, alias=alias
         )
-        record = None
+        record, held = None, None
+        repo_row = get_repo(session, repo_name, caller)
         if current.get("digest"):
-            row = bundles.find_bundle(
-                session, get_repo(session, repo_name, caller), current["digest"]
-            )
+            row = bundles.find_bundle(session, repo_row, current["digest"])
             record = bundles.bundle_json(session, row, caller)
+            if record["quarantined"]:
+                held = quarantine_signature(session, state, current["digest"])
+        signature = alias_signature(session, state, repo_name, alias)
+        pending = _pending(session, state, caller, repo_name=repo_name)
+        rollouts = rollouts_of(session, repo_row.id, alias)
     signers = _signers_of_moves(proposals)
     for move in history:
         move["signers"] = signers.get((move["from_digest"], move["to_digest"]), [])
@@ -122,7 +130,10 @@ def alias_page(state: AppState, caller: Caller, repo_name: str, alias: str) -> d
         "current": current,
         "bundle": record,
         "history": list(reversed(history)),
-        "pending": [p for p in proposals if p["state"] == "pending"],
+        "pending": [p for p in pending if p["alias"] == alias],
+        "signature": signature,
+        "quarantine_signature": held,
+        "rollouts": rollouts,
     }
 
 
@@ -142,7 +153,8 @@ def bundle_page(state: AppState, caller: Caller, repo_name: str, digest: str) ->
 
 
 def _decoded(data: bytes) -> dict[str, Any]:
-    """The envelope's statement for display: DSSE payload decoded; other formats as JSON."""
+    """The envelope's statement for display (``raw``; ``statement``: the decoded DSSE
+    payload, when it is one); other formats as JSON."""
     try:
         doc = json.loads(data)
     except ValueError:
@@ -152,8 +164,22 @@ def _decoded(data: bytes) -> dict[str, Any]:
             statement = json.loads(base64.b64decode(str(doc["payload"]), validate=True))
         except ValueError:
             return {"raw": json.dumps(doc, indent=2)[:200_000]}
-        return {"raw": json.dumps(statement, indent=2, sort_keys=True)[:200_000]}
+        raw = json.dumps(statement, indent=2, sort_keys=True)[:200_000]
+        return {"raw": raw, "statement": statement}
     return {"raw": json.dumps(doc, indent=2)[:200_000]}
+
+
+def _builder(statement: Any) -> dict[str, Any] | None:
+    """The SLSA provenance's builder id and what it proves (docs/console.md#provenance):
+    ``self_asserted`` for a local build (``attest.provenance.DEFAULT_BUILDER_ID``), where
+    the publisher's own machine says it built the bundle; None when it names no builder."""
+    predicate = statement.get("predicate") if isinstance(statement, dict) else None
+    run = predicate.get("runDetails") if isinstance(predicate, dict) else None
+    builder = run.get("builder") if isinstance(run, dict) else None
+    ident = builder.get("id") if isinstance(builder, dict) else None
+    if not isinstance(ident, str):
+        return None
+    return {"id": ident, "self_asserted": ident == DEFAULT_BUILDER_ID}
 
 
 def attestations_page(
@@ -198,93 +224,18 @@ def attestations_page(
                 for s in stmt.subjects
             ]
         signers = [{**s, "principal": owners.get(str(s.get("detail")))} for s in item["signers"]]
+        decoded = _decoded(data)
         out.append(
             {
                 **{k: v for k, v in item.items() if k != "data"},
                 "signers": signers,
                 "subjects": subjects,
                 "verdict": verdict,
-                **_decoded(data),
+                "builder": _builder(decoded.get("statement")),
+                "raw": decoded["raw"],
             }
         )
     return {"repository": repo_name, "digest": digest, "attestations": out}
-
-
-def _gates_json(judged: GatesJudgement | None) -> dict[str, Any] | None:
-    """The release gates' judgement with its evidence: every gate's figures (observed, its
-    interval, the bound) per slice, the evaluations counted and those set aside, and why."""
-    if judged is None:
-        return None
-    return {
-        "verdict": judged.verdict,
-        "gates": [{**g.to_json(), "label": gate_label(g)} for g in judged.gates],
-        "evaluations": [e.to_json() for e in judged.evaluations],
-        "not_counted": [n.to_json() for n in judged.not_counted],
-    }
-
-
-def _caller_named(session: Session, name: str | None) -> Caller | None:
-    row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-    return None if row is None else Caller(id=row.id, name=row.name, role=row.role)
-
-
-def proposal_page(state: AppState, caller: Caller, proposal_id: int) -> dict[str, Any]:
-    """The decision: the diff against the alias's current target, every check of the move
-    (gates with their evidence, replay, baseline, approvals), who signed and who still must,
-    and the command that signs it offline."""
-    with state.db.read() as session:
-        proposal = trust.get_proposal(session, state, proposal_id)
-        if not proposals_readable(session, caller, [proposal]):  # as a missing proposal
-            raise NotFound(f"no TUF proposal {proposal_id}")
-        proposal.pop("payload", None)
-        repo_name, alias = proposal["repository"], proposal["alias"]
-        if repo_name is None:
-            return {"proposal": proposal, "diff": None, "checks": None, "gates": None, "still": []}
-        repo = listing.readable_repo(session, repo_name, caller)
-        new = parsed_manifest(bundles.find_bundle(session, repo, proposal["to_digest"]).manifest)
-        old = None
-        if proposal["from_digest"]:
-            old = parsed_manifest(
-                bundles.find_bundle(session, repo, proposal["from_digest"]).manifest
-            )
-        proposer = _caller_named(session, proposal["proposed_by"])
-        holders = dict(
-            session.execute(
-                select(SigningKey.keyid, Principal.name).join(
-                    Principal, Principal.id == SigningKey.principal_id
-                )
-            ).all()
-        )
-    diff = diff_bundles(old, new, lambda m, p: read_text(state, m, p))
-    signed = {s["keyid"] for s in proposal["signatures"]}
-    still = sorted({holders.get(k, k[:16]) for k in proposal["keyids"] if k not in signed})
-    checks: dict[str, Any] | None
-    gates: dict[str, Any] | None
-    try:
-        # every check as the registry judges the move at its threshold: the proposer's
-        request, _ = read_move(
-            state,
-            repo_name=repo_name,
-            alias=alias,
-            digest=proposal["to_digest"],
-            rollback=False,
-            caller=proposer or caller,
-            every_check=True,
-        )
-        report = decide_move_result(request)
-        checks = report_json(report)
-        gates = _gates_json(report.gates)
-    except (RegistryError, AttestError) as exc:
-        checks, gates = {"error": str(exc)[:1000]}, None
-    command = f"modelward approve {repo_name}@{proposal['to_digest']} --alias {alias} --key KEY"
-    return {
-        "proposal": proposal,
-        "diff": diff.to_json(),
-        "checks": checks,
-        "gates": gates,
-        "still": still,
-        "command": command,
-    }
 
 
 def audit_view(
@@ -304,7 +255,7 @@ def audit_view(
         verified = {"ok": False, "size": checkpoint.size, "why": str(exc)}
     rows = []
     for e in reversed(events):
-        if action and e.action != action:
+        if action and not (e.action == action or e.action.startswith(action.rstrip(".") + ".")):
             continue
         if principal and e.actor != principal:
             continue
