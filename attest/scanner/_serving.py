@@ -113,8 +113,13 @@ def check_serving(files: Mapping[str, bytes], paths: Collection[str]) -> tuple[F
     if CONFIG in files:
         model = _json_object(files[CONFIG])
         if model is None:
-            return (_finding(f"{CONFIG} is not a JSON object: the serving configuration "
-                             "cannot be checked against it"),)  # fmt: skip
+            what = (
+                f"larger than {MAX_MODEL_CONFIG_BYTES} bytes"
+                if len(files[CONFIG]) > MAX_MODEL_CONFIG_BYTES
+                else "not a JSON object"
+            )
+            return (_finding(f"{CONFIG} is {what}: the serving configuration cannot be "
+                             "checked against it"),)  # fmt: skip
     reasons: list[str] = []
     if model is not None:
         text = _text_config(model)

@@ -174,3 +174,13 @@ def test_bundle_init_of_a_servable_model_writes_a_spec_the_scan_admits(
     done = _init(tiny_model)
     assert done.returncode == 0, done.stderr
     assert serving_reasons(tiny_model) == []
+
+
+def test_a_config_json_that_is_not_an_object_cannot_be_checked_and_is_refused(
+    tiny_model: Path,
+) -> None:
+    spec(tiny_model)
+    (tiny_model / "config.json").write_text("[1]")
+    assert serving_reasons(tiny_model) == [
+        "config.json is not a JSON object: the serving configuration cannot be checked against it"
+    ]
