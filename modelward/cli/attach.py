@@ -74,6 +74,7 @@ def attach(
     from modelward.attest.errors import UnknownSignatureFormat
     from modelward.attest.verify import MAX_SIGNATURE_BYTES, detect_kind
     from modelward.client.config import parse_reference
+    from modelward.client.deadline import deadline
     from modelward.client.errors import transport_error
 
     # (1): every file read and told apart before any request.
@@ -101,11 +102,14 @@ def attach(
             path: Path | None,
             hint: str | None,
         ) -> httpx.Response:
+            # one operation, one deadline for the whole of it (docs/loader.md#deadlines)
+            options = client.options
             try:
                 header = "Accept" if method == "GET" else "Content-Type"
-                answer = http.request(
-                    method, url, content=body or None, headers={header: content_type}
-                )
+                with deadline(options.deadline + len(body) / options.min_rate):
+                    answer = http.request(
+                        method, url, content=body or None, headers={header: content_type}
+                    )
             except httpx.HTTPError as exc:
                 raise transport_error(exc, method, client.base_url + url) from exc
             if answer.status_code >= 400:
