@@ -5,7 +5,8 @@ limits), and to an untrusted metadata mirror with the registry behind it
 A worker resolves aliases with python-tuf's ``Updater``; a fetcher is how that updater
 reaches the files. ``TufFetcher`` sends the worker's token and fetches nothing but the
 registry. ``MirrorFetcher`` reads a static mirror first (never sending the token) and the
-registry's ``/tuf/`` when the mirror cannot answer. Fetching one file, from either, is one
+registry's ``/tuf/`` when the mirror cannot answer, and the root chain from the registry
+only. Fetching one file, from either, is one
 operation with a deadline for the whole of it (``FetchLimits``, passed in): a peer that drips
 bytes is cut off there, not only a peer that stops. Errors map onto python-tuf's: an HTTP
 error answer is a ``DownloadHTTPError`` with its status (the updater stops looking for newer
@@ -41,7 +42,7 @@ __all__ = [
 
 TUF_PATH = "/tuf/"
 CHUNK = 64 * 1024
-# a versioned root: what the updater asks for next (N+1) until it is told there is none
+# a versioned root: what the updater asks for next (N+1) until the registry says there is none
 _ROOT_FILE = re.compile(r"[0-9]+\.root\.json")
 
 
@@ -145,19 +146,23 @@ class MirrorFetcher(FetcherInterface):
     registry's ``TufFetcher``) at ``fallback_url``, file by file, each whole file read
     before it is handed on (bytes are never spliced from two sources):
 
-    1. the mirror answers 2xx with at most the file's bound in bytes, within ``limits.file``
+    1. a root version (``N.root.json``) is never asked of the mirror: the root chain comes
+       from the registry only, whose 404 is "no newer root" and whose silence is an error
+       (``MetadataUnavailable``), never "no newer root". A mirror that answered 404 for the
+       next root could otherwise hide a new root from a worker pinned to an older one, and
+       serve it metadata signed by the keys that root retired (docs/tuf.md#mirrors);
+    2. the mirror answers 2xx with at most the file's bound in bytes, within ``limits.file``
        seconds: its bytes, which the updater verifies (a failure is refused, never read
        again from the registry);
-    2. the mirror answers 404 or 403 for a root version: there is no newer root (the
-       registry writes every root before the timestamp that needs it), as from the registry;
-    3. the mirror could not answer: unreachable, any other HTTP error (404, 403, 5xx ...),
-       more bytes than the file's bound, cut off, or not within ``limits.file`` (a mirror
-       that drips): the registry's file, within ``limits.file`` too, recorded in
-       ``fallbacks``. After a mirror timed out, the rest of this fetcher's files (one
-       update) are read from the registry at once: one wait per update, not one per file.
+    3. the mirror could not answer: unreachable, an HTTP error (404, 403, 5xx ...), more
+       bytes than the file's bound, cut off, or not within ``limits.file`` (a mirror that
+       drips): the registry's file, within ``limits.file`` too, recorded in ``fallbacks``.
+       After a mirror timed out, the rest of this fetcher's files (one update) are read
+       from the registry at once: one wait per update, not one per file.
 
-    ``sources`` records where each file came from (name -> base URL), for messages. The
-    updater calls ``download_bytes`` (a file with its bound); ``fetch`` is not offered.
+    ``sources`` records where each file of (2) and (3) came from (name -> base URL), for
+    messages; ``roots`` the root versions asked of the registry (1). The updater calls
+    ``download_bytes`` (a file with its bound); ``fetch`` is not offered.
     """
 
     def __init__(
@@ -175,6 +180,7 @@ class MirrorFetcher(FetcherInterface):
         self.limits = limits
         self.fallbacks: list[Fallback] = []
         self.sources: dict[str, str] = {}
+        self.roots: list[str] = []
         self._timed_out: str | None = None  # why the mirror is not asked again
         self._http = bounded(
             httpx.Client(
@@ -198,10 +204,14 @@ class MirrorFetcher(FetcherInterface):
         if not url.startswith(self.mirror_url):
             raise DownloadError(f"{url}: not a file of the metadata mirror {self.mirror_url}")
         name = url[len(self.mirror_url) :]
+        if _ROOT_FILE.fullmatch(name):  # (1): the root chain, from the registry only
+            self.roots.append(name)
+            with deadline(self.limits.file):
+                return self.fallback.download_bytes(self.fallback_url + name, max_length)
         why = self._timed_out
         if why is None:
             try:
-                data = self._from_mirror(url, name, max_length)  # (1), (2)
+                data = self._from_mirror(url, name, max_length)  # (2)
             except _NoAnswer as exc:
                 why = exc.why
             else:
@@ -218,8 +228,6 @@ class MirrorFetcher(FetcherInterface):
         try:
             with deadline(self.limits.file), self._http.stream("GET", url) as response:
                 status = response.status_code
-                if status in (403, 404) and _ROOT_FILE.fullmatch(name):
-                    raise DownloadHTTPError(f"{url}: HTTP {status}", status)  # (2)
                 if status >= 400:
                     raise _NoAnswer(f"HTTP {status}")
                 return _at_most(response, max_length)
