@@ -95,9 +95,10 @@ def repo_page(state: AppState, caller: Caller, repo_name: str) -> dict[str, Any]
 
 
 def _signers_of_moves(proposals: list[dict[str, Any]]) -> dict[tuple[Any, Any], list[str]]:
+    """(from, to) -> the signers of the published alias move (not a rollout plan's)."""
     out: dict[tuple[Any, Any], list[str]] = {}
     for p in proposals:
-        if p["state"] == "published":
+        if p["state"] == "published" and subject_of(p)["subject"] == "move":
             names = [s["signer"] or s["keyid"][:12] for s in p["signatures"]]
             out.setdefault((p["from_digest"], p["to_digest"]), names)
     return out
