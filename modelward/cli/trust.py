@@ -83,6 +83,12 @@ def describe(proposal: dict[str, Any]) -> str:
     change = f"{proposal.get('from_digest') or '(unset)'} -> {proposal.get('to_digest')}"
     if proposal.get("role") == "targets":
         change = "new delegations"
+    elif proposal.get("kind") == "quarantine":
+        change = (
+            f"quarantine {proposal.get('to_digest')}"
+            if proposal.get("to_digest")
+            else f"lift the quarantine of {proposal.get('from_digest')}"
+        )
     elif proposal.get("kind") == "rollout plan":
         change = f"rollout plan from {proposal.get('from_digest') or '(unset)'} to candidate " + (
             f"{proposal.get('to_digest')}"

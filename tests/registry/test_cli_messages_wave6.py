@@ -64,6 +64,9 @@ def test_quarantine_lift_says_what_is_true_not_none(registry: Registry, tmp_path
                             token=rev.actor.token, check=True, env=env)  # fmt: skip
     assert "None" not in proposed.stdout + proposed.stderr
     assert "still in force" in proposed.stderr
+    pending = registry.cli("trust", "pending", token=rev.actor.token, check=True).stdout
+    assert f"lift the quarantine of {digest}" in pending, pending
+    assert "-> None" not in pending
     lifted = registry.cli("quarantine", "lift", ref, "--reason", "false alarm", "--key",
                           str(key), token=rev.actor.token, check=True, env=env)  # fmt: skip
     said = lifted.stdout + lifted.stderr
