@@ -190,8 +190,8 @@ COMMANDS: dict[str, Entry] = {
                 "modelward.cli.aliases:alias_history",
             ),
             "rollback": Entry(
-                "Set an alias back to an earlier digest, recorded as a rollback (a protected "
-                "alias: proposed, for its reviewers to sign).",
+                "Set an alias back to an earlier digest, recorded as a rollback and audited as an "
+                "emergency.",
                 "modelward.cli.aliases:alias_rollback",
             ),
             "list": Entry(
