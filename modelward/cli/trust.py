@@ -409,6 +409,13 @@ def _status_lines(status: dict[str, Any]) -> str:
         out.append(
             f"{role.get('role'):<40} v{role.get('version'):<6} expires {role.get('expires')}{flag}"
         )
+    for short in status.get("short_of_threshold") or []:
+        decides = ", ".join(short.get("decides") or []) or "nothing signed yet"
+        out.append(
+            f"SHORT: {short.get('role')} v{short.get('version')} has {short.get('valid_signers')} "
+            f"of the {short.get('threshold')} valid signer(s) it needs: workers refuse what it "
+            f"signs ({decides})"
+        )
     out.append(f"online keys: {', '.join(status.get('online_keys') or []) or 'none'}")
     if "targets_key" in status:
         out.append(

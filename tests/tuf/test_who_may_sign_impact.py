@@ -97,6 +97,9 @@ def test_role_change_that_leaves_prod_short_is_refused_then_forced_and_listed_sh
     prod = short[protected_role(repo, "prod")]
     assert (prod["threshold"], prod["valid_signers"]) == (2, 1)
     assert f"{repo}@prod" in prod["decides"]
+    text = registry.cli("trust", "status", check=True).stdout
+    assert f"SHORT: {protected_role(repo, 'prod')} v" in text
+    assert "has 1 of the 2 valid signer(s) it needs: workers refuse what it signs" in text
 
 
 def test_api_key_deletion_that_unsigns_prod_is_refused_by_default(
