@@ -20,8 +20,10 @@ pinned root, snapshot and delegations as the alias:
    between two polls (TUF's versioning of ``ORG:NAME@=rollout`` keeps an older step from
    coming back); refused: ``RolloutRefused`` naming the check;
 4. what it saw is kept (``<cache>/rollouts/``), and the digest is the worker's own cohort
-   computation from its worker key id (``attest.rollout.resolve_digest``): without a key,
-   the stable digest until the candidate has 100%.
+   computation from its worker key id (``attest.rollout.resolve_digest``): its place in
+   the signed plan's fleet at the step's weight, or its hash bucket for a plan without a
+   fleet; outside the fleet or without a key, the stable digest until the candidate has
+   100%.
 
 python-tuf's ``RepositoryError`` (a forged, replayed or expired role) propagates to the
 caller, which refuses the alias as for any other TUF failure.

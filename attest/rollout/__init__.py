@@ -7,7 +7,8 @@
 - ``verify_step``: a step against its plan and the worker's memory (StepRefused); a worker
   that missed steps follows a later one; ``verify_next_step``: what the registry may sign
   next (no step skipped), checked before it signs and along a release record's chain;
-- ``bucket`` / ``in_candidate_cohort`` / ``resolve_digest``: which digest a worker runs;
+- ``bucket`` / ``in_candidate_cohort`` / ``cohort_size`` / ``candidate_workers`` /
+  ``resolve_digest``: which digest a worker runs (by the plan's fleet, else hash buckets);
 - ``parse_report_predicate`` / ``open_report`` / ``verify_report``: a worker's signed
   fleet report (ReportInvalid naming the field, ReportUntrusted);
 - ``judge_step`` / ``capacity_check``: a step's analysis over a window of reports
@@ -15,7 +16,15 @@
 """
 
 from modelward.attest.rollout._analysis import METRICS, parse_analysis, parse_duration
-from modelward.attest.rollout._cohort import BUCKETS, bucket, in_candidate_cohort
+from modelward.attest.rollout._cohort import (
+    BUCKETS,
+    MAX_FLEET,
+    bucket,
+    candidate_workers,
+    cohort_size,
+    fleet_order,
+    in_candidate_cohort,
+)
 from modelward.attest.rollout._errors import PlanInvalid, RolloutError, StepRefused
 from modelward.attest.rollout._judge import (
     DEFAULT_MIN_WORKERS,
@@ -66,6 +75,7 @@ __all__ = [
     "BUCKETS",
     "DEFAULT_MIN_WORKERS",
     "DEFAULT_STEPS",
+    "MAX_FLEET",
     "MAX_REPORT_BYTES",
     "METRICS",
     "PLAN_FORMAT",
@@ -88,8 +98,11 @@ __all__ = [
     "StepRefused",
     "WindowReport",
     "bucket",
+    "candidate_workers",
     "canonical_json",
     "capacity_check",
+    "cohort_size",
+    "fleet_order",
     "in_candidate_cohort",
     "inside_thresholds",
     "judge_step",

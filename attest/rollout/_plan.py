@@ -16,6 +16,7 @@ from typing import Any
 
 from modelward.attest._json import DuplicateKeyError, reject_duplicates
 from modelward.attest.rollout._analysis import min_workers
+from modelward.attest.rollout._cohort import MAX_FLEET
 from modelward.attest.rollout._errors import PlanInvalid
 
 __all__ = [
@@ -36,6 +37,7 @@ MAX_PLAN_BYTES = 128 * 1024
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _ID_RE = re.compile(r"[0-9a-f]{32}")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
+_KEYID_RE = _SHA_RE  # a worker key id: the sha256 of its public key
 
 
 def canonical_json(doc: object) -> bytes:
@@ -79,6 +81,7 @@ class RolloutPlan:
     analysis: dict[str, Any]
     analysis_sha256: str | None
     raw: bytes = field(repr=False)
+    fleet: tuple[str, ...] | None = None  # the workers cohorts are drawn from (_cohort)
 
     @property
     def sha256(self) -> str:
@@ -98,8 +101,9 @@ def _doc(
     min_samples: int,
     analysis: dict[str, Any],
     analysis_sha256: str | None,
+    fleet: tuple[str, ...] | None,
 ) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "rollout_id": rollout_id,
         "repository": repository,
@@ -112,6 +116,9 @@ def _doc(
         "analysis": analysis,
         "analysis_sha256": analysis_sha256,
     }
+    if fleet is not None:  # plan bytes unchanged when there is none
+        doc["fleet"] = sorted(fleet)
+    return doc
 
 
 def make_plan(
@@ -126,6 +133,7 @@ def make_plan(
     min_samples: int = 0,
     analysis: dict[str, Any] | None = None,
     analysis_sha256: str | None = None,
+    fleet: tuple[str, ...] | None = None,
 ) -> RolloutPlan:
     """A plan checked field by field (PlanInvalid), with its canonical bytes."""
     doc = _doc(
@@ -139,6 +147,7 @@ def make_plan(
         min_samples=min_samples,
         analysis=analysis or {"thresholds": {}, "triggers": []},
         analysis_sha256=analysis_sha256,
+        fleet=fleet,
     )
     return parse_plan(canonical_json(doc))
 
@@ -157,12 +166,26 @@ def _count(doc: dict[str, Any], key: str) -> int:
     return value
 
 
+def _fleet(doc: dict[str, Any]) -> tuple[str, ...] | None:
+    if "fleet" not in doc:
+        return None
+    fleet = doc["fleet"]
+    if not isinstance(fleet, list) or not 1 <= len(fleet) <= MAX_FLEET:
+        raise PlanInvalid("fleet", f"a list of 1 to {MAX_FLEET} worker key ids")
+    if any(not isinstance(k, str) or not _KEYID_RE.fullmatch(k) for k in fleet):
+        raise PlanInvalid("fleet", "each worker key id is 64 lowercase hex digits")
+    if fleet != sorted(set(fleet)):
+        raise PlanInvalid("fleet", "worker key ids sorted, each once (a worker counts once)")
+    return tuple(fleet)
+
+
 def parse_plan(raw: bytes) -> RolloutPlan:
     """The plan in ``raw``, which must be its canonical JSON (PlanInvalid otherwise).
 
     1. at most MAX_PLAN_BYTES, JSON with no key named twice, of format PLAN_FORMAT;
     2. every field present and valid (digests ``sha256:<hex>``, a 32-hex rollout id,
-       steps increasing to 100, the candidate not the stable);
+       steps increasing to 100, the candidate not the stable; a ``fleet``, when present, of
+       1 to MAX_FLEET distinct worker key ids, sorted);
     3. ``raw`` is the canonical encoding of what it says (one plan, one byte string).
     """
     # (1): size, JSON, format
@@ -178,7 +201,7 @@ def parse_plan(raw: bytes) -> RolloutPlan:
         "format", "rollout_id", "repository", "alias", "stable", "candidate", "steps",
         "window_seconds", "min_samples", "analysis", "analysis_sha256",
     }  # fmt: skip
-    if set(doc) != expected:
+    if set(doc) - {"fleet"} != expected:
         raise PlanInvalid("plan", f"fields {sorted(doc)}, expected {sorted(expected)}")
     # (2): the fields
     steps = doc["steps"]
@@ -214,6 +237,7 @@ def parse_plan(raw: bytes) -> RolloutPlan:
         analysis=analysis,
         analysis_sha256=analysis_sha,
         raw=bytes(raw),
+        fleet=_fleet(doc),
     )
     # (3): one plan, one byte string
     if canonical_json(doc) != raw:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelward.attest._json import DuplicateKeyError, reject_duplicates
-from modelward.attest.rollout._cohort import in_candidate_cohort
+from modelward.attest.rollout._cohort import candidate_workers, in_candidate_cohort
 from modelward.attest.rollout._errors import PlanInvalid, StepRefused
 from modelward.attest.rollout._plan import RolloutPlan, canonical_json
 
@@ -171,12 +171,29 @@ def verify_next_step(plan: RolloutPlan, step: RolloutStep, seen: SeenStep | None
 
 
 def resolve_digest(plan: RolloutPlan, step: RolloutStep | None, worker_keyid: str | None) -> str:
-    """The digest this worker runs: the stable one before the first step, after an abort,
-    and outside the candidate cohort; the candidate inside it (a worker without a key is in
-    it only at 100). ``step`` must have passed ``verify_step``."""
+    """The digest this worker runs (``step`` must have passed ``verify_step``):
+
+    1. the stable one before the first step and after an abort;
+    2. the candidate at 100%, for every worker (one without a key, or outside the plan's
+       fleet, included);
+    3. below 100%, with a fleet in the plan: the candidate iff the worker is one of the
+       fleet's first ``cohort_size(weight, len(fleet))`` in this rollout's order
+       (``candidate_workers``); a worker outside the fleet, or without a key, runs stable;
+    4. below 100%, without a fleet: the candidate iff the worker's bucket is inside the
+       weight (``in_candidate_cohort``); a worker without a key runs stable.
+    """
+    # (1): not started, or aborted
     if step is None or step.state == "aborted":
         return plan.stable
+    # (2): all of the fleet
+    if step.weight == 100:
+        return plan.candidate
     if worker_keyid is None:
-        return plan.candidate if step.weight == 100 else plan.stable
+        return plan.stable
+    # (3): the plan's fleet
+    if plan.fleet is not None:
+        listed = worker_keyid in candidate_workers(plan.rollout_id, plan.fleet, step.weight)
+        return plan.candidate if listed else plan.stable
+    # (4): hash buckets
     in_cohort = in_candidate_cohort(plan.rollout_id, worker_keyid, step.weight)
     return plan.candidate if in_cohort else plan.stable

@@ -140,6 +140,23 @@ def _evidence_lines(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _cohort_lines(cohorts: Any) -> list[str]:
+    """What each step means for the fleet (the registry's ``cohorts``)."""
+    if not cohorts:
+        return []
+    steps, size = cohorts.get("steps", []), cohorts.get("fleet")
+    if cohorts.get("rule") == "fleet":
+        parts = [f"{s['weight']}%: {s['workers']} of {size}" for s in steps]
+        return [f"  cohorts   {', '.join(parts)} workers (the plan's fleet)"]
+    if not size:
+        return [
+            "  cohorts   by hash bucket: no worker reports for this alias yet, so a step "
+            "may hold no candidate worker"
+        ]
+    parts = [f"{s['weight']}%: about {s['workers']}" for s in steps]
+    return [f"  cohorts   by hash bucket over {size} workers: {', '.join(parts)}"]
+
+
 def _plan_lines(state: Any) -> str:
     plan = state.get("plan") or {}
     ref = f"{state.get('repository')}@{state.get('alias')}"
@@ -149,6 +166,7 @@ def _plan_lines(state: Any) -> str:
         f"  candidate {plan.get('candidate')}",
         f"  steps     {', '.join(f'{w}%' for w in plan.get('steps', []))}  window "
         f"{plan.get('window_seconds')}s  min samples {plan.get('min_samples')}",
+        *_cohort_lines(state.get("cohorts")),
         *_analysis_summary(plan),
         f"  plan sha256 {state.get('plan_sha256')}: "
         + (

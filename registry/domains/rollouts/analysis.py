@@ -50,10 +50,10 @@ from modelward.attest.rollout import (
     StepRefused,
     WindowReport,
     capacity_check,
-    in_candidate_cohort,
     inside_thresholds,
     judge_step,
     parse_plan,
+    resolve_digest,
     verify_step,
 )
 from modelward.registry.domains._state import AppState, iso
@@ -193,8 +193,7 @@ def _judge(session: Session, seen: _Seen, now: datetime) -> tuple[Judgement, dic
     known = session.scalars(
         select(RolloutReport.worker_keyid).where(RolloutReport.rollout_pk == seen.row_id).distinct()
     ).all()
-    weight = step.weight if step.state != "aborted" else 0
-    expected = [k for k in known if in_candidate_cohort(plan.rollout_id, k, weight)]
+    expected = [k for k in known if resolve_digest(plan, step, k) == plan.candidate]
     judgement = judge_step(
         plan,
         [r for r in reports if r.digest == plan.candidate],

@@ -45,6 +45,12 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.moves import repository as moves
 from modelward.registry.domains.moves.service import decide, require_move_allowed
 from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.rollouts.cohorts import (
+    cohorts_json,
+    known_fleet,
+    plan_fleet,
+    refuse_unjudgeable,
+)
 from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.rollouts.views import rollout_json
@@ -172,7 +178,11 @@ def start(
 
     1. the alias name and the analysis document (400 ``invalid_rollout_plan``, naming the
        field);
-    2. the alias's stable digest is the one its TUF role signs (409 when none);
+    2. the alias's stable digest is the one its TUF role signs (409 when none); the fleet
+       the registry knows (``cohorts.known_fleet``) is listed in the plan (``fleet``: the
+       workers its cohorts are drawn from) when it holds 1 to MAX_FLEET workers, and a plan
+       whose analysis could never judge its first step on that fleet is refused (409
+       ``rollout_refused``, ``cohorts.refuse_unjudgeable``);
     3. the candidate passes steps (1) to (5) of the alias decision for ``caller`` (the
        reviewers' signatures on the plan are step (6), the approvals);
     4. no other rollout of the alias is under way, nor a completed one still in force (its
@@ -191,10 +201,11 @@ def start(
         except PlanInvalid as exc:
             raise _plan_error(exc) from exc
         analysis_sha = hashlib.sha256(raw).hexdigest()
-    # (2): the stable digest, as signed
+    # (2): the stable digest, as signed, and the fleet the registry knows
     with state.db.read() as session:
-        get_repo(session, repo_name, caller)
+        repo_id = get_repo(session, repo_name, caller).id
         stable = signed_aliases(session, repo_name).get(alias)
+        known = known_fleet(session, repo_id, alias, utcnow())
     if stable is None:
         raise RolloutConflict(
             f"{repo_name}@{alias} has no signed target: a rollout starts from a signed "
@@ -215,9 +226,11 @@ def start(
             min_samples=min_samples,
             analysis=analysis,
             analysis_sha256=analysis_sha,
+            fleet=plan_fleet(known),
         )
     except PlanInvalid as exc:
         raise _plan_error(exc) from exc
+    refuse_unjudgeable(plan, len(known))
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
         # (4): one rollout at a time
@@ -289,7 +302,9 @@ def start(
             },
         )
         _notify(session, "rollout.started", repo_name, row, at=(None, 0), why=reason, caller=caller)
-        return rollout_json(session, repo, repo_name, row, proposal)
+        answer = rollout_json(session, repo, repo_name, row, proposal)
+        answer["cohorts"] = cohorts_json(plan, len(known))
+        return answer
 
 
 def _refuse_over_completed(

@@ -13,10 +13,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from modelward.attest.rollout import StepRefused, verify_step
+from modelward.attest.rollout import StepRefused, parse_plan, verify_step
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.rollouts.cohorts import cohorts_json
 from modelward.registry.domains.rollouts.reports import fleet
 from modelward.registry.domains.rollouts.rows import latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
@@ -109,6 +110,9 @@ def rollout_json(
         "analysis": row.analysis_text,
         "rollback": _rollback(row),
     }
+    parsed = parse_plan(row.plan_json)
+    if parsed.fleet is not None:  # what each step means for the plan's fleet
+        answer["cohorts"] = cohorts_json(parsed)
     if proposal is not None:
         answer["proposal_state"] = proposal.state
     if silent_after_seconds is not None:  # which workers run which digest (reports.fleet)
