@@ -1,18 +1,15 @@
-"""A fleet of 20 serving workers following a rollout end to end (docs/rollouts.md,
+"""Fleets of 3 and of 20 serving workers following a rollout end to end (docs/rollouts.md,
 docs/loader.md#following-a-rollout): a real registry (``modelward serve``, SQLite, its
-rollout controller judging every second), 20 worker processes (``fleet_worker.py``: the
-real ``loader.follow.Follower``, real TUF resolution from a pinned root, real pulls and
-verification, each with its own cache and its own registered worker key, each under its own
-principal) serving a stand-in engine (``standin_engine.py``) whose latency and errors come
-from the bundle it serves, and real signed reports every second.
+rollout controller judging every second), worker processes (``python -m
+modelward.rehearsal worker``: the real ``loader.follow.Follower``, real TUF resolution from
+a pinned root, real pulls and verification, each with its own cache and its own registered
+worker key, each under its own principal) serving the rehearsal's stand-in engine whose
+latency and errors come from the bundle it serves, and real signed reports every second.
 
-A good candidate goes 5 -> 20 -> 50 -> 100, each step's cohort the one
-``attest.rollout.in_candidate_cohort`` predicts; a bad one (errors and TTFT over the
-thresholds) aborts at 5 with the reason, every worker back on the stable digest.
-
-The rollout id is random, and at 5% a fleet of 20 has no candidate worker about a third of
-the time; a plan whose 5% cohort is empty is withdrawn (``rollout abort`` before it is
-signed) and started again, so every run exercises a non-empty canary.
+A good candidate goes 5 -> 20 -> 50 -> 100, each step's cohort the one the signed plan's
+fleet gives (``attest.rollout.resolve_digest``: at 5% one worker of 3 and one of 20, never
+none); a bad one (errors and TTFT over the thresholds) aborts at 5 with the reason, every
+worker back on the stable digest.
 """
 
 from __future__ import annotations
@@ -33,7 +30,13 @@ from typing import Any
 import pytest
 
 from modelward.attest.keys import generate_private_key, keyid, public_key_pem, save_private_key
-from modelward.attest.rollout import in_candidate_cohort
+from modelward.attest.rollout import (
+    RolloutPlan,
+    canonical_json,
+    make_step,
+    parse_plan,
+    resolve_digest,
+)
 from modelward.attest.spec import render_spec_template
 from modelward.client.api import RegistryClient
 from modelward.loader.tuf_resolve import metadata_dir
@@ -110,6 +113,7 @@ class Fleet:
     stable: str
     tmp: Path
     workers: list[Worker] = field(default_factory=list)
+    plan: RolloutPlan | None = None  # the plan of the rollout started last
 
     @property
     def client(self) -> RegistryClient:
@@ -143,7 +147,8 @@ class Fleet:
                     [
                         sys.executable,
                         "-m",
-                        "tests.fleet.fleet_worker",
+                        "modelward.rehearsal",
+                        "worker",
                         f"{self.repo}@prod",
                         "--cache-dir",
                         str(home / "cache"),
@@ -192,14 +197,15 @@ class Fleet:
     def fleet_digests(self) -> dict[str, str | None]:
         return {w.keyid: w.digest() for w in self.workers}
 
-    def predicted(self, rollout_id: str, weight: int, candidate: str) -> dict[str, str | None]:
-        return {
-            w.keyid: candidate if in_candidate_cohort(rollout_id, w.keyid, weight) else self.stable
-            for w in self.workers
-        }
+    def predicted(self, weight: int) -> dict[str, str | None]:
+        """What each worker runs at ``weight``, as it computes it from the signed plan."""
+        assert self.plan is not None
+        step = make_step(self.plan, index=self.plan.steps.index(weight), state="running")
+        return {w.keyid: resolve_digest(self.plan, step, w.keyid) for w in self.workers}
 
     def start_rollout(self, candidate: str) -> str:
-        """A signed plan whose 5% cohort holds at least one of the fleet's workers."""
+        """A signed plan whose fleet is the whole fleet (every worker has reported), and
+        whose 5% step holds at least one of its workers."""
         for _attempt in range(20):
             started = self.client.start_rollout(
                 self.repo,
@@ -211,11 +217,14 @@ class Fleet:
                 analysis=ANALYSIS,
             )
             rollout_id = str(started["rollout_id"])
-            if any(in_candidate_cohort(rollout_id, w.keyid, STEPS[0]) for w in self.workers):
+            if started["plan"].get("fleet") == sorted(w.keyid for w in self.workers):
+                self.plan = parse_plan(canonical_json(started["plan"]))
+                assert started["cohorts"]["steps"][0]["workers"] >= 1, started["cohorts"]
                 assert sign(self.reviewer, int(started["proposal"]))["state"] == "published"
                 return rollout_id
-            self.client.abort_rollout(self.repo, "prod", "no canary worker at 5%: draw again")
-        raise AssertionError("no rollout id in 20 put a worker of the fleet in the 5% cohort")
+            self.client.abort_rollout(self.repo, "prod", "a worker has not reported yet")
+            time.sleep(1)
+        raise AssertionError("the registry did not learn the whole fleet from its reports")
 
     def status(self) -> dict[str, Any]:
         return self.client.rollout_status(self.repo, "prod")
@@ -265,15 +274,23 @@ def shared_fleet(reg: Registry, tmp_path_factory: pytest.TempPathFactory) -> Ite
     yield from _serving(reg, tmp_path_factory.mktemp("fleet20"), FLEET)
 
 
-@pytest.fixture
-def fleet(shared_fleet: Fleet) -> Fleet:
-    """The 20 workers, each serving ``prod``'s stable digest (the one the last test promoted,
-    whichever ran before: tests do not depend on their order)."""
-    shared_fleet.wait_for(
-        lambda: all(d == shared_fleet.stable for d in shared_fleet.fleet_digests().values()),
+@pytest.fixture(scope="module")
+def trio(reg: Registry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """3 workers serving ``prod`` (a small fleet: no hash bucket of 3 falls in 5% most of
+    the time), booted once for the module."""
+    yield from _serving(reg, tmp_path_factory.mktemp("fleet3"), 3)
+
+
+@pytest.fixture(params=["trio", "shared_fleet"], ids=["3-workers", "20-workers"])
+def fleet(request: pytest.FixtureRequest) -> Fleet:
+    """3 or 20 workers, each serving ``prod``'s stable digest (the one the last test
+    promoted, whichever ran before: tests do not depend on their order)."""
+    serving: Fleet = request.getfixturevalue(request.param)
+    serving.wait_for(
+        lambda: all(d == serving.stable for d in serving.fleet_digests().values()),
         "every worker on the stable digest",
     )
-    return shared_fleet
+    return serving
 
 
 @pytest.fixture
@@ -302,9 +319,7 @@ def test_good_candidate_goes_5_20_50_100(fleet: Fleet, tmp_path: Path) -> None:
             return False
         weight, state = signed
         assert state != "aborted", f"the good candidate was aborted: {fleet.status()}"
-        if weight not in seen and fleet.fleet_digests() == fleet.predicted(
-            rollout_id, weight, candidate
-        ):
+        if weight not in seen and fleet.fleet_digests() == fleet.predicted(weight):
             seen.append(weight)
             if not CONTROLLER and weight != STEPS[-1]:
                 time.sleep(WINDOW)  # a window of reports before the next step
@@ -340,8 +355,9 @@ def test_good_candidate_goes_5_20_50_100(fleet: Fleet, tmp_path: Path) -> None:
 def test_bad_candidate_aborts_at_5(fleet: Fleet, tmp_path: Path) -> None:
     candidate = _push(fleet.publisher, fleet.repo, tmp_path, BAD)
     rollout_id = fleet.start_rollout(candidate)
-    at_5 = fleet.predicted(rollout_id, STEPS[0], candidate)
+    at_5 = fleet.predicted(STEPS[0])
     canaries = {k for k, d in at_5.items() if d == candidate}
+    assert canaries, at_5  # one worker of 3, one of 20
     fleet.client.advance_rollout(fleet.repo, "prod", "start")
     fleet.wait_for(
         lambda: fleet.fleet_digests() == at_5,

@@ -19,12 +19,12 @@ from modelward.loader.reporting import (
     histogram_quantile,
     parse_metrics,
 )
-from tests.fleet.standin_engine import Engine
+from modelward.rehearsal.standin_engine import Engine
+from modelward.rehearsal.worker import STANDIN
 from tests.registry.conftest import MODELWARD
 
 pytestmark = pytest.mark.sqlite_only  # no registry at all
 FOLLOW = ("--serve", "--follow", "--worker-key", "k")
-STANDIN = Path(__file__).with_name("standin_engine.py")
 
 
 def _engine(error_rate: float, latency_ms: float = 40.0) -> Engine:

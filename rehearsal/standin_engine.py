@@ -1,4 +1,5 @@
-"""A stand-in for vLLM's OpenAI server in the fleet tests: stdlib HTTP, vLLM's metric names.
+"""A stand-in for vLLM's OpenAI server, for rehearsals and the fleet tests: stdlib HTTP,
+vLLM's metric names. No model is loaded: it never serves a real answer.
 
 ``python standin_engine.py --bundle-dir DIR [--latency-ms MS] [--error-rate R] [--rps N]``
 binds a free loopback port, prints ``PORT <n>`` on stdout, and serves ``/v1/models``,
@@ -39,7 +40,7 @@ class Engine:
         self.latency = latency_ms / 1000.0
         self.error_rate = error_rate
         self.rps = rps
-        self.random = random.Random(model)
+        self.random = random.Random(model)  # noqa: S311 - synthetic traffic, seeded
         self.lock = threading.Lock()
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]

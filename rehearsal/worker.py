@@ -1,10 +1,15 @@
-"""A serving worker of the fleet tests: ``loader.follow.Follower`` with the stand-in engine
+"""A rehearsal worker: ``loader.follow.Follower`` with the stand-in engine
 (``standin_engine.py``) instead of vLLM. A real process: real TUF resolution from the pinned
-root, real pulls and verification into its own cache, real signed reports.
+root, real pulls and verification into its own cache, real signed reports; only the engine
+is a stand-in, and ``boot`` never imports this module (docs/rollouts.md#rehearsal).
 
-``python -m tests.fleet.fleet_worker REPO@ALIAS --cache-dir D --trust-root ROOT --public-key
-PEM --worker-key KEY --ready-file F [--poll S] [--report-interval S] [--drain-seconds S]``
-with ``MODELWARD_URL`` and ``MODELWARD_TOKEN`` in the environment. SIGTERM: drain, exit 0.
+``python -m modelward.rehearsal worker REPO@ALIAS --cache-dir D --trust-root ROOT
+--public-key PEM --worker-key KEY --ready-file F [--poll S] [--report-interval S]
+[--drain-seconds S] [--latency-ms MS] [--error-rate R] [--behave DIGEST=R,MS]...`` with
+``MODELWARD_URL`` and ``MODELWARD_TOKEN`` in the environment. SIGTERM: drain, exit 0.
+
+The engine's latency and error rate: ``--behave`` for a digest, else ``--latency-ms`` and
+``--error-rate``; a bundle's own ``standin.json`` overrides both (the tests' bad bundles).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -33,6 +39,34 @@ from modelward.loader.statements import load_worker_key
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
 CAPACITY = 8  # what each stand-in admits at once (vLLM's max_num_seqs)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How the stand-in serves a bundle: its TTFT around ``latency_ms``, and the share of
+    requests that fail."""
+
+    error_rate: float = 0.0
+    latency_ms: float = 50.0
+
+
+def parse_behave(text: str) -> tuple[str, Behaviour]:
+    """``sha256:<hex>=ERROR_RATE,LATENCY_MS`` as the digest's hex and its behaviour."""
+    digest, _, figures = text.partition("=")
+    hex_ = digest.removeprefix("sha256:")
+    parts = figures.split(",")
+    wrong = argparse.ArgumentTypeError(
+        f"--behave {text!r}: expected sha256:<64 hex>=ERROR_RATE (0..1),LATENCY_MS (>= 0)"
+    )
+    if len(hex_) != 64 or any(c not in "0123456789abcdef" for c in hex_) or len(parts) != 2:
+        raise wrong
+    try:
+        behaviour = Behaviour(error_rate=float(parts[0]), latency_ms=float(parts[1]))
+    except ValueError:
+        raise wrong from None
+    if not 0 <= behaviour.error_rate <= 1 or behaviour.latency_ms < 0:
+        raise wrong
+    return hex_, behaviour
 
 
 class StandinEngine:
@@ -56,12 +90,25 @@ class StandinEngine:
 
 
 class StandinLauncher:
+    """Starts a stand-in engine for a bundle (the cache names its directory by the digest's
+    hex, which picks its ``Behaviour``)."""
+
+    def __init__(self, default: Behaviour, by_digest: dict[str, Behaviour]) -> None:
+        self.default = default
+        self.by_digest = by_digest
+
     def start(self, bundle_dir: Path, config: ServingConfig) -> RunningEngine:
+        behaviour = self.by_digest.get(bundle_dir.name, self.default)
         proc = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--bundle-dir", str(bundle_dir)],
+            [
+                sys.executable, str(STANDIN), "--bundle-dir", str(bundle_dir),
+                "--latency-ms", str(behaviour.latency_ms),
+                "--error-rate", str(behaviour.error_rate),
+            ],
             stdout=subprocess.PIPE,
-        )
-        assert proc.stdout is not None
+        )  # fmt: skip
+        if proc.stdout is None:  # pragma: no cover - stdout=PIPE
+            raise EngineFailed("the stand-in engine has no stdout")
         line = proc.stdout.readline().decode().split()
         if len(line) != 2 or line[0] != "PORT":
             proc.kill()
@@ -87,8 +134,16 @@ def stand_in_baseline(pulled: PulledBundle, config: ServingConfig, engine: Runni
         raise BaselineDivergence(f"{pulled.digest}: the stand-in's baseline diverges")
 
 
+def _log(message: str) -> None:
+    sys.stderr.write(f"{time.time():.3f} {message}\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        prog="python -m modelward.rehearsal worker",
+        description="One rehearsal worker: follows REF with a stand-in engine (no GPU).",
+    )
     parser.add_argument("reference")
     parser.add_argument("--cache-dir", type=Path, required=True)
     parser.add_argument("--trust-root", type=Path, required=True)
@@ -98,6 +153,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--report-interval", type=float, default=1.0)
     parser.add_argument("--drain-seconds", type=float, default=2.0)
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--error-rate", type=float, default=0.0)
+    parser.add_argument("--behave", type=parse_behave, action="append", default=[])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     client = RegistryClient(os.environ["MODELWARD_URL"], os.environ["MODELWARD_TOKEN"], timeout=30)
@@ -107,7 +165,9 @@ def main(argv: list[str]) -> int:
         cache=Cache(args.cache_dir),
         flags=TrustFlags(public_keys=(args.public_key,), tuf_root=args.trust_root),
         worker_key=load_worker_key(args.worker_key),
-        launcher=StandinLauncher(),
+        launcher=StandinLauncher(
+            Behaviour(error_rate=args.error_rate, latency_ms=args.latency_ms), dict(args.behave)
+        ),
         options=FollowOptions(
             follow=True,
             poll_seconds=args.poll,
@@ -116,7 +176,7 @@ def main(argv: list[str]) -> int:
             ready_file=args.ready_file,
             workers=2,
         ),
-        log=lambda message: print(f"{time.time():.3f} {message}", file=sys.stderr, flush=True),
+        log=_log,
     )
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
