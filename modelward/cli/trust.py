@@ -60,6 +60,14 @@ trust_app.command("pin")(trust_pin)
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout")]
 KeyOpt = Annotated[Path, typer.Option("--key", metavar="FILE", help="Your private key (PEM)")]
 PassEnv = PassphraseEnvOpt
+AcceptSignerChanges = Annotated[
+    bool,
+    typer.Option(
+        "--accept-signer-changes",
+        help="Sign a change to who may sign (a key added, removed or replaced, a lower "
+        "threshold, wider paths, a role added or removed), each shown first",
+    ),
+]
 
 
 def load_key(path: Path, passphrase_env: str | None) -> Any:
@@ -499,14 +507,7 @@ def trust_sign(
             "that would leave signed aliases without valid signatures (previewed)",
         ),
     ] = False,
-    accept_signer_changes: Annotated[
-        bool,
-        typer.Option(
-            "--accept-signer-changes",
-            help="Sign a change to who may sign (a key added, removed or replaced, a lower "
-            "threshold, wider paths, a role added or removed), each shown first",
-        ),
-    ] = False,
+    accept_signer_changes: AcceptSignerChanges = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -758,13 +759,20 @@ def _next_root(
     return md.to_bytes(), version + 1
 
 
-def _sign_new_targets(client: RegistryClient, targets_keys: list[Any]) -> None:
+def _sign_new_targets(
+    client: RegistryClient, targets_keys: list[Any], *, accept_signer_changes: bool
+) -> None:
     pending = [p for p in client.tuf_proposals() if p.get("role") == "targets"]
     if not pending or not targets_keys:
         return
     for key in targets_keys:
         answer = sign_proposal(
-            client, int(pending[0]["id"]), key, expect_target=None, expect_digest=None
+            client,
+            int(pending[0]["id"]),
+            key,
+            expect_target=None,
+            expect_digest=None,
+            accept_signer_changes=accept_signer_changes,
         )
         if answer.get("state") == "published":
             err_console.print(f"published targets v{answer.get('version')}", markup=False)
@@ -806,6 +814,7 @@ def _rotate(
     as_json: bool,
     online: bool = False,
     init: bool = False,
+    accept_signer_changes: bool = False,
 ) -> None:
     roots = [load_key(p, passphrase_env) for p in root_key]
     olds = [load_key(p, passphrase_env) for p in old_root_key or []]
@@ -828,7 +837,10 @@ def _rotate(
             online=online,
         )
         answer = client.tuf_install_root(data)
-        _sign_new_targets(client, targets)
+        err_console.print(f"installed root v{version}", markup=False)
+        # the next targets, signed here with the new targets keys: what it changes is shown,
+        # and a change of who may sign needs --accept-signer-changes (else it stays pending)
+        _sign_new_targets(client, targets, accept_signer_changes=accept_signer_changes)
     emit(
         {**answer, "version": version},
         as_json,
@@ -846,10 +858,13 @@ def trust_init(
     targets_key: TargetsKeys = None,
     targets_threshold: TargetsThreshold = 1,
     days: Days = 365,
+    accept_signer_changes: AcceptSignerChanges = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
-    """Replace the embedded online root (and targets) keys with your offline keys (admins)."""
+    """Replace the embedded online root (and targets) keys with your offline keys (admins).
+    The next targets is signed here with the new targets keys, its changes shown as `trust
+    sign` shows them."""
     _rotate(
         root_key,
         root_threshold,
@@ -860,6 +875,7 @@ def trust_init(
         passphrase_env=passphrase_env,
         as_json=as_json,
         init=True,
+        accept_signer_changes=accept_signer_changes,
     )
 
 
@@ -876,6 +892,7 @@ def trust_rotate(
         bool,
         typer.Option("--online", help="Also replace the registry's snapshot and timestamp keys"),
     ] = False,
+    accept_signer_changes: AcceptSignerChanges = False,
     passphrase_env: PassEnv = None,
     as_json: AsJson = False,
 ) -> None:
@@ -891,4 +908,5 @@ def trust_rotate(
         passphrase_env=passphrase_env,
         as_json=as_json,
         online=online,
+        accept_signer_changes=accept_signer_changes,
     )

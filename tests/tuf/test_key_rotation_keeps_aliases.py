@@ -143,7 +143,7 @@ def test_offline_targets_sign_previews_what_it_unsigns_and_adopt_names_aliases(
     for path in (root_key, targets_key):
         save_private_key(generate_private_key(), path)
     init = ("trust", "init", "--root-key", str(root_key), "--targets-key", str(targets_key))
-    _ok(reg.cli(*init))
+    _ok(reg.cli(*init, "--accept-signer-changes"))  # the repository's roles are new to it
     pending = [p for p in reg.admin.tuf_proposals() if p["role"] == "targets"]
     for proposal in pending:  # the new repository's delegations
         sign_it = ("trust", "sign", str(proposal["id"]), "--key", str(targets_key), "--yes")
