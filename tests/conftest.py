@@ -60,3 +60,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=drop)
         dropped = set(map(id, drop))
         items[:] = [item for item in items if id(item) not in dropped]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The suite's time per area (``tests/<area>/``), so its budget can be watched from CI's
+    output: setup, call and teardown of every test summed (over all xdist workers: it is
+    test-seconds, not wall time), largest first."""
+    areas: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            parts = report.nodeid.split("/")
+            area = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+            areas[area] = areas.get(area, 0.0) + report.duration
+            if report.when == "call":
+                counts[area] = counts.get(area, 0) + 1
+    if not areas:
+        return
+    terminalreporter.write_sep("=", "time per area (test-seconds, all workers)")
+    for area, seconds in sorted(areas.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{area:<16} {seconds:8.1f} s  {counts.get(area, 0):5d} tests")
+    terminalreporter.write_line(f"{'total':<16} {sum(areas.values()):8.1f} s")
