@@ -35,6 +35,7 @@ from modelward.registry.domains.bundles.service import live_bundle
 from modelward.registry.domains.moves.evidence import evidence_signers
 from modelward.registry.domains.quarantine.service import quarantine_json, quarantine_of
 from modelward.registry.domains.repos.service import get_repo, repo_policy
+from modelward.registry.errors import RegistryError
 from modelward.registry.models import Alias, AliasHistory, Approval, Bundle, Principal, Repository
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from modelward.attest.policy import AliasRule, Policy
 
 __all__ = [
+    "LARGEST_ALIAS_VERSION",
+    "AliasRowRefused",
     "BundleFacts",
     "RuleFacts",
     "alias_row",
@@ -73,10 +76,39 @@ class BundleFacts:
     request: dict[str, Any]  # the MoveRequest fields read here
 
 
+# the largest version a move can write: ``aliases.version`` and ``alias_history.version``
+# are INTEGER columns (32-bit on PostgreSQL; SQLite stores up to 2**63 - 1). A row at or past
+# it leaves the next move (``Alias.version + 1``) no version to write
+LARGEST_ALIAS_VERSION = 2**31 - 1
+
+
+class AliasRowRefused(RegistryError):  # noqa: N818 - named after what it says
+    """A stored ``aliases`` row no move can follow: its version leaves none after it (a
+    database writer's row at 2**31 - 1, or 2**63 - 1 on SQLite). Refused when it is read,
+    naming the row, instead of every move answering that the caller's
+    ``expected_version`` is stale."""
+
+    status = 503
+    code = "alias_row_refused"
+
+    def __init__(self, repo: str, row: Alias) -> None:
+        why = f"no move can follow it (the largest version is {LARGEST_ALIAS_VERSION})"
+        super().__init__(
+            f"alias {repo}@{row.name}: the stored row (id {row.id}) at version {row.version} "
+            f"is refused: {why}; a database writer's row: set its version back to the one "
+            "its history names",
+            detail={"repository": repo, "alias": row.name, "version": row.version, "why": why},
+        )
+
+
 def alias_row(session: Session, repo: Repository, alias: str) -> Alias | None:
-    return session.execute(
+    """The alias's row; ``AliasRowRefused`` when its version leaves no next move."""
+    row = session.execute(
         select(Alias).where(Alias.repo_id == repo.id, Alias.name == alias)
     ).scalar_one_or_none()
+    if row is not None and row.version >= LARGEST_ALIAS_VERSION:
+        raise AliasRowRefused(repo.name, row)
+    return row
 
 
 def earlier_targets(session: Session, row: Alias | None) -> frozenset[str]:
