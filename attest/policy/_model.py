@@ -17,6 +17,7 @@ PROVENANCE_V1 = "https://slsa.dev/provenance/v1"  # == attest.statement.Predicat
 
 Role = Literal["admin", "publisher", "reviewer", "reader"]
 Mode = Literal["enforce", "warn"]
+Distinct = Literal["proposer", "publisher", "evaluator"]
 Name = Annotated[
     str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/+-]*$")
 ]
@@ -247,6 +248,12 @@ class AliasRule(_Strict):
         "(e.g. a plain OCI tag push) needs no publisher signature; never for protected "
         "aliases, and workers accept them only for patterns they list (docs/tuf.md#roles)",
     )
+    distinct_from: list[Distinct] = Field(
+        default_factory=list,
+        description="whose signatures never count toward a protected move (separation of "
+        "duties): the proposer and the candidate's publisher always (the two-person rule), "
+        "and the evaluator (who attached an evaluation of the candidate) when listed",
+    )
 
     @model_validator(mode="after")
     def _requirements_need_protection(self) -> AliasRule:
@@ -263,6 +270,7 @@ class AliasRule(_Strict):
                 ("require_baseline", self.require_baseline),
                 ("replay", self.replay),
                 ("gates", self.gates),
+                ("distinct_from", self.distinct_from),
             ):
                 if value:
                     raise ValueError(f"{field} is set but protected is false; set protected: true")

@@ -774,7 +774,10 @@ def get_proposal(session: Session, state: AppState, proposal_id: int) -> dict[st
 
 
 def _excluded(
-    session: Session, p: TufProposal, moves: list[tuple[str, str, str]]
+    session: Session,
+    p: TufProposal,
+    moves: list[tuple[str, str, str]],
+    default_policy_yaml: str | None,
 ) -> dict[int, str]:
     """The two-person rule of protected aliases: not the proposer, not the publisher of a
     bundle the proposal moves an alias to (for an adoption: of any adopted bundle)."""
@@ -803,7 +806,46 @@ def _excluded(
                 if adoption
                 else "the publisher of the bundle",
             )
+        for evaluator in _evaluators(session, repo_name, alias, digest, default_policy_yaml):
+            excluded.setdefault(
+                evaluator,
+                f"an evaluator of {digest} (the alias rule's distinct_from: evaluator)",
+            )
     return excluded
+
+
+def _evaluators(
+    session: Session, repo_name: str, alias: str, digest: str, default_policy_yaml: str | None
+) -> set[int]:
+    """Who attached a live evaluation of ``digest`` in ``repo_name``, when the alias rule
+    lists ``evaluator`` in ``distinct_from`` (docs/policy.md#alias-rules); else nobody. A
+    policy that no longer loads excludes nobody more: its aliases sign nothing anyway."""
+    from modelward.attest.policy import alias_rule_for
+    from modelward.attest.statement import PredicateType
+    from modelward.registry.models import Attestation, Bundle, Repository
+    from modelward.registry.policy import repo_policy
+
+    repo = session.scalar(select(Repository).where(Repository.name == repo_name))
+    if repo is None:
+        return set()
+    try:
+        rule = alias_rule_for(repo_policy(repo, default_policy_yaml), alias)
+    except RegistryError:
+        return set()
+    if rule is None or "evaluator" not in rule.distinct_from:
+        return set()
+    return set(
+        session.scalars(
+            select(Attestation.created_by)
+            .join(Bundle, Bundle.id == Attestation.bundle_id)
+            .where(
+                Bundle.repo_id == repo.id,
+                Bundle.digest == digest,
+                Attestation.predicate_type == PredicateType.EVALUATION,
+                Attestation.is_live(),
+            )
+        )
+    )
 
 
 def sign_proposal(
@@ -884,7 +926,7 @@ def sign_proposal(
             row,
             keyid=keyid,
             signature_hex=signature_hex,
-            excluded=_excluded(session, row, moves),
+            excluded=_excluded(session, row, moves, state.default_policy_yaml),
             before_publish=gates_checked,
             next_delegation=_next_delegation(session, state, repo, row, keyid),
         )
