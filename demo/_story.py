@@ -36,7 +36,10 @@ thresholds:
 triggers:
   - {name: sustained-errors, metric: error_rate, above: 0.05, for: 2m}
 """
-CANARY_ABORT = "canary TTFT p95 1240 ms, over the 800 ms threshold"
+# the rehearsal fleet (docs/rollouts.md#rehearsal): stand-in engines, real signed reports;
+# v3's engine fails 30% of its requests at a TTFT around 1200 ms
+FLEET_WORKERS = 3
+BAD_V3 = "0.3,1200"
 SOURCE_REVISION = "0123456789abcdef0123456789abcdef01234567"
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 FLIP_BYTE = (
@@ -86,6 +89,7 @@ class Story:
         self.v2 = ""
         self.v3 = ""
         self.v1_dir: Path | None = None
+        self.fleet: subprocess.Popen[bytes] | None = None  # the rehearsal fleet
         self._commands: dict[tuple[str, ...], bool] = {}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -277,15 +281,18 @@ class Story:
             ),
             (
                 "Canary rollout",
-                "alice pushes v3; bob proposes rolling prod out to it in signed steps "
-                "(5, 20, 50, 100%) under an analysis with thresholds and triggers; carol and "
-                "dave sign the plan; the registry signs the first step: 5% of the workers.",
+                "a rehearsal fleet of 3 workers (stand-in engines, no GPU, real signed "
+                "reports) follows prod; alice pushes v3; bob proposes rolling prod out to it "
+                "in signed steps (5, 20, 50, 100%) under an analysis with thresholds and "
+                "triggers, the plan listing the 3 workers it knows; carol and dave sign it; "
+                "the registry signs the first step: 5%, one worker of the 3.",
                 self.canary,
             ),
             (
                 "Canary aborted",
-                "the canary's TTFT is over the plan's threshold: bob aborts; the registry "
-                "signs the abort, every worker is back on v1, and the status records why.",
+                "the canary worker's reports show v3's errors and TTFT over the plan's "
+                "thresholds: the registry's analysis aborts the rollout and signs the abort; "
+                "every worker is back on v1, and the status records why.",
                 self.abort_canary,
             ),
             (
@@ -690,6 +697,39 @@ class Story:
             _expect(listed.stdout, "quarantined", "prod")
         return "prod -> v1 again (recorded as a rollback); the worker pulls v1"
 
+    def _fleet_serving(self) -> dict[str, str]:
+        """What each rehearsal worker serves now (its ready file; none while switching)."""
+        listing = self.workdir / "fleet" / "fleet.json"
+        if not listing.is_file():
+            return {}
+        serving = {}
+        for worker in json.loads(listing.read_text())["workers"]:
+            try:
+                ready = json.loads(Path(worker["ready_file"]).read_text())
+                serving[str(worker["keyid"])] = str(ready["digest"])
+            except (FileNotFoundError, ValueError, KeyError):
+                continue
+        return serving
+
+    def _wait_for_fleet(self, want: dict[str, str] | str, what: str, timeout: float = 240) -> None:
+        """Until the fleet serves ``want`` (one digest for all, or per key id)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            serving = self._fleet_serving()
+            done = (
+                len(serving) == FLEET_WORKERS and set(serving.values()) == {want}
+                if isinstance(want, str)
+                else serving == want
+            )
+            if done:
+                return
+            if self.fleet is not None and self.fleet.poll() is not None:
+                log = (self.workdir / "fleet.log").read_text(errors="replace")[-800:]
+                raise StepFailedError(f"the rehearsal fleet exited: {log}")
+            if time.monotonic() > deadline:
+                raise StepFailedError(f"{what}: not reached in {timeout:.0f} s ({serving})")
+            time.sleep(0.5)
+
     def canary(self) -> str:
         self.need("rollout", "start")
         model = str(self.workdir / "model-v3")
@@ -700,10 +740,25 @@ class Story:
             env=self.as_("alice"),
         )
         self.v3 = _digest(pushed.stdout, "push")
+        ref = f"{REPO}@prod"
+        self.note("# a fleet to rehearse with: the admin enrols 3 workers (docs/rollouts.md)")
+        self.fleet = self.r.start(
+            [
+                "-m", "modelward.rehearsal", "fleet", ref,
+                "--workers", str(FLEET_WORKERS), "--dir", str(self.workdir / "fleet"),
+                "--public-key", str(self.keys / "alice.key.pub"),
+                "--trust-root", str(self.workdir / "root.json"),
+                "--behave", f"{self.v3}={BAD_V3}",
+            ],
+            env=self.as_("admin"),
+            log=self.workdir / "fleet.log",
+            python=True,
+        )  # fmt: skip
+        self._wait_for_fleet(self.v1, "the rehearsal fleet serving v1")
+        time.sleep(3)  # a report from each worker: the registry knows the fleet
         analysis = self.workdir / "analysis.yaml"
         analysis.write_text(ANALYSIS)
         self.note(f"$DEMO/analysis.yaml: {ANALYSIS.strip()}")
-        ref = f"{REPO}@prod"
         started = self.r.run(
             [
                 "rollout",
@@ -716,7 +771,7 @@ class Story:
                 "--window",
                 "10m",
                 "--min-samples",
-                "500",
+                "200",
                 "--analysis",
                 str(analysis),
                 "--reason",
@@ -724,6 +779,7 @@ class Story:
             ],
             env=self.as_("bob"),
         )
+        _expect(started.stdout, f"5%: 1 of {FLEET_WORKERS}")
         proposal = re.search(r"proposal #(\d+)", started.stdout)
         if proposal is None:
             raise StepFailedError("rollout start did not name the plan's proposal")
@@ -739,19 +795,36 @@ class Story:
         _expect(advanced.stdout, "signed by the alias's role", "5% candidate")
         weights = self.r.run(["rollout", "weights", ref], env=self.as_("worker-1"))
         _expect(weights.stdout, f" 95%  {self.v1}", f"  5%  {self.v3}")
-        return f"bundle v3 = {self.v3[:19]}...; prod at step 1 of 4: 5% of the workers run v3"
+        return f"bundle v3 = {self.v3[:19]}...; prod at step 1 of 4: one worker of 3 runs v3"
 
     def abort_canary(self) -> str:
         self.need("rollout", "abort")
         ref = f"{REPO}@prod"
-        self.r.run(["rollout", "abort", ref, "--reason", CANARY_ABORT], env=self.as_("bob"))
+        deadline = time.monotonic() + 240
+        while True:  # the registry's rollout controller judges the step every 10 s
+            quiet = subprocess.run(
+                [self.r.modelward(), "rollout", "status", ref, "--json"],
+                capture_output=True,
+                env=self.r.env_for(self.as_("carol")),
+                check=False,
+                timeout=120,
+            )
+            if quiet.returncode == 0 and json.loads(quiet.stdout)["state"] == "aborted":
+                break
+            if time.monotonic() > deadline:
+                raise StepFailedError("the analysis did not abort the canary in 240 s")
+            time.sleep(1)
         status = self.r.run(["rollout", "status", ref], env=self.as_("carol"))
-        _expect(status.stdout, "aborted", CANARY_ABORT)
+        _expect(status.stdout, "aborted", "analysis failed at step 0 (5%)")
+        self._wait_for_fleet(self.v1, "every rehearsal worker back on v1")
+        if self.fleet is not None:
+            self.r.stop(self.fleet)
+            self.fleet = None
         weights = self.r.run(["rollout", "weights", ref], env=self.as_("worker-1"))
         _expect(weights.stdout, f"100%  {self.v1}")
         pulled = self.r.run(["pull", ref, *self.trust("cache-2")], env=self.as_("worker-1"))
         _expect(pulled.stdout, self.v1)
-        return "rollout aborted (signed step, weight 0): prod's workers run v1; the reason is kept"
+        return "the analysis aborted the rollout from the fleet's reports: every worker on v1"
 
     def audit(self) -> str:
         self.need("audit", "verify")

@@ -180,18 +180,31 @@ def test_quarantine_and_rollback(demo: DemoRun) -> None:
 
 
 def test_canary_step_then_abort(demo: DemoRun) -> None:
-    """A rollout of prod: the plan signed by both reviewers, one 5% step, then an abort that
-    sends every worker back to the stable bundle (issue 26)."""
+    """A rollout of prod followed by a rehearsal fleet of 3 stand-in workers: the plan
+    signed by both reviewers, one 5% step (one worker of 3), then the analysis's abort from
+    the fleet's reports, every worker back on the stable bundle (issues 26, 37)."""
     commands = demo.commands()
     for expected in (
+        "python -m modelward.rehearsal fleet acme/tiny-llama@prod",
         "modelward rollout start acme/tiny-llama@prod",
         "modelward trust sign",
         "modelward rollout advance acme/tiny-llama@prod",
-        "modelward rollout abort acme/tiny-llama@prod",
     ):
         assert any(expected in c for c in commands), expected
+    assert not any("modelward rollout abort" in c for c in commands)  # nobody typed a reason
+    assert "5%: 1 of 3, 20%: 1 of 3, 50%: 2 of 3, 100%: 3 of 3 workers" in demo.output
     assert "signed step 0 (5% candidate), running" in demo.output
     assert "signed step 0 (0% candidate), aborted" in demo.output
+    assert "from the fleet's reports" in demo.steps["Canary aborted"]["outcome"]
+    db = sqlite3.connect(demo.workdir / "data" / "registry.db")
+    try:  # the abort is the analysis's, with its reason: nobody typed one
+        aborts = db.execute(
+            "SELECT actor, details FROM audit_events WHERE action = 'rollout.abort'"
+        ).fetchall()
+    finally:
+        db.close()
+    assert [actor for actor, _ in aborts] == ["rollout-controller"], aborts
+    assert "analysis failed at step 0 (5%)" in aborts[0][1], aborts
     actions = audit_actions(demo)
     for action in ("rollout.start", "rollout.advance", "rollout.abort"):
         assert action in actions, action
