@@ -24,6 +24,7 @@ misuse (a role the registry cannot sign).
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,7 +44,7 @@ from tuf.api.metadata import (
     Timestamp,
 )
 from tuf.api.serialization import DeserializationError
-from tuf.repository import Repository
+from tuf.repository import AbortEdit, Repository
 
 from modelward.attest.errors import StaleProposal
 from modelward.registry.tuf.store import MetadataRowRefused, MetadataStore
@@ -140,6 +141,18 @@ def _signed_by_root(role: str, data: bytes, roots: tuple[bytes, ...]) -> bool:
             continue
         return True
     return False
+
+
+def meta_file(version: int, data: bytes) -> MetaFile:
+    """What a snapshot (or timestamp) says of a file it lists: its version and sha256, so
+    that a worker verifies every file against it, one it cached included: a cached file at
+    the listed version with other bytes (a version number reused after a restore, or after
+    a database writer deleted a row) is refetched, never trusted by its version alone
+    (docs/tuf.md#how-a-new-version-is-made). No length: the hash binds the bytes, and a
+    file longer than the listed one would be refused as too large (``MetadataTooLarge``)
+    instead of named as the wrong bytes (``LengthOrHashMismatchError``); the updater's own
+    bounds and the fetch deadline still hold."""
+    return MetaFile(version, hashes={"sha256": hashlib.sha256(data).hexdigest()})
 
 
 @dataclass(frozen=True)
@@ -404,7 +417,7 @@ class MetadataRepository(Repository):
         infos = {}
         targets_md = self.open(Targets.type)
         if Targets.type in rows:
-            infos[f"{Targets.type}.json"] = MetaFile(targets_md.signed.version)
+            infos[f"{Targets.type}.json"] = self._meta(Targets.type, targets_md.signed.version)
         delegated = targets_md.signed.delegations
         named = set(delegated.roles or {}) if delegated is not None else set()
         seal = targets_md.to_bytes()
@@ -419,24 +432,30 @@ class MetadataRepository(Repository):
                 except UnsignedMetadataError:
                     continue
                 if md is not None:
-                    infos[f"{role}.json"] = MetaFile(md.signed.version)
+                    infos[f"{role}.json"] = self._meta(role, md.signed.version)
                 continue
             if role in named and _verifies(role, data, version, seal):
-                infos[f"{role}.json"] = MetaFile(version)
+                infos[f"{role}.json"] = meta_file(version, data)
                 continue
             try:
                 md = self.verified(role)
             except UnsignedMetadataError:
                 continue
             if md is not None:
-                infos[f"{role}.json"] = MetaFile(md.signed.version)
+                infos[f"{role}.json"] = self._meta(role, md.signed.version)
         return infos
+
+    def _meta(self, role: str, version: int) -> MetaFile:
+        """``meta_file`` of the stored ``role`` at ``version`` (just read and verified)."""
+        data = self.store.read(role, version)
+        return MetaFile(version) if data is None else meta_file(version, data)
 
     @property
     def snapshot_info(self) -> MetaFile:
         """The snapshot a new timestamp names: the newest one signed by root's key, never
-        a newer row that does not verify."""
-        return MetaFile(self.current_row(Snapshot.type)[1] or 0)
+        a newer row that does not verify; with its length and sha256 (``meta_file``)."""
+        data, version = self.current_row(Snapshot.type)
+        return meta_file(version, data) if data is not None and version else MetaFile(0)
 
     # -- root ------------------------------------------------------------------------------
 
@@ -544,6 +563,37 @@ class MetadataRepository(Repository):
         """A new snapshot if any targets role changed, and a new timestamp if it did."""
         self.do_snapshot()
         self.do_timestamp()
+
+    def do_snapshot(self, force: bool = False) -> tuple[bool, dict[str, MetaFile]]:
+        """python-tuf's ``do_snapshot``, with one more reason for a new snapshot: a role
+        listed at its version with other bytes, or without its length and sha256 (a snapshot
+        signed before they were listed, ``meta_file``). That version number was used again
+        (a restore, a deleted row): the listing follows the bytes the registry accepted, so
+        a worker that cached the old ones refetches the new. Raises ValueError on a role
+        listed at a lower version than the snapshot lists (a rollback), as python-tuf's."""
+        update_version = force
+        removed: dict[str, MetaFile] = {}
+        snapshot_md = self.open(Snapshot.type)
+        try:
+            self.root().verify_delegate(
+                Snapshot.type, snapshot_md.signed_bytes, snapshot_md.signatures
+            )
+        except UnsignedMetadataError:
+            update_version = True
+        with self.edit_snapshot() as snapshot:
+            for name, new_meta in self.targets_infos.items():
+                old_meta = snapshot.meta.get(name)
+                if old_meta == new_meta:
+                    continue
+                if old_meta is not None:
+                    if new_meta.version < old_meta.version:
+                        raise ValueError(f"{name} version rollback")
+                    removed[name] = old_meta
+                update_version = True
+                snapshot.meta[name] = copy.deepcopy(new_meta)
+            if not update_version:
+                raise AbortEdit("Skip snapshot: no targets role changed")
+        return update_version, removed
 
     def refresh(self) -> bool:
         """Re-sign snapshot and timestamp past half their lifetime; True if anything was."""

@@ -35,6 +35,8 @@ from modelward.client.api import APIError, RegistryClient
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
 from modelward.registry.models import Alias, Repository, TufMetadata
+from modelward.registry.tuf.keys import OnlineKeys
+from modelward.registry.tuf.repository import meta_file
 from tests.registry.conftest import (
     Publisher,
     Registry,
@@ -229,6 +231,25 @@ class Attacker:
                 )
             )
 
+    def list_in_snapshot(self, keys_dir: Path, role: str, version: int) -> None:
+        """With the registry's online keys too (``keys_dir``): a new snapshot listing
+        ``role`` at ``version`` with the sha256 of its stored bytes, and a new timestamp
+        naming it, so that what a worker checks next is the role's signatures."""
+        online = OnlineKeys(keys_dir)
+        snapshot = Metadata[Snapshot].from_bytes(self.metadata("snapshot"))
+        snapshot.signed.meta[f"{role}.json"] = meta_file(version, self.metadata(role, version))
+        snapshot.signed.version += 1
+        snapshot.signatures.clear()
+        snapshot.sign(online.signer("snapshot"))
+        data = snapshot.to_bytes()
+        self.write("snapshot", snapshot.signed.version, data)
+        timestamp = Metadata[Timestamp].from_bytes(self.metadata("timestamp"))
+        timestamp.signed.snapshot_meta = meta_file(snapshot.signed.version, data)
+        timestamp.signed.version += 1
+        timestamp.signatures.clear()
+        timestamp.sign(online.signer("timestamp"))
+        self.write("timestamp", timestamp.signed.version, timestamp.to_bytes())
+
     def drop_after(self, role: str, version: int) -> None:
         """Delete every version of ``role`` newer than ``version``."""
         with self.engine.begin() as conn:
@@ -338,7 +359,8 @@ def test_prod_pointed_at_a_never_approved_digest_with_one_stolen_key_is_refused(
         assert snapshot.meta[f"{release.role}.json"].version == 1
         for worker in ("before", "fresh"):
             assert release.resolve(worker) == release.approved
-        # served in place of the version the snapshot names, the forgery is refused
+        # served in place of the version the snapshot names, the forgery is refused: its
+        # bytes are not the ones the snapshot lists (sha256 and length), before its signatures
         db.write(
             release.role,
             1,
@@ -346,7 +368,7 @@ def test_prod_pointed_at_a_never_approved_digest_with_one_stolen_key_is_refused(
                 db.metadata(release.role, 1), release.path, evil, version=1, keys=[release.r1.key]
             ),
         )
-        with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
+        with pytest.raises(TrustMetadataRefused, match="LengthOrHashMismatchError"):
             release.resolve("fresh-2")
 
 
@@ -378,8 +400,34 @@ def test_a_quarantine_hidden_by_serving_an_older_quarantine_role_is_refused(
         db.write(QUARANTINE_ROLE, current, db.metadata(QUARANTINE_ROLE, current - 1))
         with pytest.raises((BundleQuarantined, TrustMetadataRefused)):
             release.resolve("seen")  # it keeps the quarantine it verified
-        with pytest.raises(TrustMetadataRefused, match="BadVersionNumberError"):
+        # not the bytes the snapshot lists for that version (sha256 and length)
+        with pytest.raises(TrustMetadataRefused, match="LengthOrHashMismatchError"):
             release.resolve("fresh")
+
+
+def test_a_cached_quarantine_role_at_a_version_number_reused_after_a_deleted_row_is_refetched(
+    release: Release,
+) -> None:
+    """Issue 38 item 2: a database writer deletes the quarantine role's newest row, and the
+    registry signs the next quarantine at that version number again, with other bytes. The
+    snapshot lists every role with its sha256 and length (``repository.meta_file``), so a
+    worker that cached the old bytes at that version refetches the new ones instead of
+    trusting its cache by the version number alone."""
+    decoy = release.push()
+    quarantine = release.r1.actor.client.quarantine(release.repo, decoy, "decoy")["proposal"]
+    assert sign(release.r2, quarantine)["state"] == "published"
+    assert release.resolve("seen") == release.approved  # it caches the quarantine role
+    with attacker(release.reg) as db:
+        reused = db.latest(QUARANTINE_ROLE)
+        db.drop_after(QUARANTINE_ROLE, reused - 1)
+        quarantine = release.r1.actor.client.quarantine(release.repo, release.approved, "bad")
+        assert sign(release.r2, quarantine["proposal"])["state"] == "published"
+        assert db.latest(QUARANTINE_ROLE) == reused  # the same number, other bytes
+        for worker in ("seen", "fresh"):
+            with pytest.raises(BundleQuarantined):
+                release.resolve(worker)
+        listed = Metadata[Snapshot].from_bytes(db.metadata("snapshot")).signed
+        assert listed.meta[f"{QUARANTINE_ROLE}.json"].hashes, "the snapshot lists no hash"
 
 
 def test_a_frozen_timestamp_past_its_expiry_is_refused(
@@ -404,7 +452,8 @@ def test_mixing_role_versions_from_different_snapshots_is_refused(release: Relea
             # a validly signed older version, served as the version the snapshot names
             current = db.latest(role)
             db.write(role, current, db.metadata(role, current - 1))
-            with pytest.raises(TrustMetadataRefused, match="BadVersionNumberError"):
+            # not the bytes the snapshot lists for that version (sha256 and length)
+            with pytest.raises(TrustMetadataRefused, match="LengthOrHashMismatchError"):
                 release.resolve(f"fresh-{role}")
 
 
@@ -415,7 +464,9 @@ def test_one_stolen_reviewer_key_where_the_threshold_is_2_is_refused(release: Re
     assert (answer["state"], len(answer["signatures"]), answer["threshold"]) == ("pending", 1, 2)
     assert release.worker.get_alias(release.repo, "prod")["digest"] == release.approved
     assert release.resolve("before") == release.approved
-    # in the database: the current version re-signed by the stolen key alone
+    # in the database, with the online keys too (the snapshot lists each role's sha256):
+    # the current version re-signed by the stolen key alone, and listed
+    keys_dir = release.reg.server.data_dir / "tuf-keys"
     with attacker(release.reg) as db:
         db.write(
             release.role,
@@ -424,6 +475,7 @@ def test_one_stolen_reviewer_key_where_the_threshold_is_2_is_refused(release: Re
                 db.metadata(release.role, 1), release.path, evil, version=1, keys=[release.r1.key]
             ),
         )
+        db.list_in_snapshot(keys_dir, release.role, 1)
         with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
             release.resolve("fresh")
         # the same write with both reviewers' keys is served and believed: what refused the
@@ -439,6 +491,7 @@ def test_one_stolen_reviewer_key_where_the_threshold_is_2_is_refused(release: Re
                 keys=[release.r1.key, release.r2.key],
             ),
         )
+        db.list_in_snapshot(keys_dir, release.role, 1)
         assert release.resolve("control") == evil
 
 
@@ -463,6 +516,7 @@ def test_a_threshold_met_by_the_same_key_twice_is_refused(release: Release) -> N
                 twice=True,
             ),
         )
+        db.list_in_snapshot(release.reg.server.data_dir / "tuf-keys", release.role, 1)
         with pytest.raises(TrustMetadataRefused, match="DeserializationError"):
             release.resolve("fresh")
 
