@@ -171,11 +171,19 @@ def _plan_lines(path: str, plan: RolloutPlan) -> list[str]:
         f"  steps      {', '.join(f'{w}%' for w in plan.steps)}",
         f"  window     {plan.window_seconds} s per step; at least {plan.min_samples} samples",
         f"  analysis   {analysis}",
+        "  fleet      "
+        + (
+            f"{len(plan.fleet)} worker(s), cohorts drawn from them: "
+            + ", ".join(k[:16] for k in plan.fleet[:12])
+            + (f" and {len(plan.fleet) - 12} more" if len(plan.fleet) > 12 else "")
+            if plan.fleet
+            else "none listed: cohorts by hash bucket of each worker's key id"
+        ),
     ]
 
 
 _PLAN_FIELDS = ("repository", "alias", "stable", "candidate", "steps", "window_seconds",
-                "min_samples", "analysis", "analysis_sha256", "rollout_id")  # fmt: skip
+                "min_samples", "analysis", "analysis_sha256", "rollout_id", "fleet")  # fmt: skip
 
 
 def _plan_disagreements(plan: RolloutPlan, other: Mapping[str, Any], whose: str) -> list[str]:

@@ -159,6 +159,7 @@ def test_a_rollout_plan_rewritten_by_a_database_writer_is_refused_by_the_reviewe
     assert f"candidate  {candidate}" in signed.stderr
     assert f"stable     {stable}" in signed.stderr
     assert "steps      5%, 20%, 50%, 100%" in signed.stderr
+    assert "fleet      none listed: cohorts by hash bucket" in signed.stderr
     assert publisher.actor.client.rollout_status(repo, "prod")["plan_signed"]
 
 
