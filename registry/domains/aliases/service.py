@@ -438,7 +438,7 @@ def approve(
     bundle = live_bundle(session, repo, digest)
     if bundle.created_by == caller.id:
         raise Forbidden("the publisher of a bundle may not approve it (two-person rule)")
-    require_not_quarantined(session, digest)
+    require_not_quarantined(session, digest, caller)
     row = _approval(session, bundle.id, alias, caller.id)
     if row is None:
         now = datetime.now(UTC)

@@ -76,7 +76,7 @@ def attach(
         authz.require_may_attach_some(session, repo, caller)
         # (3): a live bundle, its digest quarantined in no repository.
         bundle = live_bundle(session, repo, digest)
-        require_not_quarantined(session, digest)
+        require_not_quarantined(session, digest, caller)
         # (4): already attached.
         same = _live_with_sha(session, bundle, sha)
         if same is not None:
@@ -92,7 +92,7 @@ def attach(
         # (6): who may attach what, from the verified statement.
         authz.require_may_attach(session, repo, caller, stmt.predicate_type, stmt.kind)
         bundle = live_bundle(session, repo, digest)
-        require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
+        require_not_quarantined(session, digest, caller)  # (3) again: quarantined meanwhile
         same = _live_with_sha(session, bundle, sha)  # attached meanwhile by another request
         if same is not None:
             return _summary(same, _names(session, [same])), False

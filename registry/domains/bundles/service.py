@@ -250,7 +250,7 @@ def push(
                 detail={"expected": digest, "actual": received.digest},
             )
         # (3): a quarantined digest is refused in every repository.
-        require_not_quarantined(session, digest)
+        require_not_quarantined(session, digest, caller)
         # (4): immutable and idempotent.
         existing = session.execute(
             select(Bundle).where(Bundle.repo_id == repo.id, Bundle.digest == digest)
@@ -283,7 +283,7 @@ def push(
     # (9): record everything in one transaction.
     with state.db.write() as session:
         repo = get_repo(session, repo_name, caller)
-        require_not_quarantined(session, digest)  # (3) again: quarantined meanwhile
+        require_not_quarantined(session, digest, caller)  # (3) again: quarantined meanwhile
         # (6) again, and the quota: garbage collection deletes under this same write lock
         # (docs/registry.md#storage-hygiene), so the blobs are either still here or refused.
         missing = _missing_blobs(session, manifest, caller)

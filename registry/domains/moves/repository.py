@@ -189,7 +189,7 @@ def fresh_facts(
     held = quarantine_of(session, bundle.digest)
     current = alias_row(session, repo, alias)
     return {
-        "quarantine": quarantine_json(session, held) if held is not None else None,
+        "quarantine": quarantine_json(session, held, caller) if held is not None else None,
         "approvers": tuple(approvers(session, bundle.id, alias, {bundle.created_by, caller.id})),
         "current": current.digest if current is not None else None,
         "history": earlier_targets(session, current),

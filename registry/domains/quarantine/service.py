@@ -45,7 +45,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from modelward.registry.domains._state import iso
 from modelward.registry.domains.audit.service import append
-from modelward.registry.domains.auth.authz import Action, allows
+from modelward.registry.domains.auth.authz import Action, allows, may, may_clause
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, Quarantined
@@ -60,6 +60,7 @@ from modelward.registry.models import (
 )
 
 __all__ = [
+    "held_where_readable",
     "is_quarantined",
     "lift",
     "manifest_readable",
@@ -87,27 +88,36 @@ def is_quarantined(session: Session, digest: str) -> bool:
     return quarantine_of(session, digest) is not None
 
 
-def quarantine_json(session: Session, row: QuarantinedDigest) -> dict[str, Any]:
-    """``{digest, reason, quarantined_by, quarantined_at, quarantined_in}``."""
-    by = session.get(Principal, row.quarantined_by) if row.quarantined_by else None
+def quarantine_json(
+    session: Session, row: QuarantinedDigest, reader: Caller | None
+) -> dict[str, Any]:
+    """``{digest, reason, quarantined_by, quarantined_at, quarantined_in}`` for ``reader``:
+    the repository the digest was quarantined through and the reviewer who did it are
+    named only to a principal who may read that repository (``auth.authz`` ``READ``), null
+    to anyone else, so that a 409/403 about a public bundle also held in a private
+    repository does not name the private one (docs/tuf.md#private-repositories). None: the
+    registry's own record (the audit log), every field."""
     repo = session.get(Repository, row.repo_id) if row.repo_id else None
+    shown = reader is None or (repo is not None and may(session, reader, Action.READ, repo))
+    by = session.get(Principal, row.quarantined_by) if shown and row.quarantined_by else None
     return {
         "digest": row.digest,
         "reason": row.reason,
         "quarantined_by": by.name if by else None,
         "quarantined_at": iso(row.quarantined_at),
-        "quarantined_in": repo.name if repo else None,
+        "quarantined_in": repo.name if shown and repo else None,
     }
 
 
-def require_not_quarantined(session: Session, digest: str) -> None:
-    """Raise ``Quarantined`` (detail: the quarantine) when ``digest`` is quarantined
-    in any repository."""
+def require_not_quarantined(session: Session, digest: str, reader: Caller) -> None:
+    """Raise ``Quarantined`` (detail: the quarantine as ``reader`` may see it) when
+    ``digest`` is quarantined in any repository."""
     row = quarantine_of(session, digest)
     if row is None:
         return
     raise Quarantined(
-        f"bundle {digest} is quarantined: {row.reason}", detail=quarantine_json(session, row)
+        f"bundle {digest} is quarantined: {row.reason}",
+        detail=quarantine_json(session, row, reader),
     )
 
 
@@ -221,16 +231,34 @@ def require_no_quarantined_blobs(session: Session, digests: Iterable[str], calle
     if not held:
         return
     blob = min(held)
+    if not held_where_readable(session, held[blob], caller):
+        # a bundle only repositories the caller may not read hold: its digest, reason and
+        # repository are theirs (docs/tuf.md#private-repositories); the weights stay refused
+        raise Quarantined(
+            f"blob {blob} belongs to a quarantined bundle; a manifest may not name it",
+            detail={"blob": blob},
+        )
     row = quarantine_of(session, held[blob])
     reason = row.reason if row is not None else "quarantined"
     detail: dict[str, Any] = {"blob": blob, "quarantined_digest": held[blob]}
     if row is not None:
-        detail["quarantine"] = quarantine_json(session, row)
+        detail["quarantine"] = quarantine_json(session, row, caller)
     raise Quarantined(
         f"blob {blob} belongs to quarantined bundle {held[blob]} ({reason}); a manifest "
         "may not name it",
         detail=detail,
     )
+
+
+def held_where_readable(session: Session, digest: str, caller: Caller) -> bool:
+    """Whether a repository ``caller`` may read holds bundle ``digest`` (deleted ones too)
+    or its ``/v2`` pending manifest: what a quarantine of a digest may tell him of it."""
+    readable = select(Repository.id).where(may_clause(caller, Action.READ))
+    bundle = select(Bundle.id).where(Bundle.digest == digest, Bundle.repo_id.in_(readable))
+    pending = select(OciManifest.id).where(
+        OciManifest.digest == digest, OciManifest.repo_id.in_(readable)
+    )
+    return session.execute(bundle.union_all(pending).limit(1)).first() is not None
 
 
 def manifest_readable(session: Session, digest: str, caller: Caller) -> bool:
@@ -243,7 +271,7 @@ def require_readable(session: Session, digest: str, caller: Caller) -> None:
     """Raise ``Quarantined`` unless ``caller`` may read the manifest of ``digest``
     (``manifest_readable``)."""
     if not manifest_readable(session, digest, caller):
-        require_not_quarantined(session, digest)
+        require_not_quarantined(session, digest, caller)
 
 
 def readable_digest(column: InstrumentedAttribute[str], caller: Caller) -> ColumnElement[bool]:
@@ -274,7 +302,7 @@ def quarantine(
     if existing is not None:
         raise Conflict(
             f"bundle {digest} is already quarantined: {existing.reason}",
-            detail=quarantine_json(session, existing),
+            detail=quarantine_json(session, existing, caller),
         )
     row = QuarantinedDigest(
         digest=digest,
@@ -371,7 +399,7 @@ def pending_record(session: Session, row: QuarantinedDigest) -> dict[str, Any]:
     """The answer to quarantining a digest no bundle holds (only a pending ``/v2`` copy):
     the bundle record's quarantine fields, ``manifest`` null, ``state`` ``pending``."""
     return {
-        **quarantine_json(session, row),
+        **quarantine_json(session, row, None),  # to the reviewer who quarantined it
         "manifest": None,
         "quarantined": True,
         "quarantine_reason": row.reason,
@@ -452,7 +480,7 @@ def lift(session: Session, *, digest: str, reason: str, actor: str, signed_by: s
     row = quarantine_of(session, digest)
     if row is None:
         return False
-    before = quarantine_json(session, row)
+    before = quarantine_json(session, row, None)  # the audit record
     session.delete(row)
     session.flush()
     append(

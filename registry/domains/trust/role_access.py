@@ -20,8 +20,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.attest.tuf import QUARANTINE_ROLE
 from modelward.registry.domains._state import AppState
+from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.quarantine.service import held_where_readable
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.models import Repository
 
@@ -59,16 +62,15 @@ def proposals_readable(
     session: Session, caller: Caller, items: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Those of the proposals (``trust.service.proposal_json``) whose repository (their
-    ``repository``, or their role's) ``caller`` may read: a private repository's proposals
-    are not listed, and one asked for by id is answered as missing."""
+    ``repository``, or their role's) ``caller`` may read, and quarantine proposals whose
+    digest a repository he may read holds: a private repository's proposals are not
+    listed, and one asked for by id is answered as missing."""
     named = {
         name
         for item in items
         for name in (item.get("repository"), repository_of_role(str(item.get("role", ""))))
         if isinstance(name, str)
     }
-    if not named:
-        return items
     readable = set(
         session.execute(
             readable_repos(caller)
@@ -84,4 +86,15 @@ def proposals_readable(
             for name in (item.get("repository"), repository_of_role(str(item.get("role", ""))))
             if isinstance(name, str)
         )
+        and _quarantine_readable(session, caller, item)
     ]
+
+
+def _quarantine_readable(session: Session, caller: Caller, item: dict[str, Any]) -> bool:
+    """A quarantine proposal (or its lift) names no repository, only a digest: listed to a
+    caller who may read a repository that holds the digest (admins and reviewers: every
+    one), so a private-only digest and its reason are not (issue 38 item 4)."""
+    if item.get("role") != QUARANTINE_ROLE or allows(caller.role, Action.REVIEW):
+        return True
+    digests = [d for d in (item.get("to_digest"), item.get("from_digest")) if isinstance(d, str)]
+    return all(held_where_readable(session, digest, caller) for digest in digests)
