@@ -44,6 +44,7 @@ from modelward.registry.domains.attestations.repository import live_attestations
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth import authz
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.blobs.service import visible_blob_size
 from modelward.registry.domains.blobs.streaming import DIGEST_RE
 from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.bundles import verdict
@@ -51,7 +52,7 @@ from modelward.registry.domains.oci.errors import OciError
 from modelward.registry.domains.quarantine.service import readable_digest, require_readable
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.domains.repos.service import get_repo, repo_policy
-from modelward.registry.errors import Refused
+from modelward.registry.errors import NotFound, Refused
 from modelward.registry.models import (
     Alias,
     Attestation,
@@ -633,11 +634,17 @@ def _sniff_kinds(data: bytes) -> frozenset[str]:
     return frozenset()
 
 
-def _read_layer(state: AppState, layer: dict[str, Any]) -> bytes:
+def _read_layer(state: AppState, layer: dict[str, Any], caller: Caller) -> bytes:
+    """The stored blob ``layer`` names, if ``caller`` may reach it (``blobs.reach``): a blob
+    only repositories he may not read hold is answered as one never stored (the same
+    MANIFEST_BLOB_UNKNOWN), so a referrer push does not tell him whether it is stored."""
     digest, size = str(layer["digest"]), int(layer["size"])
     with state.db.read() as session:
-        row = session.get(Blob, digest)
-    if row is None or row.size != size:
+        try:
+            stored: int | None = visible_blob_size(session, digest, caller)
+        except NotFound:
+            stored = None
+    if stored is None or stored != size:
         raise OciError(
             400,
             "MANIFEST_BLOB_UNKNOWN",
@@ -663,7 +670,7 @@ def attach_referrer(
     from modelward.attest.manifest import parse_manifest
 
     subject, art, layer = _referrer_parts(state, doc)
-    data = _read_layer(state, layer)
+    data = _read_layer(state, layer, caller)
     kinds = _sniff_kinds(data)
     if not kinds & mt.KINDS_BY_ARTIFACT_TYPE[art]:
         raise OciError(
