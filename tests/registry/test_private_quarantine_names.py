@@ -17,6 +17,7 @@ import pytest
 
 from modelward.client.api import APIError
 from tests.registry.conftest import Registry, make_bundle_dir, new_publisher, unique
+from tests.tuf.test_metadata_mirror import signed_move
 
 
 def _call(reg: Registry, token: str, method: str, path: str, body: Any = None) -> httpx.Response:
@@ -123,3 +124,28 @@ def test_a_quarantine_proposal_for_a_private_only_digest_is_not_listed_to_an_out
     # a reader of the repository sees it
     assert proposal in [p["id"] for p in owner.actor.client.tuf_proposals(pending=False)]
     assert owner.actor.client.tuf_proposal(proposal)["to_digest"] == digest
+
+
+def test_tuf_status_does_not_list_a_private_repositorys_roles_to_an_outsider(
+    registry: Registry, tmp_path: Path
+) -> None:
+    reg = registry
+    owner = new_publisher(reg)
+    org = unique("ps")
+    reg.admin.put_org(org, owners=[owner.name])
+    secret = f"{org}/secret"
+    reg.cli("repo", "create", secret, "--private", "--json", token=owner.actor.token, check=True)
+    digest = owner.actor.client.push(
+        make_bundle_dir(tmp_path / unique("b")), secret, sign=owner.sign
+    ).digest
+    signed_move(owner, secret, "dev", digest)
+
+    def roles(token: str) -> list[str]:
+        answer = _call(reg, token, "GET", "/v1/tuf/status")
+        assert answer.status_code == 200, answer.text
+        return [str(r["role"]) for r in answer.json()["roles"]]
+
+    outsider = roles(reg.actor("reader").token)
+    assert "snapshot" in outsider
+    assert not [r for r in outsider if r.startswith(f"{org}:")], outsider
+    assert [r for r in roles(owner.actor.token) if r.startswith(f"{org}:")]

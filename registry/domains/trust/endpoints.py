@@ -79,9 +79,13 @@ async def metadata_file(file_name: str, request: Request) -> Response:
 
 @router.get("/v1/tuf/status")
 def trust_status(caller: AnyCaller, state: State) -> dict[str, Any]:
-    """Every role's version and expiry, which expire soon, the keys held online."""
+    """Every role's version and expiry, which expire soon, the keys held online; a private
+    repository's roles only to its readers (docs/tuf.md#private-repositories)."""
     with state.db.read() as session:
-        return service.status(session, state)
+        answer = service.status(session, state)
+        for key in ("roles", "short_of_threshold"):
+            answer[key] = proposals_readable(session, caller, answer[key])
+        return answer
 
 
 @router.get("/v1/tuf/proposals")

@@ -64,7 +64,8 @@ def proposals_readable(
     """Those of the proposals (``trust.service.proposal_json``) whose repository (their
     ``repository``, or their role's) ``caller`` may read, and quarantine proposals whose
     digest a repository he may read holds: a private repository's proposals are not
-    listed, and one asked for by id is answered as missing."""
+    listed, and one asked for by id is answered as missing. Also the roles of
+    ``/v1/tuf/status`` (items with a ``role``): a private repository's, only to its readers."""
     named = {
         name
         for item in items
