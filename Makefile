@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 
-LINT_PATHS := modelward/__init__.py modelward/__main__.py modelward/_exports.py modelward/cli attest client registry loader policies migrations demo tests benchmarks docs/generate.py reliability
+LINT_PATHS := modelward/__init__.py modelward/__main__.py modelward/_exports.py modelward/cli attest client registry loader policies migrations rehearsal demo tests benchmarks docs/generate.py reliability
 
 # ruff's rules and its formatter: `ruff format $(LINT_PATHS)` fixes what the second line refuses.
 # lint-imports checks the wings' contracts in pyproject.toml ([tool.importlinter]): imports run
