@@ -23,6 +23,7 @@ ALLOWED = {
     ("domains/oci/auth.py", "granted"): "push scope, from readable_repos",
     ("domains/trust/role_access.py", "may_read_role"): "the rule for TUF role files",
     ("domains/trust/service.py", "_excluded"): "the two-person rule, no answer to a caller",
+    ("domains/trust/service.py", "_evaluators"): "the rule's distinct_from, no answer to a caller",
     ("tuf/state.py", "repository_trusts"): "TUF delegations: every repository, no caller",
 }
 # callers of ``authorized_repo`` (no read rule: the caller was authorized for the write)
