@@ -167,10 +167,11 @@ def _bound_pool(transport: httpx.BaseTransport | None) -> None:
 
 def bounded(client: httpx.Client) -> httpx.Client:
     """``client``, its connection pools checking the ``deadline`` of each operation: its
-    own transport and every proxy transport its environment mounted (an ``httpx.
-    MockTransport`` given by a test has no sockets and is left as it is). Returns it."""
+    own transport and every proxy transport its environment mounted. A transport that is
+    not httpx's own (an ``httpx.MockTransport`` given by a test, a harness's transport that
+    wraps one) is the caller's to bound and is left as it is. Returns it."""
     transports = [client._transport, *client._mounts.values()]
     for transport in transports:
-        if transport is not None and not isinstance(transport, httpx.MockTransport):
+        if isinstance(transport, httpx.HTTPTransport):
             _bound_pool(transport)
     return client
