@@ -361,11 +361,14 @@ def test_gc_on_s3_store_collects_orphans_and_keeps_bundles(
         s3.put_object(
             Bucket=s3_endpoint.bucket, Key=f"{prefix}/_uploads/{stray[:32]}/p1", Body=b"chunk"
         )
-        seen = {"strays": 0}
+        strays, collected = [0], set[str]()
 
         def done(report: dict[str, Any]) -> bool:
-            seen["strays"] += report["stray_blobs"] + report["stray_uploads"]
-            return digest in report["digests"] and seen["strays"] >= 2
+            # the orphan and the strays pass the window at different times: one run may
+            # collect the orphan and a later one the strays, so both are counted over runs
+            strays[0] += report["stray_blobs"] + report["stray_uploads"]
+            collected.update(report["digests"])
+            return digest in collected and strays[0] >= 2
 
         gc_until(reg, done)
         listed = s3.list_objects_v2(Bucket=s3_endpoint.bucket, Prefix=f"{prefix}/blobs/")

@@ -249,7 +249,7 @@ def test_bad_results_file_is_refused_naming_the_line_and_attaches_nothing(
     lines[1]["candidate"]["pass"] = "yes"
     results = _results(tmp_path, jsonl(HEADER, lines))
     attached = _attach(registry, evaluator, key, f"{repo}@{digest}", results)
-    assert attached.returncode == 1
+    assert attached.returncode == 2  # a malformed input file (docs/cli.md)
     assert f"{results}:3 (case 'billing-human-1'): candidate.pass: must be true or false" in (
         attached.stderr
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from securesystemslib.signer import CryptoSigner
 from tuf.api.exceptions import UnsignedMetadataError
-from tuf.api.metadata import Delegations, Metadata, Root, TargetFile, Targets, Timestamp
+from tuf.api.metadata import Delegations, Metadata, Root, Snapshot, TargetFile, Targets, Timestamp
 from tuf.api.serialization import DeserializationError
 
 from modelward.attest.errors import StaleProposal
@@ -30,7 +30,7 @@ from modelward.attest.keys import generate_private_key
 from modelward.attest.tuf import alias_path, open_role, protected_role, quarantine_path, tuf_signer
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
-from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
+from modelward.registry.tuf.repository import Expiries, MetadataRepository, meta_file, new_root
 from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust, delegations
 from modelward.registry.tuf.store import DirectoryStore, file_name
 
@@ -94,6 +94,29 @@ class World:
 
     def served(self, role: str) -> Path:
         return self.store.root / file_name(role, self.store.latest_versions()[role])
+
+    def forge_snapshot(self, role: str) -> None:
+        """List ``role``'s served file by its current bytes in the snapshot and re-sign the
+        snapshot and a new timestamp with the online key: what a writer who also stole the
+        registry's online key does after rewriting a role file, so that the worker's next
+        check (signatures, versions) is the one that answers instead of the hash."""
+        name = file_name(Snapshot.type, self.store.latest_versions()[Snapshot.type])
+        snapshot = Metadata[Snapshot].from_bytes((self.store.root / name).read_bytes())
+        version = snapshot.signed.meta[f"{role}.json"].version
+        snapshot.signed.meta[f"{role}.json"] = meta_file(version, self.served(role).read_bytes())
+        snapshot.signed.version += 1  # a worker keeps the snapshot it cached at a version
+        snapshot.signatures.clear()
+        snapshot.sign(self.online, append=True)
+        name = file_name(Snapshot.type, snapshot.signed.version)
+        (self.store.root / name).write_bytes(snapshot.to_bytes())
+        timestamp = Metadata[Timestamp].from_bytes(
+            (self.store.root / "timestamp.json").read_bytes()
+        )
+        timestamp.signed.snapshot_meta = meta_file(snapshot.signed.version, snapshot.to_bytes())
+        timestamp.signed.version += 1
+        timestamp.signatures.clear()
+        timestamp.sign(self.online, append=True)
+        (self.store.root / "timestamp.json").write_bytes(timestamp.to_bytes())
 
 
 def set_target(targets: Targets, path: str, data: bytes) -> None:
@@ -206,6 +229,11 @@ def test_prod_pointed_at_a_never_approved_digest_by_a_storage_writer_is_refused(
     md.signatures.clear()
     md.sign(world.reviewers[0], append=True)
     world.served(role).write_bytes(md.to_bytes())
+    # the snapshot lists prod's sha256: the rewritten file is refused by its hash ...
+    with pytest.raises(TrustMetadataRefused, match="LengthOrHashMismatchError"):
+        world.resolve("prod")
+    # ... and with the online key stolen too, by its missing second signature
+    world.forge_snapshot(role)
     with pytest.raises(TrustMetadataRefused, match="UnsignedMetadataError"):
         world.resolve("prod")
 
@@ -292,6 +320,9 @@ def test_mix_and_match_of_role_versions_from_different_snapshots_is_refused(
     world.move(role, "prod", manifest(2), world.reviewers[:2])
     # The current snapshot names prod v2; serve v1's (validly signed) bytes as v2.
     world.served(role).write_bytes(first)
+    with pytest.raises(TrustMetadataRefused, match="LengthOrHashMismatchError"):
+        world.resolve("prod")
+    world.forge_snapshot(role)  # the online key re-lists the file with v1's hash under v2's name
     with pytest.raises(TrustMetadataRefused, match="BadVersionNumberError"):
         world.resolve("prod")
 
