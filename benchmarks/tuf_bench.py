@@ -60,9 +60,9 @@ from modelward.attest.tuf import online_role, open_role, tuf_signer
 from modelward.client.api import RegistryClient
 from modelward.loader.tuf_resolve import resolve_alias
 from modelward.registry.db import Database, make_engine
-from modelward.registry.tuf.generation import GENERATION_FILE, SharedGeneration
-from modelward.registry.tuf.keys import OnlineKeys
-from modelward.registry.tuf.service import open_repository
+from modelward.registry.domains.signing.tuf.bootstrap import open_repository
+from modelward.registry.domains.signing.tuf.generation import GENERATION_FILE, SharedGeneration
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
 
 TARGET_RATIO = 20.0
 TARGET_P99_MS = 20.0
@@ -201,7 +201,7 @@ def wrk_paths(
 
 def bump_timestamp(database_url: str, keys_dir: Path) -> None:
     """Re-sign only the timestamp, as the registry does at half its lifetime, and announce
-    it to the ``serve`` processes as one of them would (registry/tuf/generation.py)."""
+    it to the ``serve`` processes as one of them would (signing/tuf/generation.py)."""
     engine = make_engine(database_url)
     try:
         with Database(engine).write() as session:

@@ -59,11 +59,11 @@ from modelward.registry.domains._throttle import (
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.deps import caller_from_request
 from modelward.registry.domains.oci.errors import is_oci_path, oci_error_response
+from modelward.registry.domains.signing.tuf.mirror_files import MetadataMirror, open_mirror
+from modelward.registry.domains.signing.tuf.store import add_commit_listener
 from modelward.registry.errors import ConfigurationError, RegistryError
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
-from modelward.registry.tuf.mirror_files import MetadataMirror, open_mirror
-from modelward.registry.tuf.store import add_commit_listener
 from modelward.registry.ui import error_page, install_console, is_console_path
 
 __all__ = [
@@ -434,7 +434,7 @@ def _keep_signing(state: AppState, stop: threading.Event, mirror: MetadataMirror
     lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried.
     The metadata mirror gets the full current set at start, and again at every interval
     while its last sync failed (docs/tuf.md#mirrors)."""
-    from modelward.registry.domains.trust.service import ensure_root, refresh
+    from modelward.registry.domains.signing.service import ensure_root, refresh
 
     interval = state.settings.tuf_refresh_interval_seconds
     first = True
@@ -511,8 +511,8 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
     from modelward.registry.domains.repos.endpoints import router as repos
     from modelward.registry.domains.rollouts.endpoints import router as rollouts
     from modelward.registry.domains.rollouts.report_endpoints import router as rollout_reports
-    from modelward.registry.domains.trust.endpoints import router as trust
-    from modelward.registry.domains.trust.quarantine_endpoint import router as quarantine
+    from modelward.registry.domains.signing.endpoints import router as trust
+    from modelward.registry.domains.signing.quarantine_endpoint import router as quarantine
     from modelward.registry.domains.uploads.endpoints import router as uploads
     from modelward.registry.domains.webhooks.endpoints import router as webhooks
 
@@ -626,7 +626,7 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
     registry_state: AppState = app.state.registry
     app.add_middleware(BodyLimit, limit=registry_state.settings.max_request_json_bytes)
     # /tuf/ reads memory can answer skip the routing, inside the request log and metrics
-    from modelward.registry.domains.trust.fast_path import install as install_tuf_fast_path
+    from modelward.registry.domains.signing.fast_path import install as install_tuf_fast_path
 
     install_tuf_fast_path(app, registry_state)
     app.add_middleware(_Observe, requests=requests, latency=latency)

@@ -15,7 +15,7 @@ Each scrape reads them in one read transaction, with bounded queries:
    (``gc.service.reclaimed_total``). Read from the database, so every ``serve`` process and
    replica answers the same total, and a restart does not reset it.
 6. ``modelward_tuf_refresh_failures_total`` and ``modelward_tuf_refresh_failing``: how this
-   process's re-signing of snapshot and timestamp went (``registry.tuf.service.
+   process's re-signing of snapshot and timestamp went (``registry.domains.signing.tuf.bootstrap.
    refresh_health``): failures since it started, and 1 while the last attempt failed (also
    logged as ``tuf_refresh_failed`` and shown by ``trust status``).
 7. ``modelward_unsigned_aliases{repository}``: aliases the registry moved on its word alone
@@ -47,10 +47,10 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
-from modelward.registry.domains.trust.role_access import repository_of_role
-from modelward.registry.domains.trust.service import signed_aliases
+from modelward.registry.domains.signing.role_access import repository_of_role
+from modelward.registry.domains.signing.service import signed_aliases
+from modelward.registry.domains.signing.tuf.bootstrap import refresh_health
 from modelward.registry.models import Alias, QuarantinedDigest, Repository, TufMetadata, TufProposal
-from modelward.registry.tuf.service import refresh_health
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
 

@@ -79,7 +79,7 @@ class Principal(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     role: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # the registry's HMAC over (id, name, role): registry.tuf.seals (docs/tuf.md#keys)
+    # the registry's HMAC over (id, name, role): signing.tuf.seals (docs/tuf.md#keys)
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # set while an admin has disabled it: its tokens authenticate nobody (migration 0012)
     disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -102,7 +102,7 @@ class SigningKey(Base):
     public_key_pem: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # the registry's HMAC over (keyid, principal, key, revoked): registry.tuf.seals
+    # the registry's HMAC over (keyid, principal, key, revoked): registry.domains.signing.tuf.seals
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
@@ -158,7 +158,7 @@ class Repository(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # bytes the repository may hold; None: no quota (docs/registry.md#storage-hygiene)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    # the registry's HMAC over (name, policy_yaml): registry.tuf.seals (docs/tuf.md#keys)
+    # the registry's HMAC over (name, policy_yaml): signing.tuf.seals (docs/tuf.md#keys)
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # readable only by those auth.authz's READ names (docs/registry.md#private-repositories)
     private: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -178,7 +178,7 @@ class RepoPublisher(Base):
     __tablename__ = "repo_publishers"
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"), primary_key=True)
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), primary_key=True)
-    # the registry's HMAC over (repository name, principal): registry.tuf.seals
+    # the registry's HMAC over (repository name, principal): registry.domains.signing.tuf.seals
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 

@@ -12,12 +12,12 @@ root version 1 that no pinned worker follows. So:
    records ``tuf.signed_state.exported`` in the audit log (which 0005 keeps) before the
    tables go.
 2. ``bootstrap_embedded`` refuses to create root version 1 when the audit log records any
-   earlier TUF event (registry.tuf.lost_state): the registry published before.
+   earlier TUF event (registry.domains.signing.tuf.lost_state): the registry published before.
 3. ``db import-signed-state DIR`` (``import_signed_state``) puts the export back after the
    upgrade: digests checked against the manifest, the root chain and the top-level roles
    verified, in one transaction into an empty ``tuf_metadata``; seals are put back on the
    rows that have none, and only a seal that still verifies over its row counts (a row
-   changed meanwhile is not delegated from: registry.tuf.seals).
+   changed meanwhile is not delegated from: registry.domains.signing.tuf.seals).
 
 Pending proposals are not exported: a move that was waiting for signatures is proposed
 again (``modelward trust adopt``).
@@ -42,12 +42,12 @@ from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
 from modelward.attest._fileio import write_output
 from modelward.registry.db import alembic_config, current_revision
-from modelward.registry.models import TufMetadata
-from modelward.registry.tuf.lost_state import (
+from modelward.registry.domains.signing.tuf.lost_state import (
     EXPORTED_ACTION,
     IMPORTED_ACTION,
     SignedStateError,
 )
+from modelward.registry.models import TufMetadata
 
 __all__ = [
     "EXPORTED_ACTION",

@@ -10,7 +10,7 @@ Create Date: 2026-12-04
   database), when the row is written through the registry. The delegations are made only
   from rows whose seal verifies, so a database writer's inserted or edited row signs
   nothing. Rows that exist when the registry first creates ``rows.key`` are sealed then
-  (``registry.tuf.seals``): NULL here.
+  (``registry.domains.signing.tuf.seals``): NULL here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Every existing repository stays public (``private`` false) and every org keeps m
 public repositories (``private_by_default`` false): nobody loses or gains read by upgrading.
 Who reads a private repository is ``auth.authz``'s ``READ`` (docs/registry.md#private-
 repositories). Privacy decides who is *served* a repository's data, not what the TUF
-metadata says, so no row seal (registry.tuf.seals) covers it.
+metadata says, so no row seal (registry.domains.signing.tuf.seals) covers it.
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ def principal_create(
     if target.direct:
         from modelward.registry.domains._state import iso
         from modelward.registry.domains.principals.service import create_principal
-        from modelward.registry.tuf.keys import ROW_KEY, tuf_keys
+        from modelward.registry.domains.signing.tuf.keys import ROW_KEY, tuf_keys
 
         # sealed when the registry's keys directory is at hand (docs/tuf.md#keys)
         seals = None
@@ -311,7 +311,7 @@ def _change_principal(
 
         seals = None
         if target.data_dir is not None or target.config is not None:
-            from modelward.registry.tuf.keys import ROW_KEY, tuf_keys
+            from modelward.registry.domains.signing.tuf.keys import ROW_KEY, tuf_keys
 
             keys = tuf_keys(_settings(target.config, data_dir=target.data_dir, database_url=None))
             seals = keys.row_seals() if keys.has(ROW_KEY) else None

@@ -14,9 +14,9 @@ from modelward.registry.db import Database
 from modelward.registry.domains._throttle import DenialThrottle
 from modelward.registry.domains._token_cache import TokenCache
 from modelward.registry.domains._verdict_cache import DryRunAudit, VerdictCache
+from modelward.registry.domains.signing.tuf.served import MetadataFiles
 from modelward.registry.settings import Settings
 from modelward.registry.storage import BlobStore
-from modelward.registry.tuf.served import MetadataFiles
 
 __all__ = ["AppState", "State", "dumps", "iso"]
 

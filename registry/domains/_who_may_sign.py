@@ -6,10 +6,10 @@ protected aliases): each endpoint wraps its change in ``who_may_sign``, in the c
 transaction:
 
 (1) the delegations the database asks for before the change
-    (``registry.tuf.rotation.wanted_delegations``, over the sealed rows);
+    (``registry.domains.signing.tuf.rotation.wanted_delegations``, over the sealed rows);
 (2) the change, as its own service function makes it (nothing committed yet);
 (3) the delegations the database asks for after it;
-(4) ``registry.tuf.rotation.signatures_lost`` between the two: every live signed alias,
+(4) ``signing.tuf.rotation.signatures_lost`` between the two: every live signed alias,
     rollout plan and quarantine whose signed version would keep fewer valid signatures
     than the threshold of the role deciding it, and the quarantine role if it would name
     too few keys;
@@ -18,10 +18,10 @@ transaction:
     handler; the transaction keeps nothing). Some, with ``force``: it goes ahead, audited
     as ``tuf.unsigning.forced`` with what it left short.
 
-``POST /v1/tuf/impact`` (``registry.domains.trust.impact``) previews the same check. This
-module sits beside the domains, not in ``trust``, so that every domain that changes who may
+``POST /v1/tuf/impact`` (``registry.domains.signing.impact``) previews the same check. This
+module sits beside the domains, not in ``signing``, so that every domain that changes who may
 sign can call it without an import circle (it reads the TUF state through
-``registry.tuf`` only).
+``registry.domains.signing.tuf`` only).
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from tuf.api.metadata import Delegations, Targets
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.errors import Conflict, Forbidden
-from modelward.registry.tuf.keys import tuf_keys
-from modelward.registry.tuf.rotation import (
+from modelward.registry.domains.signing.tuf.bootstrap import open_repository
+from modelward.registry.domains.signing.tuf.keys import tuf_keys
+from modelward.registry.domains.signing.tuf.rotation import (
     SignaturesLost,
     signatures_lost,
     signed_version,
     wanted_delegations,
 )
-from modelward.registry.tuf.service import open_repository
+from modelward.registry.errors import Conflict, Forbidden
 
 __all__ = ["CHANGES", "SignersWouldBeShort", "admin_only", "register_change", "who_may_sign"]
 

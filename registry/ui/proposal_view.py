@@ -31,8 +31,8 @@ from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.moves.refusals import report_json
 from modelward.registry.domains.moves.service import read_move
 from modelward.registry.domains.repos import listing
-from modelward.registry.domains.trust import service as trust
-from modelward.registry.domains.trust.role_access import proposals_readable
+from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.role_access import proposals_readable
 from modelward.registry.errors import NotFound, RegistryError
 from modelward.registry.models import Principal
 from modelward.registry.ui.bundle_view import parsed_manifest, read_text

@@ -19,10 +19,10 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.rollouts.signed import signed_plan
 from modelward.registry.domains.rollouts.views import rollout_json
-from modelward.registry.domains.trust.service import repository
+from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Rollout, TufProposal
-from modelward.registry.tuf.proposals import delegated_role_for
 from modelward.registry.ui.proposal_view import plan_json
 from modelward.registry.ui.vouch import holders, signature_of
 

@@ -32,8 +32,8 @@ from modelward.registry.domains.bundles.verdict import trust_for, verify_attachm
 from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.trust import service as trust
-from modelward.registry.domains.trust.role_access import proposals_readable
+from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.role_access import proposals_readable
 from modelward.registry.errors import RegistryError
 from modelward.registry.models import Principal, SigningKey
 from modelward.registry.policy import repo_policy

@@ -16,11 +16,11 @@ from tuf.api.metadata import Metadata
 
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, quarantine_path
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.trust.service import repository
+from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Principal, SigningKey
-from modelward.registry.tuf.proposals import delegated_role_for
-from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = ["alias_signature", "holders", "quarantine_signature", "signature_of"]
 

@@ -9,7 +9,7 @@
   comes off the proposal and her key leaves the delegations, as a revoked key's does; nor
   does her bundle approval (docs/registry.md#approvals);
 - a database writer who clears ``disabled_at`` does not bring her key back: the row's
-  seal covers the disable (registry/tuf/seals.py).
+  seal covers the disable (registry/domains/signing/tuf/seals.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 
 from modelward.attest.tuf import protected_role
 from modelward.client.errors import APIError
+from modelward.registry.domains.signing.tuf.seals import RowSeals
 from modelward.registry.models import Principal
-from modelward.registry.tuf.seals import RowSeals
 from tests.oci.conftest import bearer_for
 from tests.registry.conftest import Registry, new_publisher, push_new
 from tests.tuf.test_delegation_attacks import (
@@ -137,7 +137,7 @@ def test_a_database_writer_clearing_disabled_at_does_not_bring_the_key_back() ->
     assert row.seal != enabled
     assert seals.principal_ok(row)
     # a database writer clears disabled_at: the seal no longer matches the row, and the row
-    # still reads as sealed disabled (registry.tuf.state leaves its keys out)
+    # still reads as sealed disabled (registry.domains.signing.tuf.state leaves its keys out)
     row.disabled_at = None
     assert not seals.principal_ok(row)
     assert seals.disabled_by_seal(row)

@@ -21,10 +21,16 @@ ALLOWED = {
     ("domains/repos/service.py", "writable_repo"): "publishers read what they publish to",
     ("domains/repos/service.py", "authorized_repo"): "a write its caller was authorized for",
     ("domains/oci/auth.py", "granted"): "push scope, from readable_repos",
-    ("domains/trust/role_access.py", "may_read_role"): "the rule for TUF role files",
-    ("domains/trust/service.py", "_excluded"): "the two-person rule, no answer to a caller",
-    ("domains/trust/service.py", "_evaluators"): "the rule's distinct_from, no answer to a caller",
-    ("tuf/state.py", "repository_trusts"): "TUF delegations: every repository, no caller",
+    ("domains/signing/role_access.py", "may_read_role"): "the rule for TUF role files",
+    ("domains/signing/service.py", "_excluded"): "the two-person rule, no answer to a caller",
+    (
+        "domains/signing/service.py",
+        "_evaluators",
+    ): "the rule's distinct_from, no answer to a caller",
+    (
+        "domains/signing/tuf/state.py",
+        "repository_trusts",
+    ): "TUF delegations: every repository, no caller",
 }
 # callers of ``authorized_repo`` (no read rule: the caller was authorized for the write)
 AUTHORIZED_REPO_CALLERS = {("domains/moves/service.py", "record_move")}

@@ -35,8 +35,8 @@ from modelward.loader.tuf_resolve import (
     resolve_alias,
     resolve_reference,
 )
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
 from modelward.registry.models import Rollout
-from modelward.registry.tuf.keys import OnlineKeys
 from tests.registry.conftest import (
     Publisher,
     Registry,

@@ -1,7 +1,7 @@
 """Issue 30 item 9: under the embedded default (targets key online, no ``trust init``) a
 database writer cannot steer what the registry's online targets key signs, against a real
 ``modelward serve`` (SQLite and PostgreSQL). Every row the delegations are made from
-carries the registry's seal (``registry.tuf.seals``: an HMAC by ``rows.key``, on the
+carries the registry's seal (``registry.domains.signing.tuf.seals``: an HMAC by ``rows.key``, on the
 registry's disk), and a row without a valid one counts for nothing:
 
 - an inserted reviewer, token and signing key: the key is in no role and signs nothing;

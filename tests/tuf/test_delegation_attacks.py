@@ -5,7 +5,7 @@ the attacker is a database writer, the test edits the registry's database direct
 - a protected rule whose pattern spells another kind's role name (``*``, ``online``) must
   stay the reviewers' role: the proposer may not sign her own protected move;
 - a database writer who inserts a reviewer, a token and a signing key: the rows carry no
-  seal the registry made (``registry.tuf.seals``), so the inserted key is in no delegation
+  seal the registry made (``signing.tuf.seals``), so the inserted key is in no delegation
   and signs nothing, with the targets key online (the embedded default) or offline;
 - a withdrawn approval's signature and a revoked key's signature stop counting, and a role
   whose current version a revoked key signed takes the next proposal (never a 500).
@@ -175,7 +175,7 @@ def _insert_rex(reg: Registry) -> tuple[Publisher, str]:
 def test_a_db_writers_key_signs_nothing_under_the_embedded_default_and_the_registry_says_so(
     reg: Registry, tmp_path: Path
 ) -> None:
-    # issue 30 item 9: the registry delegates only rows it sealed (registry.tuf.seals)
+    # issue 30 item 9: the registry delegates only rows it sealed (signing.tuf.seals)
     status = reg.admin.tuf_status()
     assert (status["targets_key"], status["protects_against_db_writer"]) == ("online", True)
     assert "a database writer cannot add a key" in status["db_writer"]
@@ -218,7 +218,7 @@ def test_a_db_writers_key_signs_nothing_once_targets_is_offline(
     before = delegated_roles(reg)[protected_role(repo, "prod")]["keyids"]
     rex, _token = _insert_rex(reg)
     proposal = propose(pub, repo, "prod", digest)
-    # rex's rows carry no seal (registry.tuf.seals): not even a proposal for the admins
+    # rex's rows carry no seal (signing.tuf.seals): not even a proposal for the admins
     assert delegated_roles(reg)[protected_role(repo, "prod")]["keyids"] == before
     waiting = [p for p in reg.admin.tuf_proposals(pending=True) if p["role"] == "targets"]
     assert not waiting, "an unsealed row changes no delegation"

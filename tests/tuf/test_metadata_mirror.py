@@ -32,7 +32,7 @@ from tuf.api.metadata import Metadata, Snapshot, Timestamp
 from modelward.attest.keys import generate_private_key, public_key_pem
 from modelward.client.config import parse_reference
 from modelward.loader.tuf_resolve import AliasTrust, MirrorRefused, resolve_reference
-from modelward.registry.tuf.keys import OnlineKeys
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
 from tests.registry.conftest import (
     Publisher,
     Registry,

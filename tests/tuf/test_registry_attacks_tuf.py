@@ -34,9 +34,9 @@ from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, protected_role, tu
 from modelward.client.api import APIError, RegistryClient
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
+from modelward.registry.domains.signing.tuf.repository import meta_file
 from modelward.registry.models import Alias, Repository, TufMetadata
-from modelward.registry.tuf.keys import OnlineKeys
-from modelward.registry.tuf.repository import meta_file
 from tests.registry.conftest import (
     Publisher,
     Registry,
@@ -352,7 +352,7 @@ def test_prod_pointed_at_a_never_approved_digest_with_one_stolen_key_is_refused(
         )
         db.move_alias(release.repo, "prod", evil)
         # the registry's own next snapshot passes over the forgery: it names verified
-        # versions only (registry.tuf.repository.MetadataRepository.verified)
+        # versions only (registry.domains.signing.tuf.repository.MetadataRepository.verified)
         new_reviewer(release.reg)
         release.reg.admin.tuf_sync()
         snapshot = Metadata[Snapshot].from_bytes(db.metadata("snapshot")).signed

@@ -17,6 +17,23 @@ from modelward.attest.rollout.paths import rollout_role
 from modelward.attest.tuf import alias_path, open_role, protected_role, tuf_signer
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
 from modelward.registry.db import Database, make_engine, upgrade
+from modelward.registry.domains.signing.tuf.bootstrap import (
+    bootstrap_embedded,
+    open_repository,
+    sync_delegations,
+)
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
+from modelward.registry.domains.signing.tuf.proposals import (
+    Added,
+    SignatureRefused,
+    add_signature,
+    propose_target,
+)
+from modelward.registry.domains.signing.tuf.store import (
+    DirectoryStore,
+    SessionStore,
+    export_metadata,
+)
 from modelward.registry.errors import StaleVersion
 from modelward.registry.models import (
     Org,
@@ -27,15 +44,6 @@ from modelward.registry.models import (
     TufProposal,
     utcnow,
 )
-from modelward.registry.tuf.keys import OnlineKeys
-from modelward.registry.tuf.proposals import (
-    Added,
-    SignatureRefused,
-    add_signature,
-    propose_target,
-)
-from modelward.registry.tuf.service import bootstrap_embedded, open_repository, sync_delegations
-from modelward.registry.tuf.store import DirectoryStore, SessionStore, export_metadata
 from tests.tuf.test_tuf_attacks import _serve, digest_of, manifest
 
 REPO = "acme/tiny"

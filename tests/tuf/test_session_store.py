@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelward.registry.db import Database, make_engine, upgrade
-from modelward.registry.tuf.store import SessionStore
+from modelward.registry.domains.signing.tuf.store import SessionStore
 
 
 @pytest.fixture

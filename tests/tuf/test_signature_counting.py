@@ -22,8 +22,8 @@ from tuf.api.metadata import Metadata, Targets
 from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
 from modelward.attest.tuf import alias_path, open_role, protected_role
 from modelward.client.api import APIError
+from modelward.registry.domains.signing.tuf.repository import MAX_UNVERIFIED
 from modelward.registry.models import Repository, TufMetadata
-from modelward.registry.tuf.repository import MAX_UNVERIFIED
 from tests.registry.conftest import (
     Publisher,
     Registry,

@@ -1,6 +1,6 @@
 """One test per attack on alias decisions, at the TUF layer (docs/tuf.md#attacks).
 
-The registry side (``registry.tuf.repository``) writes metadata into a directory served over
+The registry side (``signing.tuf.repository``) writes metadata into a directory served over
 loopback HTTP; the worker side (``loader.tuf_resolve``, i.e. ``tuf.ngclient``) resolves
 aliases from it with a pinned root. Each attack edits the served files directly, as someone
 who can write the registry's storage (but holds none of the offline keys) would.
@@ -30,9 +30,14 @@ from modelward.attest.keys import generate_private_key
 from modelward.attest.tuf import alias_path, open_role, protected_role, quarantine_path, tuf_signer
 from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
-from modelward.registry.tuf.repository import Expiries, MetadataRepository, meta_file, new_root
-from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust, delegations
-from modelward.registry.tuf.store import DirectoryStore, file_name
+from modelward.registry.domains.signing.tuf.repository import (
+    Expiries,
+    MetadataRepository,
+    meta_file,
+    new_root,
+)
+from modelward.registry.domains.signing.tuf.roles import ProtectedRule, RepositoryTrust, delegations
+from modelward.registry.domains.signing.tuf.store import DirectoryStore, file_name
 
 REPO = "acme/tiny"
 

@@ -1,5 +1,5 @@
 """``/tuf/{file}`` from memory (issue 29, item 3; docs/tuf.md#serving), against a real serve:
-strong ETags and ``304 Not Modified``; the fast path (registry/domains/trust/fast_path.py)
+strong ETags and ``304 Not Modified``; the fast path (registry/domains/signing/fast_path.py)
 answering exactly as the route does, and leaving what it must refuse to the app; a publish
 through one ``serve`` worker served by every worker at once, and one by a program writing
 the database within the freshness bound; a revoked token stops reading within the token
@@ -19,11 +19,11 @@ from tuf.api.metadata import Metadata
 
 from modelward.attest.tuf import tuf_signer
 from modelward.registry.db import Database, make_engine
+from modelward.registry.domains.signing.tuf.bootstrap import open_repository
+from modelward.registry.domains.signing.tuf.generation import GENERATION_FILE, SharedGeneration
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
+from modelward.registry.domains.signing.tuf.served import MetadataFiles
 from modelward.registry.settings import Settings
-from modelward.registry.tuf.generation import GENERATION_FILE, SharedGeneration
-from modelward.registry.tuf.keys import OnlineKeys
-from modelward.registry.tuf.served import MetadataFiles
-from modelward.registry.tuf.service import open_repository
 from tests.registry.conftest import (
     Registry,
     make_bundle_dir,
@@ -162,7 +162,7 @@ def test_publish_through_one_worker_is_served_by_every_worker_at_once(
 ) -> None:
     """On PostgreSQL ``serve`` runs two worker processes: the one that did not answer the
     publish serves the new timestamp on the next request, not up to a second later (the
-    shared generation in the keys directory, registry/tuf/generation.py)."""
+    shared generation in the keys directory, registry/domains/signing/tuf/generation.py)."""
     reader = registry.actor("reader")
     pub = new_publisher(registry)
     repo = registry.repo(pub)
@@ -250,9 +250,9 @@ def _resign_in_another_process(reg: Registry, announce_to: Path | None) -> None:
     code = f"""
 from pathlib import Path
 from modelward.registry.db import Database, make_engine
-from modelward.registry.tuf.generation import SharedGeneration
-from modelward.registry.tuf.keys import OnlineKeys
-from modelward.registry.tuf.service import open_repository
+from modelward.registry.domains.signing.tuf.generation import SharedGeneration
+from modelward.registry.domains.signing.tuf.keys import OnlineKeys
+from modelward.registry.domains.signing.tuf.bootstrap import open_repository
 engine = make_engine({reg.database_url!r})
 with Database(engine).write() as session:
     keys = OnlineKeys(Path({str(reg.server.data_dir / "tuf-keys")!r}))

@@ -1,5 +1,5 @@
 """Issue 36 item 2: every change of who may sign goes through one server-side impact check
-(registry/domains/trust/impact.py), against a real ``modelward serve`` (SQLite and
+(registry/domains/signing/impact.py), against a real ``modelward serve`` (SQLite and
 PostgreSQL):
 
 - ``admin principal set-role REVIEWER reader`` that would leave a two-approval ``prod``
@@ -25,7 +25,7 @@ import pytest
 
 from modelward.attest.tuf import open_role, protected_role
 from modelward.client.errors import APIError
-from modelward.registry.tuf.rotation import SignaturesLost, kind_of
+from modelward.registry.domains.signing.tuf.rotation import SignaturesLost, kind_of
 from tests.registry.conftest import Publisher, Registry, new_publisher, push_new
 from tests.tuf.test_delegation_attacks import TWO_POLICY, new_reviewer, propose, sign
 

@@ -1,7 +1,7 @@
 """Signing keys and Sigstore identities bound to principals (publishers their own, admins
 anyone's); every change audited.
 
-A key registered here is a database row the registry seals (``registry.tuf.seals``: an HMAC
+A key registered here is a database row the registry seals (``signing.tuf.seals``: an HMAC
 with a key on the registry's disk over keyid, owner, key and revocation); the delegations
 are made from sealed rows only, so a row a database writer inserts or edits signs nothing
 (docs/tuf.md#keys). Revoking one also takes it out of the TUF delegations and its
@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.signing.tuf.seals import RowSeals
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import Identity, Principal, SigningKey
-from modelward.registry.tuf.seals import RowSeals
 
 __all__ = ["list_identities", "list_keys", "register_identity", "register_key", "revoke_key"]
 

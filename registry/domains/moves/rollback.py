@@ -36,10 +36,10 @@ from tuf.api.serialization import DeserializationError
 
 from modelward.attest.alias_decision import MoveRequest
 from modelward.attest.tuf import alias_path
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.store import SessionStore
 from modelward.registry.errors import RegistryError
 from modelward.registry.models import TufMetadata
-from modelward.registry.tuf.repository import MetadataRepository
-from modelward.registry.tuf.store import SessionStore
 
 __all__ = ["PROMOTION_GATES", "as_rollback", "signed_earlier_targets"]
 

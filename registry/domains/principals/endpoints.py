@@ -14,10 +14,10 @@ from modelward.registry.domains._who_may_sign import admin_only, register_change
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
 from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME, Caller
 from modelward.registry.domains.principals import service
-from modelward.registry.domains.trust import service as trust
+from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.tuf.bootstrap import row_seals
+from modelward.registry.domains.signing.tuf.keys import tuf_keys
 from modelward.registry.models import SigningKey
-from modelward.registry.tuf.keys import tuf_keys
-from modelward.registry.tuf.service import row_seals
 
 router = APIRouter(prefix="/v1", tags=["principals"])
 

@@ -13,9 +13,9 @@ from modelward.registry.domains._state import iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import ADMIN, ROLES
 from modelward.registry.domains.auth.service import issue_token
+from modelward.registry.domains.signing.tuf.seals import RowSeals
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Principal, Token
-from modelward.registry.tuf.seals import RowSeals
 
 __all__ = [
     "bootstrap_admin",
@@ -37,7 +37,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$")
 def create_principal(
     session: Session, *, name: str, role: str, actor: str, seals: RowSeals | None = None
 ) -> Principal:
-    """A new principal, sealed with ``seals`` (registry.tuf.seals). ``None``: unsealed, as
+    """A new principal, sealed with ``seals`` (signing.tuf.seals). ``None``: unsealed, as
     straight on the database without the registry's keys directory: it can log in, but a
     reviewer made so is in no TUF delegation (docs/tuf.md#keys)."""
     if not NAME_RE.fullmatch(name):
@@ -135,7 +135,7 @@ def set_disabled(
     refused on its next request, its tokens kept for when it is enabled again; its keys
     count in no delegation) or enable it; audited ``principal.disable`` /
     ``principal.enable`` (also when nothing changed, with ``changed`` false). Resealed with
-    ``seals`` (registry.tuf.seals: the seal covers the disable) when the registry sealed
+    ``seals`` (signing.tuf.seals: the seal covers the disable) when the registry sealed
     the row before; a row it did not seal stays unsealed.
 
     Raises NotFound (no such principal), Conflict (the last enabled admin)."""
@@ -218,7 +218,7 @@ def bootstrap_admin(
     if session.execute(select(Principal.id).limit(1)).first() is not None:
         return None
     # an admin is in no delegation; unsealed (``seals`` None) it is sealed with the rows
-    # that exist when the row key is made (registry.tuf.seals)
+    # that exist when the row key is made (registry.domains.signing.tuf.seals)
     admin = create_principal(session, name="admin", role="admin", actor="bootstrap", seals=seals)
     token_id, generated = new_token()
     store_token(session, admin, token or generated, token_id, None)

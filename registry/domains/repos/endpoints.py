@@ -14,9 +14,9 @@ from modelward.registry.domains._who_may_sign import register_change, who_may_si
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import access, listing, service
+from modelward.registry.domains.signing.tuf.bootstrap import row_seals
+from modelward.registry.domains.signing.tuf.keys import tuf_keys
 from modelward.registry.models import Repository
-from modelward.registry.tuf.keys import tuf_keys
-from modelward.registry.tuf.service import row_seals
 
 router = APIRouter(prefix="/v1/repos", tags=["repositories"])
 

@@ -21,6 +21,7 @@ from modelward.registry.domains.auth.authz import GRANTS, Action, allows, may, m
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs.service import creatable_org
 from modelward.registry.domains.repos.listing import readable_repo
+from modelward.registry.domains.signing.tuf.seals import RowSeals
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelward.registry.models import (
     Identity,
@@ -39,7 +40,6 @@ from modelward.registry.policy import (
     repo_policy,
     require_floor,
 )
-from modelward.registry.tuf.seals import RowSeals
 
 if TYPE_CHECKING:
     from modelward.attest.trust import TrustSet
@@ -82,7 +82,7 @@ def create_repo(
     private: bool | None = None,
 ) -> Repository:
     """Create ``org/name``; the caller becomes its publisher (a row sealed with ``seals``:
-    registry.tuf.seals; None: unsealed, in no TUF delegation). In order:
+    registry.domains.signing.tuf.seals; None: unsealed, in no TUF delegation). In order:
 
     1. the caller is a publisher or an admin, and the name is ``org/name``;
     2. the caller may create repositories in the org (``creatable_org``: its owners; admins,
@@ -110,7 +110,7 @@ def create_repo(
         created_by=caller.id,
         private=org.private_by_default if private is None else private,
     )
-    if seals is not None:  # registry.tuf.seals
+    if seals is not None:  # registry.domains.signing.tuf.seals
         repo.seal = seals.policy(name, policy_yaml)
     session.add(repo)
     session.flush()
@@ -185,7 +185,7 @@ def set_policy(
 ) -> Repository:
     """Replace a repository's policy (admins): it must be self-contained and meet the org's
     floor (400 ``invalid_policy`` / ``policy_below_floor``); sealed with ``seals``
-    (registry.tuf.seals)."""
+    (registry.domains.signing.tuf.seals)."""
     if not caller.is_admin:
         raise Forbidden("only an admin may replace a repository's policy")
     repo = get_repo(session, name, caller)
@@ -224,7 +224,7 @@ def add_publisher(
     if publisher is None:
         publisher = RepoPublisher(repo_id=repo.id, principal_id=row.id)
         session.add(publisher)
-    publisher.seal = seals.publisher(repo.name, row.id)  # registry.tuf.seals
+    publisher.seal = seals.publisher(repo.name, row.id)  # registry.domains.signing.tuf.seals
     append(
         session,
         actor=caller.name,

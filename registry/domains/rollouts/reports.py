@@ -63,7 +63,8 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
-from modelward.registry.domains.trust.service import repository, signed_aliases, trust_of
+from modelward.registry.domains.signing.service import repository, signed_aliases, trust_of
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -79,7 +80,6 @@ from modelward.registry.models import (
     TufMetadata,
     utcnow,
 )
-from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = [
     "ReportRefused",

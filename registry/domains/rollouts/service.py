@@ -54,19 +54,23 @@ from modelward.registry.domains.rollouts.cohorts import (
 from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.rollouts.views import rollout_json
-from modelward.registry.domains.trust.service import (
+from modelward.registry.domains.signing.service import (
     repository,
     signed_aliases,
     sync,
     trust_of,
 )
+from modelward.registry.domains.signing.tuf.bootstrap import delegated_as_wanted
+from modelward.registry.domains.signing.tuf.keys import ALIAS_KEY
+from modelward.registry.domains.signing.tuf.proposals import (
+    add_signature,
+    delegated_role_for,
+    propose_target,
+)
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
-from modelward.registry.tuf.keys import ALIAS_KEY
-from modelward.registry.tuf.proposals import add_signature, delegated_role_for, propose_target
-from modelward.registry.tuf.repository import MetadataRepository
-from modelward.registry.tuf.service import delegated_as_wanted
 
 __all__ = ["JudgedStep", "StepTaken", "abort", "advance", "start"]
 

@@ -20,9 +20,9 @@ from modelward.attest.rollout import (
     parse_step,
 )
 from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
+from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import NotFound
-from modelward.registry.tuf.proposals import delegated_role_for
-from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = ["signed_plan", "signed_step"]
 

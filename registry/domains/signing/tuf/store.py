@@ -97,7 +97,7 @@ class MetadataRowRefused(RegistryError):  # noqa: N818 - named after what it say
     show as signed: it does not parse, its signatures do not meet its delegation, or its
     version leaves none to follow it (a database writer's garbage or forgery). The registry
     passes over it and signs the next version over it; it is named in ``trust status``.
-    (Re-exported by ``registry.tuf.repository``, which decides most of them.)"""
+    (Re-exported by ``registry.domains.signing.tuf.repository``, which decides most of them.)"""
 
     status = 503
     code = "tuf_metadata_refused"

@@ -43,8 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from tuf.api.metadata import Metadata, Root, Snapshot, Timestamp
 
-from modelward.registry.tuf.repository import MetadataRepository
-from modelward.registry.tuf.store import TIMESTAMP, SessionStore, file_name
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.store import TIMESTAMP, SessionStore, file_name
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -66,7 +66,7 @@ __all__ = [
 
 log = logging.getLogger("modelward.registry")
 
-# as /tuf/ answers them (registry/tuf/served.py): a version never changes; timestamp does
+# as /tuf/ answers them (signing/tuf/served.py): a version never changes; timestamp does
 IMMUTABLE = "public, max-age=31536000, immutable"
 NO_CACHE = "no-cache"
 _TIMESTAMP_FILE = "timestamp.json"

@@ -15,17 +15,17 @@ from pydantic import BaseModel, Field
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.trust import service
-from modelward.registry.domains.trust.fast_path import authenticate_reader
-from modelward.registry.domains.trust.impact import impact as impact_of
-from modelward.registry.domains.trust.role_access import (
+from modelward.registry.domains.signing import service
+from modelward.registry.domains.signing.fast_path import authenticate_reader
+from modelward.registry.domains.signing.impact import impact as impact_of
+from modelward.registry.domains.signing.role_access import (
     may_read_role,
     proposals_readable,
     repository_of_role,
 )
+from modelward.registry.domains.signing.tuf.served import Missing, etag_matches
+from modelward.registry.domains.signing.tuf.store import parse_file_name
 from modelward.registry.errors import BadRequest, NotFound
-from modelward.registry.tuf.served import Missing, etag_matches
-from modelward.registry.tuf.store import parse_file_name
 
 router = APIRouter(tags=["trust"])
 
@@ -47,9 +47,9 @@ async def metadata_file(file_name: str, request: Request) -> Response:
     caller, or anyone with ``tuf_public``. Served from memory: the database is read at most
     every ``tuf_freshness_seconds`` and a token at most every ``tuf_token_cache_seconds``
     (docs/tuf.md#serving). What memory answers for a token it knows never reaches this
-    function (domains/trust/fast_path.py answers it the same way); this answers the rest,
+    function (domains/signing/fast_path.py answers it the same way); this answers the rest,
     and every repository's role ``N.ORG:NAME@….json``: a private repository's only to its
-    readers, as a missing file to everyone else (domains/trust/role_access.py)."""
+    readers, as a missing file to everyone else (domains/signing/role_access.py)."""
     parsed = parse_file_name(file_name)
     if parsed is None:
         raise NotFound(f"no TUF metadata file {file_name!r}")

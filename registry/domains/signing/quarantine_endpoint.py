@@ -36,15 +36,15 @@ from modelward.registry.domains.quarantine.service import (
 )
 from modelward.registry.domains.quarantine.service import quarantine as quarantine_digest
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.trust.service import (
+from modelward.registry.domains.signing.service import (
     propose_quarantine,
     repository,
     signed_aliases,
     sync,
 )
+from modelward.registry.domains.signing.tuf.proposals import propose_target
 from modelward.registry.errors import Conflict, NotFound
 from modelward.registry.models import Bundle, Repository, TufProposal, utcnow
-from modelward.registry.tuf.proposals import propose_target
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 

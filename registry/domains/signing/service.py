@@ -1,7 +1,7 @@
 """Signed decisions: the registry's side of its TUF repository (docs/tuf.md).
 
 Every alias move and every quarantine the registry records is also proposed as the next
-version of the TUF role that decides it (``registry.tuf.proposals``). Who signs it:
+version of the TUF role that decides it (``registry.domains.signing.tuf.proposals``). Who signs it:
 
 - the registry's online alias key, for ``online: true`` alias rules: published at once;
 - the repository's publishers (``alias set --key``), threshold 1;
@@ -56,10 +56,15 @@ from modelward.registry.domains.moves.service import (
     record_move,
     require_move_allowed,
 )
-from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, RegistryError
-from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
-from modelward.registry.settings import Settings
-from modelward.registry.tuf.keys import (
+from modelward.registry.domains.signing.tuf.bootstrap import (
+    bootstrap_embedded,
+    delegated_as_wanted,
+    open_repository,
+    refresh_health,
+    sync_delegations,
+)
+from modelward.registry.domains.signing.tuf.bootstrap import row_seals as tuf_row_seals
+from modelward.registry.domains.signing.tuf.keys import (
     ALIAS_KEY,
     ONLINE_ROLES,
     OnlineKeys,
@@ -67,7 +72,7 @@ from modelward.registry.tuf.keys import (
     next_role,
     tuf_keys,
 )
-from modelward.registry.tuf.proposals import (
+from modelward.registry.domains.signing.tuf.proposals import (
     ADOPT_TARGET,
     RESIGN_TARGET,
     TARGETS_ROLE,
@@ -80,27 +85,22 @@ from modelward.registry.tuf.proposals import (
     signing_role,
     withdraw_signatures,
 )
-from modelward.registry.tuf.repository import (
+from modelward.registry.domains.signing.tuf.repository import (
     Expiries,
     MetadataRepository,
     MetadataRowRefused,
     row_refusal,
 )
-from modelward.registry.tuf.rotation import (
+from modelward.registry.domains.signing.tuf.rotation import (
     short_of_threshold,
     signed_version,
     wanted_delegations,
 )
-from modelward.registry.tuf.seals import RowSeals
-from modelward.registry.tuf.service import (
-    bootstrap_embedded,
-    delegated_as_wanted,
-    open_repository,
-    refresh_health,
-    sync_delegations,
-)
-from modelward.registry.tuf.service import row_seals as tuf_row_seals
-from modelward.registry.tuf.store import SessionStore, beyond_refusal
+from modelward.registry.domains.signing.tuf.seals import RowSeals
+from modelward.registry.domains.signing.tuf.store import SessionStore, beyond_refusal
+from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, RegistryError
+from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
+from modelward.registry.settings import Settings
 
 __all__ = [
     "DB_WRITER_OFFLINE",
@@ -196,7 +196,7 @@ def ensure_root(state: AppState) -> bool:
 
 
 def row_seals(state: AppState) -> RowSeals:
-    """The registry's row seals (``registry.tuf.service.row_seals``)."""
+    """The registry's row seals (``registry.domains.signing.tuf.bootstrap.row_seals``)."""
     return tuf_row_seals(state.db, trust_of(state.settings).keys)
 
 
@@ -979,7 +979,7 @@ def _next_delegation(
     session: Session, state: AppState, repo: MetadataRepository, proposal: TufProposal, keyid: str
 ) -> NextDelegation | None:
     """What a proposal signed by ``keyid`` is checked against when its role still names an
-    older key of a signer (``registry.tuf.rotation`` holds it): the role as the database
+    older key of a signer (``signing.tuf.rotation`` holds it): the role as the database
     asks for it (its signers' newest keys) and the current delegations with it, which
     publishing the proposal signs at once, re-signing every target of the role. For a
     re-signing proposal (``RESIGN_TARGET``) always; for any other, when ``keyid`` is a
@@ -1023,7 +1023,7 @@ def propose_resign(
 ) -> dict[str, Any]:
     """Re-sign what ``repo_name``'s roles (``alias``: the role deciding it) sign now with
     their signers' newest keys: one proposal per role whose delegation still names an
-    older key of a signer (``registry.tuf.rotation`` held it, so that its signed version
+    older key of a signer (``signing.tuf.rotation`` held it, so that its signed version
     stays verifiable), of the role's next version with its targets as they are. Its
     signers sign it (``modelward trust resign --key NEW``); at the role's threshold it is
     published with the role delegated to the new keys, in one step. A pending one is
@@ -1152,7 +1152,7 @@ def _signed_aliases(repo: MetadataRepository, repo_name: str, roles: list[str]) 
 def status(session: Session, state: AppState) -> dict[str, Any]:
     """Every role's latest version and expiry, which expire soon, the keys held online, every
     delegated role short of its threshold now (``short_of_threshold``: role, threshold,
-    valid_signers, keys, version, decides; ``registry.tuf.rotation``), any stored row refused
+    valid_signers, keys, version, decides; ``signing.tuf.rotation``), any stored row refused
     (``MetadataRowRefused``: it does not parse, or snapshot/timestamp not
     signed by root's key), and how this process's re-signing went (``refresh``). Reads
     only: it answers even while a key file is unusable (what ``refresh`` then reports)."""

@@ -2,7 +2,7 @@
 
 Built on python-tuf's Metadata API and its ``tuf.repository.Repository`` base (which
 supplies ``do_snapshot``/``do_timestamp``). Which role holds which decision is
-``registry.tuf.roles``; where the bytes are kept is a ``MetadataStore``.
+``registry.domains.signing.tuf.roles``; where the bytes are kept is a ``MetadataStore``.
 
 Who signs what (docs/tuf.md#keys):
 
@@ -47,7 +47,7 @@ from tuf.api.serialization import DeserializationError
 from tuf.repository import AbortEdit, Repository
 
 from modelward.attest.errors import StaleProposal
-from modelward.registry.tuf.store import MetadataRowRefused, MetadataStore
+from modelward.registry.domains.signing.tuf.store import MetadataRowRefused, MetadataStore
 
 __all__ = ["Expiries", "MetadataRepository", "MetadataRowRefused", "new_root", "row_refusal"]
 

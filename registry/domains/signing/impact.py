@@ -21,15 +21,15 @@ from modelward.registry.domains._state import AppState
 from modelward.registry.domains._who_may_sign import CHANGES, who_may_sign
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.trust.service import repository
-from modelward.registry.errors import BadRequest, NotFound
-from modelward.registry.models import TufProposal
-from modelward.registry.tuf.proposals import TARGETS_ROLE
-from modelward.registry.tuf.rotation import (
+from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.tuf.proposals import TARGETS_ROLE
+from modelward.registry.domains.signing.tuf.rotation import (
     SignaturesLost,
     signatures_lost,
     signed_version,
 )
+from modelward.registry.errors import BadRequest, NotFound
+from modelward.registry.models import TufProposal
 
 __all__ = ["impact", "signatures_at_risk"]
 

@@ -4,7 +4,7 @@
 - its publishers' active signing keys (of enabled principals);
 - every enabled reviewer's active signing key (reviewers sign protected aliases and quarantine).
 
-Only rows the registry sealed count (``registry.tuf.seals``): a reviewer whose principal
+Only rows the registry sealed count (``signing.tuf.seals``): a reviewer whose principal
 row, a key whose ``signing_keys`` row, a publisher whose ``repo_publishers`` row does not
 carry a valid seal is left out (and named in a ``tuf_row_unsealed`` log line), so a
 database writer's row signs nothing, even with the targets key online.
@@ -13,7 +13,7 @@ One key per principal: a worker counts keys, the registry counts people, and the
 agree (docs/tuf.md#proposals). So a principal's newest active sealed key is her one key in
 every delegation; registering a second key replaces the first there, except in a role
 whose signed version would lose its threshold by it: that role keeps naming her older key
-until its signers re-sign it (``registry.tuf.rotation``, ``modelward trust resign``).
+until its signers re-sign it (``signing.tuf.rotation``, ``modelward trust resign``).
 
 A protected rule with ``approvals: 0`` (protected only for its baseline or replay gates)
 stays with the publishers' role: the registry checks those gates before it publishes.
@@ -36,11 +36,11 @@ from sqlalchemy.orm import Session
 
 from modelward.attest.keys import load_public_key
 from modelward.attest.tuf import tuf_key
+from modelward.registry.domains.signing.tuf.roles import ProtectedRule, RepositoryTrust
+from modelward.registry.domains.signing.tuf.seals import RowSeals
 from modelward.registry.errors import BadRequest
 from modelward.registry.models import Principal, RepoPublisher, Repository, SigningKey
 from modelward.registry.policy import FloorNotMet, repo_policy
-from modelward.registry.tuf.roles import ProtectedRule, RepositoryTrust
-from modelward.registry.tuf.seals import RowSeals
 
 __all__ = ["key_owners", "repository_trusts", "reviewer_keys"]
 
@@ -106,7 +106,7 @@ def reviewer_keys(session: Session, seals: RowSeals, excluded: Collection[str] =
 def key_owners(session: Session, seals: RowSeals, excluded: Collection[str] = ()) -> dict[str, int]:
     """keyid -> owner (principal id) of every active signing key whose seal verifies (none
     of ``excluded``): the keys a delegation may keep naming during a rotation
-    (``registry.tuf.rotation``)."""
+    (``registry.domains.signing.tuf.rotation``)."""
     owners = {}
     rows = session.execute(
         select(SigningKey, Principal)

@@ -6,7 +6,7 @@ this process holds, needs none of the framework: no route matching, no dependenc
 injection, no request object. ``TufFastPath`` is an ASGI middleware between the request
 logger (``registry.app._Observe``: request id, log line, metrics, unchanged) and the rest of
 the app. It answers a request itself only when every step below passes, and otherwise hands
-it to the app untouched, where the ``/tuf/{file_name}`` route (domains/trust/endpoints.py)
+it to the app untouched, where the ``/tuf/{file_name}`` route (domains/signing/endpoints.py)
 gives the same answer or the error, its audit event and its log line, as for any route:
 
   (1) ``GET /tuf/NAME``, NAME a metadata file name (``store.parse_file_name``), no root path,
@@ -25,7 +25,7 @@ gives the same answer or the error, its audit event and its log line, as for any
       the log line and the route for the metrics, as the route would.
 
 Before any other request's response starts, ``MetadataFiles.announce`` tells the processes
-sharing the TUF generation (registry/tuf/generation.py) that this one committed new
+sharing the TUF generation (registry/domains/signing/tuf/generation.py) that this one committed new
 metadata, so a publish answered by one ``serve`` worker is served by every worker at once.
 """
 
@@ -41,11 +41,11 @@ from fastapi import FastAPI
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.auth.service import Caller, authenticate_until
-from modelward.registry.domains.trust.role_access import repository_of_role
+from modelward.registry.domains.signing.role_access import repository_of_role
+from modelward.registry.domains.signing.tuf.generation import GENERATION_FILE, SharedGeneration
+from modelward.registry.domains.signing.tuf.served import ServedFile, etag_matches
+from modelward.registry.domains.signing.tuf.store import parse_file_name
 from modelward.registry.errors import NotAuthenticated
-from modelward.registry.tuf.generation import GENERATION_FILE, SharedGeneration
-from modelward.registry.tuf.served import ServedFile, etag_matches
-from modelward.registry.tuf.store import parse_file_name
 
 __all__ = ["PREFIX", "TufFastPath", "authenticate_reader", "install"]
 

@@ -1,6 +1,6 @@
 """Key rotation without an unverifiable alias (docs/tuf.md#rotating-a-signers-key).
 
-A delegation names one key per principal, her newest (``registry.tuf.state``). Switching a
+A delegation names one key per principal, her newest (``signing.tuf.state``). Switching a
 role to a signer's new key the moment she registers it would leave the role's signed
 version short of its threshold (its signatures are by her old key), and every worker would
 refuse its aliases. So:
@@ -13,7 +13,7 @@ refuse its aliases. So:
   would lose their valid signatures (and would the quarantine role keep enough keys) if the
   delegations became these": every change of who may sign (a key revoked, a role changed,
   a principal disabled, a publisher or member removed, a policy's approvals changed) and
-  ``trust sign`` of a targets proposal check it (``registry.domains.trust.impact``);
+  ``trust sign`` of a targets proposal check it (``registry.domains.signing.impact``);
 - ``short_of_threshold`` answers "which roles are short of their threshold now"
   (``GET /v1/tuf/status``).
 
@@ -34,10 +34,14 @@ from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, Targets
 
 from modelward.attest.tuf import QUARANTINE_ROLE
-from modelward.registry.tuf.keys import ALIAS_KEY, OnlineKeys
-from modelward.registry.tuf.repository import MetadataRepository, MetadataRowRefused
-from modelward.registry.tuf.roles import delegations
-from modelward.registry.tuf.state import key_owners, repository_trusts, reviewer_keys
+from modelward.registry.domains.signing.tuf.keys import ALIAS_KEY, OnlineKeys
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository, MetadataRowRefused
+from modelward.registry.domains.signing.tuf.roles import delegations
+from modelward.registry.domains.signing.tuf.state import (
+    key_owners,
+    repository_trusts,
+    reviewer_keys,
+)
 
 __all__ = [
     "ShortRole",
@@ -340,7 +344,7 @@ def wanted_delegations(
     excluded: Collection[str] = (),
     hold: bool = True,
 ) -> Delegations:
-    """The delegations the database asks for (``registry.tuf.roles.delegations`` over the
+    """The delegations the database asks for (``signing.tuf.roles.delegations`` over the
     sealed rows; ``only``: that repository's roles and the quarantine; ``excluded``: keys
     about to be revoked), each role's signed version kept verifiable (``hold_signed_keys``)
     unless ``hold`` is False (what a role becomes once its signers re-sign it)."""

@@ -9,7 +9,7 @@ token, only public repositories' roles are served. The top-level roles (root, ti
 snapshot, targets, quarantine) stay readable by every reader: docs/tuf.md says what their
 role names and delegation paths reveal.
 
-``/tuf/`` fast path (domains/trust/fast_path.py) never answers a repository's role from
+``/tuf/`` fast path (domains/signing/fast_path.py) never answers a repository's role from
 memory: it hands them to the route, which asks ``may_read_role``.
 """
 

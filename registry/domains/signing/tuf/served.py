@@ -6,7 +6,7 @@
   re-checked against the database at most every ``freshness`` seconds with one indexed
   lookup (the newest timestamp and root versions), and at once after this process commits
   a TUF write (``store.committed_writes``) or another process sharing the ``generation``
-  (registry/tuf/generation.py: the ``serve --workers`` siblings, replicas sharing the keys
+  (signing/tuf/generation.py: the ``serve --workers`` siblings, replicas sharing the keys
   directory on one machine) announced one. A publish by any other process on the same
   database is therefore served within ``freshness`` seconds, never later. Once half of
   ``freshness`` has passed, a request starts one background re-check and is answered from
@@ -21,7 +21,7 @@ Each file carries its strong ETag (its sha256, quoted), its ``Cache-Control`` an
 response headers built once (``head``, ``head_304``). No I/O happens in ``peek``; ``load``
 reads the database. ``freshness`` 0 keeps nothing: every request reads the database.
 ``announce`` tells the other processes that this one committed (a response is about to
-leave: registry/domains/trust/fast_path.py calls it before every non-GET response starts).
+leave: registry/domains/signing/fast_path.py calls it before every non-GET response starts).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from tuf.api.metadata import Root
 
 from modelward.registry.db import Database
-from modelward.registry.tuf.generation import SharedGeneration
-from modelward.registry.tuf.repository import MetadataRepository
-from modelward.registry.tuf.store import TIMESTAMP, SessionStore, committed_writes
+from modelward.registry.domains.signing.tuf.generation import SharedGeneration
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.store import TIMESTAMP, SessionStore, committed_writes
 
 __all__ = ["IMMUTABLE", "MISSING", "MetadataFiles", "Missing", "ServedFile", "etag_matches"]
 

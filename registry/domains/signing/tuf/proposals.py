@@ -40,9 +40,9 @@ from tuf.api.exceptions import UnsignedMetadataError
 from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, Targets
 
 from modelward.attest.errors import StaleProposal
+from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, StaleVersion
 from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
-from modelward.registry.tuf.repository import MetadataRepository
 
 __all__ = [
     "RESIGN_TARGET",
@@ -83,7 +83,7 @@ class SignatureRefused(Forbidden):
 class NextDelegation:
     """What a re-signing proposal is checked against and published with: ``role`` as the
     database asks for it now (its signers' newest keys), and the top-level delegations
-    with it (``registry.tuf.rotation``)."""
+    with it (``registry.domains.signing.tuf.rotation``)."""
 
     role: DelegatedRole
     delegations: Delegations

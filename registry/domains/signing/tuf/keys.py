@@ -23,10 +23,10 @@ from securesystemslib.signer import Signer
 from modelward.attest.errors import AttestError
 from modelward.attest.keys import generate_private_key
 from modelward.attest.tuf import tuf_signer
+from modelward.registry.domains.signing.tuf.seals import KEY_BYTES, ROW_KEY, RowSeals
 from modelward.registry.errors import RegistryError
 from modelward.registry.secret_files import SecretFileError, create_secret_file, read_secret_file
 from modelward.registry.settings import Settings
-from modelward.registry.tuf.seals import KEY_BYTES, ROW_KEY, RowSeals
 
 __all__ = [
     "ALIAS_KEY",
@@ -92,7 +92,7 @@ class OnlineKeys:
 
     def create_row_key(self) -> bool:
         """A new random row seal key (``rows.key``), unless one exists; True if this call
-        made it (registry.tuf.seals)."""
+        made it (registry.domains.signing.tuf.seals)."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             create_secret_file(self.path(ROW_KEY), secrets.token_bytes(KEY_BYTES))

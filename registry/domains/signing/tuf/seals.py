@@ -8,7 +8,7 @@ would otherwise become a key that signs ``prod``. Each such row therefore carrie
 an HMAC-SHA256, by a key the registry keeps in its TUF keys directory (``rows.key``, mode
 0600, next to the online TUF keys and out of the database's reach), over the row's
 meaning, made when the registry writes the row (registration, revocation, a publisher
-added). ``registry.tuf.state`` makes the delegations from sealed rows only.
+added). ``registry.domains.signing.tuf.state`` makes the delegations from sealed rows only.
 
 What a seal covers:
 
@@ -28,7 +28,7 @@ row back (a key revoked since, a publisher removed since): the limit documented 
 docs/tuf.md#keys. Rows that exist when the registry first makes ``rows.key`` (an upgrade,
 or the embedded bootstrap) are sealed then, on the database's word: trust on first use.
 
-Pure HMAC here; no I/O. The key is read by ``registry.tuf.keys.OnlineKeys.row_seals``.
+Pure HMAC here; no I/O. The key is read by ``signing.tuf.keys.OnlineKeys.row_seals``.
 """
 
 from __future__ import annotations

@@ -25,20 +25,20 @@ from sqlalchemy.orm import Session
 from tuf.api.metadata import Targets
 
 from modelward.registry.db import Database
-from modelward.registry.models import TufProposal
-from modelward.registry.tuf.keys import (
+from modelward.registry.domains.signing.tuf.keys import (
     ALIAS_KEY,
     EMBEDDED_ROLES,
     ONLINE_ROLES,
     ROW_KEY,
     OnlineKeys,
 )
-from modelward.registry.tuf.lost_state import refuse_if_signed_state_lost
-from modelward.registry.tuf.proposals import propose_targets
-from modelward.registry.tuf.repository import Expiries, MetadataRepository, new_root
-from modelward.registry.tuf.rotation import wanted_delegations
-from modelward.registry.tuf.seals import RowSeals, seal_unsealed_rows
-from modelward.registry.tuf.store import SessionStore
+from modelward.registry.domains.signing.tuf.lost_state import refuse_if_signed_state_lost
+from modelward.registry.domains.signing.tuf.proposals import propose_targets
+from modelward.registry.domains.signing.tuf.repository import Expiries, MetadataRepository, new_root
+from modelward.registry.domains.signing.tuf.rotation import wanted_delegations
+from modelward.registry.domains.signing.tuf.seals import RowSeals, seal_unsealed_rows
+from modelward.registry.domains.signing.tuf.store import SessionStore
+from modelward.registry.models import TufProposal
 
 __all__ = [
     "RefreshHealth",
@@ -101,7 +101,7 @@ def ensure_row_seals(session: Session, keys: OnlineKeys) -> bool:
     """Make the registry's row seal key if it has none, and seal, in ``session``, every row
     that exists then (trust on first use: the embedded bootstrap, or the first start after
     the upgrade that added seals). True if this call made the key. From then on only rows
-    the registry writes are sealed (registry.tuf.seals)."""
+    the registry writes are sealed (registry.domains.signing.tuf.seals)."""
     if keys.has(ROW_KEY):
         return False
     if not keys.create_row_key():  # another process made it first: it seals

@@ -1,1 +1,0 @@
-"""Signed decisions: the registry as a TUF repository (docs/tuf.md)."""
