@@ -21,8 +21,9 @@ history of the promotion and the audit events around it.
   order of the spec: file, tuf, signature, envelopes, digests, rollouts (``_verify``,
   ``_digests``, ``_rollouts``);
   ``verify_record_key`` applies its signer rule before a record is signed.
-- ``render_markdown`` and ``render_html`` are readable renderings, ``rollout_lines`` their
-  rollouts section (``_render``).
+- ``render_markdown`` (``_render``) and ``render_html`` (``_page``: the template in
+  ``TEMPLATES_DIR`` the console includes too, and its ``shown`` filter) are readable
+  renderings, ``rollout_lines`` their rollouts section.
 
 Errors (the tree of attest.errors, one branch added)::
 
@@ -55,7 +56,8 @@ from modelward.attest.release._model import (
     VerifiedRecord,
 )
 from modelward.attest.release._moves import signed_moves
-from modelward.attest.release._render import render_html, render_markdown, rollout_lines
+from modelward.attest.release._page import TEMPLATES_DIR, render_html, shown
+from modelward.attest.release._render import render_markdown, rollout_lines
 from modelward.attest.release._rollouts import SignedPlan, signed_plans, signed_steps
 from modelward.attest.release._verify import verify_record, verify_record_key
 
@@ -67,6 +69,7 @@ __all__ = [
     "RecordLimits",
     "ReleaseRecordInvalid",
     "SignedPlan",
+    "TEMPLATES_DIR",
     "VerifiedRecord",
     "build_predicate",
     "classify_files",
@@ -75,6 +78,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "rollout_lines",
+    "shown",
     "signed_moves",
     "signed_plans",
     "signed_steps",

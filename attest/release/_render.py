@@ -1,20 +1,20 @@
-"""Readable renderings of a release-record predicate: Markdown and HTML (docs/release.md).
+"""A readable Markdown rendering of a release-record predicate (docs/release.md; the HTML
+page is ``_page``).
 
-Both show the same sections of plain-text lines: names, digests, verdicts and figures only,
-never embedded bytes, policy keys or payloads. Every value in the HTML is escaped.
+It shows sections of plain-text lines: names, digests, verdicts and figures only, never
+embedded bytes, policy keys or payloads.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from modelward.attest.release._model import ATTESTATION_SECTIONS
 
-__all__ = ["render_html", "render_markdown", "rollout_lines"]
+__all__ = ["render_markdown", "rollout_lines"]
 
 
 def _pinned_inputs(bundle: Mapping[str, Any]) -> list[str]:
@@ -186,23 +186,3 @@ def render_markdown(predicate: Mapping[str, Any]) -> str:
 
 def _md(text: str) -> str:
     return text.replace("`", "'").replace("\n", " ")
-
-
-def render_html(predicate: Mapping[str, Any]) -> str:
-    """A readable HTML rendering; every value is escaped."""
-    record = predicate["record"]
-    title = html.escape(
-        f"Release record: {record['repository']}@{record['alias']} v{record['version']}"
-    )
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{title}</title></head><body>",
-        f"<h1>{title}</h1>",
-    ]
-    for heading, lines in _summary(predicate):
-        parts.append(f"<h2>{html.escape(heading)}</h2><ul>")
-        parts += [f"<li><code>{html.escape(line)}</code></li>" for line in lines]
-        parts.append("</ul>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)

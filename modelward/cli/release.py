@@ -9,6 +9,7 @@ re-checks a record offline against a pinned TUF root: no network.
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
@@ -33,6 +34,13 @@ def _write(path: Path, data: bytes, what: str) -> None:
         path.write_bytes(data)
     except OSError as exc:
         fail(f"{what} {path}: cannot write: {exc.strerror or exc}")
+
+
+def _console_css() -> str:
+    """The console's stylesheet, read as a file the package ships: the standalone page looks
+    like the console without this client command importing the server."""
+    sheet = resources.files("modelward").joinpath("registry", "ui", "static", "console.css")
+    return sheet.read_text(encoding="utf-8")
 
 
 @release_app.command("record")
@@ -102,6 +110,7 @@ def record(
         ReleaseRecordInvalid,
         build_predicate,
         make_record_statement,
+        render_html,
         render_markdown,
         rollout_lines,
         verify_record_key,
@@ -111,7 +120,6 @@ def record(
     from modelward.cli.trust import load_key
     from modelward.client.config import parse_reference
     from modelward.client.release import ReleaseInputError, collect_release
-    from modelward.registry.ui.release_page import render_release_html
 
     private = load_key(key, passphrase_env)  # a bad key: nothing is fetched
     pinned = (
@@ -150,7 +158,8 @@ def record(
     if markdown is not None:
         _write(markdown, render_markdown(predicate).encode("utf-8"), "--markdown")
     if html_out is not None:
-        _write(html_out, render_release_html(predicate).encode("utf-8"), "--html")
+        page = render_html(predicate, css=_console_css())
+        _write(html_out, page.encode("utf-8"), "--html")
     rec = predicate["record"]
     if as_json:
         answer = {
@@ -182,7 +191,7 @@ def record(
         f"wrote the release record of {rec['repository']}@{rec['alias']} version "
         f"{rec['version']} ({rec['digest']}) to {out}"
     )
-    if predicate["rollouts"]:
+    if predicate["rollouts"] or predicate["later_rollouts"]:
         for line in rollout_lines(predicate):
             typer.echo(f"  {line}")
 

@@ -18,15 +18,16 @@ from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
+from modelward.attest.release import TEMPLATES_DIR as RELEASE_TEMPLATES
+from modelward.attest.release import shown
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.errors import BadRequest, Forbidden
 from modelward.registry.ui import api_view, proposal_view, release_view, rollout_view, views
-from modelward.registry.ui.release_page import shown
 from modelward.registry.ui.release_view import MAX_ROLE_VERSIONS
 from modelward.registry.ui.sessions import (
     COOKIE,
@@ -55,7 +56,10 @@ def _visible(value: Any) -> Any:
 
 
 TEMPLATES = Environment(
-    loader=FileSystemLoader(HERE / "templates"),
+    # the release record's body is attest's, the one `release record --html` writes
+    loader=ChoiceLoader(
+        [FileSystemLoader(HERE / "templates"), FileSystemLoader(RELEASE_TEMPLATES)]
+    ),
     autoescape=select_autoescape(default=True, default_for_string=True),
     finalize=_visible,
     trim_blocks=True,

@@ -409,7 +409,7 @@ def test_the_webhook_commands(registry: Registry, receiver: Receiver) -> None:
     (delivery,) = deliveries(registry, hook["id"])
     registry.cli("webhook", "redeliver", str(hook["id"]), str(delivery["id"]), check=True)
     bad = registry.cli("webhook", "add", "http://u:p@example.com/")
-    assert bad.returncode == 2
+    assert bad.returncode == 1  # the registry's refusal (400): the CLI holds no copy of its rules
     assert "credentials" in bad.stderr
     registry.cli("webhook", "remove", str(hook["id"]), check=True)
     assert url not in registry.cli("webhook", "list", check=True).stdout
