@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from modelward.client.api import APIError
-from modelward.client.errors import NotFoundError
+from modelward.client.errors import ForbiddenError, NotFoundError
 from modelward.registry.domains.rollouts.analysis import CONTROLLER
 from tests.registry.conftest import Registry, new_publisher, push_new
 from tests.rollouts.fleet_reports import POLICY, Canary, Worker, audit_mark, canary_at
@@ -249,3 +249,19 @@ def test_rollout_analyze_cli(registry: Registry, tmp_path: Path) -> None:
     assert (answer["verdict"], answer["action"]) == ("inconclusive", "held")
     text = registry.cli("rollout", "analyze", f"{c.repo}@prod", token=c.publisher.actor.token)
     assert "inconclusive -> held" in text.stdout
+
+
+@pytest.mark.sqlite_only
+def test_analyze_is_for_who_may_advance(registry: Registry, tmp_path: Path) -> None:
+    """``rollout analyze`` makes the registry sign a step: the ``PUBLISH`` row of the
+    authorization table (publishers of the repository, admins). A reader, and a publisher
+    the repository does not list, get 403 and leave no ``rollout.analyze`` event."""
+    c = analysis_canary(registry, tmp_path, min_samples=10_000)
+    mark = audit_mark(registry)
+    for outsider in (registry.actor("reader"), new_publisher(registry).actor):
+        with pytest.raises(ForbiddenError):
+            outsider.client.analyze_rollout(c.repo, c.alias)
+    events = registry.admin.iter_audit(after=mark)
+    assert [e for e in events if e["action"] == "rollout.analyze"] == []
+    answer = registry.admin.analyze_rollout(c.repo, c.alias)
+    assert (answer["verdict"], answer["action"]) == ("inconclusive", "held")

@@ -13,7 +13,9 @@ action                 who
 ``ADMINISTER``         admins: principals, tokens, quotas, orgs, GC, a repository's
                        publishers, lifting what only an admin may
 ``PUBLISH``            admins anywhere; publishers in the repositories that list them
-                       (``repo add-publisher``): push, alias moves, provenance
+                       (``repo add-publisher``): push, alias moves, provenance, and a
+                       rollout's start, advance, abort and ``rollout analyze`` (the
+                       registry signs the step its judge gives)
 ``OWN``                publishers and admins: may create repositories, own orgs, be
                        listed as a repository's publisher
 ``HOLD_KEYS``          admins, publishers and reviewers: register signing keys

@@ -60,7 +60,7 @@ from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.quarantine.service import is_quarantined
-from modelward.registry.domains.repos.service import get_repo
+from modelward.registry.domains.repos.service import writable_repo
 from modelward.registry.domains.rollouts import service
 from modelward.registry.domains.rollouts.reports import reports_in_window
 from modelward.registry.domains.rollouts.rows import ACTIVE
@@ -471,12 +471,14 @@ def analyze(
     state: AppState, *, repo_name: str, alias: str, caller: Caller, now: datetime | None = None
 ) -> dict[str, Any]:
     """``rollout analyze``: judge the latest rollout of ``repo_name@alias`` now and act on
-    it as the controller would (``caller`` must be able to read the repository; the
-    actions are the controller's, on the rollout creator's authority); audited
-    ``rollout.analyze`` with the verdict and the action."""
+    it as the controller would. The registry signs the step the judge gives, so ``caller``
+    must be one who may advance or abort it by hand: a publisher of the repository or an
+    admin (``PUBLISH`` in auth.authz; 403 otherwise). The actions are the controller's, on
+    the rollout creator's authority; audited ``rollout.analyze`` with the verdict and the
+    action."""
     now = now or utcnow()
     with state.db.read() as session:
-        repo_row = get_repo(session, repo_name, caller)
+        repo_row = writable_repo(session, repo_name, caller)
         row_id = session.scalar(
             select(Rollout.id)
             .where(Rollout.repo_id == repo_row.id, Rollout.alias == alias)
