@@ -434,7 +434,8 @@ def _keep_signing(state: AppState, stop: threading.Event, mirror: MetadataMirror
     lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried.
     The metadata mirror gets the full current set at start, and again at every interval
     while its last sync failed (docs/tuf.md#mirrors)."""
-    from modelward.registry.domains.signing.service import ensure_root, refresh
+    from modelward.registry.domains.signing.online import ensure_root
+    from modelward.registry.domains.signing.publish import refresh
 
     interval = state.settings.tuf_refresh_interval_seconds
     first = True

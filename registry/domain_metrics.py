@@ -48,8 +48,8 @@ from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.domains.signing.role_access import repository_of_role
-from modelward.registry.domains.signing.service import signed_aliases
 from modelward.registry.domains.signing.tuf.bootstrap import refresh_health
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.models import Alias, QuarantinedDigest, Repository, TufMetadata, TufProposal
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]

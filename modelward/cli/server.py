@@ -125,7 +125,7 @@ def serve(
     secret = settings.bootstrap_token.get_secret_value() if settings.bootstrap_token else None
     with state.db.write() as session:
         created = bootstrap_admin(session, secret)
-    from modelward.registry.domains.signing.service import DB_WRITER_ONLINE, ensure_root, trust_of
+    from modelward.registry.domains.signing.online import DB_WRITER_ONLINE, ensure_root, trust_of
 
     if ensure_root(state):
         typer.echo(

@@ -31,7 +31,7 @@ from modelward.registry.domains.bundles import service as bundles
 from modelward.registry.domains.moves.refusals import report_json
 from modelward.registry.domains.moves.service import read_move
 from modelward.registry.domains.repos import listing
-from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.proposals import get_proposal
 from modelward.registry.domains.signing.role_access import proposals_readable
 from modelward.registry.errors import NotFound, RegistryError
 from modelward.registry.models import Principal
@@ -137,7 +137,7 @@ def proposal_page(state: AppState, caller: Caller, proposal_id: int) -> dict[str
     A published proposal is judged as it was decided: against its ``from_digest`` (the alias
     names the candidate now, and a bundle compared with itself fails every gate)."""
     with state.db.read() as session:
-        found = trust.get_proposal(session, state, proposal_id)
+        found = get_proposal(session, state, proposal_id)
         if not proposals_readable(session, caller, [found]):  # as a missing proposal
             raise NotFound(f"no TUF proposal {proposal_id}")
         payload = base64.b64decode(found.pop("payload", "") or b"")

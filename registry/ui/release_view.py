@@ -41,7 +41,7 @@ from modelward.registry.domains.auth.deps import require
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles.service import find_bundle
 from modelward.registry.domains.repos import listing
-from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.online import repository
 from modelward.registry.errors import NotFound
 from modelward.registry.policy import builtin_default_policy
 

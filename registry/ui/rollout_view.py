@@ -19,7 +19,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.rollouts.signed import signed_plan
 from modelward.registry.domains.rollouts.views import rollout_json
-from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Rollout, TufProposal

@@ -32,7 +32,7 @@ from modelward.registry.domains.bundles.verdict import trust_for, verify_attachm
 from modelward.registry.domains.quarantine.service import require_readable
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.proposals import list_proposals
 from modelward.registry.domains.signing.role_access import proposals_readable
 from modelward.registry.errors import RegistryError
 from modelward.registry.models import Principal, SigningKey
@@ -73,7 +73,7 @@ def _pending(
 ) -> list[dict[str, Any]]:
     """The pending alias moves and rollout plans (``proposal_view.subject_of``) the caller
     may read, of one repository or all."""
-    listed = trust.list_proposals(session, state, pending_only=True, repo_name=None, alias=None)
+    listed = list_proposals(session, state, pending_only=True, repo_name=None, alias=None)
     readable = proposals_readable(session, caller, listed)  # a private repository's: not
     subjects = [subject_of(p) for p in readable]
     return [p for p in subjects if p["subject"] != "other" and repo_name in (None, p["repository"])]
@@ -109,7 +109,7 @@ def alias_page(state: AppState, caller: Caller, repo_name: str, alias: str) -> d
         listing.readable_repo(session, repo_name, caller)
         current = aliases.get_alias(session, repo_name, alias, caller)
         history = aliases.history(session, repo_name, alias, caller)
-        proposals = trust.list_proposals(
+        proposals = list_proposals(
             session, state, pending_only=False, repo_name=repo_name, alias=alias
         )
         record, held = None, None

@@ -16,7 +16,7 @@ from tuf.api.metadata import Metadata
 
 from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, quarantine_path
 from modelward.registry.domains._state import AppState
-from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import NotFound

@@ -22,9 +22,9 @@ ALLOWED = {
     ("domains/repos/service.py", "authorized_repo"): "a write its caller was authorized for",
     ("domains/oci/auth.py", "granted"): "push scope, from readable_repos",
     ("domains/signing/role_access.py", "may_read_role"): "the rule for TUF role files",
-    ("domains/signing/service.py", "_excluded"): "the two-person rule, no answer to a caller",
+    ("domains/signing/sign.py", "_excluded"): "the two-person rule, no answer to a caller",
     (
-        "domains/signing/service.py",
+        "domains/signing/sign.py",
         "_evaluators",
     ): "the rule's distinct_from, no answer to a caller",
     (

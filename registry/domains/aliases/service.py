@@ -70,11 +70,12 @@ from modelward.registry.domains.repos.listing import (
     readable_repo,
 )
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.signing.service import proposal_json as tuf_json
-from modelward.registry.domains.signing.service import propose_alias, signed_aliases
-from modelward.registry.domains.signing.service import repository as tuf_repository
+from modelward.registry.domains.signing.online import repository as tuf_repository
+from modelward.registry.domains.signing.proposals import proposal_json as tuf_json
+from modelward.registry.domains.signing.proposals import propose_alias
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.store import SessionStore
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -481,7 +482,7 @@ def withdraw_approval(
     bundle = find_bundle(session, repo, digest)
     row = _approval(session, bundle.id, alias, caller.id)
     # the caller's TUF signatures on the pending move stop counting too (docs/tuf.md)
-    from modelward.registry.domains.signing.service import withdraw_approval_signatures
+    from modelward.registry.domains.signing.revocation import withdraw_approval_signatures
 
     unsigned = withdraw_approval_signatures(
         session, repo_name=repo_name, alias=alias, digest=bundle.digest, caller=caller

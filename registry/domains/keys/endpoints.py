@@ -13,7 +13,8 @@ from modelward.registry.domains._who_may_sign import register_change, who_may_si
 from modelward.registry.domains.auth.deps import AnyCaller, KeyHolder, Publisher
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.keys import service
-from modelward.registry.domains.signing.service import key_revoked, row_seals
+from modelward.registry.domains.signing.online import row_seals
+from modelward.registry.domains.signing.revocation import key_revoked
 
 router = APIRouter(prefix="/v1", tags=["keys"])
 

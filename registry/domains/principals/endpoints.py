@@ -14,7 +14,9 @@ from modelward.registry.domains._who_may_sign import admin_only, register_change
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
 from modelward.registry.domains.auth.service import MAX_TOKEN_LIFETIME, Caller
 from modelward.registry.domains.principals import service
-from modelward.registry.domains.signing import service as trust
+from modelward.registry.domains.signing.online import repository
+from modelward.registry.domains.signing.publish import sync
+from modelward.registry.domains.signing.revocation import signers_left
 from modelward.registry.domains.signing.tuf.bootstrap import row_seals
 from modelward.registry.domains.signing.tuf.keys import tuf_keys
 from modelward.registry.models import SigningKey
@@ -71,7 +73,7 @@ def set_role(
     with state.db.write() as session:
         with who_may_sign(session, state, change=change, caller=caller, force=force):
             p = service.set_role(session, name=name, role=body.role, actor=caller.name, seals=seals)
-        trust.sync(session, state, trust.repository(session, state), proposer_id=caller.id)
+        sync(session, state, repository(session, state), proposer_id=caller.id)
         return service.principal_json(p)
 
 
@@ -97,7 +99,7 @@ def disable_principal(
         keyids = list(
             session.scalars(select(SigningKey.keyid).where(SigningKey.principal_id == p.id))
         )
-        trust.signers_left(
+        signers_left(
             session,
             state,
             keyids,
@@ -115,7 +117,7 @@ def enable_principal(name: str, caller: Admin, state: State) -> dict[str, Any]:
     seals = row_seals(state.db, tuf_keys(state.settings))
     with state.db.write() as session:
         p = service.set_disabled(session, name=name, disabled=False, actor=caller.name, seals=seals)
-        trust.sync(session, state, trust.repository(session, state), proposer_id=caller.id)
+        sync(session, state, repository(session, state), proposer_id=caller.id)
         return service.principal_json(p)
 
 

@@ -63,8 +63,9 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
-from modelward.registry.domains.signing.service import repository, signed_aliases, trust_of
+from modelward.registry.domains.signing.online import repository, trust_of
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.errors import (
     BadRequest,
     Conflict,

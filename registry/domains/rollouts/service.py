@@ -54,12 +54,8 @@ from modelward.registry.domains.rollouts.cohorts import (
 from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.rollouts.views import rollout_json
-from modelward.registry.domains.signing.service import (
-    repository,
-    signed_aliases,
-    sync,
-    trust_of,
-)
+from modelward.registry.domains.signing.online import repository, trust_of
+from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.bootstrap import delegated_as_wanted
 from modelward.registry.domains.signing.tuf.keys import ALIAS_KEY
 from modelward.registry.domains.signing.tuf.proposals import (
@@ -68,6 +64,7 @@ from modelward.registry.domains.signing.tuf.proposals import (
     propose_target,
 )
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow

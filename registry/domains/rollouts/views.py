@@ -21,8 +21,9 @@ from modelward.registry.domains.rollouts.cohorts import cohorts_json
 from modelward.registry.domains.rollouts.reports import fleet
 from modelward.registry.domains.rollouts.rows import latest_rollout
 from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
-from modelward.registry.domains.signing.service import repository, signed_aliases
+from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
 

@@ -15,14 +15,21 @@ from pydantic import BaseModel, Field
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.signing import service
+from modelward.registry.domains.signing.adopt import adopt as adopt_aliases
 from modelward.registry.domains.signing.fast_path import authenticate_reader
 from modelward.registry.domains.signing.impact import impact as impact_of
+from modelward.registry.domains.signing.proposals import get_proposal, list_proposals
+from modelward.registry.domains.signing.publish import refresh
+from modelward.registry.domains.signing.resign import propose_resign
 from modelward.registry.domains.signing.role_access import (
     may_read_role,
     proposals_readable,
     repository_of_role,
 )
+from modelward.registry.domains.signing.root import install_root as keep_root
+from modelward.registry.domains.signing.root import next_online_keys
+from modelward.registry.domains.signing.sign import sign_proposal
+from modelward.registry.domains.signing.status import status
 from modelward.registry.domains.signing.tuf.served import Missing, etag_matches
 from modelward.registry.domains.signing.tuf.store import parse_file_name
 from modelward.registry.errors import BadRequest, NotFound
@@ -82,7 +89,7 @@ def trust_status(caller: AnyCaller, state: State) -> dict[str, Any]:
     """Every role's version and expiry, which expire soon, the keys held online; a private
     repository's roles only to its readers (docs/tuf.md#private-repositories)."""
     with state.db.read() as session:
-        answer = service.status(session, state)
+        answer = status(session, state)
         for key in ("roles", "short_of_threshold"):
             answer[key] = proposals_readable(session, caller, answer[key])
         return answer
@@ -99,7 +106,7 @@ def proposals(
 ) -> dict[str, Any]:
     """The newest proposals (200 at most), pending ones only unless ``pending=false``."""
     with state.db.read() as session:
-        items = service.list_proposals(
+        items = list_proposals(
             session, state, pending_only=pending, repo_name=repository, alias=alias
         )
         items = proposals_readable(session, caller, items)
@@ -110,9 +117,7 @@ def proposals(
 def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any]:
     """One proposal with its ``payload`` (base64 of the unsigned metadata to sign)."""
     with state.db.read() as session:
-        found = proposals_readable(
-            session, caller, [service.get_proposal(session, state, proposal_id)]
-        )
+        found = proposals_readable(session, caller, [get_proposal(session, state, proposal_id)])
     if not found:  # a private repository's proposal: as a missing one
         raise NotFound(f"no TUF proposal {proposal_id}")
     return found[0]
@@ -121,7 +126,7 @@ def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any
 @router.post("/v1/tuf/proposals/{proposal_id}/signatures")
 def sign(proposal_id: int, body: SignatureIn, caller: AnyCaller, state: State) -> dict[str, Any]:
     """Add a signature made with one of the caller's keys; published at threshold."""
-    return service.sign_proposal(
+    return sign_proposal(
         state, proposal_id, keyid=body.keyid, signature_hex=body.signature, caller=caller
     )
 
@@ -133,7 +138,7 @@ def install_root(body: RootIn, caller: Admin, state: State) -> dict[str, Any]:
         data = base64.b64decode(body.root, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise BadRequest(f"root: not base64: {exc}") from exc
-    return service.install_root(state, data, caller=caller)
+    return keep_root(state, data, caller=caller)
 
 
 @router.post("/v1/tuf/sync")
@@ -142,12 +147,12 @@ def sync(caller: Admin, state: State) -> dict[str, Any]:
     each step it could not do (``step``, ``code``, ``message``; ``role`` and ``version`` of
     a stored row it refuses), empty when all went well; nothing of a failed re-signing is
     kept. 503 ``tuf_key_unavailable`` when this replica holds no online keys."""
-    done = service.refresh(state)
+    done = refresh(state)
     with state.db.read() as session:
         return {
             "changed": done.changed,
             "failed": [f.as_json() for f in done.failed],
-            **service.status(session, state),
+            **status(session, state),
         }
 
 
@@ -210,16 +215,16 @@ def resign(body: ResignIn, caller: KeyHolder, state: State) -> dict[str, Any]:
     """Proposals re-signing ``repository``'s roles (``alias``: the role deciding it) with
     their signers' newest keys, for them to sign (docs/tuf.md#rotating-a-signers-key):
     ``proposals`` (a pending one reused), ``current`` (roles that need nothing)."""
-    return service.propose_resign(state, repo_name=body.repository, alias=body.alias, caller=caller)
+    return propose_resign(state, repo_name=body.repository, alias=body.alias, caller=caller)
 
 
 @router.post("/v1/tuf/adopt")
 def adopt(caller: Admin, state: State) -> dict[str, Any]:
     """The migration step: propose every alias recorded unsigned, one proposal per role."""
-    return {"proposals": service.adopt(state, caller=caller)}
+    return {"proposals": adopt_aliases(state, caller=caller)}
 
 
 @router.post("/v1/tuf/online-keys")
 def online_keys(caller: Admin, state: State) -> dict[str, Any]:
     """New snapshot and timestamp keys for ``trust rotate --online``: their public halves."""
-    return service.next_online_keys(state, caller=caller)
+    return next_online_keys(state, caller=caller)

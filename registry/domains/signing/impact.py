@@ -21,7 +21,7 @@ from modelward.registry.domains._state import AppState
 from modelward.registry.domains._who_may_sign import CHANGES, who_may_sign
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
-from modelward.registry.domains.signing.service import repository
+from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.proposals import TARGETS_ROLE
 from modelward.registry.domains.signing.tuf.rotation import (
     SignaturesLost,

@@ -36,13 +36,11 @@ from modelward.registry.domains.quarantine.service import (
 )
 from modelward.registry.domains.quarantine.service import quarantine as quarantine_digest
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.signing.service import (
-    propose_quarantine,
-    repository,
-    signed_aliases,
-    sync,
-)
+from modelward.registry.domains.signing.online import repository
+from modelward.registry.domains.signing.proposals import propose_quarantine
+from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.proposals import propose_target
+from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.errors import Conflict, NotFound
 from modelward.registry.models import Bundle, Repository, TufProposal, utcnow
 
