@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from tuf.api.metadata import DelegatedRole, Metadata, Targets
 
-from modelward.attest.rollout import PlanInvalid, RolloutPlan, parse_plan
-from modelward.attest.rollout.paths import signed_custom
+from modelward.attest.rollout import PlanInvalid, RolloutPlan
+from modelward.attest.rollout.signed import plan_in
 from modelward.attest.tuf import TargetChange, public_key_of
 
 if TYPE_CHECKING:
@@ -124,15 +124,10 @@ def _digest(target: TargetFile) -> str:
 
 
 def _plan(path: str, target: TargetFile) -> RolloutPlan:
-    raw = signed_custom(target, "plan")
-    if raw is None:
-        raise ProposalRefused(
-            f"target {path}: its signed custom.plan is not the bytes its sha256 names"
-        )
     try:
-        return parse_plan(raw)
+        return plan_in(target)
     except PlanInvalid as exc:
-        raise ProposalRefused(f"target {path}: the signed rollout plan is refused: {exc}") from exc
+        raise ProposalRefused(f"target {path}: {exc}") from exc
 
 
 def _roles(md: Metadata[Targets] | None) -> dict[str, DelegatedRole]:

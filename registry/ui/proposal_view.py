@@ -23,8 +23,9 @@ from modelward.attest.alias_decision import decide_move_result
 from modelward.attest.bundle_diff import diff_bundles
 from modelward.attest.errors import AttestError
 from modelward.attest.evaluation import GatesJudgement, gate_label
-from modelward.attest.rollout import PlanInvalid, RolloutPlan, parse_plan
-from modelward.attest.rollout.paths import rollout_path, signed_custom
+from modelward.attest.rollout import PlanInvalid, RolloutPlan
+from modelward.attest.rollout.paths import rollout_path
+from modelward.attest.rollout.signed import plan_in
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import service as bundles
@@ -61,14 +62,10 @@ def plan_of(payload: bytes, repo_name: str, alias: str) -> RolloutPlan | None:
     except (DeserializationError, ValueError):
         return None
     target = md.signed.targets.get(rollout_path(repo_name, alias))
-    data = signed_custom(target, "plan") if target is not None else None
-    if data is None:
-        return None
     try:
-        plan = parse_plan(data)
+        return plan_in(target, repo=repo_name, alias=alias)
     except PlanInvalid:
         return None
-    return plan if (plan.repository, plan.alias) == (repo_name, alias) else None
 
 
 def plan_json(plan: RolloutPlan) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from modelward.attest.rollout import (
     PlanInvalid,
     RolloutPlan,
     RolloutStep,
-    parse_plan,
     parse_step,
 )
 from modelward.attest.rollout.paths import rollout_path, rollout_role, signed_custom, step_path
+from modelward.attest.rollout.signed import plan_in
 from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.errors import NotFound
@@ -45,15 +45,10 @@ def signed_plan(repo: MetadataRepository, repo_name: str, alias: str) -> Rollout
         role = delegated_role_for(repo, path)
     except NotFound:
         return None
-    target = _target(repo, role.name, path)
-    data = signed_custom(target, "plan") if target is not None else None
-    if data is None:
-        return None
     try:
-        plan = parse_plan(data)
+        return plan_in(_target(repo, role.name, path), repo=repo_name, alias=alias)
     except PlanInvalid:
         return None
-    return plan if (plan.repository, plan.alias) == (repo_name, alias) else None
 
 
 def signed_step(
