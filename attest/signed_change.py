@@ -127,7 +127,7 @@ def _plan(path: str, target: TargetFile) -> RolloutPlan:
     try:
         return plan_in(target)
     except PlanInvalid as exc:
-        raise ProposalRefused(f"target {path}: {exc}") from exc
+        raise ProposalRefused(f"target {path}: the signed rollout plan is refused: {exc}") from exc
 
 
 def _roles(md: Metadata[Targets] | None) -> dict[str, DelegatedRole]:

@@ -31,13 +31,10 @@ def plan_in(
     # (1) the bytes the signature covers
     raw = signed_custom(target, "plan")
     if raw is None:
-        raise PlanInvalid("its signed custom.plan is not the bytes its sha256 names")
-    # (2) a valid plan
-    try:
-        plan = parse_plan(raw)
-    except PlanInvalid as exc:
-        raise PlanInvalid(f"the signed rollout plan is refused: {exc}") from exc
+        raise PlanInvalid("custom.plan", "not the bytes its sha256 names")
+    # (2) a valid plan (parse_plan's PlanInvalid names the field)
+    plan = parse_plan(raw)
     # (3) for the alias asked about
     if repo is not None and (plan.repository, plan.alias) != (repo, alias):
-        raise PlanInvalid(f"the plan is for {plan.repository}@{plan.alias}, not {repo}@{alias}")
+        raise PlanInvalid("repository", f"the plan is for {plan.repository}@{plan.alias}")
     return plan
