@@ -62,6 +62,7 @@ from modelward.registry.domains.oci.errors import is_oci_path, oci_error_respons
 from modelward.registry.domains.signing.tuf.mirror_files import MetadataMirror, open_mirror
 from modelward.registry.domains.signing.tuf.store import add_commit_listener
 from modelward.registry.errors import ConfigurationError, RegistryError
+from modelward.registry.kit.periodic import start_periodic
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
 from modelward.registry.ui import error_page, install_console, is_console_path
@@ -407,21 +408,24 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
     # the metadata as static files after every TUF commit of this process (docs/tuf.md#mirrors)
     mirror: MetadataMirror = app.state.tuf_mirror
     unlisten = add_commit_listener(mirror.on_commit)
-    refresher = threading.Thread(
-        target=_keep_signing,
-        args=(app.state.registry, stop, mirror),
-        name="tuf-refresh",
-        daemon=True,
+    state: AppState = app.state.registry
+    start_periodic(
+        "tuf-refresh",
+        state.settings.tuf_refresh_interval_seconds,
+        _TufUpkeep(state, mirror),
+        stop=stop,
+        log=log,
+        failed="tuf_refresh_failed",
+        at_start=True,
     )
-    refresher.start()
     # signed webhooks: this process's delivery loop (docs/webhooks.md#delivery)
     from modelward.registry.domains.webhooks.delivery import start_delivery
 
-    start_delivery(app.state.registry, stop)
+    start_delivery(state, stop)
     # the rollout controller: judges the rollouts under way (docs/rollouts.md#analysis)
     from modelward.registry.domains.rollouts.controller import start_controller
 
-    start_controller(app.state.registry, stop)
+    start_controller(state, stop)
     try:
         yield
     finally:
@@ -429,34 +433,28 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
         unlisten()
 
 
-def _keep_signing(state: AppState, stop: threading.Event, mirror: MetadataMirror) -> None:
+class _TufUpkeep:
     """The TUF root exists, and snapshot and timestamp are re-signed past half their
-    lifetime, without anyone acting (docs/tuf.md#keys). Failures are logged and retried.
-    The metadata mirror gets the full current set at start, and again at every interval
-    while its last sync failed (docs/tuf.md#mirrors)."""
-    from modelward.registry.domains.signing.online import ensure_root
-    from modelward.registry.domains.signing.publish import refresh
+    lifetime, without anyone acting (docs/tuf.md#keys); run every
+    ``tuf_refresh_interval_seconds`` by ``kit.periodic``, which logs a failure and retries.
+    The metadata mirror gets the full current set at start, and again at every run while
+    its last sync failed (docs/tuf.md#mirrors)."""
 
-    interval = state.settings.tuf_refresh_interval_seconds
-    first = True
-    while first or not stop.wait(interval):
+    def __init__(self, state: AppState, mirror: MetadataMirror) -> None:
+        self.state, self.mirror, self.first = state, mirror, True
+
+    def __call__(self) -> None:
+        from modelward.registry.domains.signing.online import ensure_root
+        from modelward.registry.domains.signing.publish import refresh
+
         try:
-            if first:
-                ensure_root(state)
-            refresh(state)
-        except Exception as exc:  # noqa: BLE001 - logged by type; retried next interval
-            log.error(  # noqa: TRY400 - the type and message say it; no payload in logs
-                json.dumps(
-                    {
-                        "event": "tuf_refresh_failed",
-                        "exception": type(exc).__name__,
-                        "message": str(exc)[:500],
-                    }
-                )
-            )
-        if first or mirror.failing:
-            mirror.sync()  # never raises: logged and counted
-        first = False
+            if self.first:
+                ensure_root(self.state)
+            refresh(self.state)
+        finally:
+            if self.first or self.mirror.failing:
+                self.mirror.sync()  # never raises: logged and counted
+            self.first = False
 
 
 # What an anonymous scrape (``metrics_public``) gets: an allow-list, so that a metric added

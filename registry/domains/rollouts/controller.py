@@ -10,42 +10,27 @@ logged and the next one runs; with no rollout under way a tick is one small quer
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import threading
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.rollouts.analysis import tick
+from modelward.registry.kit.periodic import start_periodic
 
 __all__ = ["start_controller"]
 
 log = logging.getLogger("modelward.registry.rollouts")
 
 
-def _run(state: AppState, stop: threading.Event, interval: float) -> None:
-    while not stop.wait(interval):
-        try:
-            tick(state)
-        except Exception as exc:  # noqa: BLE001 - logged by type; the next tick runs
-            log.error(  # noqa: TRY400 - the type and message say it
-                json.dumps(
-                    {
-                        "event": "rollout_controller_failed",
-                        "exception": type(exc).__name__,
-                        "message": str(exc)[:500],
-                    }
-                )
-            )
-
-
 def start_controller(state: AppState, stop: threading.Event) -> threading.Thread | None:
     """Start the controller thread (a daemon, ended by ``stop``); None when
     ``rollout_analysis_seconds`` is 0."""
-    interval = float(state.settings.rollout_analysis_seconds)
-    if interval <= 0:
-        return None
-    thread = threading.Thread(
-        target=_run, args=(state, stop, interval), name="rollout-controller", daemon=True
+    return start_periodic(
+        "rollout-controller",
+        float(state.settings.rollout_analysis_seconds),
+        functools.partial(tick, state),
+        stop=stop,
+        log=log,
+        failed="rollout_controller_failed",
     )
-    thread.start()
-    return thread

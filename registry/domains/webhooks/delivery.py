@@ -48,6 +48,8 @@ from modelward.registry.domains._state import AppState
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.webhooks.outbox import ACTIVE
 from modelward.registry.domains.webhooks.sealing import Sealer
+from modelward.registry.kit.logs import log_failure
+from modelward.registry.kit.periodic import run_every
 from modelward.registry.models import (
     WebhookAttempt,
     WebhookDelivery,
@@ -259,19 +261,14 @@ class DeliveryLoop:
 
     def run(self) -> None:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="webhook") as pool:
-            while not self.stop.wait(self.poll):
-                try:
-                    self.round(pool)
-                except Exception as exc:  # noqa: BLE001 - logged by type; retried next poll
-                    log.error(  # noqa: TRY400 - no traceback: no payload in logs
-                        json.dumps(
-                            {
-                                "event": "webhook_loop_failed",
-                                "exception": type(exc).__name__,
-                                "message": str(exc)[:MAX_ERROR],
-                            }
-                        )
-                    )
+            run_every(
+                self.poll,
+                functools.partial(self.round, pool),
+                stop=self.stop,
+                log=log,
+                failed="webhook_loop_failed",
+                message=MAX_ERROR,
+            )
 
     def round(self, pool: ThreadPoolExecutor) -> None:
         with self.lock:
@@ -315,15 +312,7 @@ class DeliveryLoop:
                     max_attempts=self.max_attempts,
                 )
         except Exception as exc:  # noqa: BLE001 - the claim expires; the next process retries
-            log.error(  # noqa: TRY400 - no traceback: no payload in logs
-                json.dumps(
-                    {
-                        "event": "webhook_record_failed",
-                        "delivery": item.delivery_id,
-                        "exception": type(exc).__name__,
-                    }
-                )
-            )
+            log_failure(log, "webhook_record_failed", exc, message=None, delivery=item.delivery_id)
 
 
 def start_delivery(state: AppState, stop: threading.Event) -> threading.Thread | None:

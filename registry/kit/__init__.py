@@ -1,0 +1,9 @@
+"""The registry's small mechanisms, written once for every domain (docs/architecture.md):
+
+- ``logs.log_failure``: the one JSON log line of a failure (event, context, exception type,
+  message cut short; never a traceback, which may quote a payload);
+- ``periodic.run_every`` / ``start_periodic``: a job every N seconds until a stop event,
+  each failure logged and the next run kept.
+
+Nothing here imports a domain.
+"""
