@@ -240,19 +240,21 @@ def _rollouts(
     client: RegistryClient, repo: str, alias: str, version: int, role_versions: list[bytes]
 ) -> dict[str, dict[str, Any]]:
     """For each rollout of signed move ``version`` (``attest.release.signed_plans`` of the
-    alias's role versions: the plans it signed since the previous move), by rollout id: the
+    alias's role versions: the plans it signed since the previous move; and
+    ``later_plans``: those run from this move's digest since), by rollout id: the
     versions of ``ORG:NAME@=rollout`` from the first to the last that the registry says
     signed one of its steps (consecutive: ``release verify`` holds them to it), and the
     registry's status of it (unsigned context: times, verdicts, the rollback figures)."""
     from tuf.api.metadata import Metadata, Targets
 
-    from modelward.attest.release import signed_moves, signed_plans
+    from modelward.attest.release import later_plans, signed_moves, signed_plans
     from modelward.attest.rollout.paths import rollout_role
     from modelward.attest.tuf import alias_path
 
     mds = [Metadata[Targets].from_bytes(data) for data in role_versions]
     moves = signed_moves(alias_path(repo, alias), mds)
     plans = signed_plans(repo, alias, mds, moves, version)
+    plans += later_plans(repo, alias, mds, moves, version)
     if not plans:
         return {}
     try:

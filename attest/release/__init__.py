@@ -15,8 +15,10 @@ history of the promotion and the audit events around it.
   a record claims (``_moves``); the registry's alias-history rows are unsigned context.
 - ``signed_plans`` and ``signed_steps`` are the release's rollouts as the alias's role and
   ``ORG:NAME@=rollout`` sign them (``_rollouts``): the plans of the alias signed between the
-  previous move and this one, and each one's steps; the registry's times, verdicts and
-  rollback figures are unsigned context.
+  previous move and this one, and each one's steps; ``later_plans`` the rollouts run from
+  this release's digest since (a canary aborted after the last move); the verdicts the
+  signed steps acted on (``_verdicts``); the registry's times, holds and rollback figures
+  are unsigned context.
 - ``verify_record`` is the one decision about a record file, offline, in six checks in the
   order of the spec: file, tuf, signature, envelopes, digests, rollouts (``_verify``,
   ``_digests``, ``_rollouts``);
@@ -58,7 +60,7 @@ from modelward.attest.release._model import (
 from modelward.attest.release._moves import signed_moves
 from modelward.attest.release._page import TEMPLATES_DIR, render_html, shown
 from modelward.attest.release._render import render_markdown, rollout_lines
-from modelward.attest.release._rollouts import SignedPlan, signed_plans, signed_steps
+from modelward.attest.release._rollouts import SignedPlan, later_plans, signed_plans, signed_steps
 from modelward.attest.release._verify import verify_record, verify_record_key
 
 __all__ = [
@@ -74,6 +76,7 @@ __all__ = [
     "build_predicate",
     "classify_files",
     "gate_decisions",
+    "later_plans",
     "make_record_statement",
     "render_html",
     "render_markdown",

@@ -21,7 +21,12 @@ from modelward.attest.dsse import sign_envelope
 from modelward.attest.errors import AttestError
 from modelward.attest.release._model import ATTESTATION_SECTIONS, PREDICATE_TYPE, blob, sha256
 from modelward.attest.release._moves import signed_moves
-from modelward.attest.release._rollouts import build_rollouts, signed_plans
+from modelward.attest.release._rollouts import (
+    build_rollouts,
+    later_plans,
+    next_digest,
+    signed_plans,
+)
 from modelward.attest.statement import PredicateType, make_statement, strict_json_loads
 from modelward.attest.tuf import alias_path
 
@@ -341,6 +346,13 @@ def build_predicate(
             alias=alias,
             digest=parsed.digest,
             plans=signed_plans(repository, alias, role_mds, moves, version),
+            fetched=rollouts or {},
+        ),
+        "later_rollouts": build_rollouts(
+            repository=repository,
+            alias=alias,
+            digest=next_digest(moves, version),
+            plans=later_plans(repository, alias, role_mds, moves, version),
             fetched=rollouts or {},
         ),
     }

@@ -139,40 +139,58 @@ def _summary(predicate: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
 
 
 def rollout_lines(predicate: Mapping[str, Any]) -> list[str]:
-    """The rollouts of the release as plain-text lines: each plan's digests and steps, each
-    signed step with its version, the signed abort reason; then the registry's times,
-    verdicts and rollback figures, labelled unsigned."""
+    """The rollouts of the release as plain-text lines: those that led to this move, then
+    those run from its digest since (``later_rollouts``): each plan's digests and steps, each
+    signed step with its version, the signed abort reason and verdicts; then the registry's
+    times, verdicts and rollback figures, labelled unsigned."""
     lines: list[str] = []
     for item in predicate.get("rollouts") or []:
-        plan = json.loads(base64.b64decode(item["plan"]["data"]))
-        role = item["rollout_role"]["name"]
+        lines += _rollout(item)
+    if not lines:
+        lines.append("(no rollout of the alias between the previous move and this one)")
+    later = predicate.get("later_rollouts") or []
+    if later:
+        lines.append("run from this release since its move:")
+    for item in later:
+        lines += _rollout(item)
+    return lines
+
+
+def _rollout(item: Mapping[str, Any]) -> list[str]:
+    plan = json.loads(base64.b64decode(item["plan"]["data"]))
+    role = item["rollout_role"]["name"]
+    lines = [
+        f"rollout {item['rollout_id']} ({item['outcome']}): {plan['stable']} -> "
+        f"{plan['candidate']}, steps {','.join(str(w) for w in plan['steps'])}, plan "
+        f"{item['plan']['sha256']} signed by the alias's role version "
+        f"{item['plan']['role_version']}"
+    ]
+    for entry in item["steps"]:
+        step = json.loads(base64.b64decode(entry["data"]))
         lines.append(
-            f"rollout {item['rollout_id']} ({item['outcome']}): {plan['stable']} -> "
-            f"{plan['candidate']}, steps {','.join(str(w) for w in plan['steps'])}, plan "
-            f"{item['plan']['sha256']} signed by the alias's role version "
-            f"{item['plan']['role_version']}"
+            f"  step {step['index']} at {step['weight']}% {step['state']} ({role} version "
+            f"{entry['tuf_version']})" + (f": {step['reason']}" if step["reason"] else "")
         )
-        for entry in item["steps"]:
-            step = json.loads(base64.b64decode(entry["data"]))
-            lines.append(
-                f"  step {step['index']} at {step['weight']}% {step['state']} ({role} version "
-                f"{entry['tuf_version']})" + (f": {step['reason']}" if step["reason"] else "")
-            )
-        if item.get("abort_reason") is not None:
-            lines.append(f"  abort reason (signed): {item['abort_reason']}")
-        registry = item.get("registry") or {}
-        for row in registry.get("history") or []:
-            lines.append(
-                f"  registry (unsigned): {row.get('state')} at {row.get('weight')}% by "
-                f"{row.get('actor')} at {row.get('at')}, verdict {row.get('verdict') or '-'}"
-            )
-        rollback = registry.get("rollback")
-        if rollback:
-            lines.append(
-                "  rollback figures (the registry's measurements, unsigned): "
-                + json.dumps(rollback, sort_keys=True)
-            )
-    return lines or ["(no rollout of the alias between the previous move and this one)"]
+    if item.get("abort_reason") is not None:
+        lines.append(f"  abort reason (signed): {item['abort_reason']}")
+    for verdict in item.get("verdicts") or []:
+        lines.append(
+            f"  verdict (signed): {verdict['verdict']} at step {verdict['index']}: "
+            f"{verdict['reason']}"
+        )
+    registry = item.get("registry") or {}
+    for row in registry.get("history") or []:
+        lines.append(
+            f"  registry (unsigned): {row.get('state')} at {row.get('weight')}% by "
+            f"{row.get('actor')} at {row.get('at')}, verdict {row.get('verdict') or '-'}"
+        )
+    rollback = registry.get("rollback")
+    if rollback:
+        lines.append(
+            "  rollback figures (the registry's measurements, unsigned): "
+            + json.dumps(rollback, sort_keys=True)
+        )
+    return lines
 
 
 def render_markdown(predicate: Mapping[str, Any]) -> str:

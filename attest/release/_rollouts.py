@@ -27,6 +27,7 @@ from tuf.api.metadata import Metadata, TargetFile, Targets
 from tuf.api.serialization import DeserializationError
 
 from modelward.attest.release._model import ReleaseRecordInvalid, blob, embedded, get, sha256
+from modelward.attest.release._verdicts import check_verdicts, signed_verdicts
 from modelward.attest.rollout import (
     PlanInvalid,
     RolloutPlan,
@@ -44,13 +45,15 @@ __all__ = [
     "SignedPlan",
     "build_rollouts",
     "check_rollouts",
+    "later_plans",
+    "next_digest",
     "outcome",
     "signed_plans",
     "signed_steps",
 ]
 
 CHECK: Final = 6
-OUTCOMES: Final = ("promoted", "aborted", "superseded")
+OUTCOMES: Final = ("promoted", "aborted", "superseded", "open")
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,51 @@ def signed_plans(
     plan whose bytes a role version from the previous move's (1 for the first move) to the
     one before this move's signs first, that is a canonical plan of ``repository@alias``
     from the digest the alias named then. Oldest first."""
-    path = rollout_path(repository, alias)
     move = moves[version - 1]
     first = int(moves[version - 2]["role_version"]) if version >= 2 else 1
     last = int(move["role_version"])  # exclusive: this move's version starts the next release
+    return _plans(
+        repository, alias, role_versions, first=first, last=last, stable=str(move["from_digest"])
+    )
+
+
+def later_plans(
+    repository: str,
+    alias: str,
+    role_versions: Sequence[Metadata[Targets]],
+    moves: Sequence[Mapping[str, Any]],
+    version: int,
+) -> list[SignedPlan]:
+    """The rollouts run from the digest of signed move ``version`` while the alias named it:
+    the plans from that digest first signed by a role version from this move's to the one
+    before the next move's, or to the last of ``role_versions`` when there is no next move
+    (then a later plan is not proven absent). A canary aborted after the alias's last move
+    is one of these. Oldest first."""
+    move = moves[version - 1]
+    first = int(move["role_version"])
+    last = int(moves[version]["role_version"]) if version < len(moves) else len(role_versions) + 1
+    return _plans(
+        repository, alias, role_versions, first=first, last=last, stable=str(move["to_digest"])
+    )
+
+
+def next_digest(moves: Sequence[Mapping[str, Any]], version: int) -> str | None:
+    """The digest the move after ``version`` named (None: no later move)."""
+    return str(moves[version]["to_digest"]) if version < len(moves) else None
+
+
+def _plans(
+    repository: str,
+    alias: str,
+    role_versions: Sequence[Metadata[Targets]],
+    *,
+    first: int,
+    last: int,
+    stable: str,
+) -> list[SignedPlan]:
+    """The plans of ``repository@alias`` from ``stable`` whose bytes a role version from
+    ``first`` to ``last - 1`` signs first."""
+    path = rollout_path(repository, alias)
     found: list[SignedPlan] = []
     previous: str | None = None
     for md in role_versions[: last - 1]:
@@ -93,7 +137,7 @@ def signed_plans(
             if (
                 plan is not None
                 and (plan.repository, plan.alias) == (repository, alias)
-                and plan.stable == move["from_digest"]
+                and plan.stable == stable
             ):
                 found.append(SignedPlan(plan, int(md.signed.version)))
         previous = current
@@ -135,14 +179,15 @@ def _step(data: bytes) -> RolloutStep | None:
         return None
 
 
-def outcome(plan: RolloutPlan, steps: Sequence[RolloutStep], digest: str) -> str:
+def outcome(plan: RolloutPlan, steps: Sequence[RolloutStep], digest: str | None) -> str:
     """``promoted``: the plan's candidate is the digest the move named; ``aborted``: its last
-    signed step aborted it; ``superseded``: neither (the move ended it)."""
+    signed step aborted it; ``superseded``: neither (the move ended it); ``open``: neither,
+    and no move followed it yet (``digest`` None: running, or completed and not moved)."""
     if plan.candidate == digest:
         return "promoted"
     if steps and steps[-1].state == "aborted":
         return "aborted"
-    return "superseded"
+    return "superseded" if digest is not None else "open"
 
 
 def _abort_reason(steps: Sequence[RolloutStep]) -> str | None:
@@ -153,7 +198,7 @@ def build_rollouts(
     *,
     repository: str,
     alias: str,
-    digest: str,
+    digest: str | None,
     plans: Sequence[SignedPlan],
     fetched: Mapping[str, Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
@@ -161,7 +206,9 @@ def build_rollouts(
     the versions of ``ORG:NAME@=rollout`` that ``fetched[rollout_id]["role_versions"]`` holds
     (bytes, consecutive), the steps they sign, the signed abort reason, and
     ``fetched[rollout_id]["registry"]``: the registry's status of the rollout, kept as
-    unsigned context (times, verdicts, the rollback figures)."""
+    unsigned context (times, verdicts, the rollback figures), beside the verdicts the signed
+    steps acted on (``signed_verdicts``). ``digest``: the digest the move that ended these
+    rollouts named (None: none has yet)."""
     out = []
     for signed in plans:
         plan = signed.plan
@@ -183,6 +230,7 @@ def build_rollouts(
                 },
                 "steps": [blob(step.raw, tuf_version=v) for step, v in steps],
                 "abort_reason": _abort_reason([s for s, _ in steps]),
+                "verdicts": signed_verdicts(steps),
                 "registry": _registry(item.get("registry")),
             }
         )
@@ -329,44 +377,83 @@ def check_rollouts(
     targets: Sequence[Metadata[Targets]],
     notes: list[str],
 ) -> None:
-    """Check (6): the record's ``rollouts`` against the TUF metadata check (2) verified
+    """Check (6): the record's ``rollouts`` (those that led to this move) and
+    ``later_rollouts`` (those run from this move's digest since, to the next move or the
+    newest role version the record holds) against the TUF metadata check (2) verified
     (``role_versions``: the alias's role, 1 on; ``targets``: the top-level targets).
 
-    1. they are exactly the plans of this release (``signed_plans``), in order, each the
-       bytes its role version signs;
+    1. they are exactly the plans of this release (``signed_plans``, ``later_plans``), in
+       order, each the bytes its role version signs;
     2. each one's ``ORG:NAME@=rollout`` versions are consecutive and verify by a delegation
        of the embedded top-level targets;
     3. its steps are exactly the ones those versions sign for it, each with its version;
     4. each step follows the plan and the one before it, nothing after an abort;
     5. ``abort_reason`` is the signed aborted step's reason, ``outcome`` what the plan and
-       the steps make of it (the plan's candidate is the move's digest: ``promoted``).
+       the steps make of it (the plan's candidate is the move's digest: ``promoted``);
+    6. ``verdicts`` are the ones the signed steps acted on, and the registry's rows of the
+       judged steps say no other (``_verdicts``).
 
-    ``registry`` (times, verdicts, the rollback figures) is noted as unsigned context."""
+    The rest of ``registry`` (times, holds, the rollback figures) is noted as unsigned."""
     from modelward.attest.release._moves import signed_moves
     from modelward.attest.tuf import alias_path
 
     moves = signed_moves(alias_path(repository, alias), role_versions)
-    claimed = predicate.get("rollouts", [])
+    context = (repository, alias, targets, notes)
+    between = f"between move {version - 1} and move {version}"
+    _check_section(
+        predicate.get("rollouts", []),
+        "rollouts",
+        expected=signed_plans(repository, alias, role_versions, moves, version),
+        span=between,
+        digest=digest,
+        context=context,
+    )
+    later = next_digest(moves, version)
+    _check_section(
+        predicate.get("later_rollouts", []),
+        "later_rollouts",
+        expected=later_plans(repository, alias, role_versions, moves, version),
+        span=f"from move {version}'s digest "
+        + (f"before move {version + 1}" if later else "since, up to the newest role version"),
+        digest=later,
+        context=context,
+    )
+    if later is None:
+        notes.append(
+            f"later_rollouts: as of the alias's role version {len(role_versions)}, the newest "
+            "the record holds; a later rollout is not proven absent"
+        )
+
+
+def _check_section(
+    claimed: Any,
+    section: str,
+    *,
+    expected: Sequence[SignedPlan],
+    span: str,
+    digest: str | None,
+    context: tuple[str, str, Sequence[Metadata[Targets]], list[str]],
+) -> None:
+    repository, alias, targets, notes = context
     if not isinstance(claimed, list):
-        raise _fail("rollouts", "must be a list")
-    expected = signed_plans(repository, alias, role_versions, moves, version)
-    # (1): exactly the plans the alias's role signed for this release
+        raise _fail(section, "must be a list")
+    # (1): exactly the plans the alias's role signed for this span
     ids = [get(item, "rollout_id", str, CHECK) for item in claimed]
     want = [s.plan.rollout_id for s in expected]
     for i, (item, signed) in enumerate(itertools.zip_longest(claimed, expected)):
-        where = f"rollouts[{i}]"
+        where = f"{section}[{i}]"
         if signed is None or item is None:
             raise _fail(
-                "rollouts",
+                section,
                 f"lists rollouts {ids or '(none)'}; the signed versions of the alias's role "
-                f"sign plans {want or '(none)'} between move {version - 1} and move {version}: "
-                "a rollout left out, or one that is not this release's",
+                f"sign plans {want or '(none)'} {span}: a rollout left out, or one that is "
+                "not this span's",
             )
         plan_entry = get(item, "plan", dict, CHECK)
         if _bytes(plan_entry, f"{where}.plan") != signed.plan.raw:
             raise _fail(
                 f"{where}.plan",
-                f"is not the plan the alias's role signed as rollout {i + 1} of this release "
+                f"is not the plan the alias's role signed as rollout {i + 1} {span} "
                 f"(rollout {signed.plan.rollout_id}, plan sha256 {signed.plan.sha256})",
             )
         if ids[i] != signed.plan.rollout_id:
@@ -379,12 +466,8 @@ def check_rollouts(
             )
         # (2) and (3): the rollout role's versions, and the steps they sign
         versions = _verified_versions(item, where, repository, alias, targets)
-        steps = _check_steps(
-            item,
-            where,
-            signed.plan,
-            signed_steps(repository, alias, signed.plan.rollout_id, versions),
-        )
+        signed_chain = signed_steps(repository, alias, signed.plan.rollout_id, versions)
+        steps = _check_steps(item, where, signed.plan, signed_chain)
         # (5): the abort reason and the outcome, as signed
         reason = _abort_reason(steps)
         if item.get("abort_reason") != reason:
@@ -395,6 +478,11 @@ def check_rollouts(
         made = outcome(signed.plan, steps, digest)
         if item.get("outcome") != made:
             raise _fail(f"{where}.outcome", f"{item.get('outcome')!r}, not {made!r}")
+        registry = get(item, "registry", dict, CHECK)
+        if registry.get("signed") is not False:
+            raise _fail(f"{where}.registry.signed", "must be false: the registry's word")
+        # (6): the verdicts the signed steps acted on; the registry's rows agree
+        check_verdicts(item, where, signed_chain[: len(steps)], registry)
         notes.append(
             f"{where}: steps as of {rollout_role(repository)} version "
             f"{versions[-1].signed.version}; a later step is not proven absent"
@@ -402,10 +490,7 @@ def check_rollouts(
             else f"{where}: no version of {rollout_role(repository)} embedded: no signed "
             "step is claimed, and none is proven absent"
         )
-        registry = get(item, "registry", dict, CHECK)
-        if registry.get("signed") is not False:
-            raise _fail(f"{where}.registry.signed", "must be false: the registry's word")
         notes.append(
-            f"{where}.registry: times, verdicts and the rollback figures are the registry's "
-            "measurements (unsigned)"
+            f"{where}.registry: times, holds and the rollback figures are the registry's "
+            "measurements (unsigned); its verdicts agree with the signed steps"
         )

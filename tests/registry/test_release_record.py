@@ -490,6 +490,7 @@ def test_public_surface_of_attest_release() -> None:
         "build_predicate",
         "classify_files",
         "gate_decisions",
+        "later_plans",
         "make_record_statement",
         "render_html",
         "render_markdown",

@@ -3,8 +3,9 @@
 
 The story, once per database: ``A`` moves to d1 (signed move 1); a rollout to d2 goes 5%,
 20%, then aborts; a rollout to d3 goes 5 -> 20 -> 50 -> 100; ``A`` moves to d3 (signed move
-2); a rollout to d1 starts from d3 (the next release's). The record of move 2 holds the two
-rollouts between the moves, with their signed plans and steps and the abort reason;
+2); a rollout to d1 starts from d3 and is aborted: a canary after the alias's last move. The
+record of move 2 holds the two rollouts between the moves, with their signed plans and
+steps and the abort reason, and (``later_rollouts``) the canary run from d3 since;
 ``release verify`` checks them offline. Each tampering test is named after its attack.
 """
 
@@ -28,6 +29,7 @@ OPEN = (
     "version: 1\ntrust_registered_signers: true\naliases:\n  - {pattern: '*', roles: [publisher]}\n"
 )
 ABORT_REASON = "TTFT p95 over 800ms at 20%"
+LATE_REASON = "canary after the last move: errors up"
 
 
 @dataclass
@@ -90,7 +92,7 @@ def world(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> World
     _roll(world, d2, 2, abort=ABORT_REASON)  # 5%, 20%, aborted
     _roll(world, d3, 4)  # 5 -> 20 -> 50 -> 100, completed
     world.cli("alias", "set", ref, d3, "--key", str(key))  # signed move 2
-    _roll(world, d1, 1)  # from d3: the next release's rollout
+    _roll(world, d1, 1, abort=LATE_REASON)  # from d3, after the last move: a later rollout
     world.statuses = pub.actor.client.rollout_history(repo, world.alias)["rollouts"]
     world.record, world.record_out = _make_record(world, 2)
     return world
@@ -111,13 +113,17 @@ def _resign(world: World, change: Callable[[dict[str, Any]], None]) -> Path:
     """The record of move 2 with its predicate changed by ``change`` and signed again with
     the same key: what someone holding a record-signing key, but not the TUF keys (nor the
     registry's online key), could make."""
+    return _resigned(world.record, world.key, world.tmp, change)
+
+
+def _resigned(record: Path, key: Path, tmp: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     from modelward.attest.release import write_record
 
-    envelope = json.loads(world.record.read_bytes())
+    envelope = json.loads(record.read_bytes())
     statement = json.loads(base64.b64decode(envelope["payload"]))
     change(statement["predicate"])
-    out = world.tmp / f"{unique('forged')}.json"
-    out.write_bytes(write_record(json.dumps(statement).encode(), [load_private_key(world.key)]))
+    out = tmp / f"{unique('forged')}.json"
+    out.write_bytes(write_record(json.dumps(statement).encode(), [load_private_key(key)]))
     return out
 
 
@@ -172,7 +178,7 @@ def test_record_after_an_aborted_and_a_completed_rollout_verifies_offline(world:
         for e in _predicate(world.record)["audit"]["events"]
         if e["action"].startswith("rollout.")
     ]
-    ids = [r["rollout_id"] for r in rollouts]
+    ids = [r["rollout_id"] for r in rollouts + _predicate(world.record)["later_rollouts"]]
     assert ("rollout.abort", ids[0], ABORT_REASON) in events
     assert {a for a, _, _ in events} == {"rollout.start", "rollout.advance", "rollout.abort"}
     assert {i for _, i, _ in events} == set(ids)
@@ -190,7 +196,52 @@ def test_record_after_an_aborted_and_a_completed_rollout_verifies_offline(world:
 def test_record_of_the_first_move_holds_no_rollout(world: World) -> None:
     path, _ = _make_record(world, 1)
     assert world.verify(path).returncode == 0
-    assert _predicate(path)["rollouts"] == []
+    predicate = _predicate(path)
+    assert predicate["rollouts"] == []
+    # the rollouts run from d1 before move 2: the same ones move 2's record led with
+    later = predicate["later_rollouts"]
+    assert [(r["rollout_id"], r["outcome"]) for r in later] == [
+        (r["rollout_id"], r["outcome"]) for r in _predicate(world.record)["rollouts"]
+    ]
+
+
+def test_a_canary_aborted_after_the_last_move_is_in_the_latest_record(world: World) -> None:
+    """Issue 37 item 6: the canary from d3 aborted after move 2 (the alias's last) was in no
+    record ("no rollout of the alias between the previous move and this one")."""
+    (late,) = _predicate(world.record)["later_rollouts"]
+    assert late["rollout_id"] == world.statuses[-1]["rollout_id"]
+    assert late["outcome"] == "aborted"
+    assert late["abort_reason"] == LATE_REASON
+    assert _decoded(late["plan"])["stable"] == world.d3
+    assert [(s["index"], s["state"]) for s in map(_decoded, late["steps"])] == [
+        (0, "running"),
+        (0, "aborted"),
+    ]
+    assert late["verdicts"] == []  # a person's steps: no verdict the analysis acted on
+    assert "run from this release since its move:" in world.record_out
+    assert f"abort reason (signed): {LATE_REASON}" in world.record_out
+    done = world.verify(world.record)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(n.startswith("later_rollouts[0]:") for n in json.loads(done.stdout)["notes"])
+
+
+@pytest.mark.sqlite_only
+def test_a_canary_after_the_last_move_hidden_from_the_record_is_refused(world: World) -> None:
+    def forge(p: dict[str, Any]) -> None:
+        del p["later_rollouts"][0]
+
+    answer = _refused(world, _resign(world, forge))
+    assert (answer["check"], answer["field"]) == (6, "later_rollouts")
+    assert world.statuses[-1]["rollout_id"] in answer["error"]
+
+
+@pytest.mark.sqlite_only
+def test_a_later_canary_abort_reason_edited_is_refused(world: World) -> None:
+    def forge(p: dict[str, Any]) -> None:
+        p["later_rollouts"][0]["abort_reason"] = "planned stop"
+
+    answer = _refused(world, _resign(world, forge))
+    assert (answer["check"], answer["field"]) == (6, "later_rollouts[0].abort_reason")
 
 
 # -- attacks: each re-signs the record of move 2 with a record-signing key ----------------
@@ -347,15 +398,24 @@ def test_a_step_the_online_key_signed_after_an_abort_is_refused(world: World) ->
     assert "after the rollout was aborted" in answer["error"]
 
 
-def test_figures_of_a_real_abort_are_carried_labelled_unsigned(
-    registry: Registry, tmp_path: Path
-) -> None:
+@dataclass
+class RealAbort:
+    reg: Registry
+    record: Path
+    root: Path
+    key: Path
+    status: dict[str, Any]
+    out: str
+
+
+@pytest.fixture(scope="module")
+def real_abort(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> RealAbort:
     """Workers send signed reports, the analysis fails the 5% step and aborts, the canary
-    comes back to the stable digest (the route converged); then the alias moves on. The
-    record of that move carries the signed abort reason and the registry's rollback figures
-    exactly as its status shows them, labelled unsigned."""
+    comes back to the stable digest (the route converged); then the alias moves on, and the
+    record of that move is made."""
     from tests.rollouts.test_analysis import analysis_canary, analyze, good
 
+    tmp_path = tmp_path_factory.mktemp(f"real-abort-{registry.kind}")
     c = analysis_canary(registry, tmp_path)
     canary, stable = c.worker(candidate=True), c.worker(candidate=False)
     canary.report(c.candidate, requests=500, errors=100, retries=40)
@@ -376,7 +436,21 @@ def test_figures_of_a_real_abort_are_carried_labelled_unsigned(
         "release", "record", f"{c.repo}@{c.alias}", "--key", str(targets_key), "--out", str(out)
     )
     assert made.returncode == 0, made.stderr
-    assert "rollback figures (the registry's measurements, unsigned)" in made.stdout
+    return RealAbort(registry, out, root, targets_key, status, made.stdout)
+
+
+def test_figures_of_a_real_abort_are_carried_labelled_unsigned(real_abort: RealAbort) -> None:
+    """The record carries the signed abort reason, the verdict the abort acted on (signed in
+    its reason) and the registry's rollback figures exactly as its status shows them,
+    labelled unsigned."""
+    registry, out, root, status = (
+        real_abort.reg,
+        real_abort.record,
+        real_abort.root,
+        real_abort.status,
+    )
+    assert "rollback figures (the registry's measurements, unsigned)" in real_abort.out
+    assert "verdict (signed): fail at step 0: analysis failed at step 0 (5%)" in real_abort.out
     done = registry.cli("release", "verify", str(out), "--trust-root", str(root), env=OFFLINE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "registry's measurements (unsigned)" in done.stdout
@@ -393,3 +467,34 @@ def test_figures_of_a_real_abort_are_carried_labelled_unsigned(
     assert [h["verdict"] for h in rollout["registry"]["history"]] == [
         h["verdict"] for h in status["history"]
     ]
+    (verdict,) = rollout["verdicts"]
+    assert (verdict["step"], verdict["index"], verdict["verdict"]) == (0, 0, "fail")
+    assert verdict["reason"] == rollout["abort_reason"]
+
+
+@pytest.mark.sqlite_only
+def test_a_verdict_edited_is_refused(real_abort: RealAbort) -> None:
+    """The analysis failed the step and the registry signed the abort with that reason: a
+    record that says the step passed (in its signed verdicts, or on the registry's row of
+    the judged step) fails, naming the field."""
+    tmp = real_abort.record.parent
+
+    def signed_verdict(p: dict[str, Any]) -> None:
+        p["rollouts"][0]["verdicts"][0]["verdict"] = "pass"
+
+    def row_verdict(p: dict[str, Any]) -> None:
+        p["rollouts"][0]["registry"]["history"][0]["verdict"] = "pass"
+
+    for change, field in (
+        (signed_verdict, "rollouts[0].verdicts[0]"),
+        (row_verdict, "rollouts[0].registry.history[0].verdict"),
+    ):
+        forged = _resigned(real_abort.record, real_abort.key, tmp, change)
+        done = real_abort.reg.cli(
+            "release", "verify", str(forged), "--trust-root", str(real_abort.root), "--json",
+            env=OFFLINE,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        answer = json.loads(done.stdout)
+        assert (answer["check"], answer["field"]) == (6, field)
+        assert "analysis failed at step 0" in answer["error"]

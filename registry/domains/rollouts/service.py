@@ -409,6 +409,20 @@ def _signed_or_refused(repo: MetadataRepository, row: Rollout, repo_name: str) -
         )
     return plan
 
+# A signed step's reason that starts so is read as the analysis's verdict by a release record
+# (attest/release/_verdicts.py): only the controller (``judged``) may sign one.
+_VERDICT_REASONS = ("analysis passed: ", "analysis failed at ")
+
+
+def _person_reason(reason: str, judged: JudgedStep | None) -> None:
+    if judged is None and reason.lstrip().startswith(_VERDICT_REASONS):
+        raise BadRequest(
+            f"a reason starting {reason.lstrip()[:18]!r} is the analysis's verdict, signed "
+            "only by the rollout controller: say it otherwise",
+            code="reason_reserved",
+        )
+
+
 
 def advance(
     state: AppState,
@@ -433,6 +447,7 @@ def advance(
     controller paused it for a person); ``judged``: the controller's action, taken only if
     the signed step is still the one it judged (else StepTaken), ``paused`` at the same
     index when ``judged.pause``.
+    _person_reason(reason, judged)
     """
     # (1) and (3) first, outside the write transaction (it judges the bundle): the
     # candidate judged is the signed plan's, never the row's
@@ -530,6 +545,7 @@ def abort(
     failed analysis (the online key may always abort; StepTaken when that rollout is no
     longer under way), with what it records in the same transaction."""
     if not reason.strip():
+    _person_reason(reason, judged)
         raise BadRequest("an abort needs a --reason", code="reason_required")
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
