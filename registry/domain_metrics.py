@@ -19,8 +19,8 @@ Each scrape reads them in one read transaction, with bounded queries:
    refresh_health``): failures since it started, and 1 while the last attempt failed (also
    logged as ``tuf_refresh_failed`` and shown by ``trust status``).
 7. ``modelward_unsigned_aliases{repository}``: aliases the registry moved on its word alone
-   (no signed TUF target names the digest the alias points at: ``trust.service.
-   signed_aliases``, as ``alias list`` shows ``UNSIGNED``), per repository that has aliases,
+   (no signed TUF target names the digest the alias points at: ``signing.tuf.view.
+   SignedView.aliases``, as ``alias list`` shows ``UNSIGNED``), per repository that has aliases,
    for at most ``MAX_REPOSITORIES`` repositories by name the caller may read: what workers
    resolving through TUF do not see (an OCI tag pushed without a signature, docs/oci.md#
    unsigned-tags).
@@ -49,7 +49,6 @@ from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
 from modelward.registry.domains.signing.role_access import repository_of_role
 from modelward.registry.domains.signing.tuf.bootstrap import refresh_health
-from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.models import Alias, QuarantinedDigest, Repository, TufMetadata, TufProposal
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
@@ -138,7 +137,7 @@ class _Domain(Collector):
         for repo, alias, digest in rows:
             aliases.setdefault(repo, {})[alias] = digest
         for repo in sorted(aliases):
-            signed = signed_aliases(session, repo)
+            signed = self.state.signed.aliases(session, repo)
             unsigned = sum(1 for a, d in aliases[repo].items() if signed.get(a) != d)
             family.add_metric([repo], unsigned)
         return family

@@ -17,10 +17,10 @@ from modelward.attest.rollout.paths import rollout_path
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import listing
-from modelward.registry.domains.rollouts.signed import signed_plan
 from modelward.registry.domains.rollouts.views import rollout_json
 from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
+from modelward.registry.domains.signing.tuf.view import signed_plan
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Rollout, TufProposal
 from modelward.registry.ui.proposal_view import plan_json

@@ -81,7 +81,9 @@ def _pending(
 
 def repo_page(state: AppState, caller: Caller, repo_name: str) -> dict[str, Any]:
     with state.db.read() as session:
-        names = aliases.list_aliases(session, caller, repo_name, limit=listing.MAX_PAGE)
+        names = aliases.list_aliases(
+            session, caller, repo_name, limit=listing.MAX_PAGE, view=state.signed
+        )
         listed = bundles.list_bundles(session, caller, repo_name, limit=listing.MAX_PAGE)
         pending = _pending(session, state, caller, repo_name=repo_name)
         rollouts = rollouts_of(session, listing.readable_repo(session, repo_name, caller).id, None)
@@ -107,7 +109,7 @@ def _signers_of_moves(proposals: list[dict[str, Any]]) -> dict[tuple[Any, Any], 
 def alias_page(state: AppState, caller: Caller, repo_name: str, alias: str) -> dict[str, Any]:
     with state.db.read() as session:
         listing.readable_repo(session, repo_name, caller)
-        current = aliases.get_alias(session, repo_name, alias, caller)
+        current = aliases.get_alias(session, repo_name, alias, caller, view=state.signed)
         history = aliases.history(session, repo_name, alias, caller)
         proposals = list_proposals(
             session, state, pending_only=False, repo_name=repo_name, alias=alias

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from modelward.registry.domains._state import State
+from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.aliases import service
 from modelward.registry.domains.auth.deps import AnyCaller, Reviewer, authenticated_read
 from modelward.registry.domains.blobs.streaming import check_digest
@@ -60,7 +60,9 @@ def list_aliases(
     ``next``: the ``cursor`` of the next page."""
     repo_name = f"{org}/{name}"
     with state.db.read() as session:
-        page = service.list_aliases(session, caller, repo_name, limit=limit, cursor=cursor)
+        page = service.list_aliases(
+            session, caller, repo_name, limit=limit, cursor=cursor, view=state.signed
+        )
     return {"repository": repo_name, "aliases": page.items, "next": page.next}
 
 
@@ -70,7 +72,10 @@ def get_alias(org: str, name: str, alias: str, request: Request) -> JSONResponse
     read share one connection and one worker thread, and the service's plain dict is sent
     as is (docs/performance.md#registry)."""
     with authenticated_read(request) as (caller, session):
-        return JSONResponse(service.get_alias(session, f"{org}/{name}", alias, caller))
+        state: AppState = request.app.state.registry
+        return JSONResponse(
+            service.get_alias(session, f"{org}/{name}", alias, caller, view=state.signed)
+        )
 
 
 @router.put("/aliases/{alias}", responses={202: {"description": "proposed (``pending``)"}})

@@ -75,7 +75,7 @@ from modelward.registry.domains.signing.proposals import proposal_json as tuf_js
 from modelward.registry.domains.signing.proposals import propose_alias
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.store import SessionStore
-from modelward.registry.domains.signing.view import signed_aliases
+from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -136,7 +136,9 @@ def _no_alias(session: Session, repo: Repository, alias: str) -> NotFound:
     return NotFound(message, detail={"repository": repo.name, "alias": alias, "suggestions": close})
 
 
-def get_alias(session: Session, repo_name: str, alias: str, caller: Caller) -> dict[str, Any]:
+def get_alias(
+    session: Session, repo_name: str, alias: str, caller: Caller, *, view: SignedView
+) -> dict[str, Any]:
     """The alias's state, ``signed`` when its TUF role signs the same digest; NotFound
     (suggesting close names) when it does not exist, the same NotFound as a missing
     repository's when ``caller`` may not read it."""
@@ -146,12 +148,18 @@ def get_alias(session: Session, repo_name: str, alias: str, caller: Caller) -> d
     if row is None:
         raise _no_alias(session, repo, alias)
     answer = state_json(row, alias)
-    answer["signed"] = signed_aliases(session, repo_name).get(alias) == row.digest
+    answer["signed"] = view.aliases(session, repo_name).get(alias) == row.digest
     return answer
 
 
 def list_aliases(
-    session: Session, caller: Caller, repo_name: str, *, limit: int, cursor: str | None = None
+    session: Session,
+    caller: Caller,
+    repo_name: str,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    view: SignedView,
 ) -> Page:
     """A repository's aliases by name, a page at a time (authorization in the query:
     ``repos.listing.readable_repo``). Each: ``{alias, digest, version, updated_at,
@@ -174,7 +182,7 @@ def list_aliases(
         query = query.where(Alias.name > decode_cursor("aliases", cursor))
     rows = session.execute(query).all()
 
-    signed = signed_aliases(session, repo.name)
+    signed = view.aliases(session, repo.name)
     items = [
         {
             "alias": row.name,
@@ -301,7 +309,7 @@ def _unchanged(
         if row is None or row.version != expected or row.digest != digest:
             raise stale_version(row, alias, expected)
         answer = state_json(row, alias)
-        signed = signed_aliases(session, repo_name).get(alias) == digest
+        signed = state.signed.aliases(session, repo_name).get(alias) == digest
         proposal = None
         if not signed:
             proposal = session.scalar(

@@ -162,7 +162,7 @@ def _unsigned_tag(state: AppState, repo: str, tag: str, digest: str, caller: Cal
     from modelward.registry.domains.audit.service import append
 
     with state.db.write() as session:
-        alias = get_alias(session, repo, tag, caller)
+        alias = get_alias(session, repo, tag, caller, view=state.signed)
         if alias.get("digest") != digest or alias.get("signed"):
             return None
         append(

@@ -62,10 +62,9 @@ from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
-from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.signing.online import repository, trust_of
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
-from modelward.registry.domains.signing.view import signed_aliases
+from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.errors import (
     BadRequest,
     Conflict,
@@ -204,7 +203,7 @@ def _signed_state(session: Session, state: AppState, repo_name: str, alias: str)
         if key in _SIGNED_CACHE:
             _SIGNED_CACHE.move_to_end(key)
             return _SIGNED_CACHE[key]
-    stable_signed = signed_aliases(session, repo_name).get(alias)
+    stable_signed = state.signed.aliases(session, repo_name).get(alias)
     signed = stable_signed, _current(repository(session, state), repo_name, alias, stable_signed)
     with _SIGNED_LOCK:
         _SIGNED_CACHE[key] = signed

@@ -1,7 +1,7 @@
 """Rollouts: start (a plan through the alias decision and the alias's TUF role), advance
 one step at a time, abort toward the stable digest (docs/rollouts.md); what they answer,
 and status, weights and history, are ``views``. Every decision reads the signed state
-(``rollouts.signed``); the ``rollouts`` and ``rollout_steps`` rows are the record of it.
+(``signing.tuf.view``); the ``rollouts`` and ``rollout_steps`` rows are the record of it.
 
 Authority (docs/rollouts.md#authority): the registry's online key signs the steps, and this
 module signs only
@@ -52,7 +52,7 @@ from modelward.registry.domains.rollouts.cohorts import (
     refuse_unjudgeable,
 )
 from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
-from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
+from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.domains.rollouts.views import rollout_json
 from modelward.registry.domains.signing.online import repository, trust_of
 from modelward.registry.domains.signing.publish import sync
@@ -64,7 +64,6 @@ from modelward.registry.domains.signing.tuf.proposals import (
     propose_target,
 )
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
-from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import BadRequest, Conflict, NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
@@ -205,7 +204,7 @@ def start(
     # (2): the stable digest, as signed, and the fleet the registry knows
     with state.db.read() as session:
         repo_id = get_repo(session, repo_name, caller).id
-        stable = signed_aliases(session, repo_name).get(alias)
+        stable = state.signed.aliases(session, repo_name).get(alias)
         known = known_fleet(session, repo_id, alias, utcnow())
     if stable is None:
         raise RolloutConflict(

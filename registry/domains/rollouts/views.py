@@ -20,10 +20,9 @@ from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.rollouts.cohorts import cohorts_json
 from modelward.registry.domains.rollouts.reports import fleet
 from modelward.registry.domains.rollouts.rows import latest_rollout
-from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
-from modelward.registry.domains.signing.view import signed_aliases
+from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.errors import NotFound
 from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
 
@@ -151,7 +150,7 @@ def weights(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> d
     rollout is under way, before its first step and after an abort."""
     with state.db.read() as session:
         get_repo(session, repo_name, caller)
-        stable = signed_aliases(session, repo_name).get(alias)
+        stable = state.signed.aliases(session, repo_name).get(alias)
         repo = repository(session, state)
         plan = signed_plan(repo, repo_name, alias)
         current = signed_step(repo, repo_name, alias)

@@ -31,7 +31,6 @@ from modelward.registry.domains.signing.tuf.proposals import (
     delegated_role_for,
     propose_changes,
 )
-from modelward.registry.domains.signing.view import signed_aliases
 from modelward.registry.errors import NotFound, RegistryError
 from modelward.registry.models import TufProposal
 
@@ -87,7 +86,7 @@ def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:
                 skipped.append({"alias": f"{repo_name}@{alias}", "digest": digest, "why": why})
                 continue
             if repo_name not in signed:
-                signed[repo_name] = signed_aliases(session, repo_name)
+                signed[repo_name] = state.signed.aliases(session, repo_name)
             path = alias_path(repo_name, alias)
             if signed[repo_name].get(alias) == digest or (path, digest) in pending:
                 continue

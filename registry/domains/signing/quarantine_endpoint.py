@@ -40,7 +40,7 @@ from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.proposals import propose_quarantine
 from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.proposals import propose_target
-from modelward.registry.domains.signing.view import signed_aliases
+from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.errors import Conflict, NotFound
 from modelward.registry.models import Bundle, Repository, TufProposal, utcnow
 
@@ -79,7 +79,7 @@ def quarantine(
         return {**record, "proposal": proposal.id}
 
 
-def _signed_aliases_at(session: Session, digest: str) -> list[str]:
+def _signed_aliases_at(session: Session, view: SignedView, digest: str) -> list[str]:
     """``repo@alias`` signed for workers to point at ``digest`` (the TUF alias roles of
     every repository holding it), whatever the alias rows say now."""
     held = session.execute(
@@ -92,7 +92,7 @@ def _signed_aliases_at(session: Session, digest: str) -> list[str]:
     return [
         f"{repo}@{alias}"
         for repo in held
-        for alias, signed in sorted(signed_aliases(session, repo).items())
+        for alias, signed in sorted(view.aliases(session, repo).items())
         if signed == digest
     ]
 
@@ -123,7 +123,7 @@ def lift_quarantine(
         row = require_liftable(
             session, repo_name=repo_name, digest=digest, reason=body.reason, caller=caller
         )
-        signed = _signed_aliases_at(session, digest)
+        signed = _signed_aliases_at(session, state.signed, digest)
         if signed:
             raise Conflict(
                 f"bundle {digest} cannot be lifted while {', '.join(signed)} still point(s) at "
