@@ -37,9 +37,12 @@ class RolloutsMixin(Connection):
         min_samples: int = 0,
         analysis: str | None = None,
         reason: str | None = None,
+        allow_no_fleet: bool = False,
     ) -> JSON:
         """POST a rollout plan of ``repo@alias`` to digest ``to``: the rollout, with the
-        ``proposal`` the alias's role signs (``plan_signed`` once it has)."""
+        ``proposal`` the alias's role signs (``plan_signed`` once it has).
+        ``allow_no_fleet``: start a plan with an analysis though no worker is known (the
+        registry refuses it otherwise, and audits the override)."""
         body: JSON = {
             "to": to,
             "window_seconds": window_seconds,
@@ -49,6 +52,8 @@ class RolloutsMixin(Connection):
         }
         if steps is not None:
             body["steps"] = list(steps)
+        if allow_no_fleet:
+            body["allow_no_fleet"] = True
         result: JSON = self._json("POST", _path(repo, alias), json_body=body)
         return result
 

@@ -257,6 +257,14 @@ def rollout_start(
         Path | None,
         typer.Option(metavar="FILE", help="Sign the plan with your key (publishers' aliases)"),
     ] = None,
+    no_fleet_yet: Annotated[
+        bool,
+        typer.Option(
+            "--no-fleet-yet",
+            help="Start a plan with an --analysis though no worker has reported for the alias "
+            "(refused otherwise: no step could be judged); audited",
+        ),
+    ] = False,
     passphrase_env: PassphraseEnvOpt = None,
     as_json: AsJson = False,
 ) -> None:
@@ -277,6 +285,7 @@ def rollout_start(
             min_samples=min_samples,
             analysis=text,
             reason=reason,
+            allow_no_fleet=no_fleet_yet,
         )
         if private is not None and not state.get("plan_signed"):
             # what this signer asked for; the plan is read from the bytes to be signed

@@ -35,7 +35,13 @@ def fleet_canary(reg: Registry, tmp: Path, analysis: str) -> Canary:
     publisher.actor.client.set_alias(repo, "prod", stable)
     candidate = push_new(publisher, repo, tmp)
     started = publisher.actor.client.start_rollout(
-        repo, "prod", candidate, window_seconds=60, min_samples=100, analysis=analysis
+        repo,
+        "prod",
+        candidate,
+        window_seconds=60,
+        min_samples=100,
+        analysis=analysis,
+        allow_no_fleet=True,  # the workers report after the start
     )
     assert started["plan_signed"], started
     publisher.actor.client.advance_rollout(repo, "prod", "first step")

@@ -438,6 +438,7 @@ def test_a_held_step_is_delivered_with_the_event_data_and_its_reasons(
         window_seconds=1,
         min_samples=10_000,
         analysis="thresholds:\n  error_rate: {max: 0.05}\n",
+        allow_no_fleet=True,
     )
     rollout_id = str(started["rollout_id"])
     client.advance_rollout(repo, "dev-a", "first step")

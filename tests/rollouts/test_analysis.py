@@ -47,7 +47,13 @@ def analysis_canary(
     publisher.actor.client.set_alias(repo, "prod", stable)
     candidate = push_new(publisher, repo, tmp)
     started = publisher.actor.client.start_rollout(
-        repo, "prod", candidate, window_seconds=window, min_samples=min_samples, analysis=analysis
+        repo,
+        "prod",
+        candidate,
+        window_seconds=window,
+        min_samples=min_samples,
+        analysis=analysis,
+        allow_no_fleet=True,  # the workers report after the start
     )
     assert started["plan_signed"], started
     if first_step:

@@ -411,7 +411,7 @@ def test_a_bad_analysis_document_is_refused_naming_the_field(canary: Canary) -> 
     assert "thresholds.made_up" in str(caught.value)
     with pytest.raises(APIError, match="never had a rollout"):  # nothing recorded
         canary.worker.rollout_status(canary.repo, "prod")
-    state = canary.start(analysis="thresholds:\n  error_rate: {max: 0.01}\n")
+    state = canary.start(analysis="thresholds:\n  error_rate: {max: 0.01}\n", allow_no_fleet=True)
     assert state["analysis"] == "thresholds:\n  error_rate: {max: 0.01}\n"  # verbatim
     assert state["plan"]["analysis"]["thresholds"] == {"error_rate": {"max": 0.01}}
 

@@ -87,7 +87,7 @@ def test_rollout_commands_from_start_to_abort(registry: Registry, tmp_path: Path
     good.write_text("thresholds:\n  error_rate: {max: 0.05}\n")
     second = registry.cli(
         "rollout", "start", f"{repo}@{alias}", "--to", candidate, "--analysis", str(good),
-        "--key", str(key), token=token, check=True,
+        "--no-fleet-yet", "--key", str(key), token=token, check=True,
     )  # fmt: skip
     assert "analysis  thresholds: error_rate max 0.05" in second.stdout
     history = registry.cli("rollout", "history", f"{repo}@{alias}", token=token, check=True)

@@ -223,3 +223,42 @@ def test_rollout_start_refuses_a_plan_whose_first_step_could_never_be_judged(
     ok = registry.cli("rollout", "start", ref, "--to", c.candidate, "--analysis", str(analysis),
                       "--steps", "50,100", token=token, check=True)  # fmt: skip
     assert "cohorts   50%: 2 of 3, 100%: 3 of 3 workers (the plan's fleet)" in ok.stdout
+
+
+@pytest.mark.sqlite_only
+def test_no_worker_known_a_judged_plan_is_refused_unless_started_anyway_audited(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A plan with an analysis, and no worker has reported for the alias: no step could
+    ever be judged (it only warned before, and the rollout held at 5%). Refused, naming the
+    alias and what to do; ``--no-fleet-yet`` starts it anyway, audited."""
+    c = _reporting_fleet(registry, tmp_path, 0)
+    analysis = tmp_path / "analysis.yaml"
+    analysis.write_text(ERRORS)
+    token = c.publisher.actor.token
+    ref = f"{c.repo}@prod"
+    error = refused(
+        lambda: c.publisher.actor.client.start_rollout(
+            c.repo, "prod", c.candidate, analysis=ERRORS
+        ),
+        409,
+        "rollout_refused",
+    )
+    assert f"no worker has reported for {ref}" in str(error)
+    no = registry.cli("rollout", "start", ref, "--to", c.candidate, "--analysis", str(analysis),
+                      token=token)  # fmt: skip
+    assert no.returncode != 0, no.stdout
+    assert f"no worker has reported for {ref}" in no.stderr, no.stderr
+    assert "--no-fleet-yet" in no.stderr
+    assert c.publisher.actor.client.rollout_history(c.repo, "prod")["rollouts"] == []
+    ok = registry.cli("rollout", "start", ref, "--to", c.candidate, "--analysis", str(analysis),
+                      "--no-fleet-yet", "--json", token=token, check=True)  # fmt: skip
+    rollout_id = json.loads(ok.stdout)["rollout_id"]
+    overrides = [
+        e
+        for e in registry.admin.iter_audit()
+        if e["action"] == "rollout.start.no_fleet" and e["subject"] == ref
+    ]
+    assert [(e["actor"], e["subject"], e["details"]["rollout_id"]) for e in overrides] == [
+        (c.publisher.actor.name, ref, rollout_id)
+    ]

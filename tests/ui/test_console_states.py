@@ -262,7 +262,7 @@ def test_rollout_plan_sign_steps_abort_and_history(
     analysis.write_text("thresholds:\n  error_rate: {max: 0.05}\n")
     started = c.reg.cli(
         "rollout", "start", f"{c.repo}@live", "--to", candidate, "--steps", "5,100",
-        "--analysis", str(analysis), "--json", token=token,
+        "--analysis", str(analysis), "--no-fleet-yet", "--json", token=token,
     )  # fmt: skip
     plan = json.loads(_ok(started))
     proposal = int(plan["proposal"])

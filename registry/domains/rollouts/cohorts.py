@@ -65,10 +65,23 @@ def _judged(plan: RolloutPlan) -> bool:
     return bool(plan.analysis.get("thresholds") or plan.analysis.get("triggers"))
 
 
-def refuse_unjudgeable(plan: RolloutPlan, fleet_size: int) -> None:
-    """(3): PlanUnjudgeable when the analysis could never judge the first step."""
-    if not _judged(plan) or fleet_size == 0:
+def refuse_unjudgeable(plan: RolloutPlan, fleet_size: int, *, allow_no_fleet: bool) -> None:
+    """(3): PlanUnjudgeable when the analysis could never judge the first step: no worker
+    known for the alias (unless ``allow_no_fleet``, which the caller audits), or fewer
+    candidate workers at the first step than ``min_workers``."""
+    if not _judged(plan):
         return
+    if fleet_size == 0:
+        if allow_no_fleet:
+            return
+        raise PlanUnjudgeable(
+            f"no worker has reported for {plan.repository}@{plan.alias} in the last 24 hours: "
+            "the analysis could judge no step (no candidate worker, no evidence) and the "
+            "rollout would hold at its first step; start the fleet (or a rehearsal fleet, "
+            "python -m modelward.rehearsal fleet) and let it report first, or start anyway "
+            "with --no-fleet-yet (audited as rollout.start.no_fleet)",
+            detail={"alias": plan.alias, "fleet": 0, "override": "no_fleet_yet"},
+        )
     need = int(plan.analysis.get("min_workers", DEFAULT_MIN_WORKERS))
     first = plan.steps[0]
     holds = cohort_size(first, fleet_size) if plan.fleet is not None else first * fleet_size // 100

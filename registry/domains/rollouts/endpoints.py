@@ -27,6 +27,7 @@ class StartIn(BaseModel):
     min_samples: int = Field(default=0, ge=0, le=10**9)
     analysis: str | None = Field(default=None, max_length=MAX_ANALYSIS_CHARS)
     reason: str | None = Field(default=None, max_length=2000)
+    allow_no_fleet: bool = False  # start a judged plan with no worker known (audited)
 
 
 class ReasonIn(BaseModel):
@@ -39,7 +40,9 @@ def start(
 ) -> JSONResponse:
     """Propose a rollout plan of the alias to ``to`` (the alias decision's steps (1) to (5)
     for the caller); the alias's role signs it (``proposal``; signed at once for an
-    ``online:`` alias). 409 ``rollout_refused`` while another rollout is under way."""
+    ``online:`` alias). 409 ``rollout_refused`` while another rollout is under way, or for
+    a plan whose analysis could never judge its first step (no worker known: unless
+    ``allow_no_fleet``, audited)."""
     answer = service.start(
         state,
         repo_name=f"{org}/{name}",
@@ -51,6 +54,7 @@ def start(
         analysis_text=body.analysis,
         reason=body.reason,
         caller=caller,
+        allow_no_fleet=body.allow_no_fleet,
     )
     return JSONResponse(answer, status_code=201)
 

@@ -157,6 +157,7 @@ def _sign_online(
 def _supersede(session: Session, target: str) -> None:
     for old in session.scalars(
         select(TufProposal).where(TufProposal.target == target, TufProposal.state == "pending")
+    allow_no_fleet: bool = False,
     ):
         old.state, old.decided_at = "superseded", utcnow()
 
@@ -181,8 +182,9 @@ def start(
     2. the alias's stable digest is the one its TUF role signs (409 when none); the fleet
        the registry knows (``cohorts.known_fleet``) is listed in the plan (``fleet``: the
        workers its cohorts are drawn from) when it holds 1 to MAX_FLEET workers, and a plan
-       whose analysis could never judge its first step on that fleet is refused (409
-       ``rollout_refused``, ``cohorts.refuse_unjudgeable``);
+       whose analysis could never judge its first step on that fleet, or with no worker
+       known, is refused (409 ``rollout_refused``, ``cohorts.refuse_unjudgeable``), unless
+       ``allow_no_fleet`` (no worker known; audited ``rollout.start.no_fleet``);
     3. the candidate passes steps (1) to (5) of the alias decision for ``caller`` (the
        reviewers' signatures on the plan are step (6), the approvals);
     4. no other rollout of the alias is under way, nor a completed one still in force (its
@@ -230,7 +232,7 @@ def start(
         )
     except PlanInvalid as exc:
         raise _plan_error(exc) from exc
-    refuse_unjudgeable(plan, len(known))
+    refuse_unjudgeable(plan, len(known), allow_no_fleet=allow_no_fleet)
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
         # (4): one rollout at a time
@@ -285,6 +287,14 @@ def start(
             reason=reason,
             created_by=caller.id,
         )
+        if allow_no_fleet and not known:
+            append(
+                session,
+                actor=caller.name,
+                action="rollout.start.no_fleet",
+                subject=f"{repo_name}@{alias}",
+                details={"rollout_id": plan.rollout_id, "why": "no worker known; started anyway"},
+            )
         session.add(row)
         session.flush()
         append(
