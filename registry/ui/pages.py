@@ -29,6 +29,7 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.errors import BadRequest, Forbidden
 from modelward.registry.ui import api_view, proposal_view, release_view, rollout_view, views
 from modelward.registry.ui.release_view import MAX_ROLE_VERSIONS
+from modelward.registry.ui.rollback_view import rollback_page
 from modelward.registry.ui.sessions import (
     COOKIE,
     LoggedIn,
@@ -243,6 +244,11 @@ async def release(
     return await _page(
         request, "release.html", release_view.release_page, f"{org}/{name}", alias, version
     )
+
+
+@router.get("/repos/{org}/{name}/aliases/{alias}/rollback")
+async def rollback(request: Request, org: str, name: str, alias: str) -> Response:
+    return await _page(request, "rollback.html", rollback_page, f"{org}/{name}", alias)
 
 
 @router.get("/repos/{org}/{name}/aliases/{alias}/rollouts/{rollout_id}")
