@@ -14,6 +14,7 @@ from modelward.registry.db import Database
 from modelward.registry.domains._throttle import DenialThrottle
 from modelward.registry.domains._token_cache import TokenCache
 from modelward.registry.domains._verdict_cache import DryRunAudit, VerdictCache
+from modelward.registry.domains.rollouts.report_queue import ReportIngest
 from modelward.registry.domains.signing.tuf.served import MetadataFiles
 from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.settings import Settings
@@ -32,6 +33,7 @@ class AppState:
     denial_throttle: DenialThrottle = field(default_factory=lambda: DenialThrottle(60))
     verdicts: VerdictCache = field(default_factory=VerdictCache)  # bundle evidence, per process
     dry_runs: DryRunAudit = field(default_factory=DryRunAudit)  # which dry runs are audited
+    reports: ReportIngest = field(default_factory=ReportIngest)  # fleet reports' group commit
     signed: SignedView = field(default_factory=SignedView)  # the signed state, verified
     # /tuf/ from memory (docs/tuf.md#serving): the files, and the tokens that authenticated
     # within settings.tuf_token_cache_seconds (keyed by their hash)

@@ -3,6 +3,8 @@ fleet report (docs/rollouts.md#fleet-reports); the checks are ``rollouts.reports
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -11,6 +13,7 @@ from modelward.attest.rollout import MAX_REPORT_BYTES
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Worker
 from modelward.registry.domains.rollouts import reports
+from modelward.registry.errors import RegistryError
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
 
@@ -36,12 +39,9 @@ async def send_report(
                 alias=alias,
                 caller=caller,
             )
-    answer = await run_in_threadpool(
-        reports.ingest,
-        state,
-        repo_name=f"{org}/{name}",
-        alias=alias,
-        envelope=bytes(data),
-        caller=caller,
-    )
-    return JSONResponse(answer, status_code=201)
+    # answered once the batch it joined is committed (rollouts.report_queue)
+    item = reports.Incoming(f"{org}/{name}", alias, bytes(data), caller)
+    outcome = await state.reports.submit(item, partial(reports.ingest, state))
+    if isinstance(outcome, RegistryError):
+        raise outcome
+    return JSONResponse(outcome, status_code=201)

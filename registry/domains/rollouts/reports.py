@@ -29,18 +29,17 @@ read them back for ``rollout status`` and the analysis.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Table, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from modelward.attest.errors import KeyError_
-from modelward.attest.keys import load_public_key
+from modelward.attest.keys import VerifyingKey, load_public_key
 from modelward.attest.rollout import (
     MAX_REPORT_BYTES,
     FleetReport,
@@ -69,11 +68,13 @@ from modelward.registry.errors import (
     BadRequest,
     Conflict,
     Forbidden,
+    NotFound,
     PayloadTooLarge,
     RegistryError,
 )
 from modelward.registry.models import (
     Principal,
+    Repository,
     Rollout,
     RolloutReport,
     SigningKey,
@@ -82,6 +83,8 @@ from modelward.registry.models import (
 )
 
 __all__ = [
+    "Incoming",
+    "Outcome",
     "ReportRefused",
     "StoredReport",
     "fleet",
@@ -120,11 +123,47 @@ class StoredReport:
 
 
 @dataclass(frozen=True)
+class Incoming:
+    """One report as the route hands it in: the path's repository and alias, the body
+    verbatim, the authenticated caller."""
+
+    repo_name: str
+    alias: str
+    envelope: bytes
+    caller: Caller
+
+
+@dataclass(frozen=True)
 class _Assignment:
-    rollout: Rollout | None
+    rollout_pk: int | None
     digests: tuple[str, ...]  # what the report may name
     assigned: str
     candidate: str | None
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """What the alias holds for a batch: the signed digest, the plan and step in force,
+    the latest rollout (id, public id, stable, candidate)."""
+
+    stable_signed: str | None
+    current: tuple[RolloutPlan, RolloutStep | None] | None
+    latest: tuple[int, str, str, str] | None
+
+
+@dataclass
+class _Batch:
+    """What one write transaction read for its reports, each at most once: the callers'
+    repositories, the worker keys, the last ``seq`` per key (raised as reports are kept),
+    what each alias holds."""
+
+    session: Session
+    state: AppState
+    sealed: Callable[[SigningKey], bool]  # the row seals' signing_key_ok
+    keys: dict[str, list[SigningKey]]
+    last_seq: dict[str, int]
+    repos: dict[tuple[str, int], Repository | NotFound] = field(default_factory=dict)
+    fits: dict[tuple[int, str], _Fit] = field(default_factory=dict)
 
 
 def _invalid(exc: ReportInvalid) -> BadRequest:
@@ -139,20 +178,24 @@ def _untrusted(keyid: str, why: str) -> Forbidden:
     )
 
 
-def _worker_key(session: Session, state: AppState, keyid: str, caller: Caller) -> SigningKey:
-    """(2): the caller's own sealed, unrevoked key ``keyid`` (authorization in the query)."""
-    row = session.scalars(
-        select(SigningKey).where(
-            SigningKey.keyid == keyid,
-            SigningKey.principal_id == caller.id,
-            SigningKey.revoked_at.is_(None),
-        )
-    ).first()
+def _worker_key(batch: _Batch, keyid: str, caller: Caller) -> SigningKey:
+    """(2): the caller's own sealed, unrevoked key ``keyid`` (authorization in the query:
+    the batch read the unrevoked rows of its key ids; the caller's is picked here)."""
+    row = next((r for r in batch.keys.get(keyid, ()) if r.principal_id == caller.id), None)
     if row is None:
         raise _untrusted(keyid, f"no unrevoked key {keyid} is registered to {caller.name}")
-    if not trust_of(state.settings).keys.row_seals().signing_key_ok(row):
+    if not batch.sealed(row):
         raise _untrusted(keyid, f"key {keyid} does not carry the registry's seal")
     return row
+
+
+def _public_key(state: AppState, row: SigningKey) -> VerifyingKey:
+    """The parsed public key of ``row``, cached by its PEM (the bytes the seal covers)."""
+    key = state.reports.public_keys.get(row.public_key_pem)
+    if key is None:
+        key = load_public_key(row.public_key_pem.encode(), f"key {row.keyid}")
+        state.reports.public_keys.put(row.public_key_pem, key)
+    return key
 
 
 def _current(
@@ -173,16 +216,14 @@ def _current(
 
 
 _Signed = tuple[str | None, tuple[RolloutPlan, RolloutStep | None] | None]
-_SIGNED_CACHE: OrderedDict[tuple[str, str, tuple[tuple[str, int], ...]], _Signed] = OrderedDict()
-_SIGNED_CACHE_SIZE = 256
-_SIGNED_LOCK = threading.Lock()
 
 
 def _signed_state(session: Session, state: AppState, repo_name: str, alias: str) -> _Signed:
     """The alias's signed digest and the plan and step in force, verified from the TUF
-    metadata; kept per process by the versions they were verified at (the repository's
-    roles, top-level targets and root: every signed change makes a new version), so the
-    report after the first costs one query until something is signed again."""
+    metadata; kept per process (``state.reports.signed``) by the versions they were
+    verified at (the repository's roles, top-level targets and root: every signed change
+    makes a new version), so a batch after the first costs one query until something is
+    signed again."""
     prefix = protected_role(repo_name, "")
     versions = tuple(
         (str(role), int(version))
@@ -199,39 +240,43 @@ def _signed_state(session: Session, state: AppState, repo_name: str, alias: str)
         )
     )
     key = (repo_name, alias, versions)
-    with _SIGNED_LOCK:
-        if key in _SIGNED_CACHE:
-            _SIGNED_CACHE.move_to_end(key)
-            return _SIGNED_CACHE[key]
-    stable_signed = state.signed.aliases(session, repo_name).get(alias)
-    signed = stable_signed, _current(repository(session, state), repo_name, alias, stable_signed)
-    with _SIGNED_LOCK:
-        _SIGNED_CACHE[key] = signed
-        while len(_SIGNED_CACHE) > _SIGNED_CACHE_SIZE:
-            _SIGNED_CACHE.popitem(last=False)
+    signed: _Signed | None = state.reports.signed.get(key)
+    if signed is None:
+        stable_signed = state.signed.aliases(session, repo_name).get(alias)
+        repo = repository(session, state)
+        signed = stable_signed, _current(repo, repo_name, alias, stable_signed)
+        state.reports.signed.put(key, signed)
     return signed
 
 
-def _assignment(
-    session: Session,
-    state: AppState,
-    *,
-    repo_id: int,
-    repo_name: str,
-    alias: str,
-    report: FleetReport,
-) -> _Assignment:
+def _fit(batch: _Batch, repo_id: int, repo_name: str, alias: str) -> _Fit:
+    """What ``repo_name@alias`` holds, read once per batch."""
+    found = batch.fits.get((repo_id, alias))
+    if found is None:
+        stable_signed, current = _signed_state(batch.session, batch.state, repo_name, alias)
+        latest = batch.session.execute(
+            select(Rollout.id, Rollout.rollout_id, Rollout.stable, Rollout.candidate)
+            .where(Rollout.repo_id == repo_id, Rollout.alias == alias)
+            .order_by(Rollout.id.desc())
+            .limit(1)
+        ).first()
+        found = _Fit(
+            stable_signed,
+            current,
+            None
+            if latest is None
+            else (latest.id, latest.rollout_id, latest.stable, latest.candidate),
+        )
+        batch.fits[(repo_id, alias)] = found
+    return found
+
+
+def _assignment(fit: _Fit, repo_name: str, alias: str, report: FleetReport) -> _Assignment:
     """(4): the digests the report may name and the digest the signed step assigns its key."""
-    stable_signed, current = _signed_state(session, state, repo_name, alias)
+    stable_signed, current, latest = fit.stable_signed, fit.current, fit.latest
     assigned = stable_signed
     if current is not None:
         assigned = resolve_digest(current[0], current[1], report.worker_keyid)
-    latest = session.scalars(
-        select(Rollout)
-        .where(Rollout.repo_id == repo_id, Rollout.alias == alias)
-        .order_by(Rollout.id.desc())
-        .limit(1)
-    ).first()
     if report.rollout_id is None:
         if stable_signed is None:
             raise ReportRefused(
@@ -240,39 +285,41 @@ def _assignment(
                 detail={"alias": alias, "digest": report.digest},
             )
         return _Assignment(None, (stable_signed,), assigned or stable_signed, None)
-    if latest is None or latest.rollout_id != report.rollout_id:
+    if latest is None or latest[1] != report.rollout_id:
         raise ReportRefused(
             f"rollout {report.rollout_id} is not {repo_name}@{alias}'s latest rollout "
-            f"({latest.rollout_id if latest is not None else 'none'})",
+            f"({latest[1] if latest is not None else 'none'})",
             detail={
                 "rollout_id": report.rollout_id,
-                "latest": latest.rollout_id if latest is not None else None,
+                "latest": latest[1] if latest is not None else None,
             },
         )
-    digests = (latest.stable, latest.candidate)
-    if current is not None and current[0].rollout_id == latest.rollout_id:
+    pk, rollout_id, stable, candidate = latest
+    digests = (stable, candidate)
+    if current is not None and current[0].rollout_id == rollout_id:
         digests = (current[0].stable, current[0].candidate)
-    return _Assignment(latest, digests, assigned or latest.stable, latest.candidate)
+    return _Assignment(pk, digests, assigned or stable, candidate)
 
 
-def _keep(
-    session: Session,
-    state: AppState,
-    *,
-    repo_name: str,
-    alias: str,
-    envelope: bytes,
-    opened: OpenedReport,
-    caller: Caller,
-) -> dict[str, Any]:
-    """Checks (2) to (5) and the insert, in one write transaction."""
-    report = opened.report
-    repo_row = get_repo(session, repo_name, caller)
+def _check(
+    batch: _Batch, item: Incoming, opened: OpenedReport
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Checks (2) to (5) of one report against what its batch read: the row to insert and
+    the answer (less its id). Raises as ``ingest`` says."""
+    report, caller, repo_name, alias = opened.report, item.caller, item.repo_name, item.alias
+    repo_row = batch.repos.get((repo_name, caller.id))
+    if repo_row is None:
+        try:
+            repo_row = get_repo(batch.session, repo_name, caller)
+        except NotFound as exc:
+            repo_row = exc
+        batch.repos[(repo_name, caller.id)] = repo_row
+    if isinstance(repo_row, NotFound):
+        raise repo_row
     # (2): the caller's sealed, unrevoked worker key, and its signature over these bytes
-    key_row = _worker_key(session, state, report.worker_keyid, caller)
+    key_row = _worker_key(batch, report.worker_keyid, caller)
     try:
-        public_key = load_public_key(key_row.public_key_pem.encode(), f"key {key_row.keyid}")
-        verify_report(envelope, opened, public_key)
+        verify_report(item.envelope, opened, _public_key(batch.state, key_row))
     except (ReportUntrusted, KeyError_) as exc:
         raise _untrusted(report.worker_keyid, getattr(exc, "why", str(exc))) from exc
     # (3): about this alias, and about the digest it names
@@ -287,9 +334,7 @@ def _keep(
             ReportInvalid("subject", f"{opened.subjects[0]} is not the digest {report.digest}")
         )
     # (4): the alias's rollout and its digests
-    fit = _assignment(
-        session, state, repo_id=repo_row.id, repo_name=repo_name, alias=alias, report=report
-    )
+    fit = _assignment(_fit(batch, repo_row.id, repo_name, alias), repo_name, alias, report)
     if report.digest not in fit.digests:
         raise ReportRefused(
             f"{report.digest} is not a digest of {repo_name}@{alias}'s "
@@ -297,39 +342,35 @@ def _keep(
             + f" ({', '.join(fit.digests)})",
             detail={"digest": report.digest, "allowed": list(fit.digests)},
         )
-    # (5): no replay
-    last = session.scalar(
-        select(func.max(RolloutReport.seq)).where(RolloutReport.worker_keyid == report.worker_keyid)
-    )
+    # (5): no replay (the batch's reports from this key so far count as kept)
+    last = batch.last_seq.get(report.worker_keyid)
     if last is not None and report.seq <= last:
         raise _replayed(report, last)
-    row = RolloutReport(
-        repo_id=repo_row.id,
-        alias=alias,
-        rollout_pk=fit.rollout.id if fit.rollout is not None else None,
-        worker_keyid=report.worker_keyid,
-        principal_id=caller.id,
-        digest=report.digest,
-        seq=report.seq,
-        received_at=utcnow(),
-        interval_seconds=report.interval_seconds,
-        requests=report.requests,
-        errors=report.errors,
-        retries=report.retries,
-        predicate=json.dumps(make_report_predicate(**asdict(report)), sort_keys=True),
-        envelope=envelope,
-        assigned=fit.assigned,
-    )
-    session.add(row)
-    try:
-        session.flush()
-    except IntegrityError as exc:  # another request kept this seq first
-        raise _replayed(report, report.seq) from exc
+    batch.last_seq[report.worker_keyid] = report.seq
+    row = {
+        "repo_id": repo_row.id,
+        "alias": alias,
+        "rollout_pk": fit.rollout_pk,
+        "worker_keyid": report.worker_keyid,
+        "principal_id": caller.id,
+        "digest": report.digest,
+        "seq": report.seq,
+        "received_at": utcnow(),
+        "interval_seconds": report.interval_seconds,
+        "requests": report.requests,
+        "errors": report.errors,
+        "retries": report.retries,
+        "predicate": json.dumps(
+            make_report_predicate(**{f.name: getattr(report, f.name) for f in fields(report)}),
+            sort_keys=True,
+        ),
+        "envelope": item.envelope,
+        "assigned": fit.assigned,
+    }
     # kept either way (the fleet view shows a worker that has not switched yet), but only a
     # report of the digest its key is assigned is evidence, and only for that cohort
     if report.digest != fit.assigned:
-        return {
-            "id": row.id,
+        return row, {
             "assigned": fit.assigned,
             "cohort": None,
             "counted": False,
@@ -339,7 +380,7 @@ def _keep(
             ),
         }
     cohort = CANDIDATE if report.digest == fit.candidate else STABLE
-    return {"id": row.id, "assigned": fit.assigned, "cohort": cohort, "counted": True}
+    return row, {"assigned": fit.assigned, "cohort": cohort, "counted": True}
 
 
 def _replayed(report: FleetReport, last: int) -> Conflict:
@@ -351,66 +392,130 @@ def _replayed(report: FleetReport, last: int) -> Conflict:
     )
 
 
-def ingest(
-    state: AppState, *, repo_name: str, alias: str, envelope: bytes, caller: Caller
-) -> dict[str, Any]:
-    """Keep one fleet report (the module's checks (1) to (5), in order): ``{id, assigned,
+Outcome = dict[str, Any] | RegistryError
+
+
+def _keep(
+    session: Session,
+    state: AppState,
+    todo: list[tuple[int, Incoming, OpenedReport]],
+    out: list[Outcome | None],
+) -> None:
+    """Checks (2) to (5) of each opened report, in arrival order, and one insert of those
+    that passed, in one write transaction: each report's outcome goes to ``out``."""
+    keyids = {opened.report.worker_keyid for _, _, opened in todo}
+    keys: dict[str, list[SigningKey]] = {}
+    for key_row in session.scalars(
+        select(SigningKey).where(SigningKey.keyid.in_(keyids), SigningKey.revoked_at.is_(None))
+    ):
+        keys.setdefault(key_row.keyid, []).append(key_row)
+    last_seq = {
+        str(k): int(v)
+        for k, v in session.execute(
+            select(RolloutReport.worker_keyid, func.max(RolloutReport.seq))
+            .where(RolloutReport.worker_keyid.in_(keyids))
+            .group_by(RolloutReport.worker_keyid)
+        )
+    }
+    sealed = trust_of(state.settings).keys.row_seals().signing_key_ok
+    batch = _Batch(session, state, sealed, keys, last_seq)
+    rows: list[dict[str, Any]] = []
+    answers: list[tuple[int, dict[str, Any]]] = []
+    for index, item, opened in todo:
+        try:
+            row, answer = _check(batch, item, opened)
+        except RegistryError as exc:
+            out[index] = exc
+            continue
+        rows.append(row)
+        answers.append((index, answer))
+    if not rows:
+        return
+    table = cast(Table, RolloutReport.__table__)
+    ids = (
+        session.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True), rows)
+        .scalars()
+        .all()
+    )
+    for (index, answer), row_id in zip(answers, ids, strict=True):
+        out[index] = {"id": row_id, **answer}
+
+
+def ingest(state: AppState, items: Sequence[Incoming]) -> list[Outcome]:
+    """Keep fleet reports, each by the module's checks (1) to (5) in arrival order, those
+    that pass in one write transaction: one outcome per item, its answer ``{id, assigned,
     cohort, counted}`` (``cohort`` None and ``why`` when the digest is not the assigned
-    one). Raises BadRequest ``invalid_report``, Forbidden ``report_untrusted``, ReportRefused,
-    Conflict ``report_replayed`` (each audited ``rollout.report.refused``),
-    NotFound for a repository the caller may not read."""
-    keyid: str | None = None
-    try:
+    one) or its refusal: BadRequest ``invalid_report``, Forbidden ``report_untrusted``,
+    ReportRefused, Conflict ``report_replayed`` (each audited ``rollout.report.refused``),
+    NotFound for a repository the caller may not read. Other errors (the database's) are
+    raised, and nothing of the batch is kept."""
+    out: list[Outcome | None] = [None] * len(items)
+    keyids: list[str | None] = [None] * len(items)
+    todo: list[tuple[int, Incoming, OpenedReport]] = []
+    for index, item in enumerate(items):
         # (1): envelope, statement, predicate type, predicate
         try:
-            opened = open_report(envelope)
+            opened = open_report(item.envelope)
         except ReportInvalid as exc:
-            raise _invalid(exc) from exc
-        keyid = opened.report.worker_keyid
+            out[index] = _invalid(exc)
+            continue
+        keyids[index] = opened.report.worker_keyid
+        todo.append((index, item, opened))
+    if todo:
+        _write(state, todo, out)
+    refused = [
+        (item, keyid, outcome)
+        for item, keyid, outcome in zip(items, keyids, out, strict=True)
+        if isinstance(outcome, (BadRequest, Forbidden, Conflict))
+    ]
+    if refused:
+        _audit_refusals(state, refused)
+    return [outcome for outcome in out if outcome is not None]
+
+
+def _write(
+    state: AppState, todo: list[tuple[int, Incoming, OpenedReport]], out: list[Outcome | None]
+) -> None:
+    """``_keep`` in one write transaction. The write lock makes the last ``seq`` it reads
+    exact; should the insert still collide with a row kept by a writer that bypassed it
+    (the unique (worker key, seq) pair), each report is judged again alone, and a lone
+    report that collides is a replay."""
+    try:
         with state.db.write() as session:
-            return _keep(
-                session,
-                state,
-                repo_name=repo_name,
-                alias=alias,
-                envelope=envelope,
-                opened=opened,
-                caller=caller,
-            )
-    except (BadRequest, Forbidden, Conflict) as exc:
-        _audit_refusal(state, repo_name=repo_name, alias=alias, caller=caller, keyid=keyid, exc=exc)
-        raise
+            _keep(session, state, todo, out)
+    except IntegrityError:
+        if len(todo) > 1:
+            for entry in todo:
+                _write(state, [entry], out)
+            return
+        index, _, opened = todo[0]
+        out[index] = _replayed(opened.report, opened.report.seq)
 
 
 def refuse_too_large(state: AppState, *, repo_name: str, alias: str, caller: Caller) -> NoReturn:
     """(1): a body over MAX_REPORT_BYTES, refused unread (413 ``too_large``) and audited."""
     exc = PayloadTooLarge(f"a fleet report is at most {MAX_REPORT_BYTES} bytes")
-    _audit_refusal(state, repo_name=repo_name, alias=alias, caller=caller, keyid=None, exc=exc)
+    _audit_refusals(state, [(Incoming(repo_name, alias, b"", caller), None, exc)])
     raise exc
 
 
-def _audit_refusal(
-    state: AppState,
-    *,
-    repo_name: str,
-    alias: str,
-    caller: Caller,
-    keyid: str | None,
-    exc: RegistryError,
+def _audit_refusals(
+    state: AppState, refused: Sequence[tuple[Incoming, str | None, RegistryError]]
 ) -> None:
     with state.db.write() as session:
-        append(
-            session,
-            actor=caller.name,
-            action="rollout.report.refused",
-            subject=f"{repo_name}@{alias}",
-            details={
-                "code": exc.code,
-                "reason": exc.message[:1000],
-                "worker_keyid": keyid,
-                "detail": exc.detail,
-            },
-        )
+        for item, keyid, exc in refused:
+            append(
+                session,
+                actor=item.caller.name,
+                action="rollout.report.refused",
+                subject=f"{item.repo_name}@{item.alias}",
+                details={
+                    "code": exc.code,
+                    "reason": exc.message[:1000],
+                    "worker_keyid": keyid,
+                    "detail": exc.detail,
+                },
+            )
 
 
 def _stored(row: RolloutReport, candidate: str | None) -> StoredReport:
