@@ -65,7 +65,7 @@ from modelward.attest.release._model import (
     get,
 )
 from modelward.attest.release._moves import signed_moves
-from modelward.attest.release._rollouts import check_rollouts
+from modelward.attest.release._rollout_check import check_rollouts
 from modelward.attest.statement import parse_statement, strict_json_loads
 from modelward.attest.trust import Subject, TrustedKey, TrustSet, VerifiedStatement
 from modelward.attest.tuf import alias_path, online_role, public_key_of
