@@ -62,6 +62,7 @@ from modelward.registry.domains.oci.errors import is_oci_path, oci_error_respons
 from modelward.registry.domains.signing.tuf.mirror_files import MetadataMirror, open_mirror
 from modelward.registry.domains.signing.tuf.store import add_commit_listener
 from modelward.registry.errors import ConfigurationError, RegistryError
+from modelward.registry.kit.logs import log_failure
 from modelward.registry.kit.periodic import start_periodic
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
@@ -211,16 +212,8 @@ class _Observe:
             # Every 500 keeps the JSON error shape; the log names the request and where it
             # failed, never the exception's message (it may quote the payload).
             frames = traceback.extract_tb(exc.__traceback__)[-5:]
-            log.error(  # noqa: TRY400 - no traceback text: messages may quote the payload
-                json.dumps(
-                    {
-                        "event": "error",
-                        "request_id": request_id,
-                        "exception": type(exc).__name__,
-                        "at": [f"{f.filename}:{f.lineno} {f.name}" for f in frames],
-                    }
-                )
-            )
+            at = [f"{f.filename}:{f.lineno} {f.name}" for f in frames]
+            log_failure(log, "error", exc, message=None, request_id=request_id, at=at)
             if responded:
                 raise
             await send_wrapper(_internal_error(request_id))

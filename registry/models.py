@@ -8,7 +8,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     ColumnElement,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -21,6 +20,8 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
+
+from modelward.registry.kit.utc import UtcDateTime
 
 __all__ = [
     "Alias",
@@ -52,8 +53,6 @@ __all__ = [
     "RolloutStepRow",
     "SigningKey",
     "Token",
-    "TufMetadata",
-    "TufProposal",
     "UploadSession",
     "WebhookAttempt",
     "WebhookDelivery",
@@ -78,11 +77,11 @@ class Principal(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     role: Mapped[str] = mapped_column(String(20))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # the registry's HMAC over (id, name, role): signing.tuf.seals (docs/tuf.md#keys)
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # set while an admin has disabled it: its tokens authenticate nobody (migration 0012)
-    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    disabled_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class Token(Base):
@@ -90,9 +89,9 @@ class Token(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), index=True)
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class SigningKey(Base):
@@ -100,8 +99,8 @@ class SigningKey(Base):
     keyid: Mapped[str] = mapped_column(String(64), primary_key=True)
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), index=True)
     public_key_pem: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # the registry's HMAC over (keyid, principal, key, revoked): registry.domains.signing.tuf.seals
     seal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
@@ -112,8 +111,8 @@ class Identity(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"), index=True)
     identity: Mapped[str] = mapped_column(String(500))
     issuer: Mapped[str] = mapped_column(String(500))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class Org(Base):
@@ -125,7 +124,7 @@ class Org(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     floor: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # the ``private`` of the org's new repositories (docs/registry.md#private-repositories)
     private_by_default: Mapped[bool] = mapped_column(Boolean, default=False)
 
@@ -155,7 +154,7 @@ class Repository(Base):
     )
     policy_yaml: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # bytes the repository may hold; None: no quota (docs/registry.md#storage-hygiene)
     quota_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # the registry's HMAC over (name, policy_yaml): signing.tuf.seals (docs/tuf.md#keys)
@@ -186,7 +185,7 @@ class Blob(Base):
     __tablename__ = "blobs"
     digest: Mapped[str] = mapped_column(String(DIGEST), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class UploadSession(Base):
@@ -197,8 +196,8 @@ class UploadSession(Base):
     offset: Mapped[int] = mapped_column(BigInteger, default=0)
     parts: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of part offsets
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # the repository the upload is charged to (None: started without naming one)
     repo_id: Mapped[int | None] = mapped_column(
         ForeignKey("repositories.id", name="fk_upload_sessions_repo_id_repositories"),
@@ -219,9 +218,7 @@ class BlobLease(Base):
         ForeignKey("repositories.id"), nullable=True, index=True
     )
     size: Mapped[int] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, index=True
-    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, index=True)
 
 
 class QuarantinedDigest(Base):
@@ -235,7 +232,7 @@ class QuarantinedDigest(Base):
     # only for quarantines recorded before migration 0004 that the audit log did not name).
     repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id"), nullable=True)
     quarantined_by: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
-    quarantined_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    quarantined_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class Bundle(Base):
@@ -248,7 +245,7 @@ class Bundle(Base):
     decision: Mapped[str] = mapped_column(Text)  # JSON
     findings: Mapped[str] = mapped_column(Text)  # JSON
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     tombstoned: Mapped[bool] = mapped_column(Boolean, default=False)
     tombstone_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Read-only views of the digest's quarantine (table quarantined_digests), never columns:
@@ -285,9 +282,9 @@ class Attestation(Base):
     sha256: Mapped[str] = mapped_column(String(DIGEST))
     signers: Mapped[str] = mapped_column(Text)  # JSON
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # A retracted attestation keeps its row and bytes (forensics) and counts nowhere.
-    retracted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    retracted_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     retracted_by: Mapped[int | None] = mapped_column(
         ForeignKey("principals.id", name="fk_attestations_retracted_by_principals"),
         nullable=True,
@@ -308,7 +305,7 @@ class Alias(Base):
     name: Mapped[str] = mapped_column(String(200))
     digest: Mapped[str] = mapped_column(String(DIGEST))
     version: Mapped[int] = mapped_column(Integer)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class AliasHistory(Base):
@@ -320,7 +317,7 @@ class AliasHistory(Base):
     from_digest: Mapped[str | None] = mapped_column(String(DIGEST), nullable=True)
     to_digest: Mapped[str] = mapped_column(String(DIGEST))
     actor: Mapped[str] = mapped_column(String(200))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     rollback: Mapped[bool] = mapped_column(Boolean, default=False)
 
@@ -336,8 +333,8 @@ class Approval(Base):
     bundle_id: Mapped[int] = mapped_column(ForeignKey("bundles.id"), index=True)
     alias: Mapped[str] = mapped_column(String(200))
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    withdrawn_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     withdrawal_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -350,7 +347,7 @@ class Boot(Base):
     fingerprint: Mapped[str] = mapped_column(Text)  # JSON
     outcome: Mapped[str] = mapped_column(String(50))
     detail: Mapped[str] = mapped_column(Text)  # JSON
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class AuditRow(Base):
@@ -385,7 +382,7 @@ class AuditCheckpointRow(Base):
     root_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
     key: Mapped[str] = mapped_column(String(300))
     note: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class OciManifest(Base):
@@ -410,7 +407,7 @@ class OciManifest(Base):
     reasons: Mapped[str] = mapped_column(Text)  # JSON list of failed checks
     attestation_id: Mapped[int | None] = mapped_column(ForeignKey("attestations.id"), nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class OciToken(Base):
@@ -423,42 +420,8 @@ class OciToken(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     api_token_id: Mapped[str] = mapped_column(ForeignKey("tokens.id"))
     scopes: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-
-
-class TufMetadata(Base):
-    """One version of one TUF role's signed metadata, the exact bytes (docs/tuf.md)."""
-
-    __tablename__ = "tuf_metadata"
-    role: Mapped[str] = mapped_column(String(300), primary_key=True)
-    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class TufProposal(Base):
-    """The next version of a delegated TUF role, waiting for its signers (docs/tuf.md).
-
-    ``payload`` is that version unsigned, byte for byte as the signers sign it;
-    ``signatures`` the JSON list of ``{keyid, sig}`` collected so far (each checked when it
-    arrived). ``state``: ``pending``, ``published``, ``stale`` (the role moved on first) or
-    ``withdrawn``. ``target``/``from_digest``/``to_digest`` say what changes, for display."""
-
-    __tablename__ = "tuf_proposals"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    role: Mapped[str] = mapped_column(String(300), index=True)
-    version: Mapped[int] = mapped_column(BigInteger)
-    payload: Mapped[bytes] = mapped_column(LargeBinary)
-    signatures: Mapped[str] = mapped_column(Text, default="[]")
-    target: Mapped[str] = mapped_column(String(600))
-    from_digest: Mapped[str | None] = mapped_column(String(DIGEST), nullable=True)
-    to_digest: Mapped[str | None] = mapped_column(String(DIGEST), nullable=True)
-    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    state: Mapped[str] = mapped_column(String(20), default="pending")
-    created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
 
 
 class Rollout(Base):
@@ -483,15 +446,15 @@ class Rollout(Base):
     proposal_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # the observable rollback (migration 0015; docs/rollouts.md): when the failure was
     # detected (the first failing report's received_at), decided (the abort signed), the
     # route converged, the stable cohort recovered; ``figures`` the computed figures (JSON)
-    detected_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    converged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    recovered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    detected_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    converged_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    recovered_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     figures: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -513,7 +476,7 @@ class RolloutStepRow(Base):
     actor: Mapped[str] = mapped_column(String(200))
     tuf_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     verdict: Mapped[str | None] = mapped_column(String(20), nullable=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     # the judgement's evidence beside ``verdict`` (JSON; migration 0015)
     analysis: Mapped[str | None] = mapped_column(Text, nullable=True)
 
@@ -539,7 +502,7 @@ class RolloutReport(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     digest: Mapped[str] = mapped_column(String(DIGEST))
     seq: Mapped[int] = mapped_column(BigInteger)
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    received_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     interval_seconds: Mapped[float] = mapped_column(Float)
     requests: Mapped[int] = mapped_column(BigInteger)
     errors: Mapped[int] = mapped_column(BigInteger)
@@ -564,11 +527,9 @@ class WebhookEndpoint(Base):
     secret_sealed: Mapped[bytes] = mapped_column(LargeBinary)
     state: Mapped[str] = mapped_column(String(20), default="enabled")
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    secret_rotated_at: Mapped[datetime | None] = mapped_column(
-        DateTime(timezone=True), nullable=True
-    )
-    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    secret_rotated_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    failing_since: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class WebhookMessage(Base):
@@ -580,7 +541,7 @@ class WebhookMessage(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     event_type: Mapped[str] = mapped_column(String(100))
     payload: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
 
 
 class WebhookDelivery(Base):
@@ -596,11 +557,11 @@ class WebhookDelivery(Base):
     endpoint_id: Mapped[int] = mapped_column(ForeignKey("webhook_endpoints.id"), index=True)
     state: Mapped[str] = mapped_column(String(20), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     claim: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class WebhookAttempt(Base):
@@ -610,7 +571,7 @@ class WebhookAttempt(Base):
     __tablename__ = "webhook_attempts"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id"), index=True)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
     duration_ms: Mapped[int] = mapped_column(Integer)
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -64,7 +64,7 @@ class TokenCache(Generic[T]):
                 return None, False
             who, until, expires_at, renew_at = entry
             now = self.clock()
-            if now >= until or (expires_at is not None and _aware(expires_at) <= datetime.now(UTC)):
+            if now >= until or (expires_at is not None and expires_at <= datetime.now(UTC)):
                 del self._entries[key]
                 return None, False
             if renew and now >= renew_at:
@@ -89,7 +89,3 @@ class TokenCache(Generic[T]):
         """Drop ``token``'s entry (it failed to authenticate)."""
         with self._lock:
             self._entries.pop(self.key(token), None)
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

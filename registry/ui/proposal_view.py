@@ -14,7 +14,6 @@ import base64
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tuf.api.metadata import Metadata
 from tuf.api.serialization import DeserializationError
@@ -26,6 +25,7 @@ from modelward.attest.evaluation import GatesJudgement, gate_label
 from modelward.attest.rollout import PlanInvalid, RolloutPlan
 from modelward.attest.rollout.paths import rollout_path
 from modelward.attest.rollout.signed import plan_in
+from modelward.registry.domains._principals import find_principal
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.bundles import service as bundles
@@ -157,9 +157,7 @@ def proposal_page(state: AppState, caller: Caller, proposal_id: int) -> dict[str
         old = None
         if replaced:
             old = parsed_manifest(bundles.find_bundle(session, repo, replaced).manifest)
-        proposer_row = session.execute(
-            select(Principal).where(Principal.name == proposal["proposed_by"])
-        ).scalar_one_or_none()
+        proposer_row = find_principal(session, proposal["proposed_by"])
         publisher = _principal(session, new_row.created_by)
     proposer = (
         Caller(id=proposer_row.id, name=proposer_row.name, role=proposer_row.role)

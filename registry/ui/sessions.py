@@ -22,11 +22,12 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import DateTime, ForeignKey, String, select, update
+from sqlalchemy import ForeignKey, String, select, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from modelward.registry.domains.auth.service import Caller, authenticate_until, hash_token
 from modelward.registry.errors import Forbidden, NotAuthenticated
+from modelward.registry.kit.utc import UtcDateTime
 from modelward.registry.models import Base, Token
 
 __all__ = [
@@ -48,9 +49,9 @@ class UiSession(Base):
     principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     token_id: Mapped[str] = mapped_column(ForeignKey("tokens.id"))
     csrf: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,6 @@ class LoggedIn:
     caller: Caller
     csrf: str
     expires_at: datetime
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def open_session(session: Session, token: str, lifetime: int) -> tuple[str, LoggedIn]:
@@ -77,7 +74,7 @@ def open_session(session: Session, token: str, lifetime: int) -> tuple[str, Logg
     now = datetime.now(UTC)
     expires = now + timedelta(seconds=lifetime)
     if token_expires is not None:
-        expires = min(expires, _aware(token_expires))
+        expires = min(expires, token_expires)
     sid = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
     session.add(
@@ -110,7 +107,7 @@ def session_caller(session: Session, sid: str) -> LoggedIn:
     # (2): the session itself
     if ui.ended_at is not None:
         raise NotAuthenticated("this console session was logged out")
-    if _aware(ui.expires_at) <= now:
+    if ui.expires_at <= now:
         raise NotAuthenticated("this console session has expired: log in again")
     # (3): the token it was exchanged for, by the same rules as every other request
     caller, _ = authenticate_until(session, token_id=ui.token_id, via="this console session's ")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from securesystemslib.exceptions import UnverifiedSignatureError
@@ -35,7 +35,8 @@ from tuf.api.serialization import DeserializationError
 from modelward.attest.errors import KeyError_
 from modelward.attest.keys import load_public_key
 from modelward.attest.tuf import alias_path, protected_role, tuf_key
-from modelward.registry.models import AliasHistory, Principal, SigningKey, TufMetadata
+from modelward.registry.domains.signing.tuf.store import SessionStore
+from modelward.registry.models import AliasHistory, Principal, SigningKey
 
 __all__ = ["SIGNED_WITHIN", "SignedVersion", "move_signers"]
 
@@ -64,10 +65,6 @@ class SignedVersion:
         }
 
 
-def _aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-
-
 def _registered(session: Session, keyids: set[str]) -> dict[str, tuple[Key, str]]:
     rows = session.execute(
         select(SigningKey.keyid, SigningKey.public_key_pem, Principal.name)
@@ -89,11 +86,7 @@ def _versions(
     """(1) and (2): every stored version of the repository's roles that changed ``path``,
     oldest first, with the signatures on it that verify."""
     prefix = protected_role(repo_name, "")
-    rows = session.execute(
-        select(TufMetadata.role, TufMetadata.version, TufMetadata.data, TufMetadata.created_at)
-        .where(TufMetadata.role.startswith(prefix, autoescape=True))
-        .order_by(TufMetadata.role, TufMetadata.version)
-    ).all()
+    rows = SessionStore(session).history(prefix)
     changes: list[tuple[str, int, str, datetime, Metadata[Targets]]] = []
     before: dict[str, str | None] = {}
     for role, version, data, created_at in rows:
@@ -104,7 +97,7 @@ def _versions(
         target = md.signed.targets.get(path)
         digest = f"sha256:{target.hashes.get('sha256', '')}" if target is not None else None
         if digest is not None and digest != before.get(role):
-            changes.append((role, version, digest, _aware(created_at), md))
+            changes.append((role, version, digest, created_at, md))
         before[role] = digest
     keyids = {k for *_, md in changes for k in md.signatures}
     registered = _registered(session, keyids)
@@ -140,10 +133,10 @@ def move_signers(
     used: set[tuple[str, int]] = set()
     found: list[SignedVersion | None] = []
     for i, move in enumerate(moves):
-        start = _aware(move.at) - SIGNED_WITHIN
+        start = move.at - SIGNED_WITHIN
         if i > 0:
-            start = max(start, _aware(moves[i - 1].at))
-        end = _aware(moves[i + 1].at) if i + 1 < len(moves) else None
+            start = max(start, moves[i - 1].at)
+        end = moves[i + 1].at if i + 1 < len(moves) else None
         match = next(
             (
                 v

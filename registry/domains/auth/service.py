@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.auth.authz import Action, allows
-from modelward.registry.errors import BadRequest, NotAuthenticated, NotFound
+from modelward.registry.errors import BadRequest, NotAuthenticated
 from modelward.registry.models import Principal, Token
 
 __all__ = [
@@ -78,18 +79,10 @@ def store_token(
 
 def issue_token(session: Session, principal_name: str, expires_in: int | None) -> tuple[str, str]:
     """Create a token for the named principal; returns ``(id, token)``. Raises NotFound."""
-    principal = session.execute(
-        select(Principal).where(Principal.name == principal_name)
-    ).scalar_one_or_none()
-    if principal is None:
-        raise NotFound(f"no principal named {principal_name!r}")
+    principal = principal_named(session, principal_name)
     token_id, token = new_token()
     store_token(session, principal, token, token_id, expires_in)
     return token_id, token
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def authenticate(session: Session, token: str) -> Caller:
@@ -144,6 +137,6 @@ def authenticate_until(
     if disabled_at is not None:
         raise NotAuthenticated(f"{via}token {found_id}: principal {name} is disabled")
     # (4): expired
-    if expires_at is not None and _aware(expires_at) <= datetime.now(UTC):
+    if expires_at is not None and expires_at <= datetime.now(UTC):
         raise NotAuthenticated(f"{via}token {found_id} has expired")
     return Caller(id=principal_id, name=name, role=role), expires_at

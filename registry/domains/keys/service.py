@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, allows
 from modelward.registry.domains.auth.service import Caller
@@ -31,10 +32,7 @@ def _owner(session: Session, caller: Caller, principal: str | None) -> Principal
         raise Forbidden("only an admin may register keys or identities for another principal")
     if not allows(caller.role, Action.HOLD_KEYS):
         raise Forbidden(f"role {caller.role!r} may not register signing keys or identities")
-    row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {name!r}")
-    return row
+    return principal_named(session, name)
 
 
 def register_key(

@@ -227,10 +227,6 @@ def issue(
     }
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _from_oci_token(session: Session, token: str) -> OciCaller:
     """(1) the bearer's row by the hash of the secret; (2) not expired; (3) the API token
     it was issued against, and its principal, pass the registry's one authentication
@@ -242,7 +238,7 @@ def _from_oci_token(session: Session, token: str) -> OciCaller:
     if oci is None:
         raise NotAuthenticated("unknown token")
     # (2): the bearer's own lifetime
-    if _aware(oci.expires_at) <= datetime.now(UTC):
+    if oci.expires_at <= datetime.now(UTC):
         raise NotAuthenticated(f"token {oci.id} has expired: ask the token endpoint again")
     # (3): the API token behind it, by the same rules as every other request
     caller, _ = authenticate_until(session, token_id=oci.api_token_id, via=f"bearer {oci.id}: API ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs.service import get_org
@@ -42,17 +43,10 @@ def members(session: Session, org: Org) -> list[str]:
     )
 
 
-def _principal(session: Session, name: str) -> Principal:
-    row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {name!r}", detail={"principal": name})
-    return row
-
-
 def add_member(session: Session, *, name: str, principal: str, caller: Caller) -> Org:
     """Make ``principal`` a member of the org (idempotent); audited ``org.member.add``."""
     org = managed_org(session, name, caller)
-    row = _principal(session, principal)
+    row = principal_named(session, principal)
     if session.get(OrgMember, (org.id, row.id)) is None:
         session.add(OrgMember(org_id=org.id, principal_id=row.id))
         session.flush()
@@ -70,7 +64,7 @@ def remove_member(session: Session, *, name: str, principal: str, caller: Caller
     """Take ``principal`` off the org's members; audited ``org.member.remove``. NotFound
     when it is not one."""
     org = managed_org(session, name, caller)
-    row = _principal(session, principal)
+    row = principal_named(session, principal)
     member = session.get(OrgMember, (org.id, row.id))
     if member is None:
         raise NotFound(

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from modelward.attest.policy import PolicyFloor, floor_shortfalls
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import Action, allows, may_clause
 from modelward.registry.domains.auth.service import Caller
@@ -161,9 +162,7 @@ def creatable_org(session: Session, name: str, caller: Caller) -> Org:
 def _principals(session: Session, names: list[str]) -> list[Principal]:
     rows = []
     for name in dict.fromkeys(names):
-        row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-        if row is None:
-            raise NotFound(f"no principal named {name!r}")
+        row = principal_named(session, name)
         if not allows(row.role, Action.OWN):
             raise BadRequest(
                 f"{name} has role {row.role!r}; only publishers (and admins) create repositories",

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._principals import find_principal, principal_named
 from modelward.registry.domains._state import iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import ADMIN, ROLES
@@ -21,7 +22,6 @@ __all__ = [
     "bootstrap_admin",
     "create_principal",
     "create_token",
-    "get_principal",
     "list_principals",
     "list_tokens",
     "principal_json",
@@ -44,7 +44,7 @@ def create_principal(
         raise BadRequest(f"invalid principal name {name!r} (letters, digits, . _ @ -)")
     if role not in ROLES:
         raise BadRequest(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-    if session.execute(select(Principal.id).where(Principal.name == name)).first():
+    if find_principal(session, name) is not None:
         raise Conflict(f"principal {name!r} already exists")
     principal = Principal(name=name, role=role, created_at=datetime.now(UTC))
     session.add(principal)
@@ -68,14 +68,6 @@ def principal_json(p: Principal) -> dict[str, Any]:
         "disabled": p.disabled_at is not None,
         "disabled_at": iso(p.disabled_at) if p.disabled_at is not None else None,
     }
-
-
-def get_principal(session: Session, name: str) -> Principal:
-    """The principal named ``name``; raises NotFound."""
-    row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {name!r}")
-    return row
 
 
 def _other_enabled_admins(session: Session, principal: Principal) -> int:
@@ -111,7 +103,7 @@ def set_role(
     enabled admin would lose its role)."""
     if role not in ROLES:
         raise BadRequest(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-    principal = get_principal(session, name)
+    principal = principal_named(session, name)
     before = principal.role
     if role not in (before, ADMIN):
         _require_an_admin_remains(session, principal, f"making {name} a {role}")
@@ -139,7 +131,7 @@ def set_disabled(
     the row before; a row it did not seal stays unsealed.
 
     Raises NotFound (no such principal), Conflict (the last enabled admin)."""
-    principal = get_principal(session, name)
+    principal = principal_named(session, name)
     changed = (principal.disabled_at is None) == disabled
     sealed = seals is not None and seals.principal_sealed_either_way(principal)
     if disabled and changed:
@@ -191,7 +183,7 @@ def list_tokens(session: Session, *, principal: str | None = None) -> list[dict[
     NotFound for a principal that does not exist."""
     query = select(Token, Principal.name).join(Principal, Principal.id == Token.principal_id)
     if principal is not None:
-        query = query.where(Principal.id == get_principal(session, principal).id)
+        query = query.where(Principal.id == principal_named(session, principal).id)
     rows = session.execute(query.order_by(Token.created_at, Token.id)).tuples()
     return [token_json(row, name) for row, name in rows]
 

@@ -121,10 +121,6 @@ def require_not_quarantined(session: Session, digest: str, reader: Caller) -> No
     )
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str]:
     """Which of ``digests`` (blobs) the quarantine covers, each with the quarantined digest
     that covers it (docs/registry.md#quarantine):
@@ -146,7 +142,7 @@ def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str
     # ``/v2`` pending manifests, which hold their blobs before any bundle does) ...
     earliest_q: dict[str, tuple[datetime, str]] = {}
     for blob, held_by, at, created in _quarantined_holders(session, wanted):
-        when = _aware(at if at is not None else created)
+        when = at if at is not None else created
         if blob not in earliest_q or (when, held_by) < earliest_q[blob]:
             earliest_q[blob] = (when, held_by)
     # ... against the earliest live, unquarantined holder
@@ -159,7 +155,7 @@ def quarantined_blobs(session: Session, digests: Iterable[str]) -> dict[str, str
             .where(Bundle.tombstoned.is_(False))
             .where(Bundle.digest.not_in(select(QuarantinedDigest.digest)))
         ).tuples():
-            when = _aware(created)
+            when = created
             if blob not in earliest_live or when < earliest_live[blob]:
                 earliest_live[blob] = when
     for blob, (quarantined_at, held_by) in earliest_q.items():

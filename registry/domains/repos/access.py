@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.listing import readable_repo
@@ -67,17 +68,10 @@ def set_visibility(session: Session, *, name: str, private: bool, caller: Caller
     return repo
 
 
-def _principal(session: Session, name: str) -> Principal:
-    row = session.execute(select(Principal).where(Principal.name == name)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {name!r}", detail={"principal": name})
-    return row
-
-
 def grant_read(session: Session, *, name: str, principal: str, caller: Caller) -> Repository:
     """Grant ``principal`` read on ``name`` (idempotent); audited ``repo.grant``."""
     repo = managed_repo(session, name, caller)
-    row = _principal(session, principal)
+    row = principal_named(session, principal)
     if session.get(RepoReader, (repo.id, row.id)) is None:
         session.add(RepoReader(repo_id=repo.id, principal_id=row.id))
         session.flush()
@@ -95,7 +89,7 @@ def revoke_read(session: Session, *, name: str, principal: str, caller: Caller) 
     """Take back ``principal``'s read on ``name``; audited ``repo.revoke``. NotFound when it
     holds no grant (its org membership or publisher row, if any, still lets it read)."""
     repo = managed_repo(session, name, caller)
-    row = _principal(session, principal)
+    row = principal_named(session, principal)
     grant = session.get(RepoReader, (repo.id, row.id))
     if grant is None:
         raise NotFound(

@@ -16,6 +16,7 @@ from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from modelward.attest.names import REPOSITORY_RE
+from modelward.registry.domains._principals import principal_named
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.authz import GRANTS, Action, allows, may, may_clause
 from modelward.registry.domains.auth.service import Caller
@@ -215,9 +216,7 @@ def add_publisher(
     if not caller.is_admin:
         raise Forbidden("only an admin may add publishers to a repository")
     repo = get_repo(session, name, caller)
-    row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {principal!r}")
+    row = principal_named(session, principal)
     if not allows(row.role, Action.OWN):
         raise BadRequest(f"{principal} has role {row.role!r}; only publishers can publish")
     publisher = session.get(RepoPublisher, (repo.id, row.id))
@@ -244,9 +243,7 @@ def remove_publisher(session: Session, *, name: str, principal: str, caller: Cal
     if not caller.is_admin:
         raise Forbidden("only an admin may remove publishers from a repository")
     repo = get_repo(session, name, caller)
-    row = session.execute(select(Principal).where(Principal.name == principal)).scalar_one_or_none()
-    if row is None:
-        raise NotFound(f"no principal named {principal!r}")
+    row = principal_named(session, principal)
     publisher = session.get(RepoPublisher, (repo.id, row.id))
     if publisher is None:
         raise NotFound(

@@ -64,10 +64,11 @@ from modelward.registry.domains.repos.service import writable_repo
 from modelward.registry.domains.rollouts import service
 from modelward.registry.domains.rollouts.reports import reports_in_window
 from modelward.registry.domains.rollouts.rows import ACTIVE
+from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.signing.online import repository
-from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import NotFound, RegistryError
+from modelward.registry.kit.logs import log_failure
 from modelward.registry.models import (
     Principal,
     Repository,
@@ -101,10 +102,6 @@ class _Seen:
     step_row_id: int | None
     step_at: datetime | None
     actor: Caller
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=utcnow().tzinfo)
 
 
 def _window(plan: RolloutPlan) -> int:
@@ -171,7 +168,7 @@ def _read(session: Session, state: AppState, row: Rollout) -> _Seen | str:
         plan=plan,
         step=step,
         step_row_id=step_row.id if step_row is not None else None,
-        step_at=_aware(first_row) if first_row is not None else None,
+        step_at=first_row,
         actor=_controller(session, row),
     )
 
@@ -405,7 +402,7 @@ def _follow_abort(state: AppState, row_id: int, now: datetime) -> None:
         if row is None or row.decided_at is None or row.detected_at is None:
             return
         plan = parse_plan(row.plan_json)
-        decided, detected = _aware(row.decided_at), _aware(row.detected_at)
+        decided, detected = row.decided_at, row.detected_at
         canaries = set(
             session.scalars(
                 select(RolloutReport.worker_keyid)
@@ -421,8 +418,8 @@ def _follow_abort(state: AppState, row_id: int, now: datetime) -> None:
         until = now + timedelta(microseconds=1)
         reports = reports_in_window(session, row.repo_id, row.alias, row_id, since, until)
         figures = json.loads(row.figures or "{}")
-        converged = _aware(row.converged_at) if row.converged_at else None
-        recovered = _aware(row.recovered_at) if row.recovered_at else None
+        converged = row.converged_at
+        recovered = row.recovered_at
     after = [s for s in reports if s.received_at >= decided]
     if converged is None:
         first: dict[str, datetime] = {}
@@ -529,16 +526,7 @@ def tick(state: AppState, now: datetime | None = None) -> int:
             answer = _act(state, row_id, now)
             _follow_abort(state, row_id, now)
         except Exception as exc:  # noqa: BLE001 - the controller never stops the server
-            log.error(  # noqa: TRY400 - the type and message say it
-                json.dumps(
-                    {
-                        "event": "rollout_analysis_failed",
-                        "rollout": row_id,
-                        "exception": type(exc).__name__,
-                        "message": str(exc)[:500],
-                    }
-                )
-            )
+            log_failure(log, "rollout_analysis_failed", exc, rollout=row_id)
             continue
         if answer.get("action") not in (None, "none", "held"):
             log.info(json.dumps({"event": "rollout_analysis", **_brief(answer)}))

@@ -59,12 +59,8 @@ __all__ = [
 SWEEP_BATCH = 100  # expired sessions removed per start (the rest on the next ones)
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _expired(row: UploadSession, ttl: int, now: datetime) -> bool:
-    return _aware(row.updated_at) <= now - timedelta(seconds=ttl)
+    return row.updated_at <= now - timedelta(seconds=ttl)
 
 
 def charged_repository(session: Session, row: UploadSession) -> Repository | None:
