@@ -39,6 +39,7 @@ to verify assignments from); what ``pull_bundle`` and the launcher raise at the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -72,7 +73,7 @@ from modelward.loader.tuf_resolve import (
     metadata_dir,
     resolve_alias,
 )
-from modelward.loader.worker import load_bundle_spec
+from modelward.loader.worker import BootOptions, ServingLoop, load_bundle_spec, record_load
 
 if TYPE_CHECKING:
     from tuf.ngclient import FetcherInterface
@@ -89,6 +90,7 @@ __all__ = [
     "VllmEngine",
     "VllmLauncher",
     "follow_flags_problem",
+    "serve_and_follow",
 ]
 
 Log = Callable[[str], None]
@@ -133,6 +135,10 @@ class RunningEngine(Protocol):
     def stop(self, drain_seconds: float) -> None:
         """Drain (SIGTERM), then cancel (SIGKILL) after ``drain_seconds``."""
         ...
+
+
+# what runs on each engine a switch started; raising refuses the switch
+OnLoaded = Callable[[PulledBundle, ServingConfig, RunningEngine], None]
 
 
 class EngineLauncher(Protocol):
@@ -243,6 +249,7 @@ class Follower:
         launcher: EngineLauncher,
         options: FollowOptions,
         log: Log,
+        on_loaded: OnLoaded | None = None,
     ) -> None:
         from modelward.attest.keys import keyid
 
@@ -282,7 +289,7 @@ class Follower:
         self.reporter: Reporter | None = None
         # called on each engine a switch started (boot --follow: loader.worker.record_load,
         # the baseline every load records); raising refuses the switch
-        self.on_loaded: Callable[[PulledBundle, ServingConfig, RunningEngine], None] | None = None
+        self.on_loaded = on_loaded
         if options.report_interval is not None:
             self.reporter = Reporter(
                 client,
@@ -345,9 +352,19 @@ class Follower:
         self._serve(_Current(pulled.digest, pulled.directory, config, engine))
 
     def adopt(
-        self, digest: str, directory: Path, config: ServingConfig, engine: RunningEngine
+        self,
+        digest: str,
+        directory: Path,
+        config: ServingConfig,
+        engine: RunningEngine,
+        *,
+        launcher: EngineLauncher | None = None,
     ) -> None:
-        """Take over an engine started (and verified) elsewhere: ``boot --serve``."""
+        """Take over an engine started (and verified) elsewhere: ``boot --serve``. Later
+        switches start theirs with ``launcher`` when given (the way that engine was started:
+        ``serve_and_follow``), else with the one this follower was made with."""
+        if launcher is not None:
+            self.launcher = launcher
         if self.options.follow or self.reporter is not None:
             try:
                 self._note(self.assignment())
@@ -523,6 +540,52 @@ class Follower:
     def _remove_ready(self) -> None:
         if self.options.ready_file is not None:
             self.options.ready_file.unlink(missing_ok=True)
+
+
+def serve_and_follow(
+    client: FollowSource,
+    reference: str,
+    *,
+    cache: Cache,
+    flags: TrustFlags,
+    worker_key: WorkerKey,
+    boot: BootOptions,
+    options: FollowOptions,
+    log: Log,
+) -> ServingLoop:
+    """The serving loop ``boot --serve`` hands its server to (``BootOptions.serving_loop``)
+    when the worker reports, and with ``options.follow`` follows its alias: a ``Follower``
+    over that server. Later switches start vLLM as ``boot`` did (its address, arguments and
+    the KV-cache size it chose) and record each load's baseline as a boot does
+    (``worker.record_load``). Made before the boot, so that a worker that cannot follow
+    (``FollowRefused``, an unreadable root) is refused before vLLM loads."""
+
+    def record(pulled: PulledBundle, config: ServingConfig, engine: RunningEngine) -> None:
+        if not isinstance(engine, VllmEngine):  # the launcher below starts only these
+            raise TypeError(f"serve_and_follow records vLLM servers, not {type(engine)}")
+        record_load(client, engine.served, pulled, config, options=boot, cache=cache, log=log)
+
+    launcher = VllmLauncher(
+        host=boot.host, port=boot.port, extra_args=boot.extra_args, ready_timeout=boot.ready_timeout
+    )
+    follower = Follower(
+        client,
+        reference,
+        cache=cache,
+        flags=flags,
+        worker_key=worker_key,
+        launcher=launcher,
+        options=options,
+        log=log,
+        on_loaded=record,
+    )
+
+    def serve(served: ServedEngine, pulled: PulledBundle, config: ServingConfig) -> int:
+        again = dataclasses.replace(launcher, kv_cache=served.kv_cache)
+        follower.adopt(pulled.digest, pulled.directory, config, again.adopt(served), launcher=again)
+        return follower.run()
+
+    return serve
 
 
 def _close(fetcher: FetcherInterface) -> None:

@@ -55,6 +55,7 @@ from modelward.loader.statements import WorkerKey, find_baselines, sign_predicat
 __all__ = [
     "BootOptions",
     "BootResult",
+    "ServingLoop",
     "attach_or_keep",
     "baseline_state",
     "boot_bundle",
@@ -65,6 +66,9 @@ __all__ = [
 ]
 
 Log = Callable[[str], None]
+# --serve: what runs while the server serves, given the server, the bundle and its config;
+# its return is the exit status (``loader.follow.serve_and_follow``)
+ServingLoop = Callable[[ServedEngine, PulledBundle, ServingConfig], int]
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,9 @@ class BootOptions:
     worker_key_path: Path | None = None  # where worker_key came from (named in hints)
     cpu_kvcache_gib: int | None = None  # --cpu-kvcache-space (None: env var, else default)
     # --serve: what runs while the server serves (its return is the exit status); None:
-    # wait for the server to exit. ``boot --follow``/``--report-interval`` hand it to
-    # ``loader.follow.Follower`` (docs/loader.md#following-a-rollout)
-    serving_loop: Callable[[ServedEngine, PulledBundle, ServingConfig], int] | None = None
+    # wait for the server to exit. ``boot --follow``/``--report-interval``:
+    # ``loader.follow.serve_and_follow`` (docs/loader.md#following-a-rollout)
+    serving_loop: ServingLoop | None = None
 
 
 @dataclass

@@ -177,12 +177,12 @@ def main(argv: list[str]) -> int:
             workers=2,
         ),
         log=_log,
+        on_loaded=stand_in_baseline,
     )
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         follower.request_stop()
 
-    follower.on_loaded = stand_in_baseline
     signal.signal(signal.SIGTERM, stop)
     follower.start()
     try:

@@ -17,6 +17,7 @@ fraction of a second.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -460,6 +461,7 @@ def boot(
     from modelward.attest.errors import DigestMismatch, TreeRuleError
     from modelward.attest.policy import policy_from_flags
     from modelward.loader.engine import require_vllm
+    from modelward.loader.follow import FollowOptions, serve_and_follow
     from modelward.loader.statements import load_worker_key
     from modelward.loader.worker import BootOptions, boot_bundle, boot_report
 
@@ -481,18 +483,25 @@ def boot(
         require_vllm()
         with usage_errors(), _client() as client, _progress("pull") as (advance, _total):
             if key is not None and (follow or report_interval is not None):
-                options = _with_follower(
-                    options,
+                serving_loop = serve_and_follow(
                     client,
                     reference,
                     cache=_cache(trust.cache_dir),
                     flags=flags,
-                    key=key,
-                    follow=follow,
-                    poll=poll,
-                    report_interval=report_interval,
-                    drain_seconds=drain_seconds,
+                    worker_key=key,
+                    boot=options,
+                    options=FollowOptions(
+                        follow=follow,
+                        poll_seconds=FollowOptions.poll_seconds if poll is None else poll,
+                        report_interval=report_interval,
+                        drain_seconds=FollowOptions.drain_seconds
+                        if drain_seconds is None
+                        else drain_seconds,
+                        ready_file=ready_file,
+                    ),
+                    log=_log,
                 )
+                options = dataclasses.replace(options, serving_loop=serving_loop)
             try:
                 result = boot_bundle(
                     client,
@@ -542,63 +551,6 @@ def _check_follow_flags(
     )
     if problem is not None:
         fail(problem, code=2)
-
-
-def _with_follower(
-    options: Any,
-    client: Any,
-    reference: str,
-    *,
-    cache: Cache,
-    flags: Any,
-    key: Any,
-    follow: bool,
-    poll: float | None,
-    report_interval: float | None,
-    drain_seconds: float | None,
-) -> Any:
-    """``options`` whose serving loop is a ``loader.follow.Follower`` over the server that
-    ``boot --serve`` started (it reports, and with --follow switches bundles)."""
-    import dataclasses
-
-    from modelward.loader.follow import Follower, FollowOptions, VllmLauncher
-    from modelward.loader.worker import record_load
-
-    launcher = VllmLauncher(
-        host=options.host,
-        port=options.port,
-        extra_args=options.extra_args,
-        ready_timeout=options.ready_timeout,
-    )
-    follower = Follower(
-        client,
-        reference,
-        cache=cache,
-        flags=flags,
-        worker_key=key,
-        launcher=launcher,
-        options=FollowOptions(
-            follow=follow,
-            poll_seconds=poll if poll is not None else 10.0,
-            report_interval=report_interval,
-            drain_seconds=drain_seconds if drain_seconds is not None else 30.0,
-            ready_file=options.ready_file,
-        ),
-        log=_log,
-    )
-
-    def record(pulled: Any, config: Any, engine: Any) -> None:
-        record_load(client, engine.served, pulled, config, options=options, cache=cache, log=_log)
-
-    def serving_loop(served: Any, pulled: Any, config: Any) -> int:
-        # later switches start the server as boot did, with the KV-cache size it chose, and
-        # record each load's baseline as boot did
-        follower.launcher = dataclasses.replace(launcher, kv_cache=served.kv_cache)
-        follower.on_loaded = record
-        follower.adopt(pulled.digest, pulled.directory, config, launcher.adopt(served))
-        return follower.run()
-
-    return dataclasses.replace(options, serving_loop=serving_loop)
 
 
 def baseline_entry(item: Any) -> dict[str, Any]:

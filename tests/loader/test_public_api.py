@@ -55,6 +55,7 @@ EXPECTED = {
         "VllmEngine",
         "VllmLauncher",
         "follow_flags_problem",
+        "serve_and_follow",
     ],
     "loader.reporting": [
         "Figures",
