@@ -13,6 +13,7 @@ from __future__ import annotations
 from alembic import context
 
 from modelward.registry.db import make_engine
+from modelward.registry.domains.signing.tuf import tables  # noqa: F401 - the TUF tables on Base
 from modelward.registry.models import Base
 
 config = context.config

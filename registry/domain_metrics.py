@@ -47,9 +47,11 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.gc.quota import usage
 from modelward.registry.domains.gc.service import reclaimed_total
 from modelward.registry.domains.repos.listing import readable_repos
+from modelward.registry.domains.signing.proposals import pending_count
 from modelward.registry.domains.signing.role_access import repository_of_role
 from modelward.registry.domains.signing.tuf.bootstrap import refresh_health
-from modelward.registry.models import Alias, QuarantinedDigest, Repository, TufMetadata, TufProposal
+from modelward.registry.domains.signing.tuf.store import SessionStore
+from modelward.registry.models import Alias, QuarantinedDigest, Repository
 
 __all__ = ["MAX_REPOSITORIES", "MAX_ROLES", "domain_metrics"]
 
@@ -77,7 +79,7 @@ class _Domain(Collector):
             yield GaugeMetricFamily(  # (2)
                 "modelward_tuf_pending_proposals",
                 "TUF proposals waiting for signatures",
-                value=_count(session, select(TufProposal).where(TufProposal.state == "pending")),
+                value=pending_count(session),
             )
             yield GaugeMetricFamily(  # (3)
                 "modelward_quarantined_digests",
@@ -153,21 +155,7 @@ def _tuf_expiry(session: Session, now: datetime, caller: Caller) -> Metric:
         "Seconds until the latest version of each TUF role expires (negative: expired)",
         labels=["role"],
     )
-    latest = (
-        select(TufMetadata.role, func.max(TufMetadata.version).label("version"))
-        .group_by(TufMetadata.role)
-        .order_by(TufMetadata.role)
-        .limit(MAX_ROLES)
-        .subquery()
-    )
-    rows = session.execute(
-        select(TufMetadata.role, TufMetadata.data)
-        .join(
-            latest,
-            (TufMetadata.role == latest.c.role) & (TufMetadata.version == latest.c.version),
-        )
-        .order_by(TufMetadata.role)
-    ).all()
+    rows = SessionStore(session).newest_rows(MAX_ROLES)
     named = {r for r in (repository_of_role(role) for role, _ in rows) if r is not None}
     readable = set(
         session.scalars(

@@ -47,7 +47,7 @@ from modelward.registry.domains.signing.tuf.lost_state import (
     IMPORTED_ACTION,
     SignedStateError,
 )
-from modelward.registry.models import TufMetadata
+from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
 __all__ = [
     "EXPORTED_ACTION",

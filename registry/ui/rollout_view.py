@@ -19,10 +19,11 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos import listing
 from modelward.registry.domains.rollouts.views import rollout_json
 from modelward.registry.domains.signing.online import repository
+from modelward.registry.domains.signing.proposals import proposal_state
 from modelward.registry.domains.signing.tuf.proposals import delegated_role_for
 from modelward.registry.domains.signing.tuf.view import signed_plan
 from modelward.registry.errors import NotFound
-from modelward.registry.models import Rollout, TufProposal
+from modelward.registry.models import Rollout
 from modelward.registry.ui.proposal_view import plan_json
 from modelward.registry.ui.vouch import holders, signature_of
 
@@ -71,13 +72,12 @@ def rollout_page(
         if row is None:
             raise NotFound(f"{repo_name}@{alias} has no rollout {rollout_id}")
         repo = repository(session, state)
-        proposal = session.get(TufProposal, row.proposal_id) if row.proposal_id else None
         shown = rollout_json(
             session,
             repo,
             repo_name,
             row,
-            proposal,
+            proposal_state(session, row.proposal_id),
             silent_after_seconds=state.settings.rollout_silent_after_seconds,
         )
         signed = signed_plan(repo, repo_name, alias)

@@ -18,6 +18,7 @@ from modelward.registry.db import (
     schema_state,
     upgrade,
 )
+from modelward.registry.domains.signing.tuf import tables  # noqa: F401 - the TUF tables on Base
 from modelward.registry.errors import DatabaseOutOfDate
 from modelward.registry.models import Base
 

@@ -36,7 +36,8 @@ from modelward.loader.errors import BundleQuarantined
 from modelward.loader.tuf_resolve import TrustMetadataRefused, resolve_alias
 from modelward.registry.domains.signing.tuf.keys import OnlineKeys
 from modelward.registry.domains.signing.tuf.repository import meta_file
-from modelward.registry.models import Alias, Repository, TufMetadata
+from modelward.registry.domains.signing.tuf.tables import TufMetadata
+from modelward.registry.models import Alias, Repository
 from tests.registry.conftest import (
     Publisher,
     Registry,

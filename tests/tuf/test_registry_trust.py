@@ -34,16 +34,9 @@ from modelward.registry.domains.signing.tuf.store import (
     SessionStore,
     export_metadata,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import StaleVersion
-from modelward.registry.models import (
-    Org,
-    Principal,
-    RepoPublisher,
-    Repository,
-    SigningKey,
-    TufProposal,
-    utcnow,
-)
+from modelward.registry.models import Org, Principal, RepoPublisher, Repository, SigningKey, utcnow
 from tests.tuf.test_tuf_attacks import _serve, digest_of, manifest
 
 REPO = "acme/tiny"

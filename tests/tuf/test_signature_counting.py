@@ -23,7 +23,8 @@ from modelward.attest.keys import generate_private_key, public_key_pem, save_pri
 from modelward.attest.tuf import alias_path, open_role, protected_role
 from modelward.client.api import APIError
 from modelward.registry.domains.signing.tuf.repository import MAX_UNVERIFIED
-from modelward.registry.models import Repository, TufMetadata
+from modelward.registry.domains.signing.tuf.tables import TufMetadata
+from modelward.registry.models import Repository
 from tests.registry.conftest import (
     Publisher,
     Registry,

@@ -27,7 +27,8 @@ from modelward.attest.keys import generate_private_key, save_private_key
 from modelward.attest.rollout import make_plan, parse_plan
 from modelward.attest.rollout.paths import rollout_path, signed_custom
 from modelward.attest.tuf import alias_path, protected_role
-from modelward.registry.models import Rollout, TufMetadata, TufProposal
+from modelward.registry.domains.signing.tuf.tables import TufMetadata, TufProposal
+from modelward.registry.models import Rollout
 from tests.registry.conftest import Publisher, Registry, new_publisher, push_new
 from tests.tuf.test_delegation_attacks import new_reviewer, sign
 from tests.tuf.test_registry_attacks_tuf import KINDS, uncached_registry

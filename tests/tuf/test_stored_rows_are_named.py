@@ -18,7 +18,7 @@ import httpx
 from sqlalchemy import create_engine, delete
 
 from modelward.attest.keys import save_private_key
-from modelward.registry.models import TufMetadata
+from modelward.registry.domains.signing.tuf.tables import TufMetadata
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 from tests.tuf.test_registry_attacks_tuf import Attacker
 

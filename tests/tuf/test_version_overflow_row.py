@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, delete
 from modelward.attest.keys import save_private_key
 from modelward.attest.tuf import open_role
 from modelward.registry.domains.signing.tuf.store import MAX_VERSION
-from modelward.registry.models import TufMetadata
+from modelward.registry.domains.signing.tuf.tables import TufMetadata
 from tests.registry.conftest import Registry, new_publisher, push_new, unique
 from tests.tuf.test_registry_attacks_tuf import Attacker
 

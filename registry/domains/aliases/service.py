@@ -71,8 +71,8 @@ from modelward.registry.domains.repos.listing import (
 )
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.signing.online import repository as tuf_repository
+from modelward.registry.domains.signing.proposals import pending_proposal_id, propose_alias
 from modelward.registry.domains.signing.proposals import proposal_json as tuf_json
-from modelward.registry.domains.signing.proposals import propose_alias
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.store import SessionStore
 from modelward.registry.domains.signing.tuf.view import SignedView
@@ -90,7 +90,6 @@ from modelward.registry.models import (
     Bundle,
     QuarantinedDigest,
     Repository,
-    TufProposal,
 )
 
 __all__ = [
@@ -312,16 +311,7 @@ def _unchanged(
         signed = state.signed.aliases(session, repo_name).get(alias) == digest
         proposal = None
         if not signed:
-            proposal = session.scalar(
-                select(TufProposal.id)
-                .where(
-                    TufProposal.target == alias_path(repo_name, alias),
-                    TufProposal.to_digest == digest,
-                    TufProposal.state == "pending",
-                )
-                .order_by(TufProposal.id.desc())
-                .limit(1)
-            )
+            proposal = pending_proposal_id(session, alias_path(repo_name, alias), digest)
     answer.update(unchanged=True, signed=signed, proposal=proposal)
     return answer
 

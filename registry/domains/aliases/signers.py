@@ -35,7 +35,8 @@ from tuf.api.serialization import DeserializationError
 from modelward.attest.errors import KeyError_
 from modelward.attest.keys import load_public_key
 from modelward.attest.tuf import alias_path, protected_role, tuf_key
-from modelward.registry.models import AliasHistory, Principal, SigningKey, TufMetadata
+from modelward.registry.domains.signing.tuf.store import SessionStore
+from modelward.registry.models import AliasHistory, Principal, SigningKey
 
 __all__ = ["SIGNED_WITHIN", "SignedVersion", "move_signers"]
 
@@ -85,11 +86,7 @@ def _versions(
     """(1) and (2): every stored version of the repository's roles that changed ``path``,
     oldest first, with the signatures on it that verify."""
     prefix = protected_role(repo_name, "")
-    rows = session.execute(
-        select(TufMetadata.role, TufMetadata.version, TufMetadata.data, TufMetadata.created_at)
-        .where(TufMetadata.role.startswith(prefix, autoescape=True))
-        .order_by(TufMetadata.role, TufMetadata.version)
-    ).all()
+    rows = SessionStore(session).history(prefix)
     changes: list[tuple[str, int, str, datetime, Metadata[Targets]]] = []
     before: dict[str, str | None] = {}
     for role, version, data, created_at in rows:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tuf.api.exceptions import RepositoryError
 from tuf.api.metadata import Metadata, Targets
@@ -39,7 +38,6 @@ from modelward.attest.tuf import alias_path
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.store import SessionStore
 from modelward.registry.errors import RegistryError
-from modelward.registry.models import TufMetadata
 
 __all__ = ["PROMOTION_GATES", "as_rollback", "signed_earlier_targets"]
 
@@ -67,11 +65,7 @@ def signed_earlier_targets(session: Session, repo_name: str, alias: str) -> froz
         accepted = repo.accepted_version(role)
         if accepted is None:
             continue
-        rows = session.execute(
-            select(TufMetadata.data).where(
-                TufMetadata.role == role, TufMetadata.version <= accepted
-            )
-        ).scalars()
+        rows = SessionStore(session).versions_up_to(role, accepted)
         for data in rows:
             # (3): signed by the role's threshold of its delegation's keys now.
             try:

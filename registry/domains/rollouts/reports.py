@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, cast
 
-from sqlalchemy import Table, func, insert, or_, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -63,6 +63,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.signing.online import repository, trust_of
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.store import SessionStore
 from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.errors import (
     BadRequest,
@@ -78,7 +79,6 @@ from modelward.registry.models import (
     Rollout,
     RolloutReport,
     SigningKey,
-    TufMetadata,
     utcnow,
 )
 
@@ -225,20 +225,7 @@ def _signed_state(session: Session, state: AppState, repo_name: str, alias: str)
     makes a new version), so a batch after the first costs one query until something is
     signed again."""
     prefix = protected_role(repo_name, "")
-    versions = tuple(
-        (str(role), int(version))
-        for role, version in session.execute(
-            select(TufMetadata.role, func.max(TufMetadata.version))
-            .where(
-                or_(
-                    TufMetadata.role.startswith(prefix, autoescape=True),
-                    TufMetadata.role.in_(("targets", "root")),
-                )
-            )
-            .group_by(TufMetadata.role)
-            .order_by(TufMetadata.role)
-        )
-    )
+    versions = SessionStore(session).newest_versions(prefix, also=("targets", "root"))
     key = (repo_name, alias, versions)
     signed: _Signed | None = state.reports.signed.get(key)
     if signed is None:

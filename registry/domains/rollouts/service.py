@@ -22,7 +22,6 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from tuf.api.metadata import Metadata, Targets
 
 from modelward.attest.alias_decision import MoveRequest
 from modelward.attest.names import ALIAS_RE
@@ -52,21 +51,21 @@ from modelward.registry.domains.rollouts.cohorts import (
     refuse_unjudgeable,
 )
 from modelward.registry.domains.rollouts.rows import active_rollout, latest_rollout
-from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.domains.rollouts.views import rollout_json
 from modelward.registry.domains.signing.online import repository, trust_of
+from modelward.registry.domains.signing.proposals import sign_online, supersede
 from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.bootstrap import delegated_as_wanted
 from modelward.registry.domains.signing.tuf.keys import ALIAS_KEY
 from modelward.registry.domains.signing.tuf.proposals import (
-    add_signature,
     delegated_role_for,
     propose_target,
 )
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import BadRequest, Conflict, NotFound
-from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
+from modelward.registry.models import Rollout, RolloutStepRow, utcnow
 
 __all__ = ["JudgedStep", "StepTaken", "abort", "advance", "start"]
 
@@ -144,22 +143,6 @@ def _tuf(session: Session, state: AppState, repo_name: str, caller: Caller) -> M
     if not delegated_as_wanted(session, repo, keys, state.default_policy_yaml, repo_name):
         sync(session, state, repo, proposer_id=caller.id)
     return repo
-
-
-def _sign_online(
-    session: Session, state: AppState, repo: MetadataRepository, proposal: TufProposal
-) -> None:
-    signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
-    signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload).signed_bytes)
-    add_signature(session, repo, proposal, keyid=signature.keyid, signature_hex=signature.signature)
-
-
-def _supersede(session: Session, target: str) -> None:
-    for old in session.scalars(
-        select(TufProposal).where(TufProposal.target == target, TufProposal.state == "pending")
-    allow_no_fleet: bool = False,
-    ):
-        old.state, old.decided_at = "superseded", utcnow()
 
 
 def start(
@@ -257,7 +240,7 @@ def start(
                 "admins: modelward trust pending)",
                 detail={"path": path},
             ) from exc
-        _supersede(session, path)
+        supersede(session, path)
         proposal = propose_target(
             session,
             repo,
@@ -271,7 +254,7 @@ def start(
             custom={"plan": plan.raw.decode()},
         )
         if role.name == online_role(repo_name):
-            _sign_online(session, state, repo, proposal)
+            sign_online(session, state, repo, proposal)
         row = Rollout(
             rollout_id=plan.rollout_id,
             repo_id=repo_row.id,
@@ -312,7 +295,7 @@ def start(
             },
         )
         _notify(session, "rollout.started", repo_name, row, at=(None, 0), why=reason, caller=caller)
-        answer = rollout_json(session, repo, repo_name, row, proposal)
+        answer = rollout_json(session, repo, repo_name, row, proposal.state)
         answer["cohorts"] = cohorts_json(plan, len(known))
         return answer
 
@@ -372,7 +355,7 @@ def _publish_step(
     role = delegated_role_for(repo, path)
     if role.name != rollout_role(repo_name):
         raise RolloutConflict(f"{path} is delegated to {role.name}, not the rollout role")
-    _supersede(session, path)
+    supersede(session, path)
     proposal = propose_target(
         session,
         repo,
@@ -385,7 +368,7 @@ def _publish_step(
         delegated_role=role,
         custom={"step": step.raw.decode()},
     )
-    _sign_online(session, state, repo, proposal)
+    sign_online(session, state, repo, proposal)
     seq = len(
         list(session.scalars(select(RolloutStepRow.id).where(RolloutStepRow.rollout_pk == row.id)))
     )
@@ -574,7 +557,7 @@ def abort(
         repo = _tuf(session, state, repo_name, caller)
         plan = signed_plan(repo, repo_name, alias)
         if plan is None or plan.sha256 != row.plan_sha256:
-            _supersede(session, rollout_path(repo_name, alias))
+            supersede(session, rollout_path(repo_name, alias))
             row.state, row.finished_at, row.reason = "aborted", utcnow(), reason
             session.add(
                 RolloutStepRow(

@@ -24,7 +24,7 @@ from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.errors import NotFound
-from modelward.registry.models import Rollout, RolloutStepRow, TufProposal, utcnow
+from modelward.registry.models import Rollout, RolloutStepRow, utcnow
 
 __all__ = ["history", "rollout_json", "status", "weights"]
 
@@ -73,7 +73,7 @@ def rollout_json(
     repo: MetadataRepository,
     repo_name: str,
     row: Rollout,
-    proposal: TufProposal | None,
+    proposal_state: str | None,
     *,
     silent_after_seconds: float | None = None,
 ) -> dict[str, Any]:
@@ -113,8 +113,8 @@ def rollout_json(
     parsed = parse_plan(row.plan_json)
     if parsed.fleet is not None:  # what each step means for the plan's fleet
         answer["cohorts"] = cohorts_json(parsed)
-    if proposal is not None:
-        answer["proposal_state"] = proposal.state
+    if proposal_state is not None:
+        answer["proposal_state"] = proposal_state
     if silent_after_seconds is not None:  # which workers run which digest (reports.fleet)
         answer["fleet"] = fleet(
             session,

@@ -31,8 +31,8 @@ from modelward.registry.domains.signing.tuf.proposals import (
     delegated_role_for,
     propose_changes,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import NotFound, RegistryError
-from modelward.registry.models import TufProposal
 
 
 def adopt(state: AppState, *, caller: Caller) -> list[dict[str, Any]]:

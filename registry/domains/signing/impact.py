@@ -28,8 +28,8 @@ from modelward.registry.domains.signing.tuf.rotation import (
     signatures_lost,
     signed_version,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import BadRequest, NotFound
-from modelward.registry.models import TufProposal
 
 __all__ = ["impact", "signatures_at_risk"]
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tuf.api.metadata import Metadata, Targets
 from tuf.api.serialization import DeserializationError
@@ -47,17 +47,59 @@ from modelward.registry.domains.signing.tuf.repository import (
 from modelward.registry.domains.signing.tuf.rotation import (
     signed_version,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import Conflict, NotFound, RegistryError
-from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
+from modelward.registry.models import Principal, SigningKey, utcnow
 
 PROPOSAL_PAGE = 200
 
 
-def _supersede(session: Session, target: str) -> None:
+def supersede(session: Session, target: str) -> None:
+    """Mark every pending proposal for ``target`` superseded (a newer one replaces it)."""
     for old in session.scalars(
         select(TufProposal).where(TufProposal.target == target, TufProposal.state == "pending")
     ):
         old.state, old.decided_at = "superseded", utcnow()
+
+
+def sign_online(
+    session: Session, state: AppState, repo: MetadataRepository, proposal: TufProposal
+) -> None:
+    """Add the registry's online alias key's signature to ``proposal`` (an online role's)."""
+    signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
+    signature = signer.sign(Metadata[Targets].from_bytes(proposal.payload).signed_bytes)
+    add_signature(session, repo, proposal, keyid=signature.keyid, signature_hex=signature.signature)
+
+
+def pending_proposal_id(session: Session, target: str, to_digest: str) -> int | None:
+    """The newest pending proposal setting ``target`` to ``to_digest``, or None."""
+    found = session.scalar(
+        select(TufProposal.id)
+        .where(
+            TufProposal.target == target,
+            TufProposal.to_digest == to_digest,
+            TufProposal.state == "pending",
+        )
+        .order_by(TufProposal.id.desc())
+        .limit(1)
+    )
+    return None if found is None else int(found)
+
+
+def proposal_state(session: Session, proposal_id: int | None) -> str | None:
+    """The state of proposal ``proposal_id`` (pending, published, ...), or None."""
+    row = session.get(TufProposal, proposal_id) if proposal_id else None
+    return None if row is None else row.state
+
+
+def pending_count(session: Session) -> int:
+    """How many proposals wait for their signers."""
+    return int(
+        session.scalar(
+            select(func.count()).select_from(TufProposal).where(TufProposal.state == "pending")
+        )
+        or 0
+    )
 
 
 def propose_alias(
@@ -84,7 +126,7 @@ def propose_alias(
         role = delegated_role_for(repo, path)
     except NotFound:
         return None
-    _supersede(session, path)
+    supersede(session, path)
     proposal = propose_target(
         session,
         repo,
@@ -97,12 +139,7 @@ def propose_alias(
         delegated_role=role,
     )
     if role.name == online_role(repo_name):
-        signer = trust_of(state.settings).keys.signer(ALIAS_KEY)
-        md = Metadata[Targets].from_bytes(proposal.payload)
-        signature = signer.sign(md.signed_bytes)
-        add_signature(
-            session, repo, proposal, keyid=signature.keyid, signature_hex=signature.signature
-        )
+        sign_online(session, state, repo, proposal)
     return proposal
 
 
@@ -120,7 +157,7 @@ def propose_quarantine(
     repo = repository(session, state)
     sync(session, state, repo, proposer_id=caller.id)
     path = quarantine_path(digest)
-    _supersede(session, path)
+    supersede(session, path)
     return propose_target(
         session,
         repo,

@@ -24,8 +24,8 @@ from modelward.registry.domains.signing.tuf.repository import (
     MetadataRepository,
     MetadataRowRefused,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import RegistryError
-from modelward.registry.models import TufProposal
 
 log = logging.getLogger("modelward.registry")
 

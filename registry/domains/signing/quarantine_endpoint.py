@@ -40,9 +40,10 @@ from modelward.registry.domains.signing.online import repository
 from modelward.registry.domains.signing.proposals import propose_quarantine
 from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.proposals import propose_target
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.errors import Conflict, NotFound
-from modelward.registry.models import Bundle, Repository, TufProposal, utcnow
+from modelward.registry.models import Bundle, Repository, utcnow
 
 router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 

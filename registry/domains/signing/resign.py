@@ -30,8 +30,8 @@ from modelward.registry.domains.signing.tuf.repository import (
 from modelward.registry.domains.signing.tuf.rotation import (
     wanted_delegations,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import Conflict, NotFound
-from modelward.registry.models import TufProposal
 
 
 def next_delegation(

@@ -33,8 +33,9 @@ from modelward.registry.domains.signing.tuf.proposals import (
     add_signature,
     signing_role,
 )
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import Conflict, Forbidden, NotFound, RegistryError
-from modelward.registry.models import Principal, SigningKey, TufProposal
+from modelward.registry.models import Principal, SigningKey
 
 
 def _excluded(

@@ -29,8 +29,8 @@ from modelward.registry.domains.signing.tuf.rotation import (
     short_of_threshold,
 )
 from modelward.registry.domains.signing.tuf.store import SessionStore, beyond_refusal
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import RegistryError
-from modelward.registry.models import TufProposal
 
 
 def status(session: Session, state: AppState) -> dict[str, Any]:

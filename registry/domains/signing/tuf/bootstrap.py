@@ -38,7 +38,7 @@ from modelward.registry.domains.signing.tuf.repository import Expiries, Metadata
 from modelward.registry.domains.signing.tuf.rotation import wanted_delegations
 from modelward.registry.domains.signing.tuf.seals import RowSeals, seal_unsealed_rows
 from modelward.registry.domains.signing.tuf.store import SessionStore
-from modelward.registry.models import TufProposal
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 
 __all__ = [
     "RefreshHealth",

@@ -41,8 +41,9 @@ from tuf.api.metadata import DelegatedRole, Delegations, Metadata, TargetFile, T
 
 from modelward.attest.errors import StaleProposal
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
+from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import BadRequest, Conflict, Forbidden, NotFound, StaleVersion
-from modelward.registry.models import Principal, SigningKey, TufProposal, utcnow
+from modelward.registry.models import Principal, SigningKey, utcnow
 
 __all__ = [
     "RESIGN_TARGET",

@@ -22,6 +22,8 @@ from modelward.attest._fileio import write_output
 from modelward.registry.errors import RegistryError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy.orm import Session
 
 __all__ = [
@@ -221,7 +223,7 @@ class SessionStore:
     def read(self, role: str, version: int | None = None) -> bytes | None:
         from sqlalchemy import select
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         query = select(TufMetadata.data).where(TufMetadata.role == role)
         if version is None:
@@ -234,7 +236,7 @@ class SessionStore:
     def write(self, role: str, version: int, data: bytes, *, replace: bool = False) -> None:
         from sqlalchemy import delete, event
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         file_name(role, version)  # refuses a role name that cannot be a file name
         if not self.session.info.get(_WRITTEN):
@@ -251,7 +253,7 @@ class SessionStore:
         """``role``'s newest stored version (one indexed lookup), or None."""
         from sqlalchemy import func, select
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         found = self.session.scalar(
             select(func.max(TufMetadata.version)).where(
@@ -263,7 +265,7 @@ class SessionStore:
     def latest_versions(self) -> dict[str, int]:
         from sqlalchemy import func, select
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         rows = self.session.execute(
             select(TufMetadata.role, func.max(TufMetadata.version))
@@ -277,7 +279,7 @@ class SessionStore:
         such version. Passed over by every other read; ``trust status`` names them."""
         from sqlalchemy import func, select
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         rows = self.session.execute(
             select(TufMetadata.role, func.max(TufMetadata.version))
@@ -286,10 +288,79 @@ class SessionStore:
         )
         return {role: int(version) for role, version in rows}
 
+    def versions_up_to(self, role: str, version: int) -> list[bytes]:
+        """Every stored version of ``role`` up to ``version``, oldest first."""
+        from sqlalchemy import select
+
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
+
+        rows = self.session.scalars(
+            select(TufMetadata.data)
+            .where(TufMetadata.role == role, TufMetadata.version <= version)
+            .order_by(TufMetadata.version)
+        )
+        return [bytes(data) for data in rows]
+
+    def newest_versions(self, prefix: str, *, also: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+        """(role, newest stored version) of every role named ``prefix...`` or in ``also``,
+        by role: what a signed answer about those roles was read from."""
+        from sqlalchemy import func, or_, select
+
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
+
+        rows = self.session.execute(
+            select(TufMetadata.role, func.max(TufMetadata.version))
+            .where(
+                or_(
+                    TufMetadata.role.startswith(prefix, autoescape=True), TufMetadata.role.in_(also)
+                )
+            )
+            .group_by(TufMetadata.role)
+            .order_by(TufMetadata.role)
+        )
+        return tuple((str(role), int(version)) for role, version in rows)
+
+    def newest_rows(self, limit: int) -> list[tuple[str, bytes]]:
+        """(role, bytes of its newest stored version) for the first ``limit`` roles by name."""
+        from sqlalchemy import func, select
+
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
+
+        latest = (
+            select(TufMetadata.role, func.max(TufMetadata.version).label("version"))
+            .group_by(TufMetadata.role)
+            .order_by(TufMetadata.role)
+            .limit(limit)
+            .subquery()
+        )
+        rows = self.session.execute(
+            select(TufMetadata.role, TufMetadata.data)
+            .join(
+                latest,
+                (TufMetadata.role == latest.c.role) & (TufMetadata.version == latest.c.version),
+            )
+            .order_by(TufMetadata.role)
+        )
+        return [(str(role), bytes(data)) for role, data in rows]
+
+    def history(self, prefix: str) -> list[tuple[str, int, bytes, datetime]]:
+        """Every stored version of every role named ``prefix...``: (role, version, bytes,
+        when it was stored), by role and version."""
+        from sqlalchemy import select
+
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
+
+        rows = self.session.execute(
+            select(TufMetadata.role, TufMetadata.version, TufMetadata.data, TufMetadata.created_at)
+            .where(TufMetadata.role.startswith(prefix, autoescape=True))
+            .order_by(TufMetadata.role, TufMetadata.version)
+        )
+        return [(str(r), int(v), bytes(d), at) for r, v, d, at in rows]
+
     def latest_rows(self, prefix: str | None = None) -> dict[str, tuple[int, bytes]]:
         from sqlalchemy import func, or_, select
 
-        from modelward.registry.models import TufMetadata
+        from modelward.registry.domains.signing.tuf.tables import TufMetadata
 
         query = select(TufMetadata.role, func.max(TufMetadata.version).label("v")).where(
             TufMetadata.version <= MAX_VERSION
