@@ -3,6 +3,7 @@
 A backup is a directory::
 
     manifest.json            what, when, the schema revision, every file's size and sha256
+    manifest.hmac            HMAC-SHA256 over manifest.json with the backup key (not in it)
     registry.db              SQLite: the online backup API's copy (one read transaction)
     database.pgdump          PostgreSQL: ``pg_dump --format=custom`` (one snapshot)
     blobs/sha256/xx/<hex>    the file blob store (S3: not copied, see below)
@@ -18,15 +19,20 @@ Each blob is hashed while it is copied and must match its name. An S3 blob store
 copied: the manifest records its URL, and the bucket's own versioning or replication is the
 backup of its objects.
 
-``restore`` reads the manifest and checks every file's size and digest, the database kind
-and the schema revision, and that the target (data directory, blob directory, keys
-directory, PostgreSQL database) is empty, before it writes anything.
+``restore`` checks the manifest's MAC (registry.backup_mac), every file's size and digest,
+the database kind and the schema revision, and that the target (data directory, blob
+directory, keys directory, PostgreSQL database) is empty, before it writes anything. After
+the database is written, it compares it with the metadata the registry published
+(registry.restore_published): versions at or below the published ones are reserved, and a
+restore that would change quarantines is refused unless accepted; a refusal takes back
+everything written.
 
 Errors: ``BackupError`` (a ``RegistryError``) names the file, directory or database at fault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,10 +46,19 @@ from pathlib import Path
 from typing import Any
 
 from alembic.script import ScriptDirectory
+from sqlalchemy import MetaData
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from modelward import __version__
+from modelward.registry.backup_mac import (
+    MAC_FILE,
+    BackupKeyError,
+    BackupMacError,
+    load_backup_key,
+    sign_manifest,
+    verify_manifest,
+)
 from modelward.registry.db import (
     alembic_config,
     current_revision,
@@ -52,6 +67,12 @@ from modelward.registry.db import (
     schema_state,
 )
 from modelward.registry.errors import RegistryError
+from modelward.registry.restore_published import (
+    PublishedStateError,
+    RestoreGuard,
+    guard_restored,
+    published_dir,
+)
 from modelward.registry.settings import Settings
 from modelward.registry.writer_lock import sqlite_file
 
@@ -80,6 +101,7 @@ class BackupSummary:
     bytes: int
     blobs: int
     blob_store: str  # "copied" or the S3 URL left in place
+    guarded: RestoreGuard | None = None  # restore: what it reserved, the quarantines it changes
 
 
 def pg_binary(name: str) -> Path:
@@ -172,6 +194,7 @@ def backup(settings: Settings, dest: Path) -> BackupSummary:
     """Take a backup of the registry ``settings`` name into ``dest`` (new or empty), while
     it serves. Raises BackupError."""
     _empty_or_absent(dest, "backup directory")
+    key = _backup_key(settings)
     url = settings.resolved_database_url()
     kind = _kind(url)
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -220,7 +243,9 @@ def backup(settings: Settings, dest: Path) -> BackupSummary:
         "blob_store": "copied" if blob_root is not None else store,
         "files": files,
     }
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    (dest / MANIFEST).write_bytes(manifest_bytes)
+    (dest / MAC_FILE).write_bytes(sign_manifest(manifest_bytes, key))
     return BackupSummary(
         dest,
         kind,
@@ -275,14 +300,29 @@ def _pg_dump(url: str, target: Path) -> str:
     return revision
 
 
+def _backup_key(settings: Settings) -> bytes:
+    try:
+        return load_backup_key(settings.backup_key)
+    except BackupKeyError as exc:
+        raise BackupError(str(exc)) from exc
+
+
 # -- restore -------------------------------------------------------------------------------
-def _read_manifest(src: Path) -> dict[str, Any]:
+def _read_manifest(src: Path, key: bytes) -> dict[str, Any]:
     path = src / MANIFEST
     try:
-        manifest = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise BackupError(f"{path} does not exist: {src} is not a modelward backup") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise BackupError(f"{path} is not a backup manifest: {exc}") from exc
+    try:
+        verify_manifest(src, raw, key)  # the bytes read, before they are parsed
+    except BackupMacError as exc:
+        raise BackupError(str(exc)) from exc
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
         raise BackupError(f"{path} is not a backup manifest: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"{path}: format is not {FORMAT}")
@@ -305,11 +345,24 @@ def _read_manifest(src: Path) -> dict[str, Any]:
     return manifest
 
 
-def restore(src: Path, settings: Settings) -> BackupSummary:
+def restore(
+    src: Path,
+    settings: Settings,
+    *,
+    published: Path | None = None,
+    unsafe_without_published: bool = False,
+    accept_quarantine_changes: bool = False,
+) -> BackupSummary:
     """Restore the backup in ``src`` into the registry ``settings`` name, which must be
-    empty; every check runs before anything is written. Raises BackupError."""
-    # (1) the backup: manifest, every file's size and digest, a revision this code knows
-    manifest = _read_manifest(src)
+    empty. ``published``: the metadata the registry published (its mirror; default the
+    target's ``tuf_metadata_dir`` when it holds a timestamp), whose versions the restored
+    registry will not use again and whose quarantines it will not change unless
+    ``accept_quarantine_changes``; without it the restore is refused unless
+    ``unsafe_without_published``. Every check of the backup and the target runs before
+    anything is written; a refusal after the database is written takes back everything.
+    Raises BackupError."""
+    # (1) the backup: the manifest's MAC, every file's size and digest, a known revision
+    manifest = _read_manifest(src, _backup_key(settings))
     revision = str(manifest.get("schema_revision"))
     script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     try:
@@ -322,7 +375,13 @@ def restore(src: Path, settings: Settings) -> BackupSummary:
             f"({__version__}): restore it with the modelward that took it"
         )
     url, kind = _check_target(manifest, settings)
-    return _write(src, manifest, settings, url, kind)
+    try:
+        directory = published_dir(settings, published, unsafe=unsafe_without_published)
+    except PublishedStateError as exc:
+        raise BackupError(f"{exc}; nothing was written") from exc
+    return _write(
+        src, manifest, settings, url, kind, published=(directory, accept_quarantine_changes)
+    )
 
 
 def _check_target(manifest: dict[str, Any], settings: Settings) -> tuple[str, str]:
@@ -367,10 +426,16 @@ def _check_target(manifest: dict[str, Any], settings: Settings) -> tuple[str, st
 
 
 def _write(
-    src: Path, manifest: dict[str, Any], settings: Settings, url: str, kind: str
+    src: Path,
+    manifest: dict[str, Any],
+    settings: Settings,
+    url: str,
+    kind: str,
+    *,
+    published: tuple[Path | None, bool],
 ) -> BackupSummary:
-    """(3) write: the files, then the database (pg_restore in one transaction); a failure
-    takes back every file written."""
+    """(3) write: the files, then the database (pg_restore in one transaction); (4) guard
+    what the registry published. A failure takes back everything written."""
     revision = str(manifest.get("schema_revision"))
     keys_dir = settings.resolved_tuf_keys_dir()
     checkpoint_key = settings.resolved_audit_checkpoint_key()
@@ -389,7 +454,10 @@ def _write(
             if db_file is None:
                 raise BackupError(f"database {masked_url(url)} is not a SQLite file")
             targets[name] = db_file
+    roots = [settings.data_dir.resolve(), keys_dir, *([blob_root] if blob_root else [])]
+    absent = [root for root in roots if not root.exists()]
     written: list[Path] = []
+    restored_pg = False
     try:
         for name, target in targets.items():
             if name.startswith("tuf-keys/"):
@@ -398,9 +466,16 @@ def _write(
             written.append(target)
         if kind == "postgresql":
             _pg_restore(url, src / "database.pgdump")
+            restored_pg = True
+        guarded = _guarded(url, src, manifest, *published)
     except BaseException:
         for path in written:
-            path.unlink(missing_ok=True)
+            for extra in ("", "-wal", "-shm", "-journal"):
+                path.with_name(path.name + extra).unlink(missing_ok=True)
+        if restored_pg:
+            _drop_restored(url)
+        for root in roots:
+            _prune_empty(root, remove_root=root in absent)
         raise
     blobs = sum(1 for name in targets if name.startswith("blobs/"))
     return BackupSummary(
@@ -411,7 +486,53 @@ def _write(
         sum(int(f["size"]) for f in files.values()),
         blobs,
         str(manifest.get("blob_store")),
+        guarded,
     )
+
+
+def _guarded(
+    url: str, src: Path, manifest: dict[str, Any], directory: Path | None, accept: bool
+) -> RestoreGuard | None:
+    """(4) the restored database against the published metadata."""
+    if directory is None:
+        return None
+    try:
+        return guard_restored(
+            url,
+            directory,
+            backup=src,
+            created_at=str(manifest.get("created_at")),
+            accept_quarantine_changes=accept,
+        )
+    except PublishedStateError as exc:
+        raise BackupError(f"{exc}; nothing was written") from exc
+
+
+def _drop_restored(url: str) -> None:
+    """Take back a pg_restore into a database that was empty: drop every table."""
+    engine = make_engine(url)
+    try:
+        tables = MetaData()
+        tables.reflect(engine)
+        tables.drop_all(engine)
+    except SQLAlchemyError:  # the original error is what the caller raises
+        pass
+    finally:
+        engine.dispose()
+
+
+def _prune_empty(root: Path, *, remove_root: bool) -> None:
+    """Remove the empty directories a failed restore made under ``root`` (only rmdir:
+    nothing that holds a file goes)."""
+    if not root.is_dir():
+        return
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.rmdir()
+    if remove_root:
+        with contextlib.suppress(OSError):
+            root.rmdir()
 
 
 def _copy_as_listed(source: Path, target: Path, entry: dict[str, Any]) -> None:

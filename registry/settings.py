@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # the audit checkpoint signing key (docs/registry.md#checkpoints); None: created on first
     # use at <data_dir>/audit-checkpoint.key. When set, the file must exist (never created).
     audit_checkpoint_key: Path | None = None
+    # the key that authenticates backups (docs/operations.md#the-backup-key): a file of at
+    # least 32 random bytes, mode 0600, kept apart from the backups; never created
+    backup_key: Path | None = None
     upload_ttl_seconds: int = Field(default=900, ge=1)  # an upload session idle this long expires
     max_open_uploads: int = Field(default=64, ge=1)  # per principal
     # garbage collection spares blobs, leases and upload sessions younger than this

@@ -9,6 +9,7 @@ worker that saw newer signed state (TUF rollback protection) until the documente
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -45,7 +46,9 @@ def _target(base: Path, pg: PgCluster | None) -> list[str]:
     return [*where, "--database-url", pg.create_database()] if pg is not None else where
 
 
-def _serve_restored(reg: Registry, where: list[str]) -> Registry:
+def _serve_restored(
+    reg: Registry, where: list[str], extra_env: dict[str, str] = ONE_PROCESS
+) -> Registry:
     """``serve`` on the restored registry, on the old one's port (the worker's cache is per
     registry URL: it remembers what it saw there)."""
     url = where[where.index("--database-url") + 1] if "--database-url" in where else None
@@ -54,7 +57,7 @@ def _serve_restored(reg: Registry, where: list[str]) -> Registry:
         admin_token=reg.server.admin_token,
         database_url=url,
         port=reg.server.port,
-        extra_env=ONE_PROCESS,
+        extra_env=extra_env,
     )
     server.start()
     return Registry(reg.kind, server, RegistryClient(server.url, server.admin_token, timeout=60))
@@ -79,14 +82,21 @@ def test_backup_while_serving_restore_resolves_and_older_backup_is_a_rollback(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     pg = request.getfixturevalue("pg_cluster") if kind == "postgres" else None
-    reg = start_registry(kind, tmp_path / "reg", pg, extra_env=ONE_PROCESS)
+    # one metadata mirror outside the data directories, which every registry restored
+    # here writes too: what the registry published, across restores (docs/operations.md)
+    mirror = tmp_path / "mirror"
+    env = {**ONE_PROCESS, "MODELWARD_TUF_METADATA_DIR": str(mirror)}
+    reg = start_registry(kind, tmp_path / "reg", pg, extra_env=env)
     restored: Registry | None = None
     try:
         reg.admin.audit_checkpoint()  # the registry's checkpoint key exists from here on
         worker = PinnedWorker.start(reg, tmp_path / "w")
         first = worker.publish()
         worker.resolves(first)
-        source = ["--data-dir", str(reg.server.data_dir)]
+        backup_key = tmp_path / "backup.key"
+        backup_key.write_bytes(os.urandom(32))
+        backup_key.chmod(0o600)
+        source = ["--data-dir", str(reg.server.data_dir), "--backup-key", str(backup_key)]
         if pg is not None:
             source += ["--database-url", reg.database_url]
         older = tmp_path / "backup-older"
@@ -128,20 +138,22 @@ def test_backup_while_serving_restore_resolves_and_older_backup_is_a_rollback(
         shutil.copytree(newer, damaged)
         blob = next(n for n in manifest["files"] if n.startswith("blobs/"))
         (damaged / blob).write_bytes(b"flipped")
-        into = _target(tmp_path / "r0", pg)
+        into = [*_target(tmp_path / "r0", pg), "--backup-key", str(backup_key)]
+        published = ["--published-metadata", str(mirror)]
+        into += published
         refused = _admin("restore", str(damaged), *into)
         assert refused.returncode == 1
         assert f"{damaged / blob}: 7 bytes" in refused.stderr
         assert not (tmp_path / "r0" / "data").exists()
 
         into = _target(tmp_path / "r1", pg)
-        done = _admin("restore", str(newer), *into)
+        done = _admin("restore", str(newer), *into, "--backup-key", str(backup_key), *published)
         assert done.returncode == 0, done.stderr
-        again = _admin("restore", str(newer), *into)
+        again = _admin("restore", str(newer), *into, "--backup-key", str(backup_key), *published)
         assert again.returncode == 1
         assert "is not empty: nothing was written" in again.stderr
 
-        restored = _serve_restored(reg, into)
+        restored = _serve_restored(reg, into, env)
         worker.resolves(second, restored)
         verified = restored.cli("audit", "verify", "--since", str(checkpoint), "--key", verifier)
         assert verified.returncode == 0, verified.stderr
@@ -152,12 +164,13 @@ def test_backup_while_serving_restore_resolves_and_older_backup_is_a_rollback(
 
         # the older backup: the worker that saw `second` refuses to go back
         into = _target(tmp_path / "r2", pg)
-        assert _admin("restore", str(older), *into).returncode == 0
-        restored = _serve_restored(reg, into)
+        done = _admin("restore", str(older), *into, "--backup-key", str(backup_key), *published)
+        assert done.returncode == 0, done.stderr
+        restored = _serve_restored(reg, into, env)
         rolled_back = worker.pull(restored)
         assert rolled_back.returncode == 1
         assert second not in rolled_back.stdout
-        assert "BadVersionNumberError: New timestamp version" in rolled_back.stderr
+        assert "BadVersionNumberError" in rolled_back.stderr
         # the documented recovery: that worker forgets what it saw from this registry and
         # starts again from its pinned root
         shutil.rmtree(worker.cache / "tuf")
@@ -177,3 +190,16 @@ def test_backup_refuses_a_non_empty_destination(tmp_path: Path) -> None:
     refused = _admin("backup", str(dest), "--data-dir", str(tmp_path / "data"))
     assert refused.returncode == 1
     assert f"backup directory {dest} is not empty" in refused.stderr
+
+
+def test_backup_without_a_backup_key_is_refused(tmp_path: Path) -> None:
+    refused = _admin("backup", str(tmp_path / "dest"), "--data-dir", str(tmp_path / "data"))
+    assert refused.returncode == 1
+    assert "no backup key: set backup_key (MODELWARD_BACKUP_KEY)" in refused.stderr
+    assert not (tmp_path / "dest").exists()
+    weak = tmp_path / "weak.key"
+    weak.write_bytes(os.urandom(32))
+    weak.chmod(0o644)
+    refused = _admin("backup", str(tmp_path / "dest"), "--backup-key", str(weak))
+    assert refused.returncode == 1
+    assert f"the backup key {weak} is open to other users" in refused.stderr
