@@ -194,9 +194,9 @@ def backup(settings: Settings, dest: Path) -> BackupSummary:
     """Take a backup of the registry ``settings`` name into ``dest`` (new or empty), while
     it serves. Raises BackupError."""
     _empty_or_absent(dest, "backup directory")
-    key = _backup_key(settings)
     url = settings.resolved_database_url()
     kind = _kind(url)
+    key = _backup_key(settings)
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     files: dict[str, dict[str, Any]] = {}
 
