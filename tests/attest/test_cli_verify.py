@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,18 +15,13 @@ from modelward.attest.keys import generate_private_key, public_key_pem
 from modelward.attest.manifest import build_bundle
 from modelward.attest.statement import PredicateType, make_statement
 from tests.conftest import REPO_ROOT
+from tests.inprocess import run_modelward
 
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")
 
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [MODELWARD, "bundle", "verify", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_modelward(["bundle", "verify", *map(str, args)], os.environ)
 
 
 def _provenance() -> dict[str, object]:
@@ -247,9 +243,7 @@ def test_sigstore_identity_flags_verify_offline_then_bind(shared_fixtures, signe
 
 
 def _modelward(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [MODELWARD, *map(str, args)], capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_modelward(list(map(str, args)), os.environ)
 
 
 def test_cli_sign_then_verify_dsse_and_oms(signed, tmp_path):

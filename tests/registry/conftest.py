@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from modelward.client.api import RegistryClient, TransferOptions
+from tests.inprocess import run_modelward
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(REPO_ROOT / ".venv" / "bin" / "modelward")
@@ -328,21 +329,27 @@ class Registry:
         token: str | None = None,
         check: bool = False,
         env: dict[str, str] | None = None,
+        process: bool = False,
     ) -> subprocess.CompletedProcess[str]:
+        """``modelward *args`` as this registry's client: in this process (tests/inprocess.py),
+        or as a subprocess when the test is about the process (``process=True``)."""
         full_env = {
             **os.environ,
             **self.client_env(),
             "MODELWARD_TOKEN": token or self.server.admin_token,
             **(env or {}),
         }
-        result = subprocess.run(
-            [MODELWARD, *args],
-            capture_output=True,
-            text=True,
-            env=full_env,
-            timeout=120,
-            check=False,
-        )
+        if process or os.environ.get("MODELWARD_TEST_CLI") == "process":
+            result = subprocess.run(
+                [MODELWARD, *args],
+                capture_output=True,
+                text=True,
+                env=full_env,
+                timeout=120,
+                check=False,
+            )
+        else:
+            result = run_modelward(args, full_env)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"modelward {' '.join(args)} -> {result.returncode}\n"

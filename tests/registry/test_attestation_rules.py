@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from modelward.attest.statement import PredicateType
+from tests.inprocess import run_modelward
 from tests.registry.conftest import Registry, new_publisher, push_new
 from tests.registry.test_registry_attacks import (
-    MODELWARD,
     Reg,
     _env,
     _pem,
@@ -336,9 +336,7 @@ def _cli(reg: Reg, token: str, *args: str) -> subprocess.CompletedProcess[str]:
         "XDG_CONFIG_HOME": str(reg.tmp / "xdg-config"),
         "XDG_CACHE_HOME": str(reg.tmp / "xdg-cache"),
     }
-    return subprocess.run(
-        [MODELWARD, *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+    return run_modelward(args, env)
 
 
 def test_cli_attestation_add_list_retract_round_trip(reg: Reg, tmp_path: Path) -> None:

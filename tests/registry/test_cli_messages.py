@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.inprocess import run_modelward
 from tests.registry.conftest import (
-    MODELWARD,
     Registry,
     free_port,
     make_bundle_dir,
@@ -28,9 +28,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 def modelward(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [MODELWARD, *args], capture_output=True, text=True, env=full, timeout=120, check=False
-    )
+    return run_modelward(args, full)
 
 
 def _nowhere() -> dict[str, str]:
