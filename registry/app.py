@@ -63,7 +63,7 @@ from modelward.registry.domains.signing.tuf.mirror_files import MetadataMirror, 
 from modelward.registry.domains.signing.tuf.store import add_commit_listener
 from modelward.registry.errors import ConfigurationError, RegistryError
 from modelward.registry.kit.logs import log_failure
-from modelward.registry.kit.periodic import start_periodic
+from modelward.registry.kit.periodic import Periodic
 from modelward.registry.settings import Settings
 from modelward.registry.storage import open_store
 from modelward.registry.ui import error_page, install_console, is_console_path
@@ -402,15 +402,9 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
     mirror: MetadataMirror = app.state.tuf_mirror
     unlisten = add_commit_listener(mirror.on_commit)
     state: AppState = app.state.registry
-    start_periodic(
-        "tuf-refresh",
-        state.settings.tuf_refresh_interval_seconds,
-        _TufUpkeep(state, mirror),
-        stop=stop,
-        log=log,
-        failed="tuf_refresh_failed",
-        at_start=True,
-    )
+    upkeep = _TufUpkeep(state, mirror)
+    interval = state.settings.tuf_refresh_interval_seconds
+    Periodic(interval, upkeep, log, "tuf_refresh_failed", at_start=True).start("tuf-refresh", stop)
     # signed webhooks: this process's delivery loop (docs/webhooks.md#delivery)
     from modelward.registry.domains.webhooks.delivery import start_delivery
 

@@ -2,7 +2,8 @@
 
 - ``logs.log_failure``: the one JSON log line of a failure (event, context, exception type,
   message cut short; never a traceback, which may quote a payload);
-- ``periodic.run_every`` / ``start_periodic``: a job every N seconds until a stop event,
+- ``periodic.Periodic``: a job every N seconds until a stop event (``run`` here, or
+  ``start`` on a thread),
   each failure logged and the next run kept;
 - ``utc.UtcDateTime``: the one timestamp column type; the database hands back aware UTC.
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from modelward.registry.kit.logs import log_failure
-from modelward.registry.kit.periodic import start_periodic
+from modelward.registry.kit.periodic import Periodic
 
 
 def test_a_failed_run_is_logged_and_the_next_runs_until_stop(
@@ -27,9 +27,7 @@ def test_a_failed_run_is_logged_and_the_next_runs_until_stop(
 
     log = logging.getLogger("modelward.test.kit")
     with caplog.at_level(logging.ERROR, logger=log.name):
-        thread = start_periodic(
-            "kit-test", 0.01, job, stop=stop, log=log, failed="job_failed", at_start=True
-        )
+        thread = Periodic(0.01, job, log, "job_failed", at_start=True).start("kit-test", stop)
         assert thread is not None
         thread.join(timeout=60)
     assert not thread.is_alive()  # stop ends the thread
@@ -48,7 +46,7 @@ def test_an_interval_of_zero_starts_nothing() -> None:
 
     stop = threading.Event()
     log = logging.getLogger("modelward.test.kit")
-    assert start_periodic("off", 0, job, stop=stop, log=log, failed="x", at_start=True) is None
+    assert Periodic(0, job, log, "x", at_start=True).start("off", stop) is None
 
 
 def test_the_failure_line_can_leave_the_message_out(caplog: pytest.LogCaptureFixture) -> None:

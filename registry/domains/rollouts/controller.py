@@ -16,7 +16,7 @@ import threading
 
 from modelward.registry.domains._state import AppState
 from modelward.registry.domains.rollouts.analysis import tick
-from modelward.registry.kit.periodic import start_periodic
+from modelward.registry.kit.periodic import Periodic
 
 __all__ = ["start_controller"]
 
@@ -26,11 +26,6 @@ log = logging.getLogger("modelward.registry.rollouts")
 def start_controller(state: AppState, stop: threading.Event) -> threading.Thread | None:
     """Start the controller thread (a daemon, ended by ``stop``); None when
     ``rollout_analysis_seconds`` is 0."""
-    return start_periodic(
-        "rollout-controller",
-        float(state.settings.rollout_analysis_seconds),
-        functools.partial(tick, state),
-        stop=stop,
-        log=log,
-        failed="rollout_controller_failed",
-    )
+    interval = float(state.settings.rollout_analysis_seconds)
+    job = Periodic(interval, functools.partial(tick, state), log, "rollout_controller_failed")
+    return job.start("rollout-controller", stop)

@@ -49,7 +49,7 @@ from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.webhooks.outbox import ACTIVE
 from modelward.registry.domains.webhooks.sealing import Sealer
 from modelward.registry.kit.logs import log_failure
-from modelward.registry.kit.periodic import run_every
+from modelward.registry.kit.periodic import Periodic
 from modelward.registry.models import (
     WebhookAttempt,
     WebhookDelivery,
@@ -261,14 +261,8 @@ class DeliveryLoop:
 
     def run(self) -> None:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="webhook") as pool:
-            run_every(
-                self.poll,
-                functools.partial(self.round, pool),
-                stop=self.stop,
-                log=log,
-                failed="webhook_loop_failed",
-                message=MAX_ERROR,
-            )
+            job = functools.partial(self.round, pool)
+            Periodic(self.poll, job, log, "webhook_loop_failed", message=MAX_ERROR).run(self.stop)
 
     def round(self, pool: ThreadPoolExecutor) -> None:
         with self.lock:
