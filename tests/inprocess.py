@@ -25,6 +25,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 _LOCK = threading.Lock()
 
@@ -45,13 +46,18 @@ class _Text(io.TextIOWrapper):
 
 
 def run_modelward(
-    args: Sequence[str], env: Mapping[str, str], *, stdin: str = ""
+    args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    stdin: str = "",
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``modelward *args`` with ``env`` as its whole environment, in this process."""
+    """``modelward *args`` with ``env`` as its whole environment (and ``cwd`` as its working
+    directory), in this process."""
     from modelward.cli import _LogLines, main
 
     with _LOCK:
-        saved_env = dict(os.environ)
+        saved_env, saved_cwd = dict(os.environ), Path.cwd()
         saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr)
         out, err = _Text(), _Text()
         root = logging.getLogger()
@@ -68,6 +74,8 @@ def run_modelward(
         try:
             os.environ.clear()
             os.environ.update(env)
+            if cwd is not None:
+                os.chdir(cwd)
             sys.argv = ["modelward", *args]
             sys.stdin = io.StringIO(stdin)
             sys.stdout, sys.stderr = out, err
@@ -90,6 +98,7 @@ def run_modelward(
             sys.argv, sys.stdin, sys.stdout, sys.stderr = saved
             os.environ.clear()
             os.environ.update(saved_env)
+            os.chdir(saved_cwd)
     return subprocess.CompletedProcess(["modelward", *args], code, out.text(), err.text())
 
 

@@ -33,7 +33,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from tests.docs.console import (
     parse_console_blocks,
     run_session,
 )
+from tests.inprocess import run_modelward
 from tests.registry.conftest import MODELWARD, Registry, Server, start_registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,15 +102,7 @@ class Story:
 
     def cli(self, user: str, *args: str, token: str, **extra: str) -> str:
         env = {**self.env(user, **extra), "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": token}
-        proc = subprocess.run(
-            [MODELWARD, *args],
-            cwd=self.user_dir(user),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        proc = run_modelward(args, env, cwd=self.user_dir(user))
         assert proc.returncode == 0, f"modelward {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout
 

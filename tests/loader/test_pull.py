@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.inprocess import run_modelward
 from tests.loader.hostile_registry import HostileRegistry, Served, serve_dir
 from tests.registry.conftest import MODELWARD, provenance_predicate
 
@@ -71,14 +72,16 @@ def run(reg: HostileRegistry, *args: str, cache: Path) -> subprocess.CompletedPr
     are taken on its word (``--unsigned-aliases``), and everything after is still checked."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": "worker-token"}
     unsigned = ["--unsigned-aliases"] if args[0] in ("pull", "boot", "verify") else []
-    return subprocess.run(
-        [MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    if args[0] == "boot":  # a boot is about its process (signals, the engine's children)
+        return subprocess.run(
+            [MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    return run_modelward([*args, *unsigned, "--cache-dir", str(cache)], env)
 
 
 def pull_prod(

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from modelward.client.api import UnauthorizedError
+from tests.inprocess import run_modelward
 from tests.registry.conftest import (
-    MODELWARD,
     Registry,
     free_port,
     start_registry,
@@ -43,15 +43,7 @@ def _bare(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
     clean["XDG_CONFIG_HOME"] = str(cwd / "no-config")
     clean.update(env)
-    return subprocess.run(
-        [MODELWARD, *args],
-        cwd=cwd,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_modelward(args, clean, cwd=cwd)
 
 
 def _audited(reg: Registry, action: str, subject: str) -> list[dict[str, object]]:
