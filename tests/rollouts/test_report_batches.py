@@ -136,12 +136,20 @@ def test_one_batch_judges_each_report_in_order_as_if_alone(
     assert _kept_seqs(registry, b.keyid) == [1]
     events = audited(registry, mark, f"{canary.repo}@{canary.alias}")
     assert [e["details"]["code"] for e in events] == [code(o) for o in out if code(o) != "kept"]
-    # the next report over HTTP continues a's sequence from what the batch kept
-    a.seq = 3
+    # a lower seq after a higher one of the same batch, with no pair to collide on
+    later = [_next(a, canary.stable, 6), _next(a, canary.stable, 5)]
+    out = reports.ingest(
+        state,
+        [reports.Incoming(canary.repo, canary.alias, body, items[0].caller) for body in later],
+    )
+    assert [code(o) for o in out] == ["kept", "report_replayed"]
+    assert _kept_seqs(registry, a.keyid) == [2, 3, 6]
+    # the next report over HTTP continues a's sequence from what the batches kept
+    a.seq = 6
     with pytest.raises(APIError) as info:
         a.send(a.envelope(canary.stable))
     assert info.value.code == "report_replayed"
-    a.seq = 4
+    a.seq = 7
     assert a.report(canary.stable)["counted"]
 
 
