@@ -5,7 +5,7 @@ plan at its first step, the keys registered to a reader principal), then stops; 
 opens the same data directory with the registry's own ``build_state`` and sends
 ``--reports`` signed reports, one per key in turn with rising ``seq``, through what the
 route runs: the token's authentication (``auth.service.authenticate``) and the app state's
-report queue (``rollouts.report_queue``: group commit into ``rollouts.reports.ingest``),
+report queue (``domains._report_queue``: group commit into ``rollouts.reports.ingest``),
 ``--concurrency`` requests in flight. Prints CPU milliseconds per report
 (``time.process_time``: this process only, not the PostgreSQL server's). ``--profile``
 calls ``ingest`` directly in batches of ``--batch`` under cProfile (CPU time) instead.

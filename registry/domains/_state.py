@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from modelward.registry.db import Database
+from modelward.registry.domains._report_queue import ReportIngest
 from modelward.registry.domains._throttle import DenialThrottle
 from modelward.registry.domains._token_cache import TokenCache
 from modelward.registry.domains._verdict_cache import DryRunAudit, VerdictCache
-from modelward.registry.domains.rollouts.report_queue import ReportIngest
 from modelward.registry.domains.signing.tuf.served import MetadataFiles
 from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.settings import Settings
@@ -33,8 +33,8 @@ class AppState:
     denial_throttle: DenialThrottle = field(default_factory=lambda: DenialThrottle(60))
     verdicts: VerdictCache = field(default_factory=VerdictCache)  # bundle evidence, per process
     dry_runs: DryRunAudit = field(default_factory=DryRunAudit)  # which dry runs are audited
-    reports: ReportIngest = field(default_factory=ReportIngest)  # fleet reports' group commit
     signed: SignedView = field(default_factory=SignedView)  # the signed state, verified
+    reports: ReportIngest = field(default_factory=ReportIngest)  # fleet reports' group commit
     # /tuf/ from memory (docs/tuf.md#serving): the files, and the tokens that authenticated
     # within settings.tuf_token_cache_seconds (keyed by their hash)
     tuf_files: MetadataFiles = field(init=False)

@@ -1,4 +1,4 @@
-"""Fleet reports written in batches (issue 40, ``rollouts.report_queue``): every report of a
+"""Fleet reports written in batches (issue 40, ``domains._report_queue``): every report of a
 batch is judged by every check, in arrival order, as if it came alone; the per-key ``seq``
 stays strictly increasing when one key's reports race; refusals in a batch are audited and
 keep nothing. Against a real registry on SQLite and PostgreSQL; the batch test calls the

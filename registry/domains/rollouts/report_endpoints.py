@@ -39,7 +39,7 @@ async def send_report(
                 alias=alias,
                 caller=caller,
             )
-    # answered once the batch it joined is committed (rollouts.report_queue)
+    # answered once the batch it joined is committed (domains._report_queue)
     item = reports.Incoming(f"{org}/{name}", alias, bytes(data), caller)
     outcome = await state.reports.submit(item, partial(reports.ingest, state))
     if isinstance(outcome, RegistryError):

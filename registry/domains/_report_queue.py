@@ -14,7 +14,8 @@ while the previous batch is being written:
 
 It also owns the ingest's per-process caches (``signed``: the alias's signed state by the
 versions it was verified at; ``public_keys``: parsed worker keys by their PEM), so they live
-and die with the app state. Nothing here judges a report: ``rollouts.reports`` does.
+and die with the app state. Nothing here judges a report: ``rollouts.reports`` does
+(beside ``_verdict_cache`` and ``_token_cache``, so the app state imports no domain).
 """
 
 from __future__ import annotations
