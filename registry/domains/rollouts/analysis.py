@@ -64,8 +64,8 @@ from modelward.registry.domains.repos.service import writable_repo
 from modelward.registry.domains.rollouts import service
 from modelward.registry.domains.rollouts.reports import reports_in_window
 from modelward.registry.domains.rollouts.rows import ACTIVE
-from modelward.registry.domains.rollouts.signed import signed_plan, signed_step
 from modelward.registry.domains.signing.online import repository
+from modelward.registry.domains.signing.tuf.view import signed_plan, signed_step
 from modelward.registry.domains.webhooks import enqueue
 from modelward.registry.errors import NotFound, RegistryError
 from modelward.registry.kit.logs import log_failure
