@@ -157,6 +157,7 @@ def start(
     analysis_text: str | None,
     reason: str | None,
     caller: Caller,
+    allow_no_fleet: bool = False,
 ) -> dict[str, Any]:
     """Propose the plan of a rollout of ``repo_name@alias`` to ``candidate``.
 
@@ -270,14 +271,6 @@ def start(
             reason=reason,
             created_by=caller.id,
         )
-        if allow_no_fleet and not known:
-            append(
-                session,
-                actor=caller.name,
-                action="rollout.start.no_fleet",
-                subject=f"{repo_name}@{alias}",
-                details={"rollout_id": plan.rollout_id, "why": "no worker known; started anyway"},
-            )
         session.add(row)
         session.flush()
         append(
@@ -294,6 +287,14 @@ def start(
                 "proposal": proposal.id,
             },
         )
+        if allow_no_fleet and not known:
+            append(
+                session,
+                actor=caller.name,
+                action="rollout.start.no_fleet",
+                subject=f"{repo_name}@{alias}",
+                details={"rollout_id": plan.rollout_id, "why": "no worker known; started anyway"},
+            )
         _notify(session, "rollout.started", repo_name, row, at=(None, 0), why=reason, caller=caller)
         answer = rollout_json(session, repo, repo_name, row, proposal.state)
         answer["cohorts"] = cohorts_json(plan, len(known))
@@ -401,6 +402,7 @@ def _signed_or_refused(repo: MetadataRepository, row: Rollout, repo_name: str) -
         )
     return plan
 
+
 # A signed step's reason that starts so is read as the analysis's verdict by a release record
 # (attest/release/_verdicts.py): only the controller (``judged``) may sign one.
 _VERDICT_REASONS = ("analysis passed: ", "analysis failed at ")
@@ -413,7 +415,6 @@ def _person_reason(reason: str, judged: JudgedStep | None) -> None:
             "only by the rollout controller: say it otherwise",
             code="reason_reserved",
         )
-
 
 
 def advance(
@@ -439,8 +440,8 @@ def advance(
     controller paused it for a person); ``judged``: the controller's action, taken only if
     the signed step is still the one it judged (else StepTaken), ``paused`` at the same
     index when ``judged.pause``.
-    _person_reason(reason, judged)
     """
+    _person_reason(reason, judged)
     # (1) and (3) first, outside the write transaction (it judges the bundle): the
     # candidate judged is the signed plan's, never the row's
     with state.db.read() as session:
@@ -537,8 +538,8 @@ def abort(
     failed analysis (the online key may always abort; StepTaken when that rollout is no
     longer under way), with what it records in the same transaction."""
     if not reason.strip():
-    _person_reason(reason, judged)
         raise BadRequest("an abort needs a --reason", code="reason_required")
+    _person_reason(reason, judged)
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
         row = active_rollout(session, repo_row.id, alias)
