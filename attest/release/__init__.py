@@ -66,12 +66,12 @@ from modelward.attest.release._verify import verify_record, verify_record_key
 __all__ = [
     "CHECKS",
     "PREDICATE_TYPE",
+    "TEMPLATES_DIR",
     "PinnedRootError",
     "RecordKeyRefused",
     "RecordLimits",
     "ReleaseRecordInvalid",
     "SignedPlan",
-    "TEMPLATES_DIR",
     "VerifiedRecord",
     "build_predicate",
     "classify_files",
