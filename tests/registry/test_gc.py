@@ -414,8 +414,15 @@ def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 2) ->
             root = make_bundle_dir(tmp / f"p{n}-{i}")
             orphans.append(orphan(reg, pub.actor.token, repo, size=2048))
             for _attempt in range(5):
-                out = reg.cli(
-                    "push", str(root), repo, "--sign", "--key", str(key), token=pub.actor.token
+                out = reg.cli(  # processes: the race is the test (in-process runs take turns)
+                    "push",
+                    str(root),
+                    repo,
+                    "--sign",
+                    "--key",
+                    str(key),
+                    token=pub.actor.token,
+                    process=True,
                 )
                 if out.returncode == 0:
                     pushed.append(out.stdout.split(f"pushed {repo}@")[1].split()[0])
@@ -428,7 +435,7 @@ def _race(reg: Registry, tmp: Path, *, pushers: int = 3, per_pusher: int = 2) ->
 
     def collect() -> None:
         while not stop.is_set():
-            out = reg.cli("admin", "gc", "--json")
+            out = reg.cli("admin", "gc", "--json", process=True)
             if out.returncode != 0:
                 errors.append(f"gc: {out.stderr}")
                 return
