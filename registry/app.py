@@ -413,6 +413,10 @@ async def _lifespan(app: FastAPI, settings: Settings) -> AsyncIterator[None]:
     from modelward.registry.domains.rollouts.controller import start_controller
 
     start_controller(state, stop)
+    # fleet reports and finished webhook messages past their retention (docs/operations.md)
+    from modelward.registry.domains.retention import start_retention
+
+    start_retention(state, stop)
     try:
         yield
     finally:

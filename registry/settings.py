@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     webhook_poll_seconds: float = Field(default=1.0, ge=0, le=3600)
     webhook_concurrency: int = Field(default=4, ge=1, le=64)
+    # fleet reports and finished webhook messages older than this are deleted, every
+    # retention_interval_seconds (docs/operations.md#retention); 0 keeps them (and 0 for the
+    # interval: this process prunes nothing)
+    retention_seconds: float = Field(default=30 * 86_400, ge=0, le=3650 * 86_400)
+    retention_interval_seconds: float = Field(default=3600.0, ge=0, le=86_400)
 
     @field_validator("webhook_retry_schedule")
     @classmethod
