@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn, cast
 
 from sqlalchemy import Table, func, insert, select
@@ -515,7 +515,7 @@ def _stored(row: RolloutReport, candidate: str | None) -> StoredReport:
         assigned=row.assigned,
         cohort=CANDIDATE if row.digest == candidate else STABLE,
         seq=row.seq,
-        received_at=_aware(row.received_at),
+        received_at=row.received_at,
         report=parse_report_predicate(json.loads(row.predicate)),
     )
 
@@ -543,11 +543,6 @@ def reports_in_window(  # noqa: PLR0917 - the contract with the analysis (spec s
         candidate = session.scalar(select(Rollout.candidate).where(Rollout.id == rollout_pk))
     rows = session.scalars(query.order_by(RolloutReport.received_at, RolloutReport.id))
     return [_stored(row, candidate) for row in rows]
-
-
-def _aware(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes, which are UTC here."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def fleet(
@@ -591,7 +586,7 @@ def fleet(
     }  # fmt: skip
     for report, principal in rows:
         cohort = CANDIDATE if report.digest == row.candidate else STABLE
-        received = _aware(report.received_at)
+        received = report.received_at
         silent = received < cutoff
         predicate = json.loads(report.predicate)
         assigned = row.stable
