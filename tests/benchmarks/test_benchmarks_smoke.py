@@ -71,6 +71,10 @@ SMOKE: dict[str, Smoke] = {
         ["| metadata fetch, timestamp.json only", "| worker refresh + lookup, cold"],
         needs=["postgres"],
     ),
+    "report_ingest_bench.py": Smoke(
+        ["--workers", "4", "--reports", "20", "--concurrency", "4"],
+        ["sqlite: ", " ms CPU and "],
+    ),
     "fleet_bench.py": Smoke(
         [
             *("--workers", "4", "--poll-seconds", "1", "--duration", "2", "--repos", "1"),
