@@ -42,7 +42,6 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
-from pydantic import BaseModel
 from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -69,8 +68,6 @@ from modelward.registry.storage import open_store
 from modelward.registry.ui import error_page, install_console, is_console_path
 
 __all__ = [
-    "ERROR_RESPONSES",
-    "ErrorBody",
     "build_state",
     "configure_logging",
     "create_app",
@@ -84,33 +81,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-
-class _ErrorDetail(BaseModel):
-    code: str
-    message: str
-    detail: Any = None
-
-
-class ErrorBody(BaseModel):
-    """The one error shape every endpoint answers with."""
-
-    error: _ErrorDetail
-
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text}
-    for status, text in (
-        (400, "bad input (digest_mismatch, truncated_body, invalid_manifest, missing_blobs ...)"),
-        (401, "missing, unknown, revoked or expired token"),
-        (403, "the caller's role or repository does not allow it"),
-        (404, "not found"),
-        (409, "stale_version (current state in detail), offset_mismatch, bundle_quarantined"),
-        (410, "bundle_tombstoned"),
-        (413, "too_large"),
-        (422, "invalid_request, policy_denied, attestation_rejected ..."),
-    )
-}
 
 
 def load_default_policy(path: Path | None) -> str | None:
@@ -526,6 +496,8 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
         "modelward_http_request_seconds", "HTTP latency", ["method", "route"], registry=metrics
     )
     _domain_collectors(app, metrics)
+    # each domain's routes as its router built them (domains/_router.py): NUL refused first,
+    # the error body documented; /v2 answers OCI error bodies (domains/oci/errors.py)
     for router in (
         principals,
         keys,
@@ -537,12 +509,17 @@ def create_app(settings: Settings, state: AppState | None = None) -> FastAPI:  #
         quarantine,
         attestations,
         aliases,
+        gates,
+        audit,
+        boots,
+        storage,
+        trust,
+        rollouts,
+        rollout_reports,
+        webhooks,
+        oci,
     ):
-        app.include_router(router, responses=ERROR_RESPONSES)
-    for router in (gates, audit, boots, storage, trust, rollouts, rollout_reports):
-        app.include_router(router, responses=ERROR_RESPONSES)
-    app.include_router(webhooks, responses=ERROR_RESPONSES)
-    app.include_router(oci)  # /v2: OCI error bodies (domains/oci/errors.py)
+        app.router.routes.extend(router.routes)
 
     @app.exception_handler(RegistryError)
     async def _registry_error(request: Request, exc: RegistryError) -> Response:

@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from modelward.client.api import RegistryClient, TransferOptions
+from tests import forkserver
 from tests.inprocess import run_modelward
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +188,7 @@ class Server:
     blob_store: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: forkserver.Process | None = None
 
     @property
     def url(self) -> str:
@@ -215,12 +216,9 @@ class Server:
         env = {**os.environ, "MODELWARD_BOOTSTRAP_TOKEN": self.admin_token, **self.extra_env}
         env.pop("MODELWARD_URL", None)
         env.pop("MODELWARD_TOKEN", None)
-        log = self.log_path.open("ab")
-        # its own process group: kill9() ends the supervisor and its workers together
-        self.proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        log.close()
+        # its own process group: kill9() ends the supervisor and its workers together;
+        # forked from a parent that has imported modelward already (tests/forkserver.py)
+        self.proc = forkserver.spawn(args[1:], env, stdout=self.log_path, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -340,14 +338,7 @@ class Registry:
             **(env or {}),
         }
         if process or os.environ.get("MODELWARD_TEST_CLI") == "process":
-            result = subprocess.run(
-                [MODELWARD, *args],
-                capture_output=True,
-                text=True,
-                env=full_env,
-                timeout=120,
-                check=False,
-            )
+            result = forkserver.run(args, full_env, timeout=120)
         else:
             result = run_modelward(args, full_env)
         if check and result.returncode != 0:

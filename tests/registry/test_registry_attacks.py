@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import forkserver
+
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 LIMIT_JSON = 1 << 20  # the server's max_request_json_bytes in these tests
 ROLES = {
@@ -136,13 +138,9 @@ def start_registry(
         | (settings or {})
     )
     log = base / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [MODELWARD, "serve", "--port", str(port), "--data-dir", str(data_dir)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    proc = forkserver.spawn(
+        ["serve", "--port", str(port), "--data-dir", str(data_dir)], env, stdout=log
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -157,20 +155,10 @@ def start_registry(
     admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {boot}"}, timeout=60)
     reg = Reg(url, data_dir, log, admin, boot, {}, base)
     creates = [
-        subprocess.Popen(
-            [
-                MODELWARD,
-                "admin",
-                "principal",
-                "create",
-                name,
-                "--role",
-                role,
-                "--data-dir",
-                str(data_dir),
-            ],
-            env=_env(),
-            stdout=subprocess.DEVNULL,
+        forkserver.spawn(
+            ["admin", "principal", "create", name, "--role", role, "--data-dir", str(data_dir)],
+            _env(),
+            stdout=base / f"create-{name}.log",
         )
         for name, role in ROLES.items()
     ]

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from modelward.attest.audit.chain import BrokenChain, event_from_json, verify_chain
+from tests import forkserver
 
 MODELWARD = str(Path(sys.executable).parent / "modelward")
 
@@ -31,7 +32,7 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, url: str, token: str, data_dir: Path, proc: subprocess.Popen[bytes]):
+    def __init__(self, url: str, token: str, data_dir: Path, proc: forkserver.Process):
         self.url, self.token, self.data_dir, self.proc = url, token, data_dir, proc
 
     def client(self, token: str | None = None) -> httpx.Client:
@@ -44,12 +45,9 @@ def start_server(data_dir: Path, token: str | None, *extra: str) -> Server:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
     if token is not None:
         env["MODELWARD_BOOTSTRAP_TOKEN"] = token
-    log = (data_dir.parent / f"serve-{port}.log").open("wb")
-    proc = subprocess.Popen(
-        [MODELWARD, "serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
+    log = data_dir.parent / f"serve-{port}.log"
+    proc = forkserver.spawn(
+        ["serve", "--port", str(port), "--data-dir", str(data_dir), *extra], env, stdout=log
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

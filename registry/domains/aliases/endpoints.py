@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.aliases import service
 from modelward.registry.domains.auth.deps import AnyCaller, Reviewer, authenticated_read
 from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.repos.listing import DEFAULT_PAGE, MAX_CURSOR_CHARS, MAX_PAGE
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
+router = domain_router(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
 MAX_VERSION = 2**62  # far beyond any real version; keeps database integers in range
 
 

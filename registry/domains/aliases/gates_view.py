@@ -24,12 +24,12 @@ import fnmatch
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter
 from sqlalchemy import select
 
 from modelward.attest.alias_decision import decide_move_result
 from modelward.attest.evaluation import gate_label
 from modelward.attest.policy import alias_rule_for
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import AnyCaller
 from modelward.registry.domains.auth.service import Caller
@@ -44,7 +44,7 @@ from modelward.registry.policy import repo_policy
 __all__ = ["MAX_ALIASES", "bundle_gates", "router"]
 
 MAX_ALIASES = 50
-router = APIRouter(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
+router = domain_router(prefix="/v1/repos/{org}/{name}", tags=["aliases"])
 
 
 @router.get("/bundles/{digest}/gates")

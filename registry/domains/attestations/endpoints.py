@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import Path, Query, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.attestations import service
 from modelward.registry.domains.auth.deps import AnyCaller
 from modelward.registry.errors import PayloadTooLarge
 
-router = APIRouter(
+router = domain_router(
     prefix="/v1/repos/{org}/{name}/bundles/{digest}/attestations", tags=["attestations"]
 )
 MAX_REASON_CHARS = 2000

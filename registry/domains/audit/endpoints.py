@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from modelward.attest.audit.chain import event_to_json
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.audit.checkpoints import current_checkpoint
 from modelward.registry.domains.audit.keyfile import checkpoint_signer
@@ -26,7 +27,7 @@ from modelward.registry.domains.audit.tree import (
 from modelward.registry.domains.auth.deps import AnyCaller, Reviewer
 from modelward.registry.errors import BadRequest
 
-router = APIRouter(prefix="/v1", tags=["audit"])
+router = domain_router(prefix="/v1", tags=["audit"])
 MAX_SIZE = 2**62
 
 

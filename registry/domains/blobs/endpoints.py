@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Depends, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, Publisher
 from modelward.registry.domains.auth.service import Caller
@@ -28,7 +29,7 @@ from modelward.registry.errors import BadRequest
 
 __all__ = ["repository_required", "router"]
 
-router = APIRouter(prefix="/v1/blobs", tags=["blobs"])
+router = domain_router(prefix="/v1/blobs", tags=["blobs"])
 
 
 def repository_required(door: str, form: str) -> BadRequest:

@@ -6,10 +6,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State, iso
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.deps import AnyCaller, Worker
@@ -17,7 +17,7 @@ from modelward.registry.domains.bundles.service import find_bundle
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.models import Boot, Principal
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=["boots"])
+router = domain_router(prefix="/v1/repos/{org}/{name}/bundles/{digest}/boots", tags=["boots"])
 
 
 MAX_REPORT_JSON = 64 * 1024  # characters of fingerprint and of detail, each, as stored

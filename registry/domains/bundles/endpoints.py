@@ -7,10 +7,11 @@ import binascii
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
 from modelward.registry.domains.blobs.streaming import check_digest
@@ -20,7 +21,7 @@ from modelward.registry.domains.repos.listing import DEFAULT_PAGE, MAX_CURSOR_CH
 from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.errors import BadRequest, PayloadTooLarge
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
+router = domain_router(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 MAX_REASON_CHARS = 2000
 
 

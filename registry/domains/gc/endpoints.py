@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
@@ -16,7 +16,7 @@ from modelward.registry.domains.repos.service import get_repo, may_publish
 from modelward.registry.errors import Forbidden
 from modelward.registry.models import Repository
 
-router = APIRouter(prefix="/v1", tags=["storage"])
+router = domain_router(prefix="/v1", tags=["storage"])
 
 MAX_QUOTA = 2**62  # bytes; the store's sizes are 64-bit
 

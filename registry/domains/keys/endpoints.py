@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import AnyCaller, KeyHolder, Publisher
@@ -16,7 +17,7 @@ from modelward.registry.domains.keys import service
 from modelward.registry.domains.signing.online import row_seals
 from modelward.registry.domains.signing.revocation import key_revoked
 
-router = APIRouter(prefix="/v1", tags=["keys"])
+router = domain_router(prefix="/v1", tags=["keys"])
 
 
 class KeyIn(BaseModel):

@@ -7,12 +7,13 @@ import re
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from modelward.attest import oci_media as mt
 from modelward.registry.domains._numbers import header_decimal
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.blobs import service as blob_service
@@ -28,7 +29,7 @@ from modelward.registry.domains.repos.service import get_repo
 from modelward.registry.domains.uploads import service as upload_service
 from modelward.registry.errors import NotFound
 
-router = APIRouter(prefix="/v2", tags=["oci"], responses=OCI_RESPONSES)
+router = domain_router(prefix="/v2", tags=["oci"], responses=OCI_RESPONSES)
 Documented = dict[int | str, dict[str, Any]]
 _MANIFEST_BODY: Documented = {
     200: {

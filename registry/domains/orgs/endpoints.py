@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from modelward.attest.policy import PolicyFloor
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State, iso
 from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
@@ -16,7 +17,7 @@ from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.orgs import members, service
 from modelward.registry.models import Org
 
-router = APIRouter(prefix="/v1/orgs", tags=["orgs"])
+router = domain_router(prefix="/v1/orgs", tags=["orgs"])
 
 OrgName = Annotated[str, Path(max_length=100)]
 PrincipalName = Annotated[str, Path(max_length=200)]

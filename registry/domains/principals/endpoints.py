@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State, iso
 from modelward.registry.domains._who_may_sign import admin_only, register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller
@@ -21,7 +22,7 @@ from modelward.registry.domains.signing.tuf.bootstrap import row_seals
 from modelward.registry.domains.signing.tuf.keys import tuf_keys
 from modelward.registry.models import SigningKey
 
-router = APIRouter(prefix="/v1", tags=["principals"])
+router = domain_router(prefix="/v1", tags=["principals"])
 
 
 class PrincipalIn(BaseModel):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from modelward.attest.policy import MAX_POLICY_BYTES
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State, iso
 from modelward.registry.domains._who_may_sign import register_change, who_may_sign
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, Publisher
@@ -18,7 +19,7 @@ from modelward.registry.domains.signing.tuf.bootstrap import row_seals
 from modelward.registry.domains.signing.tuf.keys import tuf_keys
 from modelward.registry.models import Repository
 
-router = APIRouter(prefix="/v1/repos", tags=["repositories"])
+router = domain_router(prefix="/v1/repos", tags=["repositories"])
 
 
 class RepoIn(BaseModel):

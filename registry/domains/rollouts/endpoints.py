@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from modelward.attest.rollout import DEFAULT_STEPS
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller
 from modelward.registry.domains.blobs.streaming import check_digest
 from modelward.registry.domains.rollouts import analysis, service, views
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
+router = domain_router(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
 
 MAX_ANALYSIS_CHARS = 64 * 1024
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from functools import partial
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from modelward.attest.rollout import MAX_REPORT_BYTES
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Worker
 from modelward.registry.domains.rollouts import reports
 from modelward.registry.errors import RegistryError
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
+router = domain_router(prefix="/v1/repos/{org}/{name}/rollouts", tags=["rollouts"])
 
 
 @router.post("/{alias}/reports", status_code=201)

@@ -7,11 +7,12 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
 from modelward.registry.domains.auth.service import Caller
@@ -34,7 +35,7 @@ from modelward.registry.domains.signing.tuf.served import Missing, etag_matches
 from modelward.registry.domains.signing.tuf.store import parse_file_name
 from modelward.registry.errors import BadRequest, NotFound
 
-router = APIRouter(tags=["trust"])
+router = domain_router(tags=["trust"])
 
 
 class SignatureIn(BaseModel):

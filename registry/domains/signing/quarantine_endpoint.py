@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tuf.api.exceptions import UnsignedMetadataError
 
 from modelward.attest.tuf import QUARANTINE_ROLE, quarantine_path
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.deps import Reviewer
@@ -45,7 +45,7 @@ from modelward.registry.domains.signing.tuf.view import SignedView
 from modelward.registry.errors import Conflict, NotFound
 from modelward.registry.models import Bundle, Repository, utcnow
 
-router = APIRouter(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
+router = domain_router(prefix="/v1/repos/{org}/{name}/bundles", tags=["bundles"])
 
 
 @router.post("/{digest}/quarantine")

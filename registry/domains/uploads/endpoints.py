@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import Depends, Header, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Publisher
 from modelward.registry.domains.blobs.endpoints import repository_required
 from modelward.registry.domains.blobs.streaming import body_chunks, check_digest, declared_length
 from modelward.registry.domains.uploads import service
 
-router = APIRouter(prefix="/v1/uploads", tags=["uploads"])
+router = domain_router(prefix="/v1/uploads", tags=["uploads"])
 
 
 MAX_SIZE = 2**62  # bytes of an upload and its offsets; the store's sizes are 64-bit

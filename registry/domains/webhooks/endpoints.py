@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import Admin
 from modelward.registry.domains.webhooks import service
 from modelward.registry.domains.webhooks.sealing import Sealer
 from modelward.registry.domains.webhooks.targets import MAX_URL
 
-router = APIRouter(prefix="/v1/admin/webhooks", tags=["webhooks"])
+router = domain_router(prefix="/v1/admin/webhooks", tags=["webhooks"])
 
 MAX_ID = 2**31 - 1  # ids are INTEGER columns
 EndpointId = Annotated[int, Path(ge=1, le=MAX_ID)]
