@@ -150,19 +150,37 @@ class Connection:
         The whole of it, reading the body included, ends within its deadline (the module's
         docstring) or raises ``TransportError`` (timed out) naming the deadline."""
         rate = self.options.min_rate
+        # A kept-alive connection the server closed as this request went out answers
+        # nothing (RemoteProtocolError before any response): a GET or HEAD is sent once
+        # more, on a new connection; nothing else is, it may have been acted on.
+        retry = method in ("GET", "HEAD")
+        answered = False
         with deadline(self.options.deadline + _sent_size(content, headers) / rate):
-            try:
-                with self._http.stream(
-                    method, path, json=json_body, content=content, headers=headers, params=params
-                ) as response:
-                    if response.status_code >= 400:
-                        raise api_error_from_response(response, _read_error_body(response))
-                    declared = response.headers.get("content-length", "")
-                    if declared.isdigit():
-                        extend(int(declared) / rate)
-                    yield response
-            except httpx.HTTPError as exc:  # names the URL; https:// against plain HTTP says so
-                raise transport_error(exc, method, self.base_url + path) from exc
+            while True:
+                try:
+                    with self._http.stream(
+                        method,
+                        path,
+                        json=json_body,
+                        content=content,
+                        headers=headers,
+                        params=params,
+                    ) as response:
+                        answered = True
+                        if response.status_code >= 400:
+                            raise api_error_from_response(response, _read_error_body(response))
+                        declared = response.headers.get("content-length", "")
+                        if declared.isdigit():
+                            extend(int(declared) / rate)
+                        yield response
+                    return
+                except httpx.RemoteProtocolError as exc:
+                    if retry and not answered:
+                        retry = False
+                        continue
+                    raise transport_error(exc, method, self.base_url + path) from exc
+                except httpx.HTTPError as exc:  # names the URL; https:// against plain HTTP
+                    raise transport_error(exc, method, self.base_url + path) from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._request(method, path, **kwargs)

@@ -386,3 +386,72 @@ def test_transfer_options_are_frozen() -> None:
     opts = TransferOptions()
     with pytest.raises(AttributeError):
         opts.workers = 9  # type: ignore[misc]
+
+
+def _closing_server(answers: int) -> tuple[int, list[int]]:
+    """A loopback HTTP server: on its first connection it answers ``answers`` requests
+    (keep-alive), then reads one more and closes without a word, as a server closing an
+    idle connection while the request was on its way does; later connections are answered.
+    Returns its port and the number of requests it read on each connection."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    per_connection: list[int] = []
+
+    def read_request(conn: socket.socket) -> bool:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        return True
+
+    def serve() -> None:
+        first = True
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                per_connection.append(0)
+                limit = answers if first else 1 << 30
+                while read_request(conn):
+                    per_connection[-1] += 1
+                    if per_connection[-1] > limit:
+                        break  # closes: no answer to this one
+                    body = b'{"principal": "p", "role": "reader"}'
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )
+                first = False
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], per_connection
+
+
+def test_idempotent_request_on_a_connection_the_server_closed_is_sent_again() -> None:
+    port, per_connection = _closing_server(answers=1)
+    with RegistryClient(f"http://127.0.0.1:{port}", "t", timeout=10) as client:
+        assert client.whoami()["role"] == "reader"
+        assert client.whoami()["role"] == "reader"  # the first connection closed on it
+    assert per_connection == [2, 1]
+
+
+def test_a_write_on_a_connection_the_server_closed_is_not_sent_again() -> None:
+    port, per_connection = _closing_server(answers=1)
+    with RegistryClient(f"http://127.0.0.1:{port}", "t", timeout=10) as client:
+        client.whoami()
+        with pytest.raises(TransportError, match="Server disconnected"):
+            client._json("POST", "/v1/keys", json_body={"public_key_pem": "x"})
+    assert per_connection == [2]
