@@ -46,6 +46,7 @@ from modelward.registry.domains.signing.tuf.generation import GENERATION_FILE, S
 from modelward.registry.domains.signing.tuf.served import ServedFile, etag_matches
 from modelward.registry.domains.signing.tuf.store import parse_file_name
 from modelward.registry.errors import NotAuthenticated
+from modelward.registry.kit.logs import log_failure
 
 __all__ = ["PREFIX", "TufFastPath", "authenticate_reader", "install"]
 
@@ -166,9 +167,7 @@ def _renew(state: AppState, token: str) -> None:
     except NotAuthenticated:
         pass
     except Exception as exc:  # noqa: BLE001 - logged by type; the entry ends at its time
-        log.warning(
-            json.dumps({"event": "tuf_token_renew_failed", "exception": type(exc).__name__})
-        )
+        log_failure(log, "tuf_token_renew_failed", exc, level=logging.WARNING, message=None)
 
 
 def install(app: FastAPI, state: AppState) -> None:

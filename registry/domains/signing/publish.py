@@ -3,7 +3,6 @@ database (``refresh``, ``sync``; docs/tuf.md#serving)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from modelward.registry.domains.signing.tuf.repository import (
 )
 from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import RegistryError
+from modelward.registry.kit.logs import log_failure
 
 log = logging.getLogger("modelward.registry")
 
@@ -92,7 +92,7 @@ def refresh(state: AppState) -> Refreshed:
                 raise
             except Exception as exc:  # any other failure: reported, nothing kept
                 failed.append(NotRefreshed.of("snapshot and timestamp", exc))
-                _log_failure("tuf_refresh_failed", exc)
+                log_failure(log, "tuf_refresh_failed", exc)
                 raise _Abandoned from exc
     except _Abandoned as abandoned:
         changed = False
@@ -103,22 +103,10 @@ def refresh(state: AppState) -> Refreshed:
         return Refreshed(False, tuple(failed))
     except Exception as exc:
         refresh_health(error=exc, record=True)
-        _log_failure("tuf_refresh_failed", exc)
+        log_failure(log, "tuf_refresh_failed", exc)
         raise
     refresh_health(record=True)  # snapshot and timestamp: re-signed as due
     return Refreshed(changed, tuple(failed))
-
-
-def _log_failure(event: str, exc: BaseException) -> None:
-    log.error(
-        json.dumps(
-            {
-                "event": event,
-                "exception": type(exc).__name__,
-                "message": str(exc)[:500],
-            }
-        )
-    )
 
 
 def sync(
@@ -142,7 +130,7 @@ def sync(
             proposer_id=proposer_id,
         )
     except Exception as exc:  # noqa: BLE001 - any failure: keep the published delegations
-        _log_failure("tuf_sync_failed", exc)
+        log_failure(log, "tuf_sync_failed", exc)
         if failed is not None:
             failed.append(NotRefreshed.of("delegations", exc))
         return False

@@ -3,6 +3,7 @@ re-signing went (docs/tuf.md#status)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import func, select
@@ -12,7 +13,6 @@ from tuf.api.metadata import Metadata, Root
 
 from modelward.registry.domains._state import AppState, iso
 from modelward.registry.domains.signing.online import DB_WRITER_OFFLINE, DB_WRITER_ONLINE, trust_of
-from modelward.registry.domains.signing.publish import _log_failure
 from modelward.registry.domains.signing.tuf.bootstrap import (
     refresh_health,
 )
@@ -31,6 +31,9 @@ from modelward.registry.domains.signing.tuf.rotation import (
 from modelward.registry.domains.signing.tuf.store import SessionStore, beyond_refusal
 from modelward.registry.domains.signing.tuf.tables import TufProposal
 from modelward.registry.errors import RegistryError
+from modelward.registry.kit.logs import log_failure
+
+log = logging.getLogger("modelward.registry")
 
 
 def status(session: Session, state: AppState) -> dict[str, Any]:
@@ -101,7 +104,7 @@ def status(session: Session, state: AppState) -> dict[str, Any]:
     try:
         short = [role.as_json() for role in short_of_threshold(repo)]
     except (RepositoryError, RegistryError) as exc:  # a refused row: named in ``roles``
-        _log_failure("tuf_status_short_unknown", exc)
+        log_failure(log, "tuf_status_short_unknown", exc)
         short = []
     return {
         "roles": roles,

@@ -27,7 +27,6 @@ leave: registry/domains/signing/fast_path.py calls it before every non-GET respo
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -41,6 +40,7 @@ from modelward.registry.db import Database
 from modelward.registry.domains.signing.tuf.generation import SharedGeneration
 from modelward.registry.domains.signing.tuf.repository import MetadataRepository
 from modelward.registry.domains.signing.tuf.store import TIMESTAMP, SessionStore, committed_writes
+from modelward.registry.kit.logs import log_failure
 
 __all__ = ["IMMUTABLE", "MISSING", "MetadataFiles", "Missing", "ServedFile", "etag_matches"]
 
@@ -216,9 +216,7 @@ class MetadataFiles:
         try:
             self._check_timestamp(ahead=True)
         except Exception as exc:  # noqa: BLE001 - logged; past the bound a request re-checks
-            log.warning(
-                json.dumps({"event": "tuf_recheck_failed", "exception": type(exc).__name__})
-            )
+            log_failure(log, "tuf_recheck_failed", exc, level=logging.WARNING, message=None)
         finally:
             self._ahead = False
 

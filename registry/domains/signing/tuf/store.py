@@ -10,7 +10,6 @@ server, S3 bucket or CDN with the registry out of the path (docs/tuf.md#serving)
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import re
 import threading
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from modelward.attest._fileio import write_output
 from modelward.registry.errors import RegistryError
+from modelward.registry.kit.logs import log_failure
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -73,9 +73,8 @@ def _count_commit(session: Session) -> None:
         try:
             listener(session)
         except Exception as exc:  # noqa: BLE001 - the commit happened; a listener never undoes it
-            log.error(  # noqa: TRY400 - the type names it; no payload in logs
-                json.dumps({"event": "tuf_commit_listener_failed", "exception": type(exc).__name__})
-            )
+            # the type names it; no payload in logs
+            log_failure(log, "tuf_commit_listener_failed", exc, message=None)
 
 
 def add_commit_listener(listener: CommitListener) -> Callable[[], None]:
