@@ -1,42 +1,53 @@
-"""Rollout benchmark (issue 26): route convergence and registry CPU against fleet size.
+"""Rollout benchmark (issues 26, 37): route and rollback convergence and registry CPU against
+fleet size.
 
-For each fleet size in ``--workers`` (default 100 and 1,000) a repository gets a stable and a
-candidate bundle, its alias ``live`` is signed at the stable one and a rollout plan (steps
-``--steps``, default 5,20,50,100) is signed by its publisher, all with the real ``modelward``
-commands (``alias set --key``, ``rollout start --key``). Then a fleet of simulated workers
-polls the registry's TUF metadata the way a serving worker's refresh does
-(``loader/tuf_resolve.py``): every ``--poll-seconds`` (default 10, each worker with its own
-random phase) ``timestamp.json`` with ``If-None-Match``; on a new timestamp the versioned
-snapshot, then only the roles whose version the snapshot changed (top-level targets, the
-alias's role with the plan, ``ORG:NAME@=rollout`` with the step). Each worker has its own
-ed25519 worker key and computes its own digest from the step with ``attest.rollout``
-(``resolve_digest``: its bucket from its key id). The simulated workers parse the metadata
-but do not verify its signatures (a worker's CPU, not the registry's). Each worker also
-sends one signed fleet report per poll (``POST .../rollouts/ALIAS/reports``: an envelope of
+For each fleet size in ``--workers`` (default 100 and 1,000) a repository gets a stable and
+a candidate bundle, its alias ``live`` is signed at the stable one and a rollout plan (steps
+``--steps``, default 5,20,50,100) is signed by its publisher, all with the real
+``modelward`` commands (``alias set --key``, ``rollout start --key``). Then a fleet of
+simulated workers polls the registry's TUF metadata the way a serving worker's refresh does
+(``loader/tuf_resolve.py``, simulated in ``_fleet_client.py``): every ``--poll-seconds``
+(default 10, each worker with its own random phase) ``timestamp.json`` with
+``If-None-Match``; on a new timestamp the versioned snapshot, then only the roles whose
+version the snapshot changed (top-level targets, the alias's role with the plan,
+``ORG:NAME@=rollout`` with the step). Each worker has its own ed25519 worker key and
+computes its own digest from the step with ``attest.rollout`` (``resolve_digest``: its
+bucket from its key id). The simulated workers parse the metadata but do not verify its
+signatures (a worker's CPU, not the registry's). Each worker also sends one signed fleet
+report per poll (``POST .../rollouts/ALIAS/reports``: an envelope of
 ``loader.statements.sign_predicate``, predicate ``ROLLOUT_REPORT``; ``--no-reports``: none),
 its keys registered to the fleet's reader principal.
 
 Once every worker holds the plan, the benchmark runs ``modelward rollout advance`` for each
 step but the last (``--advances``, default 3: 5, 20 and 50%), then ``modelward rollout
-abort``, one poll interval (plus ``--settle-seconds``) apart. Measured:
+abort``; then the alias is moved to the candidate (``alias set --key``) and rolled back to
+the stable digest (``alias rollback ORG/NAME@live STABLE --key``: a move back to a release
+the alias held under valid signatures, signed by the alias's signer, no promotion gate).
+Each command starts one poll interval (plus ``--settle-seconds``) after the one before
+returned. Measured:
 
 - **route convergence**: from the command returning (the step is signed and published) to
   each worker whose assignment the step changes observing the new step: the workers that
-  join the candidate at an advance, and every candidate worker at the abort (the rollback's
-  route convergence); p50, p95 and max over all of them, and the max per transition;
+  join the candidate at an advance, and every candidate worker at the abort; p50, p95 and
+  max over all of them, and the max per transition (the alias's moves included);
+- **rollback convergence**: from ``alias rollback`` returning (the move is signed and
+  published) to each worker observing the alias's digest = stable; p50, p95 and max;
 - **registry CPU**, cores (CPU seconds per wall second) of the ``modelward serve`` process
   and its children, from ``/proc``: idle (no fleet), under the steady fleet (one interval
-  before the first advance), and over the steps;
+  before the first advance), over the steps (the first advance's start to the alias's first
+  move), and over the rollback (its command's start to one interval after it returned);
 - **report ingest** latency p50/p95 (send to answer) and the answers' status codes;
 - the polls, the fetches a refresh made, errors, and the fleet's own lag behind its schedule
   (above a few hundred ms the client, not the registry, is the bottleneck).
 
-``--quick`` runs 20 workers polling every second through one advance (50%) and the abort
-(under a minute; what ``make test`` runs). ``--databases sqlite,postgres`` runs each fleet
-size on each database (PostgreSQL in a throw-away cluster, as benchmarks/tuf_bench.py does;
-the PostgreSQL server's own CPU is not counted). The simulated workers are ``--procs``
-processes of asyncio tasks over ``--connections`` keep-alive connections with fleet_bench's
-minimal HTTP/1.1 client. Prints a Markdown table and writes JSON to ``--out``.
+``--quick`` runs 20 workers polling every second through one advance (50%), the abort and
+the alias's two moves (under a minute; what ``make test`` runs).
+``--databases sqlite,postgres`` runs each fleet size on each database (PostgreSQL in a
+throw-away cluster, as benchmarks/tuf_bench.py does; the PostgreSQL server's own CPU is not
+counted). The
+simulated workers are ``--procs`` processes of asyncio tasks over ``--connections``
+keep-alive connections with fleet_bench's minimal HTTP/1.1 client. Prints a Markdown table
+and writes JSON to ``--out``.
 
     .venv/bin/python benchmarks/rollout_bench.py --workers 100,1000 --out /tmp/rollout.json
 """
@@ -44,7 +55,6 @@ minimal HTTP/1.1 client. Prints a Markdown table and writes JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing
 import os
@@ -55,275 +65,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+from _fleet_client import ALIAS, Observed, Seen, Sim, sim_process
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from fleet_bench import Connection, cpu_seconds, percentile
+from fleet_bench import cpu_seconds, percentile
 from registry_bench import MODELWARD, REPO, Postgres, Serve
-from tuf.api.metadata import Metadata, Snapshot, Targets, Timestamp
 
 from modelward.attest.keys import keyid, public_key_pem, save_private_key
-from modelward.attest.rollout import (
-    RolloutPlan,
-    RolloutStep,
-    in_candidate_cohort,
-    make_report_predicate,
-    parse_plan,
-    parse_step,
-    resolve_digest,
-)
-from modelward.attest.rollout.paths import rollout_path, rollout_role, step_path
-from modelward.attest.statement import PredicateType
-from modelward.attest.trust import TrustSet
-from modelward.attest.tuf import alias_path, open_role
+from modelward.attest.rollout import in_candidate_cohort
 from modelward.client.api import RegistryClient
-from modelward.loader.statements import WorkerKey, sign_predicate
 
-ALIAS = "live"
+ALIAS_MOVES = ("alias set candidate", "alias rollback")  # after the abort, in this order
 OPEN_POLICY = (
     "version: 1\ntrust_registered_signers: true\naliases:\n  - {pattern: '*', roles: [publisher]}\n"
 )
-
-
-# -- the simulated workers -------------------------------------------------------------------
-@dataclass
-class Sim:
-    """What one process of simulated workers is told (picklable)."""
-
-    host: str
-    port: int
-    tokens: list[str]
-    repo: str
-    keys: list[bytes]  # raw ed25519 private keys, one per worker of this process
-    phases: list[float]  # each worker's first poll, seconds after ``start``
-    poll: float
-    start: float  # time.time() of the first poll
-    end: float  # time.time() the polls stop
-    connections: int
-    reports: bool
-    prefix: str = "/tuf/"
-
-
-@dataclass
-class Observed:
-    """What one process of simulated workers measured."""
-
-    polls: int = 0
-    fetches: int = 0
-    errors: int = 0
-    lag_ms: list[float] = field(default_factory=list)
-    report_ms: list[float] = field(default_factory=list)
-    report_status: dict[int, int] = field(default_factory=dict)
-    report_refusals: list[str] = field(default_factory=list)  # the first few answers
-    # worker key id -> [(time.time(), rollout id, index, state, digest)], one per change
-    timeline: dict[str, list[tuple[float, str, int | None, str, str]]] = field(default_factory=dict)
-
-
-@dataclass
-class Worker:
-    """One simulated worker's state: what a real worker keeps in its TUF cache."""
-
-    key: WorkerKey
-    keyid: str
-    etag: str = ""
-    held: dict[str, int] = field(default_factory=dict)  # role -> version held
-    seen: tuple[str, int | None, str] | None = None
-    digest: str = ""
-    rollout_id: str | None = None
-    seq: int = 0
-
-
-class Roles:
-    """The metadata of one process's fleet, parsed once per version (the workers share it)."""
-
-    def __init__(self, repo: str) -> None:
-        self.repo = repo
-        self.alias_role = open_role(repo)
-        self.step_role = rollout_role(repo)
-        self.snapshots: dict[int, dict[str, int]] = {}
-        self.alias: dict[int, tuple[str, RolloutPlan | None]] = {}  # version -> digest, plan
-        self.steps: dict[int, RolloutStep | None] = {}
-
-    def custom(self, body: bytes, path: str, key: str) -> str | None:
-        target = Metadata[Targets].from_bytes(body).signed.targets.get(path)
-        if target is None:
-            return None
-        custom: Any = target.unrecognized_fields.get("custom")
-        value = custom.get(key) if isinstance(custom, dict) else None
-        return value if isinstance(value, str) else None
-
-    def read_alias(self, version: int, body: bytes) -> None:
-        if version not in self.alias:
-            target = Metadata[Targets].from_bytes(body).signed.targets[alias_path(self.repo, ALIAS)]
-            plan = self.custom(body, rollout_path(self.repo, ALIAS), "plan")
-            digest = "sha256:" + target.hashes["sha256"]
-            self.alias[version] = (digest, parse_plan(plan.encode()) if plan else None)
-
-    def read_step(self, version: int, body: bytes) -> None:
-        if version not in self.steps:
-            step = self.custom(body, step_path(self.repo, ALIAS), "step")
-            self.steps[version] = parse_step(step.encode()) if step else None
-
-
-async def run_sim(sim: Sim) -> Observed:
-    observed = Observed()
-    roles = Roles(sim.repo)
-    workers = []
-    for raw in sim.keys:
-        private = Ed25519PrivateKey.from_private_bytes(raw)
-        workers.append(Worker(WorkerKey(private, TrustSet()), keyid(private.public_key())))
-    queue: asyncio.Queue[tuple[float, int]] = asyncio.Queue(maxsize=sim.connections * 4)
-    report_path = f"/v1/repos/{quote(sim.repo, safe='/')}/rollouts/{quote(ALIAS, safe='')}/reports"
-
-    async def schedule() -> None:
-        order = sorted(range(len(workers)), key=lambda i: sim.phases[i])
-        rounds = 0
-        while True:
-            for i in order:
-                due = sim.start + sim.phases[i] + rounds * sim.poll
-                if due >= sim.end:
-                    return
-                delay = due - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await queue.put((due, i))
-            rounds += 1
-
-    async def fetch(conn: Connection, auth: str, role: str, version: int) -> bytes | None:
-        name = quote(role, safe="")
-        status, _, body = await conn.get(f"{sim.prefix}{version}.{name}.json", auth)
-        observed.fetches += 1
-        if status != 200:
-            observed.errors += 1
-            return None
-        return body
-
-    async def refresh(conn: Connection, worker: Worker, auth: str, timestamp: bytes) -> None:
-        # a refresh: the versioned snapshot, then each role whose version it changed
-        version = Metadata[Timestamp].from_bytes(timestamp).signed.snapshot_meta.version
-        if worker.held.get("snapshot") == version:
-            return
-        body = await fetch(conn, auth, "snapshot", version)
-        if body is None:
-            return
-        if version not in roles.snapshots:
-            meta = Metadata[Snapshot].from_bytes(body).signed.meta
-            roles.snapshots[version] = {n.removesuffix(".json"): m.version for n, m in meta.items()}
-        listing = roles.snapshots[version]
-        worker.held["snapshot"] = version
-        for role in ("targets", roles.alias_role, roles.step_role):
-            held = listing.get(role)
-            if held is None or worker.held.get(role) == held:
-                continue
-            body = await fetch(conn, auth, role, held)
-            if body is None:
-                return
-            if role == roles.alias_role:
-                roles.read_alias(held, body)
-            elif role == roles.step_role:
-                roles.read_step(held, body)
-            worker.held[role] = held
-        # the worker's own assignment, from its own key id (attest.rollout)
-        digest, plan = roles.alias[worker.held[roles.alias_role]]
-        held_step = worker.held.get(roles.step_role)
-        step = roles.steps.get(held_step) if held_step is not None else None
-        if plan is not None and (step is None or step.rollout_id != plan.rollout_id):
-            step = None
-        if plan is not None and plan.stable == digest:
-            digest = resolve_digest(plan, step, worker.keyid)
-        seen = (
-            (step.rollout_id, step.index, step.state)
-            if step is not None
-            else ("", None, "planned" if plan is not None else "none")
-        )
-        worker.rollout_id = step.rollout_id if step is not None else None
-        worker.digest = digest
-        if seen != worker.seen:
-            worker.seen = seen
-            observed.timeline.setdefault(worker.keyid, []).append((time.time(), *seen, digest))
-
-    async def report(conn: Connection, worker: Worker, auth: str) -> None:
-        worker.seq += 1
-        predicate = make_report_predicate(
-            repository=sim.repo,
-            alias=ALIAS,
-            rollout_id=worker.rollout_id,
-            digest=worker.digest,
-            worker_keyid=worker.keyid,
-            seq=worker.seq,
-            interval_seconds=sim.poll,
-            requests=120,
-            ttft_p50_ms=80.0,
-            ttft_p95_ms=140.0,
-            itl_p95_ms=12.0,
-            queue_age_p95_ms=5.0,
-            task_checks_passed=4,
-            capacity=64,
-            inflight_peak=9,
-            stable_warm=True,
-        )
-        envelope = sign_predicate(
-            worker.key,
-            sim.repo,
-            worker.digest,
-            PredicateType.ROLLOUT_REPORT,
-            predicate,
-        )
-        sent = time.time()
-        status, _, body = await conn.request(
-            "POST", report_path, f"{auth}Content-Type: application/json\r\n", envelope
-        )
-        observed.report_ms.append((time.time() - sent) * 1000)
-        observed.report_status[status] = observed.report_status.get(status, 0) + 1
-        if status != 201 and len(observed.report_refusals) < 3:
-            observed.report_refusals.append(f"{status} {body[:300].decode(errors='replace')}")
-
-    async def connection() -> None:
-        conn = Connection(sim)  # type: ignore[arg-type]  # it reads .host and .port only
-        try:
-            while True:
-                due, i = await queue.get()
-                if due < 0:
-                    return
-                worker = workers[i]
-                auth = f"Authorization: Bearer {sim.tokens[i % len(sim.tokens)]}\r\n"
-                observed.lag_ms.append((time.time() - due) * 1000)
-                try:
-                    status, fields, body = await conn.get(
-                        f"{sim.prefix}timestamp.json", f"{auth}If-None-Match: {worker.etag}\r\n"
-                    )
-                    observed.polls += 1
-                    if status == 200:
-                        worker.etag = fields.get("etag", "")
-                        await refresh(conn, worker, auth, body)
-                    elif status != 304:
-                        observed.errors += 1
-                    if sim.reports and worker.digest:
-                        await report(conn, worker, auth)
-                except (OSError, asyncio.IncompleteReadError, ValueError):
-                    observed.errors += 1
-                    conn.close()
-                    conn = Connection(sim)  # type: ignore[arg-type]
-        finally:
-            conn.close()
-
-    async def run() -> None:
-        await schedule()
-        for _ in range(sim.connections):
-            await queue.put((-1.0, -1))
-
-    # a worker's failure fails the run (asyncio.run cancels the rest), never a silent hang
-    await asyncio.gather(run(), *(connection() for _ in range(sim.connections)))
-    return observed
-
-
-def sim_process(sim: Sim, out: Any) -> None:
-    out.send(asyncio.run(run_sim(sim)))
-    out.close()
 
 
 # -- the registry side -----------------------------------------------------------------------
@@ -364,6 +123,7 @@ class Fleet:
     keyids: list[str]
     tokens: list[str]
     cli: Cli
+    key_file: Path  # the publisher's key: it signs the alias's moves
 
 
 def setup_fleet(work: Path, serve: Serve, workers: int, opts: argparse.Namespace) -> Fleet:
@@ -414,22 +174,37 @@ def setup_fleet(work: Path, serve: Serve, workers: int, opts: argparse.Namespace
     admin.close()
     publisher.close()
     return Fleet(
-        repo, stable, candidate, str(state["rollout_id"]), opts.steps, keys, keyids, tokens, cli
+        repo,
+        stable,
+        candidate,
+        str(state["rollout_id"]),
+        opts.steps,
+        keys,
+        keyids,
+        tokens,
+        cli,
+        key_file,
     )
 
 
 def run_fleet(serve: Serve, fleet: Fleet, opts: argparse.Namespace) -> dict[str, Any]:
     """Idle CPU, then the fleet: one interval to pick up the plan, one steady interval, then
-    each transition (advances, then the abort) one interval (+ settle) apart."""
+    each transition one interval (+ settle) apart: the advances, the abort, then the alias
+    moved to the candidate (``alias set``) and rolled back to the stable (``alias rollback``)."""
     n = len(fleet.keys)
     pid = serve.proc.pid
     cpu0 = cpu_seconds(pid)
     time.sleep(opts.idle_seconds)
     idle = (cpu_seconds(pid) - cpu0) / opts.idle_seconds
     gap = opts.poll_seconds + opts.settle_seconds
-    transitions = [*(f"advance {fleet.steps[k]}%" for k in range(opts.advances)), "abort"]
+    transitions = [
+        *(f"advance {fleet.steps[k]}%" for k in range(opts.advances)),
+        "abort",
+        *ALIAS_MOVES,
+    ]
     start = time.time() + 1.0
-    end = start + 2 * opts.poll_seconds + len(transitions) * gap
+    ctx = multiprocessing.get_context("spawn")
+    end = ctx.Value("d", float("inf"), lock=False)  # a slow command delays what follows it
     procs = max(1, min(opts.procs, n))
     rng = random.Random(n)  # the same phases for the same fleet size
     phases = [rng.uniform(0, opts.poll_seconds) for _ in range(n)]
@@ -450,7 +225,6 @@ def run_fleet(serve: Serve, fleet: Fleet, opts: argparse.Namespace) -> dict[str,
         )
         for i in range(procs)
     ]
-    ctx = multiprocessing.get_context("spawn")
     pipes, children = [], []
     for sim in sims:
         mine, theirs = ctx.Pipe(duplex=False)
@@ -464,17 +238,23 @@ def run_fleet(serve: Serve, fleet: Fleet, opts: argparse.Namespace) -> dict[str,
     time.sleep(opts.poll_seconds)
     cpu2 = cpu_seconds(pid)
     steady = (cpu2 - cpu1) / opts.poll_seconds
-    # (3) the transitions, each from the command's return
-    ref = f"{fleet.repo}@{ALIAS}"
+    # (3) the transitions, each from the command's return, the next one gap after it
     done: list[float] = []
-    wall2 = time.time()
-    for k, what in enumerate(transitions):
-        time.sleep(max(0.0, start + 2 * opts.poll_seconds + k * gap - time.time()))
-        verb = "abort" if what == "abort" else "advance"
-        _, at = fleet.cli("rollout", verb, ref, "--reason", f"rollout_bench: {what}")
-        done.append(at)
-    time.sleep(max(0.0, end - time.time()))
-    during = (cpu_seconds(pid) - cpu2) / (time.time() - wall2)
+    cpu: list[tuple[float, float]] = []  # (wall, CPU seconds) as each command starts
+    due = start + 2 * opts.poll_seconds
+    for what in transitions:
+        time.sleep(max(0.0, due - time.time()))
+        cpu.append((time.time(), cpu_seconds(pid)))
+        done.append(transition(fleet, what))
+        due = max(due, done[-1]) + gap
+    end.value = due
+    time.sleep(max(0.0, due - time.time()))
+    cpu.append((time.time(), cpu_seconds(pid)))
+    rollout_end = len(transitions) - len(ALIAS_MOVES)  # the rollout's steps: before the moves
+
+    def cores(a: int, b: int) -> float:
+        return (cpu[b][1] - cpu[a][1]) / (cpu[b][0] - cpu[a][0])
+
     got: list[Observed] = []
     for pipe, child in zip(pipes, children, strict=True):
         if not pipe.poll(60 + opts.poll_seconds):
@@ -487,7 +267,9 @@ def run_fleet(serve: Serve, fleet: Fleet, opts: argparse.Namespace) -> dict[str,
         "transitions": transitions,
         "cpu_idle_cores": idle,
         "cpu_steady_cores": steady,
-        "cpu_steps_cores": during,
+        "cpu_steps_cores": cores(0, rollout_end),
+        "cpu_rollback_cores": cores(-2, -1),
+        "command_s": [at - begun for (begun, _), at in zip(cpu, done, strict=False)],
         "polls": sum(o.polls for o in got),
         "fetches": sum(o.fetches for o in got),
         "errors": sum(o.errors for o in got),
@@ -497,46 +279,82 @@ def run_fleet(serve: Serve, fleet: Fleet, opts: argparse.Namespace) -> dict[str,
     }
 
 
-def convergence(
-    fleet: Fleet,
-    timeline: dict[str, list[tuple[float, str, int | None, str, str]]],
-    done: list[float],
-) -> dict[str, Any]:
-    """From each transition's command returning to each worker it moves seeing its step."""
-    weights = [0, *fleet.steps[: len(done) - 1], 0]  # before each transition, and after
-    everyone: list[float] = []
+def transition(fleet: Fleet, what: str) -> float:
+    """Run one transition's real command; the time.time() it returned (signed, published)."""
+    ref = f"{fleet.repo}@{ALIAS}"
+    if what not in ALIAS_MOVES:
+        verb = "abort" if what == "abort" else "advance"
+        return fleet.cli("rollout", verb, ref, "--reason", f"rollout_bench: {what}")[1]
+    args: tuple[str, ...] = ("alias", "set", ref, fleet.candidate)
+    if what == "alias rollback":
+        # back to a release the alias held under valid signatures: no promotion gate
+        args = ("alias", "rollback", ref, fleet.stable, "--reason", "rollout_bench: rollback")
+    out, at = fleet.cli(*args, "--key", str(fleet.key_file), "--json")
+    if not json.loads(out).get("signed"):
+        raise RuntimeError(f"{' '.join(args)}: the move is not signed: {out}")
+    return at
+
+
+# what a worker a transition moves must show: (rollout id, index, state, digest); None: any
+Want = tuple[str | None, int | None, str | None, str | None]
+
+
+def first_seen(entries: list[Seen], since: float, want: Want) -> float | None:
+    """When a worker first showed ``want`` after ``since``; None if it never did."""
+    for at, *shown in entries:
+        if at > since and all(w in (None, x) for w, x in zip(want, shown, strict=True)):
+            return at
+    return None
+
+
+def convergence(fleet: Fleet, timeline: dict[str, list[Seen]], done: list[float]) -> dict[str, Any]:
+    """From each transition's command returning to each worker it moves seeing its result:
+    a rollout step (its state and index) or, for the alias's moves, the alias's digest."""
+    steps = len(done) - len(ALIAS_MOVES)  # the rollout's transitions: advances, then the abort
+    weights = [0, *fleet.steps[: steps - 1], 0]  # before each transition, and after
     per: list[dict[str, Any]] = []
-    missed = 0
+    times: list[list[float]] = []
+    missed: list[int] = []
     for k, at in enumerate(done):
-        index, state = (k, "running") if k < len(done) - 1 else (None, "aborted")
-        moved = [
-            w
-            for w in fleet.keyids
-            if in_candidate_cohort(fleet.rollout_id, w, weights[k])
-            != in_candidate_cohort(fleet.rollout_id, w, weights[k + 1])
-        ]
-        times = []
-        for w in moved:
-            seen = next(
-                (
-                    t
-                    for t, rid, i, s, _ in timeline.get(w, [])
-                    if rid == fleet.rollout_id and s == state and (index is None or i == index)
-                ),
+        want: Want
+        if k < steps:
+            aborted = k == steps - 1
+            want = (
+                fleet.rollout_id,
+                None if aborted else k,
+                "aborted" if aborted else "running",
                 None,
             )
-            if seen is None:
-                missed += 1
-            else:
-                times.append(max(0.0, seen - at))  # a poll answered before the CLI returned: 0
-        everyone += times
-        per.append({"moved": len(moved), "seen": len(times), "max_s": max(times, default=None)})
+            moved = [
+                w
+                for w in fleet.keyids
+                if in_candidate_cohort(fleet.rollout_id, w, weights[k])
+                != in_candidate_cohort(fleet.rollout_id, w, weights[k + 1])
+            ]
+        else:  # the alias moved: every worker, from the stable to the candidate and back
+            want = (None, None, None, fleet.candidate if k == steps else fleet.stable)
+            moved = fleet.keyids
+        since = done[k - 1] if k else 0.0  # the transition before may show the same digest
+        seen = [first_seen(timeline.get(w, []), since, want) for w in moved]
+        # a poll answered before the command returned counts 0
+        times.append([max(0.0, t - at) for t in seen if t is not None])
+        missed.append(len(moved) - len(times[-1]))
+        per.append(
+            {"moved": len(moved), "seen": len(times[-1]), "max_s": max(times[-1], default=None)}
+        )
+    rollout = [t for ts in times[:steps] for t in ts]
+    rollback = times[-1]
     return {
-        "converge_p50_s": percentile(everyone, 50),
-        "converge_p95_s": percentile(everyone, 95),
-        "converge_max_s": max(everyone, default=None),
-        "moved_workers": sum(p["moved"] for p in per),
-        "not_converged": missed,
+        "converge_p50_s": percentile(rollout, 50),
+        "converge_p95_s": percentile(rollout, 95),
+        "converge_max_s": max(rollout, default=None),
+        "moved_workers": sum(p["moved"] for p in per[:steps]),
+        "not_converged": sum(missed[:steps]),
+        "rollback_p50_s": percentile(rollback, 50),
+        "rollback_p95_s": percentile(rollback, 95),
+        "rollback_max_s": max(rollback, default=None),
+        "rollback_moved": per[-1]["moved"],
+        "rollback_not_converged": missed[-1],
         "per_transition": per,
     }
 
@@ -636,7 +454,7 @@ def render(r: dict[str, Any]) -> str:
 
     rows: list[tuple[str, Any]] = [
         ("transitions (each from the command's return)", lambda x: ", ".join(x["transitions"])),
-        ("workers moved by them", lambda x: f"{x['moved_workers']:,}"),
+        ("workers moved by the rollout's steps", lambda x: f"{x['moved_workers']:,}"),
         (
             "route convergence p50 / p95 / max, s",
             lambda x: " / ".join(
@@ -648,9 +466,24 @@ def render(r: dict[str, Any]) -> str:
             lambda x: " / ".join(num(p["max_s"], "{:.2f}") for p in x["per_transition"]),
         ),
         ("moved workers that never saw their step", lambda x: str(x["not_converged"])),
+        (
+            "each command's own time (start to return), s",
+            lambda x: " / ".join(f"{t:.2f}" for t in x["command_s"]),
+        ),
+        (
+            "alias rollback: convergence p50 / p95 / max, s",
+            lambda x: " / ".join(
+                num(x[k], "{:.2f}") for k in ("rollback_p50_s", "rollback_p95_s", "rollback_max_s")
+            ),
+        ),
+        (
+            "alias rollback: workers moved, never saw it",
+            lambda x: f"{x['rollback_moved']:,}, {x['rollback_not_converged']}",
+        ),
         ("registry CPU idle, cores", lambda x: f"{x['cpu_idle_cores']:.3f}"),
         ("registry CPU, steady fleet, cores", lambda x: f"{x['cpu_steady_cores']:.3f}"),
         ("registry CPU over the steps, cores", lambda x: f"{x['cpu_steps_cores']:.3f}"),
+        ("registry CPU over the rollback, cores", lambda x: f"{x['cpu_rollback_cores']:.3f}"),
         (
             "reports sent (status codes)",
             lambda x: reports(x, lambda y: f"{y['reports']:,} {y['report_status']}"),

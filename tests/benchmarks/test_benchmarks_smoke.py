@@ -84,7 +84,11 @@ SMOKE: dict[str, Smoke] = {
     ),
     "rollout_bench.py": Smoke(
         ["--quick", "--out", "{out}"],
-        ["| route convergence p50 / p95 / max, s |", "| report ingest p50 / p95, ms |"],
+        [
+            "| route convergence p50 / p95 / max, s |",
+            "| alias rollback: convergence p50 / p95 / max, s |",
+            "| report ingest p50 / p95, ms |",
+        ],
     ),
     "boot_bench.py": Smoke(
         ["--repeat", "1"], ["| - engine_boot", "| ratio modelward / bare |"], 600, ["vllm"]
