@@ -45,7 +45,8 @@ Seen = tuple[float, str, int | None, str, str]
 
 @dataclass
 class Sim:
-    """What one process of simulated workers is told (picklable)."""
+    """What one process of simulated workers is told (pickled as the process is spawned, the
+    only time ``end``, a shared double, can be)."""
 
     host: str
     port: int
