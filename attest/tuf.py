@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QUARANTINE_ROLE",
+    "REASON_WITHHELD",
+    "WITHHELD_PRIVATE",
     "TargetChange",
     "alias_path",
     "online_role",
@@ -55,6 +57,11 @@ __all__ = [
 ]
 
 QUARANTINE_ROLE = "quarantine"
+# A quarantine target's signed ``custom``: ``{"reason": ...}``, or, for a digest that only
+# private repositories hold, ``{REASON_WITHHELD: WITHHELD_PRIVATE}`` (the role is served to
+# every reader; docs/tuf.md#private-repositories)
+REASON_WITHHELD = "reason_withheld"
+WITHHELD_PRIVATE = "private"
 
 
 def alias_path(repo: str, alias: str) -> str:

@@ -74,16 +74,28 @@ class BundleQuarantined(RefusedError):  # noqa: N818
 
     ``signed``: the verified TUF quarantine role lists the digest, and ``reason`` is the one
     its reviewer signed (None when the listing carries none); otherwise ``reason`` is the
-    registry's answer. Shown with control characters replaced, at most 500 characters.
+    registry's answer. ``withheld``: the listing says the reason is withheld because only
+    private repositories hold the bundle (the role is served to every reader; a reader of
+    such a repository sees it in the registry). Shown with control characters replaced, at
+    most 500 characters.
     """
 
-    def __init__(self, digest: str, reason: str | None, *, signed: bool = False) -> None:
+    def __init__(
+        self, digest: str, reason: str | None, *, signed: bool = False, withheld: bool = False
+    ) -> None:
         self.digest = digest
         self.reason = reason
         self.signed = signed
+        self.withheld = withheld
         shown = _printable(reason) if reason else None
         if signed:
             why = f"reason (signed): {shown}" if shown else "no reason signed"
+            if withheld and not shown:
+                why = (
+                    "reason withheld: only private repositories hold the bundle, so the role "
+                    "every reader is served does not carry it; a reader of one of them sees it "
+                    f"with `modelward bundle show ORG/NAME@{digest}`"
+                )
             text = f"bundle {digest} is quarantined: listed by the signed quarantine role; {why}"
         else:
             text = f"bundle {digest} is quarantined: {shown or 'no reason given'}"

@@ -57,7 +57,14 @@ from tuf.api.metadata import Metadata, Root, Snapshot, Targets
 from tuf.ngclient import FetcherInterface, Updater, UpdaterConfig
 
 from modelward.attest._fileio import read_bounded
-from modelward.attest.tuf import QUARANTINE_ROLE, alias_path, online_role, quarantine_path
+from modelward.attest.tuf import (
+    QUARANTINE_ROLE,
+    REASON_WITHHELD,
+    WITHHELD_PRIVATE,
+    alias_path,
+    online_role,
+    quarantine_path,
+)
 from modelward.client.api import NotFoundError
 from modelward.client.suggest import alias_suggestions, did_you_mean
 from modelward.client.tuf import FetchLimits, MirrorFetcher
@@ -334,10 +341,15 @@ def _check_quarantine(
         raise _refused(what, exc, fetcher) from exc
     if listed is not None:
         # the reason is the target's signed ``custom`` (registry: propose_quarantine), never
-        # the registry's unsigned answer
+        # the registry's unsigned answer; withheld for a digest only private repositories hold
         custom = listed.custom if isinstance(listed.custom, dict) else {}
         reason = custom.get("reason")
-        raise BundleQuarantined(digest, reason if isinstance(reason, str) else None, signed=True)
+        raise BundleQuarantined(
+            digest,
+            reason if isinstance(reason, str) else None,
+            signed=True,
+            withheld=custom.get(REASON_WITHHELD) == WITHHELD_PRIVATE,
+        )
 
 
 def _deciding_role(cache_dir: Path, path: str) -> str | None:

@@ -126,7 +126,10 @@ def proposal(proposal_id: int, caller: AnyCaller, state: State) -> dict[str, Any
 
 @router.post("/v1/tuf/proposals/{proposal_id}/signatures")
 def sign(proposal_id: int, body: SignatureIn, caller: AnyCaller, state: State) -> dict[str, Any]:
-    """Add a signature made with one of the caller's keys; published at threshold."""
+    """Add a signature made with one of the caller's keys; published at threshold. A
+    proposal the caller may not list (a private repository's, a private-only digest's
+    quarantine) is answered as missing, before anything of it is checked."""
+    proposal(proposal_id, caller, state)  # NotFound when missing or not the caller's to read
     return sign_proposal(
         state, proposal_id, keyid=body.keyid, signature_hex=body.signature, caller=caller
     )

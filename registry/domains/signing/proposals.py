@@ -17,6 +17,8 @@ from tuf.api.serialization import DeserializationError
 from modelward.attest.rollout.paths import rollout_path
 from modelward.attest.tuf import (
     QUARANTINE_ROLE,
+    REASON_WITHHELD,
+    WITHHELD_PRIVATE,
     alias_path,
     online_role,
     open_role,
@@ -24,7 +26,9 @@ from modelward.attest.tuf import (
     quarantine_path,
 )
 from modelward.registry.domains._state import AppState, iso
+from modelward.registry.domains.auth.authz import READER
 from modelward.registry.domains.auth.service import Caller
+from modelward.registry.domains.quarantine.service import held_where_readable
 from modelward.registry.domains.signing.online import repository, trust_of
 from modelward.registry.domains.signing.publish import sync
 from modelward.registry.domains.signing.tuf.bootstrap import (
@@ -52,6 +56,9 @@ from modelward.registry.errors import Conflict, NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey, utcnow
 
 PROPOSAL_PAGE = 200
+# A reader granted nothing (no id matches a principal row): what every principal the
+# quarantine role is served to may read, by the domain's own read rule (auth.authz READ)
+EVERY_READER = Caller(id=0, name="(every reader)", role=READER)
 
 
 def supersede(session: Session, target: str) -> None:
@@ -152,12 +159,17 @@ def propose_quarantine(
     caller: Caller,
     reason: str,
 ) -> TufProposal:
-    """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1); the
-    target's signed ``custom`` carries ``{"reason": reason}`` for workers to show."""
+    """Propose adding ``digest`` to the quarantine role (reviewers sign, threshold 1). The
+    role is served to every reader, so the target's signed ``custom`` carries
+    ``{"reason": reason}`` only when a repository every reader may read (a public one) holds
+    the digest; for a digest only private repositories hold it is ``{"reason_withheld":
+    "private"}``: workers learn the digest, and nothing of its reason, repository or
+    reviewer (docs/tuf.md#private-repositories)."""
     repo = repository(session, state)
     sync(session, state, repo, proposer_id=caller.id)
     path = quarantine_path(digest)
     supersede(session, path)
+    public = held_where_readable(session, digest, EVERY_READER)
     return propose_target(
         session,
         repo,
@@ -167,7 +179,7 @@ def propose_quarantine(
         reason=reason,
         from_digest=None,
         to_digest=digest,
-        custom={"reason": reason},
+        custom={"reason": reason} if public else {REASON_WITHHELD: WITHHELD_PRIVATE},
     )
 
 

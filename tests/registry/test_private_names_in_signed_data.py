@@ -1,0 +1,140 @@
+"""Issue 38 item 4: private names in data every reader is served.
+
+- The signed quarantine role is served to every reader. A digest only private repositories
+  hold was listed there with the reason its reviewer gave (``exfil-backdoor-in-q``); now
+  its target's signed ``custom`` says only that the reason is withheld, and the worker
+  says so, naming where a reader of the repository finds it. A digest a public repository
+  holds keeps its signed reason.
+- A signature sent to a private-only digest's quarantine proposal is answered as for a
+  missing proposal, as its listing is.
+
+Against a real ``modelward serve`` (SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from modelward.attest.keys import public_key_pem
+from modelward.attest.tuf import quarantine_path
+from modelward.client.errors import APIError
+from tests.registry.conftest import (
+    Publisher,
+    Registry,
+    make_bundle_dir,
+    new_publisher,
+    push_new,
+    unique,
+)
+from tests.tuf.test_delegation_attacks import new_reviewer, sign
+
+PRIVATE_REASON = "exfil-backdoor-in-q"
+PUBLIC_REASON = "CVE-2026-0038: tokenizer merges"
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def _private_repo(reg: Registry, owner: Publisher) -> str:
+    org = unique("ps")
+    reg.admin.put_org(org, owners=[owner.name])
+    secret = f"{org}/secret"
+    reg.cli("repo", "create", secret, "--private", "--json", token=owner.actor.token, check=True)
+    return secret
+
+
+def _served_quarantine(reg: Registry, token: str) -> bytes:
+    """The newest quarantine role as ``token``'s holder is served it (timestamp, snapshot)."""
+    client = reg.client(token)
+    try:
+        timestamp = json.loads(client.tuf_file("timestamp.json"))["signed"]
+        snapshot_version = timestamp["meta"]["snapshot.json"]["version"]
+        snapshot = json.loads(client.tuf_file(f"{snapshot_version}.snapshot.json"))["signed"]
+        version = snapshot["meta"]["quarantine.json"]["version"]
+        return client.tuf_file(f"{version}.quarantine.json")
+    finally:
+        client.close()
+
+
+def _quarantined_and_signed(reviewer: Publisher, repo: str, digest: str, reason: str) -> int:
+    proposal = int(reviewer.actor.client.quarantine(repo, digest, reason)["proposal"])
+    assert sign(reviewer, proposal)["state"] == "published"
+    return proposal
+
+
+def test_quarantine_role_never_carries_a_private_only_digests_reason(
+    registry: Registry, tmp_path: Path
+) -> None:
+    reg = registry
+    owner, public_pub = new_publisher(reg), new_publisher(reg)
+    secret = _private_repo(reg, owner)
+    reviewer = new_reviewer(reg)
+    private_only = push_new(owner, secret, tmp_path)
+    # the same bundle in the private repository and in a public one
+    public = reg.repo(public_pub)
+    both = make_bundle_dir(tmp_path / unique("b"))
+    shared = owner.actor.client.push(both, secret, sign=owner.sign).digest
+    assert public_pub.actor.client.push(both, public, sign=public_pub.sign).digest == shared
+    _quarantined_and_signed(reviewer, secret, private_only, PRIVATE_REASON)
+    _quarantined_and_signed(reviewer, secret, shared, PUBLIC_REASON)
+
+    raw = _served_quarantine(reg, reg.actor("reader").token)
+    targets = json.loads(raw)["signed"]["targets"]
+    # a worker learns the digest is quarantined, and that its reason is withheld
+    assert targets[quarantine_path(private_only)]["custom"] == {"reason_withheld": "private"}
+    for private_fact in (PRIVATE_REASON, secret, reviewer.name, owner.name):
+        assert private_fact.encode() not in raw, private_fact
+    # a bundle a public repository holds keeps the reason its reviewer signed
+    assert targets[quarantine_path(shared)]["custom"] == {"reason": PUBLIC_REASON}
+
+
+def test_a_worker_refusing_a_private_only_bundle_says_its_reason_is_withheld(
+    registry: Registry, tmp_path: Path
+) -> None:
+    reg = registry
+    owner = new_publisher(reg)
+    secret = _private_repo(reg, owner)
+    digest = push_new(owner, secret, tmp_path)
+    _quarantined_and_signed(new_reviewer(reg), secret, digest, PRIVATE_REASON)
+    root, pem = tmp_path / "root.json", tmp_path / "publisher.pem"
+    _ok(reg.cli("trust", "root", "--out", str(root), token=owner.actor.token))
+    pem.write_bytes(public_key_pem(owner.key.public_key()))
+    refused = reg.cli(
+        "pull", f"{secret}@{digest}", "--trust-root", str(root), "--public-key", str(pem),
+        "--cache-dir", str(tmp_path / "cache"),
+        token=owner.actor.token,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())  # the console wraps long lines
+    assert "listed by the signed quarantine role" in said, said
+    assert "reason withheld: only private repositories hold the bundle" in said, said
+    assert f"modelward bundle show ORG/NAME@{digest}" in said, said
+    assert PRIVATE_REASON not in said
+
+
+def test_a_signature_sent_to_a_private_only_quarantine_proposal_is_answered_as_missing(
+    registry: Registry, tmp_path: Path
+) -> None:
+    reg = registry
+    owner = new_publisher(reg)
+    secret = _private_repo(reg, owner)
+    digest = push_new(owner, secret, tmp_path)
+    proposal = int(
+        reg.actor("reviewer").client.quarantine(secret, digest, PRIVATE_REASON)["proposal"]
+    )
+    outsider = new_publisher(reg)  # holds a registered key, reads no private repository
+    answers = []
+    for proposal_id in (proposal, 2**31 - 1):  # the private one, and one never made
+        with pytest.raises(APIError) as refused:
+            outsider.actor.client.tuf_sign(proposal_id, outsider.keyid, "00" * 64)
+        said = f"{refused.value} {refused.value.detail}"
+        said = said.replace(f"proposal {proposal_id}", "proposal N")
+        answers.append((refused.value.status, refused.value.code, said))
+    assert answers[0] == answers[1], answers
+    assert answers[0][0] == 404
