@@ -1,4 +1,4 @@
-"""Issue 38 item 4: private names in data every reader is served.
+"""Issue 38 item 4, the last two doors: private names in data every reader is served.
 
 - The signed quarantine role is served to every reader. A digest only private repositories
   hold was listed there with the reason its reviewer gave (``exfil-backdoor-in-q``); now
@@ -7,6 +7,9 @@
   holds keeps its signed reason.
 - A signature sent to a private-only digest's quarantine proposal is answered as for a
   missing proposal, as its listing is.
+- ``POST /v1/tuf/impact`` for a pending top-level targets proposal listed
+  ``ORG/secret@prod`` and its digest to any reader; now a reader of the repository is
+  shown it, anyone else only how many were withheld, and ``refuse_if_lost`` counts them.
 
 Against a real ``modelward serve`` (SQLite and PostgreSQL).
 """
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from modelward.attest.keys import public_key_pem
+from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
 from modelward.attest.tuf import quarantine_path
 from modelward.client.errors import APIError
 from tests.registry.conftest import (
@@ -30,7 +33,9 @@ from tests.registry.conftest import (
     push_new,
     unique,
 )
-from tests.tuf.test_delegation_attacks import new_reviewer, sign
+from tests.tuf.test_delegation_attacks import PROD_POLICY, new_reviewer, propose, reg, sign
+
+__all__ = ["reg"]  # the fixture
 
 PRIVATE_REASON = "exfil-backdoor-in-q"
 PUBLIC_REASON = "CVE-2026-0038: tokenizer merges"
@@ -138,3 +143,53 @@ def test_a_signature_sent_to_a_private_only_quarantine_proposal_is_answered_as_m
         answers.append((refused.value.status, refused.value.code, said))
     assert answers[0] == answers[1], answers
     assert answers[0][0] == 404
+
+
+def _sign_pending_targets(reg: Registry, targets_key: Path) -> None:
+    for proposal in [p for p in reg.admin.tuf_proposals() if p["role"] == "targets"]:
+        _ok(
+            reg.cli(
+                "trust", "sign", str(proposal["id"]), "--key", str(targets_key), "--yes",
+                "--accept-signer-changes",
+            )
+        )  # fmt: skip
+
+
+def test_impact_of_a_targets_proposal_does_not_name_a_private_alias_to_an_outsider(
+    reg: Registry, tmp_path: Path
+) -> None:
+    """``reg``: a registry of its own (SQLite and PostgreSQL) whose targets key goes
+    offline, so that a change of who may sign waits as a targets proposal."""
+    owner, reviewer = new_publisher(reg), new_reviewer(reg)
+    new_reviewer(reg)  # a second one: the quarantine role keeps a key when the first goes
+    secret = reg.repo(owner, policy_yaml=PROD_POLICY)  # prod: one reviewer's approval
+    reg.admin.set_repo_visibility(secret, private=True)
+    root_key, targets_key = tmp_path / "root.key", tmp_path / "targets.key"
+    for path in (root_key, targets_key):
+        save_private_key(generate_private_key(), path)
+    init = ("trust", "init", "--root-key", str(root_key), "--targets-key", str(targets_key))
+    _ok(reg.cli(*init, "--accept-signer-changes"))
+    _sign_pending_targets(reg, targets_key)
+    digest = push_new(owner, secret, tmp_path)
+    assert sign(reviewer, propose(owner, secret, "prod", digest))["state"] == "published"
+    # the reviewer's key goes (forced): the delegations without it wait for the admins
+    reviewer.actor.client.revoke_key(reviewer.keyid, force=True)
+    change = next(
+        int(p["id"])
+        for p in reg.admin.tuf_proposals()
+        if p["role"] == "targets" and p["state"] == "pending"
+    )
+
+    # a reader of nothing private learns how many would be unsigned, not which
+    outsider = reg.actor("reader")
+    answer = outsider.client.tuf_impact(proposal=change)
+    for private_fact in (secret, digest):
+        assert private_fact not in json.dumps(answer), answer
+    assert (answer["lost"], answer.get("withheld")) == ([], 1), answer
+    # the safety check counts what it withholds
+    refused = outsider.client.tuf_impact(proposal=change, refuse_if_lost=True)
+    assert (refused["lost"], refused["withheld"], refused["refused"]) == ([], 1, True)
+    # an admin (a reader of every repository) is told which alias it would unsign
+    told = reg.admin.tuf_impact(proposal=change)
+    assert [x["target"] for x in told["lost"]] == [f"{secret}@prod"], told
+    assert told["withheld"] == 0

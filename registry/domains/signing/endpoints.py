@@ -190,9 +190,11 @@ def impact(body: ImpactIn, caller: AnyCaller, state: State) -> dict[str, Any]:
     ``args``, or ``revoke_key`` (the same as change ``revoke_key``), or a top-level targets
     ``proposal``. ``lost``: each live signed alias, rollout plan and quarantine (and the
     quarantine role) that would be short, with ``kind``, ``target``, ``remaining`` of
-    ``threshold`` and a ``message``. ``refuse_if_lost``: the caller will not go ahead if
-    anything would be, and a non-empty answer is audited as ``tuf.unsigning.refused``
-    (``refused``). Each change only for who may make it (a key's: its owner and admins)."""
+    ``threshold`` and a ``message``; a private repository's only to its readers, the others
+    counted in ``withheld`` (docs/tuf.md#private-repositories). ``refuse_if_lost``: the
+    caller will not go ahead if anything would be (withheld ones too), and a non-empty
+    answer is audited as ``tuf.unsigning.refused`` (``refused``). Each change only for who
+    may make it (a key's: its owner and admins)."""
     kind: str | None = body.change
     args = dict(body.args)
     if body.revoke_key is not None:

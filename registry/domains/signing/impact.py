@@ -7,7 +7,9 @@ made in a write transaction, measured by the one check every such change runs
 (``registry.domains._who_may_sign``), and rolled back. And for a pending top-level targets
 proposal: its delegations against the published ones (``signatures_at_risk``).
 ``key revoke``, the admin commands and ``trust sign`` show it. A preview the caller will
-not go ahead with (``refuse_if_lost``) is audited as ``tuf.unsigning.refused``.
+not go ahead with (``refuse_if_lost``) is audited as ``tuf.unsigning.refused``. A private
+repository's aliases and plans are named only to its readers; the others learn how many
+(``withheld``), which ``refused`` counts too (issue 38 item 4).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from modelward.registry.domains._who_may_sign import CHANGES, who_may_sign
 from modelward.registry.domains.audit.service import append
 from modelward.registry.domains.auth.service import Caller
 from modelward.registry.domains.signing.online import repository
+from modelward.registry.domains.signing.role_access import proposals_readable
 from modelward.registry.domains.signing.tuf.proposals import TARGETS_ROLE
 from modelward.registry.domains.signing.tuf.rotation import (
     SignaturesLost,
@@ -119,10 +122,12 @@ def impact(
 ) -> dict[str, Any]:
     """``POST /v1/tuf/impact``: what one change of who may sign (``kind``, one of
     ``CHANGES``, with ``args``), or the top-level targets proposal ``proposal_id``, would
-    leave short: ``lost``, each with its ``kind``, ``target`` and ``message``. With
-    ``refuse_if_lost`` the caller goes ahead only if nothing would be: a non-empty answer is
-    audited as ``tuf.unsigning.refused`` (``refused`` true). Raises BadRequest, NotFound,
-    Forbidden (a change the caller may not make)."""
+    leave short: ``lost``, each with its ``kind``, ``target`` and ``message``, those of a
+    private repository only to a caller who may read it (``role_access.proposals_readable``);
+    ``withheld``: how many more would be, not shown (no name, no digest). With
+    ``refuse_if_lost`` the caller goes ahead only if nothing would be, shown or withheld: a
+    non-empty answer is audited as ``tuf.unsigning.refused`` (``refused`` true). Raises
+    BadRequest, NotFound, Forbidden (a change the caller may not make)."""
     if (kind is None) == (proposal_id is None):
         raise BadRequest("name one change: a change of who may sign, or a proposal")
     if kind is not None and kind not in CHANGES:
@@ -147,4 +152,13 @@ def impact(
                     "needs": "--force" if kind is not None else "--yes",
                 },
             )
-    return {"change": change, "lost": [item.as_json() for item in lost], "refused": refused}
+    # what the caller is shown: a private repository's entries only to its readers (the
+    # read rule role_access applies to proposals and status); ``refused`` counted them all
+    with state.db.read() as session:
+        shown = proposals_readable(session, caller, [item.as_json() for item in lost])
+    return {
+        "change": change,
+        "lost": shown,
+        "withheld": len(lost) - len(shown),
+        "refused": refused,
+    }
