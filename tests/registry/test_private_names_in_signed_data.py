@@ -20,6 +20,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
@@ -193,3 +194,25 @@ def test_impact_of_a_targets_proposal_does_not_name_a_private_alias_to_an_outsid
     told = reg.admin.tuf_impact(proposal=change)
     assert [x["target"] for x in told["lost"]] == [f"{secret}@prod"], told
     assert told["withheld"] == 0
+
+
+@pytest.mark.parametrize("proposal_id", [2**31, 2**40])
+def test_a_proposal_id_past_the_column_is_missing_on_both_databases(
+    registry: Registry, proposal_id: int
+) -> None:
+    """Ids the 32-bit column cannot hold name no proposal: 404, as on SQLite, never
+    PostgreSQL's 400 for a number out of range (two parsers of one id agree)."""
+    reader = registry.actor("reader")
+    for method, path, body in (
+        ("GET", f"/v1/tuf/proposals/{proposal_id}", None),
+        ("POST", f"/v1/tuf/proposals/{proposal_id}/signatures", {"keyid": "k", "signature": "s"}),
+    ):
+        answer = httpx.request(
+            method,
+            registry.url + path,
+            json=body,
+            headers={"Authorization": f"Bearer {reader.token}"},
+            timeout=30,
+        )
+        assert answer.status_code == 404, (method, path, answer.text)
+        assert answer.json()["error"]["code"] == "not_found"

@@ -31,7 +31,7 @@ from modelward.registry.domains.signing.tuf.rotation import (
     signatures_lost,
     signed_version,
 )
-from modelward.registry.domains.signing.tuf.tables import TufProposal
+from modelward.registry.domains.signing.tuf.tables import proposal_row
 from modelward.registry.errors import BadRequest, NotFound
 
 __all__ = ["impact", "signatures_at_risk"]
@@ -97,7 +97,7 @@ def signatures_at_risk(
     if TARGETS_ROLE not in repo.store.latest_versions():
         return []
     current = repo.targets().delegations
-    row = session.get(TufProposal, proposal_id)
+    row = proposal_row(session, proposal_id)
     if row is None:
         raise NotFound(f"no TUF proposal {proposal_id}")
     if row.role != TARGETS_ROLE:

@@ -51,7 +51,7 @@ from modelward.registry.domains.signing.tuf.repository import (
 from modelward.registry.domains.signing.tuf.rotation import (
     signed_version,
 )
-from modelward.registry.domains.signing.tuf.tables import TufProposal
+from modelward.registry.domains.signing.tuf.tables import TufProposal, proposal_row
 from modelward.registry.errors import Conflict, NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey, utcnow
 
@@ -95,7 +95,7 @@ def pending_proposal_id(session: Session, target: str, to_digest: str) -> int | 
 
 def proposal_state(session: Session, proposal_id: int | None) -> str | None:
     """The state of proposal ``proposal_id`` (pending, published, ...), or None."""
-    row = session.get(TufProposal, proposal_id) if proposal_id else None
+    row = proposal_row(session, proposal_id) if proposal_id else None
     return None if row is None else row.state
 
 
@@ -349,7 +349,7 @@ def list_proposals(
 
 
 def get_proposal(session: Session, state: AppState, proposal_id: int) -> dict[str, Any]:
-    row = session.get(TufProposal, proposal_id)
+    row = proposal_row(session, proposal_id)
     if row is None:
         raise NotFound(f"no TUF proposal {proposal_id}")
     return proposal_json(session, repository(session, state), row, payload=True)

@@ -33,7 +33,7 @@ from modelward.registry.domains.signing.tuf.proposals import (
     add_signature,
     signing_role,
 )
-from modelward.registry.domains.signing.tuf.tables import TufProposal
+from modelward.registry.domains.signing.tuf.tables import TufProposal, proposal_row
 from modelward.registry.errors import Conflict, Forbidden, NotFound, RegistryError
 from modelward.registry.models import Principal, SigningKey
 
@@ -126,7 +126,7 @@ def sign_proposal(
     it, and its quarantine is read again in the transaction that publishes. A refusal of
     an adopted alias names it (``detail.alias``)."""
     with state.db.read() as session:
-        row = session.get(TufProposal, proposal_id)
+        row = proposal_row(session, proposal_id)
         if row is None:
             raise NotFound(f"no TUF proposal {proposal_id}")
         target = alias_of(row)
@@ -167,7 +167,7 @@ def sign_proposal(
                 decide_again(session, request, mover=by)
 
     with state.db.write() as session:
-        row = session.get(TufProposal, proposal_id)
+        row = proposal_row(session, proposal_id)
         if row is None:  # pragma: no cover - rows are never deleted
             raise NotFound(f"no TUF proposal {proposal_id}")
         owner = session.scalar(

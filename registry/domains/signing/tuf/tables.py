@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, String, Text
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from modelward.registry.kit.utc import UtcDateTime
 from modelward.registry.models import DIGEST, Base, utcnow
 
-__all__ = ["TufMetadata", "TufProposal"]
+__all__ = ["MAX_PROPOSAL_ID", "TufMetadata", "TufProposal", "proposal_row"]
+
+MAX_PROPOSAL_ID = 2**31 - 1  # tuf_proposals.id is a 32-bit INTEGER on PostgreSQL
 
 
 class TufMetadata(Base):
@@ -50,3 +52,11 @@ class TufProposal(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
+def proposal_row(session: Session, proposal_id: int) -> TufProposal | None:
+    """Proposal ``proposal_id``, or None. An id the column cannot hold names no proposal, on
+    either database: PostgreSQL would refuse to compare it (400), SQLite finds nothing."""
+    if not 1 <= proposal_id <= MAX_PROPOSAL_ID:
+        return None
+    return session.get(TufProposal, proposal_id)
