@@ -71,20 +71,33 @@ def who_may_sign_previewed(
     the change itself again when it is made."""
     preview = client.tuf_impact(change=change, args=args, refuse_if_lost=not force)
     lost: list[Any] = list(preview.get("lost") or [])
-    for item in lost:
-        err_console.print(
-            f"{'warning' if force else 'would unsign'}: {item.get('message')}", markup=False
-        )
-    if lost and not force:
+    short = show_signatures_lost(preview, going_ahead=force)
+    if short and not force:
         if refused_json is not None:
             print_json({**refused_json, "signatures_lost": lost})
         fail(
-            f"{what}: {len(lost)} signed target(s) would be short of their threshold "
+            f"{what}: {short} signed target(s) would be short of their threshold "
             "(above); nothing was changed",
             hint="have them signed again first (`modelward trust resign ORG/NAME --key KEY`, "
             "docs/tuf.md#rotating-a-signers-key), or do it anyway with --force",
         )
     return lost
+
+
+def show_signatures_lost(preview: dict[str, Any], *, going_ahead: bool) -> int:
+    """Print each entry of a ``POST /v1/tuf/impact`` answer that would be short of its
+    threshold, and how many the registry withheld (in repositories the caller may not
+    read: counted, never named); returns how many in all."""
+    lost: list[Any] = list(preview.get("lost") or [])
+    withheld = int(preview.get("withheld") or 0)
+    label = "warning" if going_ahead else "would unsign"
+    for item in lost:
+        err_console.print(f"{label}: {item.get('message')}", markup=False)
+    if withheld:
+        err_console.print(
+            f"{label}: {withheld} more in repositories you may not read", markup=False
+        )
+    return len(lost) + withheld
 
 
 def key_revoke(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from modelward.cli.common import err_console, fail
+from modelward.cli.registry_keys import show_signatures_lost
 from modelward.cli.remote import (
     PassphraseEnvOpt,
     emit,
@@ -551,16 +552,14 @@ def _refuse_unsigning(
     """Show which aliases publishing top-level targets proposal ``proposal_id`` would leave
     without valid signatures (the registry computes it: ``POST /v1/tuf/impact``); without
     ``--yes``, refuse (exit 1, audited by the registry) when there are any."""
-    lost = client.tuf_impact(proposal=proposal_id, refuse_if_lost=not yes).get("lost") or []
-    for item in lost:
-        err_console.print(
-            f"{'warning' if yes else 'would unsign'}: {item.get('message')}", markup=False
-        )
-    if lost and not yes:
+    preview = client.tuf_impact(proposal=proposal_id, refuse_if_lost=not yes)
+    short = show_signatures_lost(preview, going_ahead=yes)
+    if short and not yes:
         if as_json:
+            lost = preview.get("lost") or []
             print_json({"id": proposal_id, "signed": False, "signatures_lost": lost})
         fail(
-            f"proposal {proposal_id} was not signed: publishing it would leave {len(lost)} "
+            f"proposal {proposal_id} was not signed: publishing it would leave {short} "
             "signed target(s) without valid signatures (above)",
             hint="have their signers re-sign them first (`modelward trust resign ORG/NAME "
             "--key NEW.key`, docs/tuf.md#rotating-a-signers-key), or sign anyway with --yes",
