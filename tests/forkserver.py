@@ -274,6 +274,15 @@ class ForkedProcess:
 Process = ForkedProcess | subprocess.Popen[bytes]
 
 
+def _startup_env(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` sets a ``PYTHON*`` variable differently from this process: those act
+    as an interpreter starts (``PYTHONPATH`` with a ``sitecustomize``, ``PYTHONHASHSEED``,
+    ``PYTHONPROFILEIMPORTTIME``), which a forked child never does; such a command gets a
+    fresh interpreter."""
+    names = {n for n in (*env, *os.environ) if n.startswith("PYTHON")}
+    return any(env.get(n) != os.environ.get(n) for n in names)
+
+
 def spawn(
     args: Sequence[str],
     env: Mapping[str, str],
@@ -286,8 +295,9 @@ def spawn(
 ) -> Process:
     """``modelward *args`` as its own process, its output appended to the file ``stdout``
     (and ``stderr``, the same file when not given): forked from the helper, or a plain
-    subprocess of the ``modelward`` script when the fork server is off."""
-    if not enabled():
+    subprocess of the ``modelward`` script when the fork server is off or ``env`` changes
+    what an interpreter does as it starts (``_startup_env``)."""
+    if not enabled() or _startup_env(env):
         script = str(Path(sys.executable).with_name("modelward"))
         with contextlib.ExitStack() as files:
             out = files.enter_context(Path(stdout).open("ab"))
