@@ -1,7 +1,7 @@
 """Boot benchmark: `modelward boot` against a bare `vllm.LLM(model=DIR)` of the same files.
 
     VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python benchmarks/boot_bench.py [--model DIR]
-        [--repeat N]
+        [--repeat N] [--no-peer]
 
 Starts a local registry (`modelward serve` on a free loopback port, SQLite), pushes the tiny
 Llama (or --model DIR, which must hold a modelward.yaml or gets one) signed by a fresh
@@ -102,6 +102,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each (1: the smoke test)")
+    parser.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="skip the bare vLLM boot (the smoke test: its column says not run)",
+    )
     args = parser.parse_args()
 
     from benchmarks._worker_setup import published_for_a_worker
@@ -122,7 +127,8 @@ def main() -> None:
     with published_for_a_worker(work, model) as published:
         bare, ours, phases = [], [], []
         for _ in range(args.repeat):
-            bare.append(bare_boot(model, "float32", env))
+            if not args.no_peer:
+                bare.append(bare_boot(model, "float32", env))
             total, phase = modelward_boot(
                 published.url,
                 published.worker_token,
@@ -137,12 +143,17 @@ def main() -> None:
             phases.append(phase)
     print(f"| phase | median s (n={args.repeat}) |")
     print("|---|---|")
-    print(f"| bare vllm.LLM boot (process) | {statistics.median(bare):.2f} |")
+    print(f"| bare vllm.LLM boot (process) | {_median(bare)} |")
     print(f"| modelward boot total (process) | {statistics.median(ours):.2f} |")
     for name in phases[0]:
         print(f"| - {name} | {statistics.median(p[name] for p in phases):.3f} |")
-    print(f"| ratio modelward / bare | {statistics.median(ours) / statistics.median(bare):.2f} |")
+    ratio = f"{statistics.median(ours) / statistics.median(bare):.2f}" if bare else "not run"
+    print(f"| ratio modelward / bare | {ratio} |")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _median(times: list[float]) -> str:
+    return f"{statistics.median(times):.2f}" if times else "not run"
 
 
 if __name__ == "__main__":

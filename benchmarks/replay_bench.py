@@ -2,7 +2,7 @@
 generation.
 
     VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python benchmarks/replay_bench.py [--runs 1000]
-        [--repeat 3] [--compiled]
+        [--repeat 3] [--compiled] [--no-peer]
 
 Starts a local registry (`modelward serve` on a free loopback port, SQLite), pushes the tiny
 Llama signed by a fresh publisher key, writes 3 short greedy requests (8 tokens each), then
@@ -92,6 +92,11 @@ def main() -> None:
     parser.add_argument(
         "--compiled", action="store_true", help="also time one replay without --enforce-eager"
     )
+    parser.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="skip the bare vLLM loop (the smoke test: its rows say not run)",
+    )
     args = parser.parse_args()
 
     from benchmarks._worker_setup import published_for_a_worker
@@ -133,29 +138,36 @@ def main() -> None:
         bare, bare_parts, ours = [], [], []
         report: dict[str, object] = {}
         for _ in range(args.repeat):
-            total, parts = bare_replay(model, requests, args.runs, env)
-            bare.append(total)
-            bare_parts.append(parts)
+            if not args.no_peer:
+                total, parts = bare_replay(model, requests, args.runs, env)
+                bare.append(total)
+                bare_parts.append(parts)
             total, report = modelward_replay(wenv, [*common, "--", "--enforce-eager"])
             ours.append(total)
         compiled = modelward_replay(wenv, common)[0] if args.compiled else None
     executions = args.runs * len(PROMPTS)
     print(f"| {args.runs} runs × {len(PROMPTS)} requests | median s (n={args.repeat}) |")
     print("|---|---:|")
-    print(f"| bare vllm.LLM boot + loop (process) | {statistics.median(bare):.2f} |")
-    print(f"| - boot | {statistics.median(p['boot'] for p in bare_parts):.2f} |")
-    print(f"| - generation loop | {statistics.median(p['replay'] for p in bare_parts):.2f} |")
-    print(f"| modelward replay -- --enforce-eager (process) | {statistics.median(ours):.2f} |")
+    print(f"| bare vllm.LLM boot + loop (process) | {_median(bare)} |")
+    print(f"| - boot | {_median([p['boot'] for p in bare_parts])} |")
+    print(f"| - generation loop | {_median([p['replay'] for p in bare_parts])} |")
+    print(f"| modelward replay -- --enforce-eager (process) | {_median(ours)} |")
     if compiled is not None:
         print(f"| modelward replay, compiled graphs (process, n=1) | {compiled:.2f} |")
-    print(f"| ratio modelward / bare | {statistics.median(ours) / statistics.median(bare):.2f} |")
-    loop = statistics.median(p["replay"] for p in bare_parts)
-    print(f"| bare ms per execution | {1000 * loop / executions:.2f} |")
+    ratio = f"{statistics.median(ours) / statistics.median(bare):.2f}" if bare else "not run"
+    print(f"| ratio modelward / bare | {ratio} |")
+    if bare_parts:
+        loop = statistics.median(p["replay"] for p in bare_parts)
+        print(f"| bare ms per execution | {1000 * loop / executions:.2f} |")
     print(
         f"consecutive_matches {report.get('consecutive_matches')} of {executions}, "
         f"attached {report.get('attached')}"
     )
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _median(times: list[float]) -> str:
+    return f"{statistics.median(times):.2f}" if times else "not run"
 
 
 if __name__ == "__main__":
