@@ -34,37 +34,12 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# What a ``modelward serve`` imports on its way up (``registry.app.create_app`` imports the
-# routers inside the function): imported once in the helper, shared by every child.
-_PRELOAD = (
-    "modelward.cli",
-    "modelward.cli.server",
-    "modelward.registry.app",
-    "modelward.registry.db",
-    "modelward.registry.domains.principals.service",
-    "modelward.registry.domains.signing.online",
-    "modelward.registry.domains.aliases.endpoints",
-    "modelward.registry.domains.aliases.gates_view",
-    "modelward.registry.domains.attestations.endpoints",
-    "modelward.registry.domains.audit.endpoints",
-    "modelward.registry.domains.blobs.endpoints",
-    "modelward.registry.domains.boots.endpoints",
-    "modelward.registry.domains.bundles.endpoints",
-    "modelward.registry.domains.gc.endpoints",
-    "modelward.registry.domains.keys.endpoints",
-    "modelward.registry.domains.oci.endpoints",
-    "modelward.registry.domains.orgs.endpoints",
-    "modelward.registry.domains.principals.endpoints",
-    "modelward.registry.domains.repos.endpoints",
-    "modelward.registry.domains.rollouts.endpoints",
-    "modelward.registry.domains.rollouts.report_endpoints",
-    "modelward.registry.domains.signing.endpoints",
-    "modelward.registry.domains.signing.quarantine_endpoint",
-    "modelward.registry.domains.uploads.endpoints",
-    "modelward.registry.domains.webhooks.endpoints",
-    "modelward.registry.ui.pages",
-    "uvicorn",
-)
+# What a ``modelward serve`` imports on its way up: the CLI, uvicorn, and every module of the
+# registry (``registry.app.create_app`` imports the routers inside the function; walking the
+# package keeps this list from drifting from it). Imported once in the helper, shared by
+# every child.
+_PRELOAD = ("modelward.cli", "modelward.cli.server", "uvicorn")
+_PRELOAD_PACKAGE = "modelward.registry"
 
 
 # -- the helper (``python -m tests.forkserver``) ---------------------------------------------
@@ -127,9 +102,13 @@ def _run_main() -> int:
 
 def _helper() -> None:
     import importlib
+    import pkgutil
 
     for module in _PRELOAD:
         importlib.import_module(module)
+    package = importlib.import_module(_PRELOAD_PACKAGE)
+    for found in pkgutil.walk_packages(package.__path__, f"{_PRELOAD_PACKAGE}."):
+        importlib.import_module(found.name)
     # fd 1 is the pipe to the test process: only our messages go there
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
