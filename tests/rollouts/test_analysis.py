@@ -131,6 +131,29 @@ def test_a_failing_step_aborts_with_the_reason_and_the_figures(
     assert rollback["recovery_seconds"] > 0
 
 
+def test_analyses_racing_on_a_failing_step_abort_once_and_none_is_refused(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """Attack (the controller's tick racing an ``analyze``, as CI saw it): several analyses
+    judge the same failing step at once. One aborts; the others find it ended while they
+    judged and answer ``none``: never a 404 "no rollout under way" for an abort that
+    happened (SQLite and PostgreSQL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = analysis_canary(registry, tmp_path)
+    canary, stable = c.worker(candidate=True), c.worker(candidate=False)
+    canary.report(c.candidate, requests=500, errors=100)
+    good(stable, c.stable)
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: analyze(c), range(6)))  # raises on any refusal
+    actions = sorted(a["action"] for a in answers)
+    assert actions.count("aborted") <= 1, actions  # (or the controller's tick aborted it)
+    assert set(actions) <= {"aborted", "none"}, actions
+    assert c.status()["state"] == "aborted"
+    aborts = [h for h in c.status()["history"] if h.get("state") == "aborted"]
+    assert len(aborts) == 1, aborts
+
+
 @pytest.mark.sqlite_only
 def test_an_inconclusive_step_holds(registry: Registry, tmp_path: Path) -> None:
     mark = audit_mark(registry)

@@ -107,6 +107,21 @@ def _require_judged(row: Rollout, seen: SeenStep | None, judged: JudgedStep) -> 
         raise StepTaken(f"rollout {judged.rollout_id} is already paused at step {index}")
 
 
+def _under_way(
+    session: Session, repo_id: int, repo_name: str, alias: str, judged: JudgedStep | None
+) -> Rollout:
+    """The alias's rollout under way. None under way: NotFound for a person; StepTaken
+    for the controller (``judged``): another process (the controller's tick, an
+    ``analyze``, a person) ended the rollout it judged while it judged, so it does
+    nothing."""
+    row = active_rollout(session, repo_id, alias)
+    if row is not None:
+        return row
+    if judged is not None:
+        raise StepTaken(f"rollout {judged.rollout_id} is no longer under way")
+    raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+
+
 def _require_passed(session: Session, row: Rollout, index: int) -> None:
     """A plan with an analysis advances past ``index`` only after that step's analysis
     passed (docs/rollouts.md#analysis)."""
@@ -446,17 +461,15 @@ def advance(
     # candidate judged is the signed plan's, never the row's
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = active_rollout(session, repo_row.id, alias)
-        if row is None:
-            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        row = _under_way(session, repo_row.id, repo_name, alias, judged)
         plan = _signed_or_refused(repository(session, state), row, repo_name)
     require_move_allowed(
         state, repo_name=repo_name, alias=alias, digest=plan.candidate, mover=caller
     )
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = active_rollout(session, repo_row.id, alias)
-        if row is None or row.plan_sha256 != plan.sha256:
+        row = _under_way(session, repo_row.id, repo_name, alias, judged)
+        if row.plan_sha256 != plan.sha256:
             raise RolloutConflict(
                 f"{repo_name}@{alias}: the rollout changed while its candidate was judged; "
                 "advance again",
@@ -542,17 +555,12 @@ def abort(
     _person_reason(reason, judged)
     with state.db.read() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = active_rollout(session, repo_row.id, alias)
-        if row is None:
-            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
-        stable = row.stable
+        stable = _under_way(session, repo_row.id, repo_name, alias, judged).stable
     if judged is None:
         _may_move(state, repo_name, alias, stable, caller)
     with state.db.write() as session:
         repo_row = get_repo(session, repo_name, caller)
-        row = active_rollout(session, repo_row.id, alias)
-        if row is None:
-            raise NotFound(f"{repo_name}@{alias} has no rollout under way")
+        row = _under_way(session, repo_row.id, repo_name, alias, judged)
         if judged is not None and row.rollout_id != judged.rollout_id:
             raise StepTaken(f"rollout {judged.rollout_id} is no longer under way")
         repo = _tuf(session, state, repo_name, caller)
