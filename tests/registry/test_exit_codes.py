@@ -33,6 +33,7 @@ import pytest
 from modelward.attest.keys import generate_private_key, public_key_pem, save_private_key
 from modelward.cli import COMMANDS, EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE
 from modelward.cli._lazy import Entry, load_entry
+from tests import forkserver
 from tests.registry.conftest import Registry, make_bundle_dir, new_publisher, push_new
 from tests.registry.test_alias_suggestions import cut_off
 
@@ -302,11 +303,7 @@ def test_the_issue_cases_and_the_other_codes(registry: Registry, tmp_path: Path)
 def test_an_unreachable_registry_exits_3() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
     env.update({"MODELWARD_URL": "http://127.0.0.1:9", "MODELWARD_TOKEN": "t"})
-    from tests.registry.conftest import MODELWARD
-
     for args in (["alias", "get", "acme/x@prod"], ["admin", "token", "list"]):
-        out = subprocess.run(
-            [MODELWARD, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
+        out = forkserver.run(args, env, timeout=60)
         assert out.returncode == EXIT_ENVIRONMENT, out.stderr
         assert "http://127.0.0.1:9" in out.stderr
