@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -20,16 +20,15 @@ import pytest
 
 from modelward.attest.keys import save_private_key
 from modelward.cli import COMMANDS
-from tests.registry.conftest import MODELWARD, Registry, new_publisher, push_new
+from tests import forkserver
+from tests.registry.conftest import Registry, new_publisher, push_new
 
 pytestmark = pytest.mark.sqlite_only
 
 
 def _commands(words: list[str]) -> bool:
     """Whether ``modelward WORDS... --help`` names a real command (exit 0)."""
-    done = subprocess.run(
-        [MODELWARD, *words, "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = forkserver.run([*words, "--help"], dict(os.environ), timeout=60)
     return done.returncode == 0
 
 
@@ -76,13 +75,8 @@ def test_quarantine_lift_says_what_is_true_not_none(registry: Registry, tmp_path
 
 
 def test_audit_verify_key_garbage_says_what_a_verifier_key_is(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [MODELWARD, "audit", "verify", "--key", "garbage"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
+    done = forkserver.run(
+        ["audit", "verify", "--key", "garbage"], dict(os.environ), timeout=60, cwd=tmp_path
     )
     assert done.returncode == 2, done.stderr
     assert "...+...+..." not in done.stderr
@@ -97,11 +91,7 @@ def test_audit_verify_key_garbage_says_what_a_verifier_key_is(tmp_path: Path) ->
 def test_version_is_the_installed_package_version() -> None:
     from importlib.metadata import version
 
-    done = subprocess.run(
-        [MODELWARD, "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = forkserver.run(["--version"], dict(os.environ), timeout=60)
     assert (done.returncode, done.stdout) == (0, f"modelward {version('modelward')}\n")
-    listed = subprocess.run(
-        [MODELWARD, "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
+    listed = forkserver.run(["--help"], dict(os.environ), timeout=60)
     assert "--version" in listed.stdout

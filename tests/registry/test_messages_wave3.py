@@ -20,8 +20,9 @@ import pytest
 
 from modelward.attest.policy import MAX_POLICY_BYTES
 from modelward.client.api import NotFoundError
+from tests import forkserver
 from tests.attest.test_evaluation import worked_example
-from tests.registry.conftest import MODELWARD, Registry, push_new, unique
+from tests.registry.conftest import Registry, push_new, unique
 from tests.registry.test_release_gates import _attach, _results, _setup
 
 TABLE_HEADER = "gate"
@@ -93,15 +94,7 @@ def test_eval_attach_shows_the_gate_verdicts_it_changes(
 
 def _audit_key(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELWARD_")}
-    return subprocess.run(
-        [MODELWARD, "audit", "key", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return forkserver.run(["audit", "key", *args], env, timeout=120, cwd=cwd)
 
 
 def test_audit_key_never_reads_or_creates_a_stray_key_in_the_current_directory(
