@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import secrets
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,8 +19,8 @@ import httpx
 import pytest
 
 from modelward.client.api import APIError
+from tests import forkserver
 from tests.registry.conftest import (
-    MODELWARD,
     PgCluster,
     Publisher,
     Registry,
@@ -119,22 +118,10 @@ def public_pem(pub: Publisher, tmp: Path) -> Path:
 def pull(reg: Registry, ref: str, pem: Path, cache: Path, token: str) -> None:
     """``modelward pull REF``: downloads and verifies every blob and the signature."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": token}
-    out = subprocess.run(
-        [
-            MODELWARD,
-            "pull",
-            ref,
-            "--unsigned-aliases",
-            "--public-key",
-            str(pem),
-            "--cache-dir",
-            str(cache),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    out = forkserver.run(
+        ["pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir", str(cache)],
+        env,
         timeout=300,
-        check=False,
     )
     assert out.returncode == 0, f"pull {ref}: {out.stdout}\n{out.stderr}"
 
