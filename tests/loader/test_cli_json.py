@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests import forkserver
 from tests.loader.test_pull import flip_byte
 from tests.registry.conftest import (
-    MODELWARD,
     Actor,
     Registry,
     make_bundle_dir,
@@ -159,14 +159,7 @@ class World:
         env = {**os.environ, "MODELWARD_URL": self.reg.url, "MODELWARD_TOKEN": self.worker.token}
         # the JSON shapes, not alias signing (tests/tuf): the registry's word names canary
         unsigned = ["--unsigned-aliases"] if args[0] in ("verify", "baseline") else []
-        return subprocess.run(
-            [MODELWARD, *args, *unsigned],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
-        )
+        return forkserver.run([*args, *unsigned], env, timeout=120)
 
     def pull(self, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return self.cli(

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests import forkserver
 from tests.inprocess import run_modelward
 from tests.loader.hostile_registry import HostileRegistry, Served, serve_dir
 from tests.registry.conftest import MODELWARD, provenance_predicate
@@ -72,15 +73,9 @@ def run(reg: HostileRegistry, *args: str, cache: Path) -> subprocess.CompletedPr
     are taken on its word (``--unsigned-aliases``), and everything after is still checked."""
     env = {**os.environ, "MODELWARD_URL": reg.url, "MODELWARD_TOKEN": "worker-token"}
     unsigned = ["--unsigned-aliases"] if args[0] in ("pull", "boot", "verify") else []
-    if args[0] == "boot":  # a boot is about its process (signals, the engine's children)
-        return subprocess.run(
-            [MODELWARD, *args, *unsigned, "--cache-dir", str(cache)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
-        )
+    # a boot is about its process (signals, the engine's children): its own, forked
+    if args[0] == "boot":
+        return forkserver.run([*args, *unsigned, "--cache-dir", str(cache)], env, timeout=120)
     return run_modelward([*args, *unsigned, "--cache-dir", str(cache)], env)
 
 
@@ -400,9 +395,8 @@ def test_an_alias_without_a_pinned_tuf_root_is_refused_with_the_hint(
     hostile: HostileRegistry, publisher_pem: Path, tmp_path: Path
 ) -> None:
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
-    result = subprocess.run(
+    result = forkserver.run(
         [
-            MODELWARD,
             "pull",
             f"{REPO}@prod",
             "--public-key",
@@ -410,11 +404,8 @@ def test_an_alias_without_a_pinned_tuf_root_is_refused_with_the_hint(
             "--cache-dir",
             str(tmp_path / "c"),
         ],
-        capture_output=True,
-        text=True,
-        env=env,
+        env,
         timeout=120,
-        check=False,
     )
     assert result.returncode == 1, result.stderr
     assert "needs a pinned TUF root (--trust-root root.json" in result.stderr

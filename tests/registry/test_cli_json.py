@@ -8,13 +8,13 @@ shapes are the client's).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from tests import forkserver
 from tests.registry.conftest import Publisher, Registry, make_bundle_dir, new_publisher, unique
 
 pytestmark = pytest.mark.parametrize("registry", ["sqlite"], indirect=True)
@@ -458,16 +458,7 @@ def test_json_output_is_plain_json_not_terminal_markup(registry: Registry) -> No
         "MODELWARD_TOKEN": registry.server.admin_token,
         "FORCE_COLOR": "1",
     }
-    from tests.registry.conftest import MODELWARD
-
-    out = subprocess.run(
-        [MODELWARD, "audit", "log", "--limit", "1", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    out = forkserver.run(["audit", "log", "--limit", "1", "--json"], env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "\x1b[" not in out.stdout
     jsonschema.validate(json.loads(out.stdout), AUDIT_PAGE)
