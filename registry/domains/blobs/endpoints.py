@@ -8,12 +8,13 @@ the quota of a repository the caller may publish to, and a PUT that names none i
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Query, Request, Response
+from fastapi import Depends, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from modelward.registry.domains._names import RepositoryQuery
 from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, Publisher
@@ -116,7 +117,7 @@ async def put_blob(
     caller: Publisher,
     state: State,
     response: Response,
-    repository: Annotated[str, Query(min_length=1, max_length=201)],
+    repository: RepositoryQuery,
 ) -> dict[str, Any]:
     """Store a blob for ``repository`` (one the caller may publish to), charged to its quota
     before a byte is read (413 ``repository_quota_exceeded``)."""

@@ -7,11 +7,13 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from fastapi import Query, Request
+from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from modelward.attest.names import ALIAS_MAX, ALIAS_RE, REPOSITORY_PART_MAX, REPOSITORY_RE
+from modelward.registry.domains._names import ALIAS_QUERY, REPOSITORY_QUERY
 from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
@@ -102,8 +104,8 @@ def proposals(
     caller: AnyCaller,
     state: State,
     pending: bool = True,
-    repository: Annotated[str | None, Query(max_length=300)] = None,
-    alias: Annotated[str | None, Query(max_length=100)] = None,
+    repository: Annotated[str | None, REPOSITORY_QUERY] = None,
+    alias: Annotated[str | None, ALIAS_QUERY] = None,
 ) -> dict[str, Any]:
     """The newest proposals (200 at most), pending ones only unless ``pending=false``."""
     with state.db.read() as session:
@@ -212,8 +214,8 @@ def impact(body: ImpactIn, caller: AnyCaller, state: State) -> dict[str, Any]:
 
 
 class ResignIn(BaseModel):
-    repository: str = Field(min_length=3, max_length=300)
-    alias: str | None = Field(default=None, min_length=1, max_length=100)
+    repository: str = Field(pattern=REPOSITORY_RE.pattern, max_length=2 * REPOSITORY_PART_MAX + 1)
+    alias: str | None = Field(default=None, pattern=ALIAS_RE.pattern, max_length=ALIAS_MAX)
 
 
 @router.post("/v1/tuf/resign")
