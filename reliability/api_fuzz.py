@@ -388,8 +388,16 @@ def summarize(report: Path, schema: dict[str, Any] | None = None) -> dict[str, A
     statuses: dict[str, int] = {}
     if not files:
         return {"operations": {}, "failures": [], "statuses": {}, "error": "no ndjson report"}
-    for line in files[-1].read_text().splitlines():
-        event = json.loads(line)
+    lines = files[-1].read_text().splitlines()
+    truncated = False
+    for number, line in enumerate(lines, 1):
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise
+            truncated = True  # the run was stopped at its time limit mid-write
+            continue
         for kind, body in event.items():
             if kind == "ScenarioFinished":
                 _scenario(body, operations, failures, statuses)
@@ -408,6 +416,7 @@ def summarize(report: Path, schema: dict[str, Any] | None = None) -> dict[str, A
         ),
         "failures": sorted(failures.values(), key=lambda f: (f["check"], f["operation"])),
         "statuses": dict(sorted(statuses.items())),
+        "report_truncated": truncated,
     }
 
 
