@@ -1,4 +1,5 @@
-"""``modelward key generate`` and ``modelward bundle sign`` as real subprocesses.
+"""``modelward key generate`` and ``modelward bundle sign``, each as its own process (forked from
+a parent that imported modelward already: tests/forkserver.py).
 
 Each signature the CLI writes is verified in-process with attest.dsse and bound to the
 digest attest.manifest computes independently.
@@ -20,6 +21,7 @@ from modelward.attest.errors import SubjectMismatch
 from modelward.attest.manifest import build_bundle
 from modelward.attest.statement import PredicateType, require_subject
 from modelward.attest.trust import TrustSet
+from tests import forkserver
 
 MODELWARD = Path(sys.executable).parent / "modelward"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -41,14 +43,7 @@ _AMBIENT = ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "BUILDKITE", "GITL
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in _AMBIENT and k != "SIGSTORE_ID_TOKEN"}
-    return subprocess.run(
-        [str(MODELWARD), *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        timeout=120,
-        check=False,
-    )
+    return forkserver.run([*map(str, args)], {**base, **(env or {})}, timeout=120)
 
 
 def _trust_from_pub(pub: Path, name: str = "publisher") -> TrustSet:

@@ -24,8 +24,9 @@ from modelward.client.api import (
     TransferOptions,
 )
 from modelward.loader.cache import BlobRequest, Cache
+from tests import forkserver
 from tests.loader.hostile_registry import HostileRegistry, Served, serve_dir
-from tests.registry.conftest import MODELWARD, make_bundle_dir
+from tests.registry.conftest import make_bundle_dir
 
 REPO = "acme/hostile"
 TAIL = 2**30  # what the server would send past the real bytes if nobody stopped it
@@ -162,9 +163,8 @@ def _pull(hostile: HostileRegistry, tmp_path: Path) -> subprocess.CompletedProce
     pem = tmp_path / "publisher.pub.pem"
     pem.write_bytes(public_key_pem(generate_private_key().public_key()))
     env = {**os.environ, "MODELWARD_URL": hostile.url, "MODELWARD_TOKEN": "worker-token"}
-    return subprocess.run(
+    return forkserver.run(
         [
-            MODELWARD,
             "pull",
             f"{REPO}@prod",
             "--public-key",
@@ -173,11 +173,8 @@ def _pull(hostile: HostileRegistry, tmp_path: Path) -> subprocess.CompletedProce
             "--cache-dir",
             str(tmp_path / "cache"),
         ],
-        capture_output=True,
-        text=True,
-        env=env,
+        env,
         timeout=120,
-        check=False,
     )
 
 

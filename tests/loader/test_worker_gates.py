@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from tests import forkserver
 from tests.attest.test_evaluation import HEADER, WORKED_GATES, cases, jsonl, worked_example
 from tests.registry.conftest import (
-    MODELWARD,
     Actor,
     Publisher,
     Registry,
@@ -120,7 +120,6 @@ def _pull(
     cache = world.base / unique("cache")
     env = {**os.environ, "MODELWARD_URL": world.reg.url, "MODELWARD_TOKEN": world.worker.token}
     argv = [
-        MODELWARD,
         "pull",
         reference,
         "--policy",
@@ -130,7 +129,7 @@ def _pull(
         str(cache),
         *extra,
     ]
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    result = forkserver.run(argv, env, timeout=120)
     return result, cache
 
 

@@ -13,15 +13,14 @@ import base64
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
 from modelward.client.api import APIError, NotFoundError
+from tests import forkserver
 from tests.registry.conftest import (
-    MODELWARD,
     Publisher,
     Registry,
     make_bundle_dir,
@@ -191,9 +190,8 @@ def test_quarantined_digest_pull_is_refused_through_the_cli(
     cache = tmp_path / "cache"
     worker = registry.actor("reader")
     env = {**os.environ, "MODELWARD_URL": registry.url, "MODELWARD_TOKEN": worker.token}
-    result = subprocess.run(
+    result = forkserver.run(
         [
-            MODELWARD,
             "pull",
             f"{repo_y}@dev",
             "--unsigned-aliases",
@@ -202,11 +200,8 @@ def test_quarantined_digest_pull_is_refused_through_the_cli(
             "--cache-dir",
             str(cache),
         ],
-        capture_output=True,
-        text=True,
-        env=env,
+        env,
         timeout=120,
-        check=False,
     )
     assert result.returncode != 0, result.stdout
     assert "quarantined" in result.stderr, result.stderr

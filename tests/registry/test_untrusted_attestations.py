@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.registry.conftest import (
-    MODELWARD,
     Publisher,
     Registry,
     make_bundle_dir,
@@ -32,22 +32,10 @@ def _pull(
     cache: Path,
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELWARD_URL": registry.url, "MODELWARD_TOKEN": token}
-    return subprocess.run(
-        [
-            MODELWARD,
-            "pull",
-            ref,
-            "--unsigned-aliases",
-            "--public-key",
-            str(pem),
-            "--cache-dir",
-            str(cache),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    return forkserver.run(
+        ["pull", ref, "--unsigned-aliases", "--public-key", str(pem), "--cache-dir", str(cache)],
+        env,
         timeout=120,
-        check=False,
     )
 
 
