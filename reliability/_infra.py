@@ -184,14 +184,15 @@ def kill_tree(server: Server, timeout: float = 30.0) -> list[int]:
             os.kill(pid, signal.SIGKILL)
     proc.wait(timeout)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(p) for p in pids[1:]):
+    while time.monotonic() < deadline and any(alive(p) for p in pids[1:]):
         time.sleep(0.05)
     return pids
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it holds no socket)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+    except (OSError, IndexError):
         return False
     return state != "Z"

@@ -546,18 +546,11 @@ def _has_event(events: list[dict[str, Any]], action: str, digest: str, actor: st
     )
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: it holds no socket)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _restart(c: Campaign, killed: list[int]) -> float:
     """Start the server again; the new process must still be alive once ``/healthz``
     answered (a survivor of the kill holding the port would make it exit)."""
+    from reliability._infra import alive
+
     started = time.monotonic()
     for attempt in range(10):
         try:
@@ -569,9 +562,11 @@ def _restart(c: Campaign, killed: list[int]) -> float:
             # survivor of the kill holding it is a finding (F4): never retried.
             if "already in use" not in str(exc) or attempt == 9:
                 raise
-            alive = [pid for pid in killed if _alive(pid)]
-            if alive:
-                raise RuntimeError(f"killed processes {alive} survive and hold the port") from exc
+            survivors = [pid for pid in killed if alive(pid)]
+            if survivors:
+                raise RuntimeError(
+                    f"killed processes {survivors} survive and hold the port"
+                ) from exc
             time.sleep(1)
     took = round(time.monotonic() - started, 2)
     proc = c.reg.server.proc
