@@ -122,6 +122,27 @@ def test_api_fuzz_smoke(sqlite_registry: object, tmp_path: Path) -> None:
         pytest.xfail(f"known schema finding(s): {', '.join(refs)}")
 
 
+def test_api_report_cut_by_the_time_limit_is_summarized_without_its_last_line(
+    tmp_path: Path,
+) -> None:
+    """A role stopped at its time limit can leave its ndjson report's last line half
+    written: summarized without it, and said so; a bad line before the last still raises."""
+    import json
+
+    from reliability.api_fuzz import summarize
+
+    whole = json.dumps({"Initialized": {}})
+    (tmp_path / "ndjson-1.ndjson").write_text(f"{whole}\n{whole}\n" + whole[:7])
+    summary = summarize(tmp_path)
+    assert summary["report_truncated"] is True
+    assert summary["cases"] == 0
+    (tmp_path / "ndjson-1.ndjson").write_text(f"{whole[:7]}\n{whole}\n")
+    with pytest.raises(json.JSONDecodeError):
+        summarize(tmp_path)
+    (tmp_path / "ndjson-1.ndjson").write_text(f"{whole}\n")
+    assert summarize(tmp_path)["report_truncated"] is False
+
+
 def test_crash_smoke_kill9_each_write(tmp_path: Path) -> None:
     from reliability._infra import registry
     from reliability.crash import OPERATIONS, run_one_database
