@@ -39,6 +39,7 @@ from modelward.attest.rollout import (
 )
 from modelward.attest.spec import render_spec_template
 from modelward.client.api import RegistryClient
+from modelward.client.errors import ConflictError
 from modelward.loader.tuf_resolve import metadata_dir
 from modelward.registry.settings import Settings
 from tests.registry.conftest import (
@@ -207,15 +208,20 @@ class Fleet:
         """A signed plan whose fleet is the whole fleet (every worker has reported), and
         whose 5% step holds at least one of its workers."""
         for _attempt in range(20):
-            started = self.client.start_rollout(
-                self.repo,
-                "prod",
-                candidate,
-                steps=STEPS,
-                window_seconds=WINDOW,
-                min_samples=20,
-                analysis=ANALYSIS,
-            )
+            try:
+                started = self.client.start_rollout(
+                    self.repo,
+                    "prod",
+                    candidate,
+                    steps=STEPS,
+                    window_seconds=WINDOW,
+                    min_samples=20,
+                    analysis=ANALYSIS,
+                )
+            except ConflictError as refused:  # booted, but no report has arrived yet
+                assert "no worker has reported" in str(refused), refused
+                time.sleep(1)
+                continue
             rollout_id = str(started["rollout_id"])
             if started["plan"].get("fleet") == sorted(w.keyid for w in self.workers):
                 self.plan = parse_plan(canonical_json(started["plan"]))
