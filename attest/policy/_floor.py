@@ -35,6 +35,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from modelward.attest.errors import PolicyError
+from modelward.attest.names import ALIAS_MAX
 from modelward.attest.policy._model import MAX_APPROVALS, AliasRule, Policy
 
 __all__ = [
@@ -51,10 +52,11 @@ __all__ = [
     "require_meets_floor",
 ]
 
-# The alias names the registry accepts: ^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$
+# The alias names the registry accepts (attest.names.ALIAS_RE, spelled out as alphabets for
+# the search below; tests/attest/test_policy_floor.py checks they agree character by character)
 ALIAS_FIRST_CHARS = string.ascii_letters + string.digits
 ALIAS_REST_CHARS = ALIAS_FIRST_CHARS + "._-"
-ALIAS_MAX_CHARS = 100
+ALIAS_MAX_CHARS = ALIAS_MAX
 MAX_FLOOR_APPROVALS = MAX_APPROVALS
 
 

@@ -128,6 +128,21 @@ def test_names_longer_than_an_alias_can_be_are_not_counted() -> None:
     assert len(short.alias) == ALIAS_MAX_CHARS
 
 
+def test_the_floors_alphabets_are_the_alias_grammar_of_attest_names() -> None:
+    """The floor searches the names ``attest.names.ALIAS_RE`` accepts: the same first and
+    following characters and the same length, checked over every code point below 0x250
+    (so the two spellings of one grammar cannot drift apart)."""
+    from modelward.attest.names import ALIAS_MAX, ALIAS_RE
+
+    assert ALIAS_MAX_CHARS == ALIAS_MAX
+    for code in range(0x250):
+        ch = chr(code)
+        assert (ALIAS_RE.fullmatch(ch) is not None) == (ch in ALIAS_FIRST_CHARS), repr(ch)
+        assert (ALIAS_RE.fullmatch("a" + ch) is not None) == (ch in ALIAS_REST_CHARS), repr(ch)
+    assert ALIAS_RE.fullmatch("a" * ALIAS_MAX_CHARS)
+    assert not ALIAS_RE.fullmatch("a" * (ALIAS_MAX_CHARS + 1))
+
+
 def test_a_floor_that_requires_a_baseline() -> None:
     floor = PolicyFloor.model_validate(
         {"aliases": [{"pattern": "prod", "approvals": 1, "require_baseline": True}]}
