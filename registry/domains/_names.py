@@ -13,12 +13,21 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Query
+from pydantic import StringConstraints
 
 from modelward.attest.names import ALIAS_MAX, ALIAS_RE, REPOSITORY_PART_MAX, REPOSITORY_RE
 
-__all__ = ["ALIAS_QUERY", "REPOSITORY_QUERY", "RepositoryQuery"]
+__all__ = ["ALIAS_QUERY", "REPOSITORY_QUERY", "AliasName", "RepositoryName", "RepositoryQuery"]
+
+_REPOSITORY_MAX = 2 * REPOSITORY_PART_MAX + 1  # ORG/NAME
 
 # (FastAPI copies a parameter's FieldInfo for each parameter that names it)
-REPOSITORY_QUERY = Query(pattern=REPOSITORY_RE.pattern, max_length=2 * REPOSITORY_PART_MAX + 1)
+REPOSITORY_QUERY = Query(pattern=REPOSITORY_RE.pattern, max_length=_REPOSITORY_MAX)
 ALIAS_QUERY = Query(pattern=ALIAS_RE.pattern, max_length=ALIAS_MAX)
 RepositoryQuery = Annotated[str, REPOSITORY_QUERY]
+
+# the same grammar for a request body's fields
+RepositoryName = Annotated[
+    str, StringConstraints(pattern=REPOSITORY_RE.pattern, max_length=_REPOSITORY_MAX)
+]
+AliasName = Annotated[str, StringConstraints(pattern=ALIAS_RE.pattern, max_length=ALIAS_MAX)]

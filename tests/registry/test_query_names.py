@@ -57,3 +57,24 @@ def test_a_blob_for_what_is_no_repository_is_a_422(registry: Registry) -> None:
     )
     assert answer.status_code == 422, answer.text
     assert "repository" in answer.text
+
+
+def test_a_resign_body_naming_no_repository_or_alias_is_a_422(registry: Registry) -> None:
+    """The body's fields take the same grammar as the query parameters (``_names``), a name
+    with a trailing newline included (Python's ``$`` would let it through a ``match``)."""
+    holder = registry.actor("publisher")
+    for body in (
+        {"repository": "no-slash"},
+        {"repository": "o/n\n"},
+        {"repository": "o/n", "alias": "prod\n"},
+        {"repository": "o/n", "alias": "a" * 101},
+    ):
+        answer = httpx.post(
+            f"{registry.url}/v1/tuf/resign",
+            json=body,
+            headers={"Authorization": f"Bearer {holder.token}"},
+        )
+        assert answer.status_code == 422, (body, answer.status_code, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_request"
+    answer = _get(registry, holder.token, "/v1/tuf/proposals", repository="o/n\n")
+    assert answer.status_code == 422, answer.text

@@ -12,8 +12,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from modelward.attest.names import ALIAS_MAX, ALIAS_RE, REPOSITORY_PART_MAX, REPOSITORY_RE
-from modelward.registry.domains._names import ALIAS_QUERY, REPOSITORY_QUERY
+from modelward.registry.domains._names import (
+    ALIAS_QUERY,
+    REPOSITORY_QUERY,
+    AliasName,
+    RepositoryName,
+)
 from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
@@ -214,8 +218,8 @@ def impact(body: ImpactIn, caller: AnyCaller, state: State) -> dict[str, Any]:
 
 
 class ResignIn(BaseModel):
-    repository: str = Field(pattern=REPOSITORY_RE.pattern, max_length=2 * REPOSITORY_PART_MAX + 1)
-    alias: str | None = Field(default=None, pattern=ALIAS_RE.pattern, max_length=ALIAS_MAX)
+    repository: RepositoryName
+    alias: AliasName | None = None
 
 
 @router.post("/v1/tuf/resign")
