@@ -10,36 +10,24 @@ command's modules once instead of once per command keeps a walk of every command
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
+
+from tests.inprocess import run_modelward
 
 
 def run(args: list[str]) -> dict[str, object]:
-    from modelward.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code: object = 0
-    crashed = None
-    sys.argv = ["modelward", *args]
-    sys.stdin = io.StringIO("")
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if exc.code is not None else 0
-        except BaseException:
-            crashed = traceback.format_exc()
-            code = None
+    """One command line in this process (``tests.inprocess``, the in-process runner), with
+    this process's environment; ``traceback`` is what a crash past ``main`` printed."""
+    done = run_modelward(args, dict(os.environ))
+    crashed = "Traceback (most recent call last)" in done.stderr
     return {
-        "code": code if isinstance(code, int) else (1 if code is not None else None),
-        "stdout": out.getvalue(),
-        "stderr": err.getvalue(),
-        "traceback": crashed,
+        "code": done.returncode,
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+        "traceback": done.stderr if crashed else None,
     }
 
 
