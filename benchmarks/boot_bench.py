@@ -9,7 +9,10 @@ publisher key, signs the `canary` alias's TUF proposal with that key and saves t
 registry's TUF root (`modelward trust root --out root.json`, untimed), then measures, N times
 each:
 
-- bare:      `python -c "vllm.LLM(model=DIR, ...)"`  (engine boot, nothing else)
+- bare:      `python -c "vllm.LLM(model=DIR, ...)"`  (engine boot, nothing else), with vLLM's
+             default process layout (an engine-core and a worker process) and again with
+             `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the one-process layout `modelward boot`'s
+             in-process engine uses (loader/engine.py): the like-for-like peer
 - modelward: `modelward boot REPO@canary --trust-root root.json --timings` (resolve the alias
              through the registry's signed TUF metadata from the pinned root, as a worker
              does since the TUF work (docs/tuf.md#workers), pull into a fresh cache (the TUF
@@ -125,10 +128,13 @@ def main() -> None:
         )
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with published_for_a_worker(work, model) as published:
-        bare, ours, phases = [], [], []
+        bare, single, ours, phases = [], [], [], []
         for _ in range(args.repeat):
             if not args.no_peer:
                 bare.append(bare_boot(model, "float32", env))
+                single.append(
+                    bare_boot(model, "float32", {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+                )
             total, phase = modelward_boot(
                 published.url,
                 published.worker_token,
@@ -144,11 +150,17 @@ def main() -> None:
     print(f"| phase | median s (n={args.repeat}) |")
     print("|---|---|")
     print(f"| bare vllm.LLM boot (process) | {_median(bare)} |")
+    print(f"| bare vllm.LLM boot, one process (process) | {_median(single)} |")
     print(f"| modelward boot total (process) | {statistics.median(ours):.2f} |")
     for name in phases[0]:
         print(f"| - {name} | {statistics.median(p[name] for p in phases):.3f} |")
     ratio = f"{statistics.median(ours) / statistics.median(bare):.2f}" if bare else "not run"
     print(f"| ratio modelward / bare | {ratio} |")
+    if single:
+        print(
+            f"| ratio modelward / bare, one process | "
+            f"{statistics.median(ours) / statistics.median(single):.2f} |"
+        )
     shutil.rmtree(work, ignore_errors=True)
 
 

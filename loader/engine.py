@@ -263,6 +263,21 @@ class Engine:
         gc.collect()
 
 
+# The in-process engine (baselines, replay) runs in this process: vLLM's default starts an
+# engine-core process and a worker process, each importing vLLM and torch again, which on a
+# CPU more than doubles the boot (docs/performance.md#boot). The fingerprint records it (it
+# reads the environment after the boot); a value the operator set is kept.
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def _apply_in_process_env() -> None:
+    """Set ``IN_PROCESS_ENV`` where the environment does not name it already. Only
+    ``boot_engine`` calls it: a ``--serve`` child (vLLM's OpenAI server) keeps vLLM's
+    process layout."""
+    for name, value in IN_PROCESS_ENV.items():
+        os.environ.setdefault(name, value)
+
+
 def boot_engine(
     config: ServingConfig,
     extra: Mapping[str, Any] | None = None,
@@ -277,6 +292,7 @@ def boot_engine(
     """
     apply_kv_cache(kv_cache)
     apply_hardened_env()
+    _apply_in_process_env()
     vllm = require_vllm()
     kwargs = engine_kwargs(config, extra)
     try:

@@ -43,6 +43,8 @@ def main(job_path: Path, out_path: Path) -> None:
     }
     fingerprint = collect_fingerprint(config, os.environ, llm=engine.llm)
     result["fingerprint"] = {"id": fingerprint.id, "data": fingerprint.data}
+    # vLLM's client of its engine core: InprocClient when the core runs in this process
+    result["engine_core"] = type(engine.llm.llm_engine.engine_core).__name__
     for step in job["steps"]:
         if "baseline" in step:
             baseline = record_baseline(

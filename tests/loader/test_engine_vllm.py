@@ -42,6 +42,10 @@ def test_fingerprint_records_runtime(f32_run: dict[str, Any]) -> None:
     assert data["device"]["type"] == "cpu"
     assert data["tensor_parallel_size"] == 1
     assert "VLLM_BATCH_INVARIANT" in data["env"]
+    # the in-process engine runs in the booting process (no engine-core or worker process
+    # importing vLLM again), and the fingerprint says so
+    assert f32_run["engine_core"] == "InprocClient"
+    assert data["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert f32_run["fingerprint"]["id"].startswith("sha256:")
 
 
