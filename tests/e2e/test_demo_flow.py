@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow]
+# one xdist worker runs the whole module, so the demo (its module fixture, ~3 min) runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELWARD = str(Path(sys.executable).parent / "modelward")
