@@ -14,7 +14,7 @@ from fastapi import Depends, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from modelward.registry.domains._names import RepositoryQuery
+from modelward.registry.domains._names import RepositoryName
 from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import State
 from modelward.registry.domains.auth.deps import AnyCaller, Publisher
@@ -117,7 +117,7 @@ async def put_blob(
     caller: Publisher,
     state: State,
     response: Response,
-    repository: RepositoryQuery,
+    repository: RepositoryName,
 ) -> dict[str, Any]:
     """Store a blob for ``repository`` (one the caller may publish to), charged to its quota
     before a byte is read (413 ``repository_quota_exceeded``)."""

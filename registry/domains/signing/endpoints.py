@@ -12,12 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from modelward.registry.domains._names import (
-    ALIAS_QUERY,
-    REPOSITORY_QUERY,
-    AliasName,
-    RepositoryName,
-)
+from modelward.registry.domains._names import AliasName, RepositoryName
 from modelward.registry.domains._router import domain_router
 from modelward.registry.domains._state import AppState, State
 from modelward.registry.domains.auth.deps import Admin, AnyCaller, KeyHolder, bearer_token
@@ -108,8 +103,8 @@ def proposals(
     caller: AnyCaller,
     state: State,
     pending: bool = True,
-    repository: Annotated[str | None, REPOSITORY_QUERY] = None,
-    alias: Annotated[str | None, ALIAS_QUERY] = None,
+    repository: RepositoryName | None = None,
+    alias: AliasName | None = None,
 ) -> dict[str, Any]:
     """The newest proposals (200 at most), pending ones only unless ``pending=false``."""
     with state.db.read() as session:
